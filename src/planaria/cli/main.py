@@ -1,0 +1,32 @@
+"""The ``planaria`` command: one sub-module per verb group, assembled here."""
+from __future__ import annotations
+
+import sys
+
+import typer
+
+app = typer.Typer(
+    name="planaria",
+    help="Keep MPI jobs alive through process failures, inject failures, and explain failed or hung runs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    """Import verb modules; each adds its commands to ``app``."""
+    from planaria.cli import run as _run  # noqa: F401
+
+
+def main() -> None:
+    """Console-script entry point; usage errors exit 2 with one line."""
+    _register()
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

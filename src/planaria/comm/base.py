@@ -1,0 +1,332 @@
+"""The backend-independent part of ``Comm``: mpi4py-style names, object forms over buffer forms.
+
+mpi4py's lower-case (pickle) collectives run on a hidden duplicate communicator that
+ULFM's revoke never reaches, so after a failure they can hang. Here every object
+collective is built from the *buffer* collectives of the same communicator (a length
+exchange, then the pickled bytes), which raise ``ProcFailedError``/``RevokedError``
+like any other call. Backends implement the buffer forms and the fault-tolerance calls.
+"""
+from __future__ import annotations
+
+import functools
+import pickle
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+_PROTO = pickle.HIGHEST_PROTOCOL
+_I64 = np.int64
+
+
+def _dumps(obj: Any) -> bytes:
+    return pickle.dumps(obj, _PROTO)
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    displs = np.zeros(len(lengths), dtype=_I64)
+    np.cumsum(lengths[:-1], out=displs[1:])
+    return displs
+
+
+def _split(buf: bytearray | bytes, lengths: np.ndarray) -> list[Any]:
+    view = memoryview(buf)
+    out, pos = [], 0
+    for n in lengths.tolist():
+        out.append(pickle.loads(view[pos:pos + n]))
+        pos += n
+    return out
+
+
+class Request(ABC):
+    """A pending non-blocking operation; ``wait``/``Wait`` raise the same failure errors as blocking calls."""
+
+    @abstractmethod
+    def Test(self) -> bool:
+        """Return True when complete (raises on failure)."""
+
+    @abstractmethod
+    def Wait(self) -> None:
+        """Block until complete (raises on failure)."""
+
+    def test(self) -> tuple[bool, Any]:
+        """Object form of Test: (done, received object or None)."""
+        done = self.Test()
+        return done, (self._value() if done else None)
+
+    def wait(self) -> Any:
+        """Object form of Wait: the received object for an irecv, else None."""
+        self.Wait()
+        return self._value()
+
+    def _value(self) -> Any:
+        return None
+
+    @abstractmethod
+    def Cancel(self) -> None:
+        """Cancel the request (receives only; best effort)."""
+
+
+class Comm(ABC):
+    """A communicator that survives process failures (ULFM semantics).
+
+    Buffer forms (``Send``, ``Allreduce``...) take numpy arrays or mpi4py buffer specs;
+    object forms (``send``, ``allreduce``...) take any picklable object. Every call raises
+    ``ProcFailedError`` when it involves a failed process and ``RevokedError`` once the
+    communicator is revoked.
+    """
+
+    backend: str = "?"
+
+    def __init__(self, mpi_comm: Any) -> None:
+        self._c = mpi_comm
+        self.rank: int = mpi_comm.Get_rank()
+        self.size: int = mpi_comm.Get_size()
+        self._msgfault: Callable[[int], float | None] | None = None
+
+    # -- mpi4py-style accessors ------------------------------------------------
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Get_size(self) -> int:
+        return self.size
+
+    @property
+    def mpi(self) -> Any:
+        """The underlying mpi4py communicator (for calls planaria does not wrap)."""
+        return self._c
+
+    def __repr__(self) -> str:
+        return f"<planaria.Comm backend={self.backend} rank={self.rank} size={self.size}>"
+
+    # -- buffer forms (backend) --------------------------------------------------
+    @abstractmethod
+    def Send(self, buf: Any, dest: int, tag: int = 0) -> None: ...
+
+    @abstractmethod
+    def Recv(self, buf: Any, source: int = ..., tag: int = ..., status: Any = None) -> None: ...
+
+    @abstractmethod
+    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request: ...
+
+    @abstractmethod
+    def Irecv(self, buf: Any, source: int = ..., tag: int = ...) -> Request: ...
+
+    @abstractmethod
+    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                 source: int = ..., recvtag: int = ..., status: Any = None) -> None: ...
+
+    @abstractmethod
+    def Barrier(self) -> None: ...
+
+    @abstractmethod
+    def Bcast(self, buf: Any, root: int = 0) -> None: ...
+
+    @abstractmethod
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0) -> None: ...
+
+    @abstractmethod
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> None: ...
+
+    @abstractmethod
+    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None: ...
+
+    @abstractmethod
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None: ...
+
+    @abstractmethod
+    def Allgather(self, sendbuf: Any, recvbuf: Any) -> None: ...
+
+    @abstractmethod
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None: ...
+
+    @abstractmethod
+    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None: ...
+
+    @abstractmethod
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None: ...
+
+    @abstractmethod
+    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None: ...
+
+    @abstractmethod
+    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None: ...
+
+    # -- fault tolerance (backend) ----------------------------------------------
+    @abstractmethod
+    def revoke(self) -> None:
+        """Make every pending and future operation on this communicator raise RevokedError, at every rank."""
+
+    @abstractmethod
+    def is_revoked(self) -> bool:
+        """True once this communicator has been revoked (locally known)."""
+
+    @abstractmethod
+    def shrink(self) -> Comm:
+        """A new communicator holding the surviving processes, ranks in the same order."""
+
+    @abstractmethod
+    def agree(self, flag: bool | int) -> bool | int:
+        """Fault-tolerant AND of ``flag`` over the living processes.
+
+        Raises ``ProcFailedError`` at every participant when some failure is not yet
+        acknowledged (``ack_failed``) everywhere; call ``ack_failed`` and retry.
+        """
+
+    @abstractmethod
+    def ack_failed(self) -> int:
+        """Acknowledge every locally known failure; returns how many are acknowledged."""
+
+    @abstractmethod
+    def get_failed(self) -> set[int]:
+        """Ranks of this communicator known locally to have failed."""
+
+    @abstractmethod
+    def dup(self) -> Comm:
+        """A duplicate communicator with the same backend."""
+
+    @abstractmethod
+    def free(self) -> None:
+        """Release the communicator (local; safe after failures)."""
+
+    # -- object point-to-point -------------------------------------------------
+    @abstractmethod
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None: ...
+
+    @abstractmethod
+    def recv(self, source: int = ..., tag: int = ..., status: Any = None) -> Any: ...
+
+    @abstractmethod
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request: ...
+
+    @abstractmethod
+    def irecv(self, source: int = ..., tag: int = ...) -> Request: ...
+
+    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, source: int | None = None,
+                 recvtag: int | None = None, status: Any = None) -> Any:
+        """Send and receive objects without deadlock (posts the send first)."""
+        from mpi4py import MPI
+        req = self.isend(sendobj, dest, sendtag)
+        value = self.recv(MPI.ANY_SOURCE if source is None else source,
+                          MPI.ANY_TAG if recvtag is None else recvtag, status)
+        req.Wait()
+        return value
+
+    # -- object collectives, failure-safe (built from buffer collectives) -------
+    def barrier(self) -> None:
+        self.Barrier()
+
+    def bcast(self, obj: Any = None, root: int = 0) -> Any:
+        """Broadcast a picklable object from ``root``."""
+        hdr = np.zeros(1, dtype=_I64)
+        data = b""
+        if self.rank == root:
+            data = _dumps(obj)
+            hdr[0] = len(data)
+        self.Bcast(hdr, root)
+        n = int(hdr[0])
+        if self.rank == root:
+            self.Bcast([data, n, _byte()], root)
+            return obj
+        buf = bytearray(n)
+        self.Bcast([buf, n, _byte()], root)
+        return pickle.loads(buf)
+
+    def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
+        """Gather objects to ``root`` (others get None)."""
+        data = _dumps(sendobj)
+        mine = np.array([len(data)], dtype=_I64)
+        lengths = np.zeros(self.size, dtype=_I64) if self.rank == root else None
+        self.Gather(mine, lengths, root)
+        if self.rank != root:
+            self.Gatherv([data, len(data), _byte()], None, root)
+            return None
+        total = int(lengths.sum())
+        buf = bytearray(total)
+        self.Gatherv([data, len(data), _byte()],
+                     [buf, (lengths, _offsets(lengths)), _byte()], root)
+        return _split(buf, lengths)
+
+    def allgather(self, sendobj: Any) -> list[Any]:
+        """Every rank gets the list of every rank's object."""
+        data = _dumps(sendobj)
+        lengths = np.zeros(self.size, dtype=_I64)
+        self.Allgather(np.array([len(data)], dtype=_I64), lengths)
+        buf = bytearray(int(lengths.sum()))
+        self.Allgatherv([data, len(data), _byte()],
+                        [buf, (lengths, _offsets(lengths)), _byte()])
+        return _split(buf, lengths)
+
+    def scatter(self, sendobj: Sequence[Any] | None = None, root: int = 0) -> Any:
+        """Rank i gets ``sendobj[i]`` from ``root``."""
+        mine = np.zeros(1, dtype=_I64)
+        if self.rank == root:
+            if sendobj is None or len(sendobj) != self.size:
+                raise ValueError(f"scatter needs a sequence of {self.size} items at the root")
+            parts = [_dumps(x) for x in sendobj]
+            lengths = np.array([len(p) for p in parts], dtype=_I64)
+            self.Scatter(lengths, mine, root)
+            data = b"".join(parts)
+            buf = bytearray(int(mine[0]))
+            self.Scatterv([data, (lengths, _offsets(lengths)), _byte()],
+                          [buf, len(buf), _byte()], root)
+            return sendobj[root]
+        self.Scatter(None, mine, root)
+        buf = bytearray(int(mine[0]))
+        self.Scatterv(None, [buf, len(buf), _byte()], root)
+        return pickle.loads(buf)
+
+    def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
+        """Rank i sends ``sendobj[j]`` to rank j; returns what every rank sent to i."""
+        if len(sendobj) != self.size:
+            raise ValueError(f"alltoall needs a sequence of {self.size} items")
+        parts = [_dumps(x) for x in sendobj]
+        slen = np.array([len(p) for p in parts], dtype=_I64)
+        rlen = np.zeros(self.size, dtype=_I64)
+        self.Alltoall(slen, rlen)
+        data = b"".join(parts)
+        buf = bytearray(int(rlen.sum()))
+        self.Alltoallv([data, (slen, _offsets(slen)), _byte()],
+                       [buf, (rlen, _offsets(rlen)), _byte()])
+        return _split(buf, rlen)
+
+    def allreduce(self, sendobj: Any, op: Any = None) -> Any:
+        """Reduce objects with ``op`` (an ``mpi4py.MPI.Op`` or a 2-argument callable; default SUM), result everywhere.
+
+        Built on allgather so the call sequence is the same whatever the values' types.
+        """
+        return functools.reduce(_opfunc(op), self.allgather(sendobj))
+
+    def reduce(self, sendobj: Any, op: Any = None, root: int = 0) -> Any:
+        """Reduce objects with ``op`` to ``root`` (others get None)."""
+        items = self.gather(sendobj, root)
+        return None if items is None else functools.reduce(_opfunc(op), items)
+
+    # -- helpers for backends ----------------------------------------------------
+    def _outgoing(self, dest: int) -> bool:
+        """Apply an injected message fault to a send towards ``dest``; False means drop it."""
+        delay = self._msgfault(self._world_of(dest))
+        if delay is None:
+            return True
+        if delay < 0:
+            return False
+        time.sleep(delay)
+        return True
+
+    @abstractmethod
+    def _world_of(self, rank: int) -> int:
+        """World rank of ``rank`` of this communicator (fault plans name world ranks)."""
+
+
+def _byte() -> Any:
+    from mpi4py import MPI
+    return MPI.BYTE
+
+
+def _opfunc(op: Any) -> Callable[[Any, Any], Any]:
+    if op is None:
+        from mpi4py import MPI
+        op = MPI.SUM
+    return op  # mpi4py Op objects are callable on Python objects

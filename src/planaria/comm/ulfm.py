@@ -1,0 +1,344 @@
+"""``Comm`` on real ULFM (Open MPI 5 run with ``--with-ft ulfm``): thin, errors mapped to planaria's."""
+from __future__ import annotations
+
+from typing import Any
+
+from mpi4py import MPI
+
+from planaria.comm.base import Comm, Request
+from planaria.comm.errors import ProcFailedError, RevokedError
+
+_FAILED_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING)
+
+
+def ulfm_available() -> bool:
+    """True when this MPI library has the ULFM calls and fault tolerance is switched on for this run."""
+    import os
+    if not all(hasattr(MPI.Comm, n) for n in ("Revoke", "Shrink", "Agree", "Ack_failed", "Get_failed")):
+        return False
+    if "Open MPI" in MPI.Get_library_version():
+        return os.environ.get("OMPI_MCA_mpi_ft_enable", "0") not in ("0", "", "false")
+    return True
+
+
+class _Req(Request):
+    __slots__ = ("_r", "_comm")
+
+    def __init__(self, req: Any, comm: UlfmComm) -> None:
+        self._r = req
+        self._comm = comm
+
+    def Test(self) -> bool:
+        try:
+            return bool(self._r.Test())
+        except MPI.Exception as e:
+            raise self._comm._convert(e) from e
+
+    def Wait(self) -> None:
+        try:
+            self._r.Wait()
+        except MPI.Exception as e:
+            raise self._comm._convert(e) from e
+
+    def Cancel(self) -> None:
+        try:
+            self._r.Cancel()
+        except MPI.Exception:
+            pass
+
+
+class _Done(Request):
+    """An already-complete request (a dropped message's send)."""
+
+    def Test(self) -> bool:
+        return True
+
+    def Wait(self) -> None:
+        return None
+
+    def Cancel(self) -> None:
+        return None
+
+
+class _ObjRecv(Request):
+    """Object irecv via matched probe, so any message size works (mpi4py's irecv needs a buffer size)."""
+
+    __slots__ = ("_comm", "_source", "_tag", "_done", "_obj")
+
+    def __init__(self, comm: UlfmComm, source: int, tag: int) -> None:
+        self._comm, self._source, self._tag = comm, source, tag
+        self._done, self._obj = False, None
+
+    def Test(self) -> bool:
+        if not self._done:
+            try:
+                msg = self._comm._c.improbe(self._source, self._tag)
+                if msg is not None:
+                    self._obj, self._done = msg.recv(), True
+            except MPI.Exception as e:
+                raise self._comm._convert(e) from e
+        return self._done
+
+    def Wait(self) -> None:
+        if not self._done:
+            self._obj = self._comm.recv(self._source, self._tag)
+            self._done = True
+
+    def _value(self) -> Any:
+        return self._obj
+
+    def Cancel(self) -> None:
+        self._done = True
+
+
+class UlfmComm(Comm):
+    """Fault-tolerant communicator over real ULFM."""
+
+    backend = "ulfm"
+
+    def __init__(self, mpi_comm: Any) -> None:
+        mpi_comm.Set_errhandler(MPI.ERRORS_RETURN)
+        super().__init__(mpi_comm)
+
+    # -- error mapping -------------------------------------------------------------
+    def _known_failed(self) -> set[int]:
+        try:
+            g = self._c.Get_failed()
+        except MPI.Exception:
+            return set()
+        try:
+            if g.Get_size() == 0:
+                return set()
+            mine = self._c.Get_group()
+            ranks = MPI.Group.Translate_ranks(g, list(range(g.Get_size())), mine)
+            mine.Free()
+            return {r for r in ranks if r != MPI.UNDEFINED}
+        finally:
+            g.Free()
+
+    def _convert(self, e: MPI.Exception) -> Exception:
+        cls = e.Get_error_class()
+        if cls == MPI.ERR_REVOKED:
+            return RevokedError()
+        if cls in _FAILED_CLASSES:
+            return ProcFailedError(self._known_failed())
+        failed = self._known_failed()
+        if failed:
+            return ProcFailedError(failed, f"process failure ({e.Get_error_string()}): rank(s) {sorted(failed)} failed")
+        if self._is_revoked_raw():
+            return RevokedError()
+        return e
+
+    def _is_revoked_raw(self) -> bool:
+        try:
+            return bool(self._c.Is_revoked())
+        except MPI.Exception:
+            return False
+
+    def _world_of(self, rank: int) -> int:
+        table = getattr(self, "_wtable", None)
+        if table is None:
+            g, w = self._c.Get_group(), MPI.COMM_WORLD.Get_group()
+            table = self._wtable = MPI.Group.Translate_ranks(g, list(range(self.size)), w)
+            g.Free(), w.Free()
+        return table[rank]
+
+    # -- point-to-point ------------------------------------------------------------------
+    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        if self._msgfault is not None and not self._outgoing(dest):
+            return
+        try:
+            self._c.Send(buf, dest, tag)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Recv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> None:
+        try:
+            self._c.Recv(buf, source, tag, status)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        if self._msgfault is not None and not self._outgoing(dest):
+            return _Done()
+        try:
+            return _Req(self._c.Isend(buf, dest, tag), self)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
+        try:
+            return _Req(self._c.Irecv(buf, source, tag), self)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                 source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG, status: Any = None) -> None:
+        if self._msgfault is not None and not self._outgoing(dest):
+            self.Recv(recvbuf, source, recvtag, status)
+            return
+        try:
+            self._c.Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        if self._msgfault is not None and not self._outgoing(dest):
+            return
+        try:
+            self._c.send(obj, dest, tag)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def recv(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
+        try:
+            return self._c.recv(None, source, tag, status)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        if self._msgfault is not None and not self._outgoing(dest):
+            return _Done()
+        try:
+            return _Req(self._c.isend(obj, dest, tag), self)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def irecv(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
+        return _ObjRecv(self, source, tag)
+
+    # -- buffer collectives ----------------------------------------------------------------
+    def Barrier(self) -> None:
+        try:
+            self._c.Barrier()
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Bcast(self, buf: Any, root: int = 0) -> None:
+        try:
+            self._c.Bcast(buf, root)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0) -> None:
+        try:
+            self._c.Reduce(sendbuf, recvbuf, MPI.SUM if op is None else op, root)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> None:
+        try:
+            self._c.Allreduce(sendbuf, recvbuf, MPI.SUM if op is None else op)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        try:
+            self._c.Gather(sendbuf, recvbuf, root)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        try:
+            self._c.Gatherv(sendbuf, recvbuf, root)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
+        try:
+            self._c.Allgather(sendbuf, recvbuf)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
+        try:
+            self._c.Allgatherv(sendbuf, recvbuf)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        try:
+            self._c.Scatter(sendbuf, recvbuf, root)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        try:
+            self._c.Scatterv(sendbuf, recvbuf, root)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
+        try:
+            self._c.Alltoall(sendbuf, recvbuf)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
+        try:
+            self._c.Alltoallv(sendbuf, recvbuf)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    # -- fault tolerance -------------------------------------------------------------------
+    def revoke(self) -> None:
+        try:
+            self._c.Revoke()
+        except MPI.Exception as e:
+            if e.Get_error_class() != MPI.ERR_REVOKED:
+                raise self._convert(e) from e
+
+    def is_revoked(self) -> bool:
+        return self._is_revoked_raw()
+
+    def shrink(self) -> UlfmComm:
+        try:
+            new = UlfmComm(self._c.Shrink())
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+        new._msgfault = self._msgfault
+        return new
+
+    def agree(self, flag: bool | int) -> bool | int:
+        try:
+            out = self._c.Agree(int(flag))
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+        return bool(out) if isinstance(flag, bool) else int(out)
+
+    def ack_failed(self) -> int:
+        try:
+            return int(self._c.Ack_failed())
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def get_failed(self) -> set[int]:
+        return self._known_failed()
+
+    def dup(self) -> UlfmComm:
+        try:
+            new = UlfmComm(self._c.Dup())
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+        new._msgfault = self._msgfault
+        return new
+
+    def free(self) -> None:
+        c, self._c = self._c, MPI.COMM_NULL
+        if c == MPI.COMM_NULL or c == MPI.COMM_WORLD:
+            return
+        if not self._known_failed_of(c):
+            try:
+                c.Free()
+            except MPI.Exception:
+                pass
+
+    @staticmethod
+    def _known_failed_of(c: Any) -> bool:
+        try:
+            g = c.Get_failed()
+            n = g.Get_size()
+            g.Free()
+            return n > 0 or bool(c.Is_revoked())
+        except MPI.Exception:
+            return True

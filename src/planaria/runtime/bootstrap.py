@@ -1,0 +1,228 @@
+"""Per-rank start-up and shut-down: the world communicator, injection, agent, fail-stop, bounded finalize.
+
+Rules this module enforces (see design.md, traps seen with Open MPI 5 + ULFM):
+- an uncaught exception in a rank must become a *fail-stop failure* that survivors see,
+  not a job-wide abort, so the rank dies by SIGKILL (ULFM) or turns into a zombie (sim);
+- ``MPI_Finalize`` can spin forever after failures, so it runs under a watchdog that
+  ends the process after ``PLANARIA_FINALIZE_TIMEOUT`` seconds (default 10).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from planaria.comm.base import Comm
+
+
+class _Runtime:
+    """What one rank knows about its job (one instance per process)."""
+
+    def __init__(self) -> None:
+        self.comm: Comm | None = None
+        self.backend = "?"
+        self.agent: Any = None
+        self.injector: Any = None
+        self.step = -1
+        self.finalized = False
+        self.exit_code = 0
+
+
+_RT = _Runtime()
+
+
+def _resolve_backend(backend: str) -> str:
+    if backend not in ("auto", "ulfm", "sim"):
+        raise ValueError(f"unknown backend {backend!r} (expected auto, ulfm or sim)")
+    if backend == "auto":
+        backend = os.environ.get("PLANARIA_BACKEND", "auto") or "auto"
+    if backend == "auto":
+        from planaria.comm.ulfm import ulfm_available
+        backend = "ulfm" if ulfm_available() else "sim"
+    return backend
+
+
+def world(backend: str = "auto") -> Comm:
+    """The job's world communicator, fault tolerant (idempotent: later calls return the same object).
+
+    ``backend``: ``"ulfm"`` (real ULFM; needs ``mpiexec --with-ft ulfm``), ``"sim"`` (simulated
+    failures, any MPI) or ``"auto"`` (``$PLANARIA_BACKEND``, else ulfm when available, else sim).
+    """
+    if _RT.comm is not None:
+        return _RT.comm
+    backend = _resolve_backend(backend)
+    from mpi4py import MPI
+    if backend == "ulfm":
+        from planaria.comm.ulfm import UlfmComm, ulfm_available
+        if not ulfm_available():
+            raise RuntimeError("backend 'ulfm' needs an MPI with ULFM run with fault tolerance on "
+                               "(mpiexec --with-ft ulfm, or planaria run); use backend='sim' otherwise")
+        comm: Comm = UlfmComm(MPI.COMM_WORLD.Dup())
+    else:
+        from planaria.comm.sim import sim_world
+        comm = sim_world()
+    _RT.comm, _RT.backend = comm, backend
+    _start_services(comm)
+    atexit.register(finalize)
+    sys.excepthook = _excepthook
+    return comm
+
+
+def _start_services(comm: Comm) -> None:
+    role = "spare" if comm.rank >= _nworking(comm.size) else "initial"
+    try:
+        from planaria.runtime.agent import Agent
+        _RT.agent = Agent.from_env(comm.rank, comm.size, role, _RT.backend)
+    except ImportError:
+        _RT.agent = None
+    from planaria.inject.plan import Plan
+    plan = Plan.from_env()
+    if not plan.faults:
+        return
+    from planaria.inject.injector import Injector
+    t0 = float(os.environ.get("PLANARIA_T0", "0") or 0) or None
+    inj = Injector(plan, comm.rank, comm.size, kill=_kill, clock_start=t0, report=_report,
+                   kill_from_thread=(_RT.backend == "ulfm"))
+    if not inj.active:
+        return
+    _RT.injector = inj
+    if inj.has_message_faults:
+        comm._msgfault = inj.message_fault
+    if _RT.backend == "sim":
+        from planaria.comm.sim import sim_state
+        sim_state().check = inj.check
+    inj.start_timers()
+
+
+def _nworking(size: int) -> int:
+    spares = int(os.environ.get("PLANARIA_SPARES", "0") or 0)
+    return max(size - spares, 1)
+
+
+def step(i: int) -> None:
+    """Mark the start of iteration ``i`` of the application loop (cheap; drives iteration-triggered faults)."""
+    _RT.step = i
+    agent = _RT.agent
+    if agent is not None:
+        agent.step = i
+    inj = _RT.injector
+    if inj is not None:
+        inj.step(i)
+
+
+def watch(name: str, array: Any) -> None:
+    """Register a numpy array under ``name`` so fault plans can flip its bits (``bitflip:array=NAME``)."""
+    if _RT.injector is not None:
+        _RT.injector.watch(name, array)
+
+
+def _report(kind: str, fields: dict[str, Any]) -> None:
+    if _RT.agent is not None:
+        _RT.agent.report(kind, wait=(kind != "inject"), **fields)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _kill(reason: str) -> None:
+    """Fail-stop this rank (never returns): SIGKILL on real ULFM, a zombie in the simulation."""
+    fail_stop(reason)
+
+
+def fail_stop(reason: str) -> None:
+    """End this rank as a process failure the survivors will see; records ``reason`` with the controller."""
+    _flush()
+    if _RT.agent is not None:
+        try:
+            _RT.agent.report("fail", wait=True, reason=reason, step=_RT.step)
+        except Exception:
+            pass
+    if _RT.backend == "sim":
+        from planaria.comm.sim import sim_state
+        st = sim_state()
+        if st is not None:
+            _stop_services()
+            st.die()
+            _final_exit(0)
+    _stop_services()
+    _flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(10)  # pragma: no cover - SIGKILL does not return
+
+
+def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> None:
+    if etype is KeyboardInterrupt or threading.current_thread() is not threading.main_thread():
+        sys.__excepthook__(etype, value, tb)
+        return
+    rank = _RT.comm.rank if _RT.comm is not None else "?"
+    text = "".join(traceback.format_exception(etype, value, tb))
+    sys.stderr.write(text)
+    sys.stderr.write(f"planaria: rank {rank} failed with an uncaught {etype.__name__}; "
+                     "treating it as a process failure\n")
+    fail_stop(f"uncaught {etype.__name__}: {value}".splitlines()[0][:300])
+
+
+def _stop_services() -> None:
+    inj, _RT.injector = _RT.injector, None
+    if inj is not None:
+        try:
+            inj.close()
+        except Exception:
+            pass
+
+
+def finalize(code: int | None = None) -> None:
+    """Finish this rank cleanly: report to the controller, finalize MPI under a watchdog."""
+    if _RT.finalized or _RT.comm is None:
+        return
+    _RT.finalized = True
+    code = _RT.exit_code if code is None else code
+    _stop_services()
+    if _RT.agent is not None:
+        try:
+            _RT.agent.report("bye", wait=True, code=code, step=_RT.step)
+            _RT.agent.close()
+        except Exception:
+            pass
+    if _RT.backend == "sim":
+        from planaria.comm.sim import sim_state
+        st = sim_state()
+        if st is not None:
+            st.say_bye()
+    _flush()
+    _finalize_mpi(code)
+
+
+def _finalize_mpi(code: int) -> None:
+    from mpi4py import MPI
+    if MPI.Is_finalized():
+        return
+    limit = float(os.environ.get("PLANARIA_FINALIZE_TIMEOUT", "10") or 10)
+    done = threading.Event()
+
+    def watchdog() -> None:
+        if not done.wait(limit):
+            _flush()
+            os._exit(code)
+    threading.Thread(target=watchdog, name="planaria-finalize-watchdog", daemon=True).start()
+    try:
+        MPI.Finalize()
+    finally:
+        done.set()
+
+
+def _final_exit(code: int) -> None:
+    _flush()
+    _finalize_mpi(code)
+    _flush()
+    os._exit(code)
