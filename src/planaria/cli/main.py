@@ -29,4 +29,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from planaria.cli.main import main as _main  # the module's single copy, where verbs register
+    _main()

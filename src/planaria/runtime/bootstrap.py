@@ -222,7 +222,16 @@ def _finalize_mpi(code: int) -> None:
 
 
 def _final_exit(code: int) -> None:
+    """Leave the process without returning to application code.
+
+    libc ``exit`` rather than ``os._exit``: it runs the MPI library's own exit handlers;
+    MPICH's process manager otherwise sometimes kills the whole job at teardown.
+    """
+    import ctypes
     _flush()
     _finalize_mpi(code)
     _flush()
-    os._exit(code)
+    try:
+        ctypes.CDLL(None).exit(code)
+    finally:
+        os._exit(code)

@@ -1,0 +1,74 @@
+"""``planaria run``: launch an MPI job under the planaria controller."""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from planaria.cli import main as _main
+
+_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def run(
+    ctx: typer.Context,
+    nprocs: int = typer.Option(..., "-n", "--np", help="Number of working ranks N."),
+    spares: int = typer.Option(0, "--spares", help="Extra spare processes K (N+K are launched)."),
+    backend: str = typer.Option("auto", "--backend", help="Failure backend: ulfm, sim or auto (auto = ulfm)."),
+    inject: list[str] = typer.Option([], "--inject", help="Fault to inject, e.g. 'kill:rank=2,step=10'. Repeatable."),
+    timeout: float = typer.Option(3600.0, "--timeout", help="Stop the whole job after S seconds (exit 124)."),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="Hosts: h1,h2 or h1:2,h2:2 (default: the Slurm/PBS allocation, else this machine)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the job summary as JSON on stdout (application output goes to stderr)."),
+    mpiexec_arg: list[str] = typer.Option([], "--mpiexec-arg", help="Extra raw argument for mpiexec. Repeatable."),
+    control: Optional[str] = typer.Option(None, "--control", help="Controller address (default ipc://<jobdir>/control.sock; e.g. tcp://127.0.0.1:*)."),
+) -> None:
+    """Run an MPI program (the command after --) with failure tracking.
+
+    Every rank's output comes back tagged with its rank: [R] for stdout, [R!] for stderr.
+    A job directory .planaria/jobs/<id>/ (or $PLANARIA_HOME/jobs) keeps the manifest, events,
+    output and summary. When a rank fails, a summary tells which rank, where, when and how.
+
+    Examples:
+
+      planaria run -n 4 -- python app.py --steps 100
+
+      planaria run -n 4 --spares 1 --inject 'kill:rank=2,step=50' -- python app.py
+
+      planaria run -n 8 --hosts node1:4,node2:4 --timeout 600 -- python app.py
+
+      planaria run -n 4 --json -- python app.py > summary.json
+
+    Exit status: 0 finished; the survivors' exit code if non-zero; 1 no rank finished;
+    2 usage or launch error; 124 --timeout; 130 interrupted (Ctrl-C).
+    """
+    from planaria.launch.runner import RunOptions, run_job
+
+    command = list(ctx.args)
+    if command and command[0] == "--":
+        command = command[1:]
+    opts = RunOptions(command=command, nprocs=nprocs, spares=spares, backend=backend,
+                      inject=list(inject), timeout=timeout, hosts=hosts, json=json_out,
+                      mpiexec_args=list(mpiexec_arg), control=control)
+    raise typer.Exit(run_job(opts))
+
+
+def _apps() -> list[typer.Typer]:
+    """The CLI app, plus its twin when ``python -m planaria.cli.main`` runs it as ``__main__``."""
+    apps = [_main.app]
+    top = sys.modules.get("__main__")
+    spec = getattr(top, "__spec__", None)
+    if spec is not None and spec.name == "planaria.cli.main" and getattr(top, "app", None) is not _main.app:
+        apps.append(top.app)  # type: ignore[union-attr]
+    return apps
+
+
+def _group() -> None:
+    pass
+
+
+for _app in _apps():
+    _app.command("run", context_settings=_SETTINGS)(run)
+    if _app.registered_callback is None:
+        # keep ``planaria run`` a sub-command even while it is the only verb
+        _app.callback()(_group)

@@ -1,0 +1,164 @@
+"""Rank-side control-plane agent: hello, heartbeats, reports, orphan guard.
+
+A daemon thread owns the ZeroMQ DEALER socket; other threads hand messages over a queue.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+import msgpack
+import zmq
+
+HEARTBEAT_INTERVAL = 0.5
+DEFAULT_ORPHAN_TIMEOUT = 15.0
+_POLL_MS = 20
+
+
+class Agent:
+    """Connection of one rank to the job controller."""
+
+    def __init__(self, uri: str, secret: str, rank: int, size: int, role: str = "worker",
+                 backend: str = "ulfm", orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT,
+                 heartbeat: float = HEARTBEAT_INTERVAL) -> None:
+        self.uri = uri
+        self.rank = int(rank)
+        self.size = int(size)
+        self.role = role
+        self.backend = backend
+        self.orphan_timeout = float(orphan_timeout)
+        self.heartbeat = float(heartbeat)
+        self.step: int | None = None
+        self.last_reply = time.monotonic()
+        self._secret = secret
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._pending: dict[str, threading.Event] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._closed = False
+        self._ctx = zmq.Context()
+        self._thread = threading.Thread(target=self._run, name=f"planaria-agent-{rank}", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_env(cls, rank: int, size: int, role: str = "worker", backend: str = "ulfm") -> "Agent | None":
+        """Agent configured from ``PLANARIA_*`` variables, or None when not under ``planaria run``."""
+        uri = os.environ.get("PLANARIA_CONTROL_URI")
+        if not uri:
+            return None
+        secret_file = os.environ.get("PLANARIA_SECRET_FILE")
+        if not secret_file:
+            return None
+        try:
+            with open(secret_file, encoding="ascii") as fh:
+                secret = fh.read().strip()
+        except OSError:
+            return None
+        try:
+            orphan = float(os.environ.get("PLANARIA_ORPHAN_TIMEOUT", DEFAULT_ORPHAN_TIMEOUT))
+        except ValueError:
+            orphan = DEFAULT_ORPHAN_TIMEOUT
+        return cls(uri, secret, rank, size, role=role, backend=backend, orphan_timeout=orphan)
+
+    # --- app-thread API -----------------------------------------------
+    def report(self, type: str, wait: bool = False, timeout: float = 1.0, **fields: Any) -> bool:
+        """Send a ``type`` message; with ``wait`` block until acked (bounded); True if sent/acked."""
+        if self._closed:
+            return False
+        msg: dict[str, Any] = dict(fields)
+        msg["type"] = type
+        msg.setdefault("rank", self.rank)
+        msg.setdefault("t", time.time())
+        ev: threading.Event | None = None
+        if wait:
+            mid = f"{self.rank}-{os.getpid()}-{next(self._ids)}"
+            msg["id"] = mid
+            ev = threading.Event()
+            with self._lock:
+                self._pending[mid] = ev
+        self._queue.put(msg)
+        if ev is None:
+            return True
+        ok = ev.wait(timeout)
+        with self._lock:
+            self._pending.pop(msg["id"], None)
+        return ok
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Flush queued messages, stop the thread (bounded); nothing further is sent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._thread.join(timeout)
+
+    # --- agent thread ---------------------------------------------------
+    def _pack(self, msg: dict[str, Any]) -> bytes:
+        msg["tok"] = self._secret
+        return msgpack.packb(msg, use_bin_type=True, default=str)
+
+    def _send(self, sock: zmq.Socket, msg: dict[str, Any]) -> None:
+        try:
+            sock.send(self._pack(msg), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    def _drain(self, sock: zmq.Socket) -> None:
+        while True:
+            try:
+                msg = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self._send(sock, msg)
+
+    def _on_reply(self, payload: bytes) -> None:
+        try:
+            msg = msgpack.unpackb(payload, raw=False)
+        except Exception:  # noqa: BLE001
+            return
+        if not isinstance(msg, dict) or msg.get("tok") != self._secret:
+            return
+        self.last_reply = time.monotonic()
+        if msg.get("type") == "ack":
+            with self._lock:
+                ev = self._pending.get(msg.get("id"))
+            if ev is not None:
+                ev.set()
+
+    def _run(self) -> None:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.setsockopt(zmq.SNDHWM, 10000)
+        try:
+            sock.connect(self.uri)
+            self._send(sock, {"type": "hello", "rank": self.rank, "size": self.size,
+                              "pid": os.getpid(), "host": socket.gethostname(),
+                              "role": self.role, "backend": self.backend, "t": time.time()})
+            self.last_reply = time.monotonic()
+            next_hb = time.monotonic() + self.heartbeat
+            while not self._stop.is_set():
+                self._drain(sock)
+                if sock.poll(_POLL_MS, zmq.POLLIN):
+                    while True:
+                        try:
+                            self._on_reply(sock.recv(zmq.NOBLOCK))
+                        except zmq.Again:
+                            break
+                now = time.monotonic()
+                if now >= next_hb:
+                    self._send(sock, {"type": "hb", "rank": self.rank, "step": self.step,
+                                      "t": time.time()})
+                    next_hb = now + self.heartbeat
+                if self.orphan_timeout > 0 and now - self.last_reply > self.orphan_timeout:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            self._drain(sock)
+        finally:
+            sock.close()
+            self._ctx.term()

@@ -1,0 +1,32 @@
+"""Shared fixtures: the MPICH venv used to prove the simulation backend on a second MPI library."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _mpich_python() -> Path:
+    """Path of the MPICH venv's python, creating the venv (mpich + mpi4py + planaria) on first use."""
+    given = os.environ.get("PLANARIA_MPICH_PYTHON")
+    if given:
+        return Path(given)
+    venv = REPO / ".venv-mpich"
+    py = venv / "bin" / "python"
+    if not (venv / "bin" / "mpichversion").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+        pip = [str(py), "-m", "pip", "install", "-q"]
+        subprocess.run(pip + ["mpich>=4.2,<6", "mpi4py>=4.1,<5", "numpy>=1.26,<3", "pyzmq>=25,<28",
+                              "msgpack>=1.0,<2", "typer>=0.12,<1", "rich>=13,<16"], check=True, timeout=900)
+        subprocess.run(pip + ["--no-deps", "-e", str(REPO)], check=True, timeout=300)
+    return py
+
+
+@pytest.fixture(scope="session")
+def mpich_python() -> str:
+    return str(_mpich_python())

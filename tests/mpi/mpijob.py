@@ -1,0 +1,59 @@
+"""Run real MPI jobs from tests: Open MPI (this venv) or MPICH (a separate venv), always under a hard timeout."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SCRIPTS = Path(__file__).parent / "scripts"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def lines(self, prefix: str) -> list[str]:
+        return [ln for ln in self.out.splitlines() if ln.startswith(prefix)]
+
+    def ok_ranks(self, case: str) -> list[int]:
+        """Ranks that printed ``OK <case> <rank>`` (ranks' output may interleave within a line)."""
+        import re
+        return sorted(int(m) for m in re.findall(rf"OK {re.escape(case)} (\d+)", self.out))
+
+
+def root_env() -> dict[str, str]:
+    env = dict(os.environ)
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    for k in [k for k in env if k.startswith("PLANARIA_")]:
+        del env[k]
+    return env
+
+
+def mpiexec(n: int, argv: list[str], *, python: str | None = None, ft: bool = False,
+            env: dict[str, str] | None = None, timeout: float = 90) -> Result:
+    """Start ``mpiexec -n n python argv...`` next to ``python``; kill the whole process group on timeout."""
+    python = python or sys.executable
+    bindir = Path(python).parent
+    cmd = [str(bindir / "mpiexec")]
+    is_mpich = (bindir / "mpichversion").exists()
+    if not is_mpich:
+        cmd += ["--oversubscribe"] + (["--with-ft", "ulfm"] if ft else [])
+    cmd += ["-n", str(n), python, *argv]
+    full_env = root_env()
+    full_env.update(env or {})
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=full_env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"MPI job timed out after {timeout}s: {' '.join(cmd)}\n--- stdout\n{out}\n--- stderr\n{err[-4000:]}")
+    return Result(proc.returncode, out, err)

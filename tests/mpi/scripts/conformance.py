@@ -1,0 +1,270 @@
+"""ULFM conformance cases for planaria.Comm; run as ``mpiexec -n N python conformance.py CASE BACKEND``.
+
+Every surviving rank prints ``OK <case> <rank>`` when its checks hold; a failed check
+prints ``FAIL ...`` and exits non-zero. Victims are killed with ``pl.fail_stop`` or by the
+fault plan in ``PLANARIA_INJECT`` (set by the test).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+import planaria as pl
+
+
+def check(cond: bool, what: str) -> None:
+    if not cond:
+        print(f"FAIL {CASE} rank {RANK}: {what}", flush=True)
+        sys.stdout.flush()
+        import os
+        os._exit(3)
+
+
+def ok(rank: int) -> None:
+    print(f"OK {CASE} {rank}", flush=True)
+
+
+def detect(comm: pl.Comm, victim: int | None = None) -> BaseException:
+    """Spin on Barrier until the failure shows up; return the error."""
+    t0 = time.time()
+    while time.time() - t0 < 20:
+        try:
+            comm.Barrier()
+        except pl.FailureError as e:
+            if victim is not None and isinstance(e, pl.ProcFailedError) and e.ranks:
+                check(victim in e.ranks, f"ProcFailedError names {sorted(e.ranks)}, expected {victim}")
+            return e
+        time.sleep(0.01)
+    check(False, "no failure detected within 20 s")
+    raise AssertionError
+
+
+def recover(comm: pl.Comm) -> pl.Comm:
+    comm.revoke()
+    return comm.shrink()
+
+
+# -- cases ---------------------------------------------------------------------------------
+def case_error_return(comm: pl.Comm) -> None:
+    """Point-to-point with a failed peer and a collective with a failed member both raise ProcFailedError."""
+    v = comm.size - 1
+    pl.step(0)  # the plan kills rank v here
+    if comm.rank == 0:
+        try:
+            comm.recv(source=v, tag=1)
+            check(False, "recv from a failed rank returned")
+        except pl.ProcFailedError as e:
+            check(v in e.ranks, f"recv error names {sorted(e.ranks)}")
+    try:
+        while True:
+            comm.Allreduce(np.ones(1), np.zeros(1))
+            time.sleep(0.005)
+    except pl.ProcFailedError:
+        pass
+    except pl.RevokedError:
+        check(False, "RevokedError without any revoke")
+    ok(comm.rank)
+
+
+def case_insulation(comm: pl.Comm) -> None:
+    """Operations that do not involve the failed rank still succeed (no revoke)."""
+    v = comm.size - 1
+    pl.step(0)
+    time.sleep(0.3)
+    if comm.rank in (0, 1):
+        peer = 1 - comm.rank
+        for i in range(20):
+            got = comm.sendrecv(("ping", comm.rank, i), dest=peer, sendtag=7, source=peer, recvtag=7)
+            check(got == ("ping", peer, i), f"sendrecv got {got}")
+        buf = np.full(1000, float(comm.rank))
+        out = np.empty(1000)
+        comm.Sendrecv(buf, dest=peer, sendtag=8, recvbuf=out, source=peer, recvtag=8)
+        check(out[0] == peer, "buffer sendrecv content")
+    check(comm.rank != v, "victim still running")
+    ok(comm.rank)
+
+
+def case_revoke_p2p(comm: pl.Comm) -> None:
+    """Revoke interrupts pending point-to-point receives at every rank."""
+    revoker = comm.size - 1
+    if comm.rank == revoker:
+        time.sleep(0.5)
+        comm.revoke()
+        check(comm.is_revoked(), "is_revoked after revoke")
+        try:
+            comm.send(1, dest=0, tag=3)
+            check(False, "send on a revoked communicator succeeded")
+        except pl.RevokedError:
+            pass
+    else:
+        try:
+            comm.recv(source=revoker, tag=3)
+            check(False, "pending recv returned instead of RevokedError")
+        except pl.RevokedError:
+            pass
+        check(comm.is_revoked(), "is_revoked after interruption")
+    ok(comm.rank)
+
+
+def case_revoke_coll(comm: pl.Comm) -> None:
+    """Revoke interrupts pending collectives (buffer, then object form) at every rank."""
+    revoker = 0
+    phases = [comm.dup(), comm.dup()]
+    for phase, c in enumerate(phases):
+        if c.rank == revoker:
+            time.sleep(0.5)
+            c.revoke()
+        else:
+            try:
+                if phase == 0:
+                    c.Barrier()
+                else:
+                    c.allreduce({"x": c.rank}, op=lambda a, b: {"x": a["x"] + b["x"]})
+                check(False, f"collective completed without the revoker (phase {phase})")
+            except pl.RevokedError:
+                pass
+        try:
+            c.Barrier()
+            check(False, "collective after revoke succeeded")
+        except pl.RevokedError:
+            pass
+        new = c.shrink()
+        check(new.size == c.size, f"shrink of a revoked comm without failures has {new.size} ranks")
+        check(new.allreduce(1) == c.size, "allreduce on the new communicator")
+    ok(comm.rank)
+
+
+def case_shrink(comm: pl.Comm) -> None:
+    """After a failure: revoke + shrink gives a working communicator without the failed rank, order kept."""
+    v = 1
+    pl.step(0)
+    detect(comm, v)
+    new = recover(comm)
+    check(new.size == comm.size - 1, f"shrunk size {new.size}")
+    expect = comm.rank if comm.rank < v else comm.rank - 1
+    check(new.rank == expect, f"shrunk rank {new.rank}, expected {expect}")
+    world_ranks = new.allgather(comm.rank)
+    check(world_ranks == [r for r in range(comm.size) if r != v], f"members {world_ranks}")
+    out = np.zeros(4)
+    new.Allreduce(np.ones(4), out)
+    check(out[0] == new.size, "buffer allreduce on the shrunk communicator")
+    check(new.bcast("hello" if new.rank == 0 else None) == "hello", "bcast")
+    check(not new.get_failed(), "new communicator has no failed ranks")
+    ok(comm.rank)
+
+
+def case_agree(comm: pl.Comm) -> None:
+    """Agree: AND of flags; raises until failures are acknowledged, then agrees among survivors."""
+    check(comm.agree(True) is True, "agree(True) everywhere")
+    check(comm.agree(comm.rank != 1) is False, "agree with one False")
+    check(comm.agree(0b1111 if comm.rank else 0b0101) == 0b0101, "integer agree is a bitwise AND")
+    v = comm.size - 1
+    pl.step(0)
+    detect(comm, v)
+    raised = 0
+    for attempt in range(50):
+        try:
+            flag = comm.agree(True)
+            break
+        except pl.ProcFailedError:
+            raised += 1
+            comm.ack_failed()
+    else:
+        check(False, "agree never succeeded after ack_failed")
+    check(raised >= 1 or v in comm.get_failed(), "agree without acknowledging did not raise")
+    check(flag is True, f"flag {flag}")
+    check(comm.get_failed() == {v}, f"get_failed {comm.get_failed()}")
+    check(comm.agree(comm.rank != 0) is False, "agree after ack still ANDs")
+    ok(comm.rank)
+
+
+def case_get_ack(comm: pl.Comm) -> None:
+    """get_failed / ack_failed, and ANY_SOURCE receives before and after acknowledgement."""
+    v = comm.size - 1
+    pl.step(0)
+    if comm.rank == 0:
+        try:
+            comm.recv(tag=5)     # ANY_SOURCE, nobody sends yet: the failure must interrupt it
+            check(False, "ANY_SOURCE recv returned with an unacknowledged failure")
+        except pl.ProcFailedError as e:
+            check(v in e.ranks, f"error names {sorted(e.ranks)}")
+        check(v in comm.get_failed(), "get_failed contains the victim")
+        check(comm.ack_failed() == 1, "ack_failed returns 1")
+        comm.send("go", dest=1, tag=6)
+        got = comm.recv(tag=5)   # ANY_SOURCE again: works after ack
+        check(got == "after-ack", f"got {got!r}")
+    elif comm.rank == 1:
+        check(comm.recv(source=0, tag=6) == "go", "go message")
+        comm.send("after-ack", dest=0, tag=5)
+    ok(comm.rank)
+
+
+def case_kill_shrink_loop(comm: pl.Comm) -> None:
+    """Kill the last rank and shrink, again and again, until one rank is left."""
+    world_rank = comm.rank
+    c = comm
+    while c.size > 1:
+        if c.rank == c.size - 1:
+            pl.fail_stop(f"loop victim at size {c.size}")
+        detect(c)
+        c = recover(c)
+        check(c.allreduce(1) == c.size, "allreduce after shrink")
+    check(world_rank == 0, f"last rank standing is {world_rank}")
+    ok(world_rank)
+
+
+def case_pickle_collective(comm: pl.Comm) -> None:
+    """A failure while ranks sit in object collectives raises at every survivor instead of hanging."""
+    v = comm.size - 1
+    if comm.rank == v:
+        time.sleep(0.4)
+        pl.fail_stop("victim never joins the collective")
+    errors = 0
+    for op in ("allreduce", "bcast", "allgather", "gather", "alltoall", "scatter"):
+        try:
+            if op == "allreduce":
+                comm.allreduce({"rank": comm.rank}, op=lambda a, b: {"rank": a["rank"] + b["rank"]})
+            elif op == "bcast":
+                comm.bcast(list(range(1000)) if comm.rank == 0 else None)
+            elif op == "allgather":
+                comm.allgather(comm.rank)
+            elif op == "gather":
+                comm.gather(comm.rank)
+            elif op == "alltoall":
+                comm.alltoall(list(range(comm.size)))
+            else:
+                comm.scatter(list(range(comm.size)) if comm.rank == 0 else None)
+        except pl.FailureError:
+            errors += 1
+    check(errors >= 1, "no collective raised although a member failed")
+    ok(comm.rank)
+
+
+def case_uncaught(comm: pl.Comm) -> None:
+    """An uncaught exception in one rank is a fail-stop failure the others see, not a job abort."""
+    v = comm.size - 1
+    if comm.rank == v:
+        time.sleep(0.2)
+        raise ValueError("deliberate bug in rank code")
+    detect(comm, v)
+    new = recover(comm)
+    check(new.size == comm.size - 1, "survivors shrink")
+    ok(comm.rank)
+
+
+def case_injected_time(comm: pl.Comm) -> None:
+    """A time-triggered kill from the fault plan (no step calls) is survived."""
+    e = detect(comm, 1)
+    check(isinstance(e, pl.FailureError), "error type")
+    new = recover(comm)
+    check(new.size == comm.size - 1, "survivors shrink")
+    ok(comm.rank)
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+CASE = sys.argv[1]
+comm = pl.world(sys.argv[2] if len(sys.argv) > 2 else "auto")
+RANK = comm.rank
+CASES[CASE](comm)

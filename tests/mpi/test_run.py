@@ -1,0 +1,261 @@
+"""Real jobs through ``planaria run`` (each mpiexec start costs ~1-2 s)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import msgpack
+import pytest
+import zmq
+
+pytestmark = pytest.mark.mpi
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def planaria(home: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "planaria.cli.main", "run", *args]
+
+
+def env_for(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PLANARIA_HOME"] = str(home)
+    env.pop("PLANARIA_CONTROL_URI", None)
+    return env
+
+
+def run(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(planaria(home, *args), env=env_for(home), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def only_job(home: Path) -> Path:
+    jobs = list((home / "jobs").iterdir())
+    assert len(jobs) == 1, jobs
+    return jobs[0]
+
+
+def alive(marker: str) -> list[str]:
+    res = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True, timeout=10)
+    return [ln for ln in res.stdout.splitlines() if "pgrep" not in ln]
+
+
+def wait_file(path_glob: str, home: Path, timeout: float = 20) -> Path:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        hits = list((home / "jobs").glob(path_glob)) if (home / "jobs").exists() else []
+        if hits:
+            return hits[0]
+        time.sleep(0.1)
+    raise AssertionError(f"{path_glob} did not appear")
+
+
+@pytest.mark.timeout(60)
+def test_hello_job_tags_output(tmp_path):
+    res = run(tmp_path, "-n", "2", "--", "python", str(SCRIPTS / "hello.py"))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert "[0] hello from 0 of 2" in lines
+    assert "[1] hello from 1 of 2" in lines
+    assert "[1!] note from 1" in res.stderr.splitlines()
+    job = only_job(tmp_path)
+    log = (job / "output.log").read_text()
+    assert "[0] hello from 0 of 2" in log and "[0!] note from 0" in log
+    manifest = json.loads((job / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and manifest["exit_status"] == 0
+    assert "--with-ft" in manifest["argv"]
+    assert json.loads((job / "summary.json").read_text())["status"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_agent_ranks_in_table(tmp_path):
+    res = run(tmp_path, "-n", "2", "--json", "--", "python", str(SCRIPTS / "agent_hello.py"), "ok")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1]
+    for r in summary["ranks"]:
+        assert r["state"] == "finished" and r["exit_code"] == 0
+        assert r["step"] == 2  # heartbeats carried the app's step
+        assert r["pid"] and r["host"] and r["role"] == "worker"
+    events = [json.loads(x) for x in (only_job(tmp_path) / "events.jsonl").read_text().splitlines()]
+    kinds = [(e["type"], e.get("rank")) for e in events]
+    for rank in (0, 1):
+        assert ("hello", rank) in kinds and ("bye", rank) in kinds
+    assert all("tok" not in e for e in events)
+
+
+@pytest.mark.timeout(60)
+def test_killed_rank_is_named_lost(tmp_path):
+    res = run(tmp_path, "-n", "3", "--json", "--", "python", str(SCRIPTS / "agent_hello.py"), "kill", "1")
+    summary = json.loads(res.stdout)
+    by_rank = {r["rank"]: r for r in summary["ranks"]}
+    assert by_rank[1]["state"] == "lost"
+    assert "killed or crashed" in by_rank[1]["how"]
+    assert by_rank[1]["t"] is not None and by_rank[1]["t"] > 0
+    assert by_rank[0]["state"] == by_rank[2]["state"] == "finished"
+    assert res.returncode == 0  # survivors finished
+    assert "lost" in res.stderr and "killed or crashed" in res.stderr  # the rich summary
+
+
+@pytest.mark.timeout(60)
+def test_reported_failure_and_survivor_code(tmp_path):
+    res = run(tmp_path / "a", "-n", "2", "--json", "--", "python", str(SCRIPTS / "agent_hello.py"), "fail", "1")
+    by_rank = {r["rank"]: r for r in json.loads(res.stdout)["ranks"]}
+    assert by_rank[1]["state"] == "failed" and by_rank[1]["how"] == "test failure on purpose"
+    assert res.returncode == 0
+    res = run(tmp_path / "b", "-n", "2", "--", "python", str(SCRIPTS / "agent_hello.py"), "code", "1")
+    assert res.returncode == 3, res.stderr
+
+
+@pytest.mark.timeout(60)
+def test_timeout_kills_everything(tmp_path):
+    marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
+    t = time.time()
+    res = run(tmp_path, "-n", "2", "--timeout", "3", "--", "python", str(SCRIPTS / "sleeper.py"), "100", marker,
+              timeout=40)
+    assert res.returncode == 124, res.stderr
+    assert time.time() - t < 12
+    assert "timeout" in res.stderr
+    time.sleep(0.5)
+    assert alive(marker) == []
+    assert json.loads((only_job(tmp_path) / "manifest.json").read_text())["status"] == "timeout"
+
+
+@pytest.mark.timeout(60)
+def test_sigint_tears_down(tmp_path):
+    marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(planaria(tmp_path, "-n", "2", "--", "python", str(SCRIPTS / "sleeper.py"), "100", marker),
+                            env=env_for(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # wait until both ranks run
+        deadline = time.time() + 30
+        while time.time() < deadline and len([x for x in alive(marker) if "sleeper.py" in x]) < 4:
+            time.sleep(0.2)
+        job = only_job(tmp_path)
+        deadline = time.time() + 30
+        while time.time() < deadline and "rank 1 sleeping" not in (job / "output.log").read_text():
+            time.sleep(0.2)
+        t = time.time()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert time.time() - t < 8
+    time.sleep(0.5)
+    assert alive(marker) == []
+
+
+@pytest.mark.timeout(60)
+def test_wrong_secret_is_refused(tmp_path):
+    marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(planaria(tmp_path, "-n", "1", "--timeout", "30", "--", "python",
+                                     str(SCRIPTS / "sleeper.py"), "100", marker),
+                            env=env_for(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ctx = zmq.Context()
+    try:
+        uri_file = wait_file("*/control.uri", tmp_path)
+        job = uri_file.parent
+        uri = uri_file.read_text().strip()
+        secret = (job / "secret").read_text().strip()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(uri)
+        sock.send(msgpack.packb({"type": "hello", "rank": 7, "pid": 1, "tok": "wrong", "id": "x1"}))
+        assert not sock.poll(1000), "a message with a wrong token was answered"
+        sock.send(msgpack.packb({"type": "ps", "tok": secret}))
+        assert sock.poll(5000), "the right token got no answer"
+        reply = msgpack.unpackb(sock.recv(), raw=False)
+        assert reply["type"] == "ps" and 7 not in [r["rank"] for r in reply["ranks"]]
+        events = [json.loads(x) for x in (job / "events.jsonl").read_text().splitlines()]
+        refused = [e for e in events if e["type"] == "refused"]
+        assert refused and refused[0]["why"] == "bad token" and refused[0]["msg_type"] == "hello"
+        sock.close()
+    finally:
+        ctx.term()
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130
+    assert alive(marker) == []
+
+
+@pytest.mark.timeout(30)
+def test_usage_errors_exit_2_before_launch(tmp_path):
+    res = run(tmp_path, "-n", "2", "--inject", "bogus:zz", "--", "python", str(SCRIPTS / "hello.py"))
+    assert res.returncode == 2
+    assert res.stderr.startswith("planaria run: ") and "bogus" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    res = run(tmp_path, "-n", "2", "--", "no-such-command-xyz")
+    assert res.returncode == 2 and "command not found" in res.stderr
+    res = run(tmp_path, "-n", "2", "--backend", "mpich", "--", "python", str(SCRIPTS / "hello.py"))
+    assert res.returncode == 2
+    assert not (tmp_path / "jobs").exists()  # nothing was created or launched
+
+
+@pytest.mark.timeout(30)
+def test_controller_and_agent_in_process_over_tcp(tmp_path):
+    from planaria.launch.controller import Controller
+    from planaria.launch.jobdir import JobDir
+    from planaria.runtime.agent import Agent
+
+    jd = JobDir.create(tmp_path)
+    ctl = Controller(jd, "tcp://127.0.0.1:*")
+    uri = ctl.start()
+    assert uri.startswith("tcp://127.0.0.1:") and jd.control_uri() == uri
+    agent = Agent(uri, jd.secret(), rank=4, size=5, role="spare", backend="sim", heartbeat=0.1)
+    try:
+        agent.step = 9
+        assert agent.report("inject", wait=True, timeout=5, kind="kill", detail="iter=9")
+        deadline = time.time() + 5
+        while time.time() < deadline and ctl.table().get(4, {}).get("step") != 9:
+            time.sleep(0.05)
+        info = ctl.table()[4]
+        assert info["state"] == "running" and info["role"] == "spare" and info["pid"] == os.getpid()
+        assert info["injected"]["kind"] == "kill"
+        assert agent.report("bye", wait=True, timeout=5, code=0)
+        assert ctl.table()[4]["state"] == "finished"
+    finally:
+        agent.close()
+        ctl.stop()
+    assert agent.report("event", x=1) is False  # closed: nothing further is sent
+
+
+ORPHAN = """
+import time
+from planaria.runtime.agent import Agent
+a = Agent({uri!r}, "tok", rank=0, size=1, orphan_timeout=1.0)
+t = time.time()
+print("acked" if a.report("fail", wait=True, timeout=0.3, reason="x") else "not acked", flush=True)
+time.sleep(30)
+print("still alive", flush=True)
+"""
+
+
+@pytest.mark.timeout(30)
+def test_agent_orphan_guard_kills_rank(tmp_path):
+    uri = f"ipc://{tmp_path}/nobody.sock"
+    t = time.time()
+    res = subprocess.run([sys.executable, "-c", ORPHAN.format(uri=uri)], capture_output=True,
+                         text=True, timeout=20)
+    assert res.returncode == -signal.SIGKILL, res
+    assert res.stdout.splitlines() == ["not acked"]
+    assert time.time() - t < 10
+
+
+@pytest.mark.timeout(10)
+def test_agent_from_env_outside_planaria(monkeypatch):
+    from planaria.runtime.agent import Agent
+
+    monkeypatch.delenv("PLANARIA_CONTROL_URI", raising=False)
+    assert Agent.from_env(0, 1, "worker", "ulfm") is None

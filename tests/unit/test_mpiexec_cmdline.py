@@ -1,0 +1,124 @@
+"""Pure tests of the mpiexec command line builder."""
+from __future__ import annotations
+
+import pytest
+
+from planaria.launch.mpiexec import (
+    LaunchError,
+    allocation_hosts,
+    build_mpiexec_cmd,
+    expand_nodelist,
+    parse_hosts,
+    parse_tasks_per_node,
+)
+
+CMD = ["python", "app.py", "--steps", "3"]
+PENV = {"PLANARIA_JOB_DIR": "/j", "PLANARIA_CONTROL_URI": "ipc:///j/control.sock"}
+
+
+def build(**kw):
+    kw.setdefault("environ", {"PATH": "/usr/bin"})
+    kw.setdefault("euid", 1000)
+    kw.setdefault("cpu_count", 4)
+    kw.setdefault("mpiexec", "/opt/bin/mpiexec")
+    kw.setdefault("use_scontrol", False)
+    return build_mpiexec_cmd(CMD, kw.pop("nprocs", 2), **kw)
+
+
+def opt_value(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_basic_ulfm_line():
+    argv, env = build(planaria_env=PENV)
+    assert argv[0] == "/opt/bin/mpiexec"
+    assert opt_value(argv, "--with-ft") == "ulfm"
+    assert opt_value(argv, "-n") == "2"
+    assert opt_value(argv, "--output") == "tag"
+    assert "--oversubscribe" not in argv
+    assert argv[-len(CMD):] == CMD
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in env
+    assert env["PLANARIA_JOB_DIR"] == "/j"
+    exported = [argv[i + 1] for i, a in enumerate(argv) if a == "-x"]
+    assert exported == ["PLANARIA_CONTROL_URI", "PLANARIA_JOB_DIR"]
+
+
+def test_sim_backend_has_no_ft_and_auto_is_ulfm():
+    argv, _ = build(backend="sim")
+    assert "--with-ft" not in argv
+    argv, _ = build(backend="auto")
+    assert opt_value(argv, "--with-ft") == "ulfm"
+    with pytest.raises(LaunchError):
+        build(backend="bogus")
+
+
+def test_root_env_and_oversubscribe():
+    argv, env = build(euid=0, nprocs=5)
+    assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1"
+    assert env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+    assert "--oversubscribe" in argv
+    argv, _ = build(nprocs=4)
+    assert "--oversubscribe" not in argv
+
+
+def test_hosts_option():
+    argv, _ = build(hosts="h1:2,h2:2", nprocs=4)
+    assert opt_value(argv, "--host") == "h1:2,h2:2"
+    assert "--oversubscribe" not in argv
+    argv, _ = build(hosts="h1,h2", nprocs=3)
+    assert opt_value(argv, "--host") == "h1:1,h2:1"
+    assert "--oversubscribe" in argv
+    assert parse_hosts("a:3, b") == [("a", 3), ("b", 1)]
+    for bad in ("a:0", "a:x", ",", ":2"):
+        with pytest.raises(LaunchError):
+            parse_hosts(bad)
+
+
+def test_prefix_agent_and_passthrough():
+    argv, _ = build(launch_prefix=["ip", "netns", "exec", "h1"], ssh_agent="/x/agent.sh",
+                    mpiexec_args=["--mca", "btl", "self,tcp"])
+    assert argv[:5] == ["ip", "netns", "exec", "h1", "/opt/bin/mpiexec"]
+    i = argv.index("--prtemca")
+    assert argv[i:i + 3] == ["--prtemca", "plm_ssh_agent", "/x/agent.sh"]
+    j = argv.index("--mca")
+    assert argv[j:j + 3] == ["--mca", "btl", "self,tcp"]
+    assert j < argv.index("app.py")
+
+
+def test_errors():
+    with pytest.raises(LaunchError):
+        build(nprocs=0)
+    with pytest.raises(LaunchError):
+        build_mpiexec_cmd([], 2, environ={}, mpiexec="/m")
+
+
+def test_mpiexec_missing(monkeypatch, tmp_path):
+    monkeypatch.setattr("planaria.launch.mpiexec.sys.executable", str(tmp_path / "python"))
+    with pytest.raises(LaunchError, match="mpiexec not found"):
+        build_mpiexec_cmd(CMD, 2, environ={"PATH": str(tmp_path)}, euid=1000)
+
+
+def test_slurm_nodelist_expansion():
+    assert expand_nodelist("n[01-03,07],gpu1", use_scontrol=False) == ["n01", "n02", "n03", "n07", "gpu1"]
+    assert expand_nodelist("single", use_scontrol=False) == ["single"]
+    assert expand_nodelist("r[1-2]-n[1-2]", use_scontrol=False) == ["r1-n1", "r1-n2", "r2-n1", "r2-n2"]
+    assert parse_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+
+
+def test_slurm_allocation_used_without_hosts():
+    environ = {"SLURM_JOB_NODELIST": "c[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"}
+    argv, _ = build(environ=environ, nprocs=4, cpu_count=1)
+    assert opt_value(argv, "--host") == "c1:2,c2:2"
+    assert "--oversubscribe" not in argv
+    argv, _ = build(environ=environ, nprocs=4, hosts="x:4")
+    assert opt_value(argv, "--host") == "x:4"
+
+
+def test_pbs_nodefile(tmp_path):
+    nf = tmp_path / "nodes"
+    nf.write_text("a\na\nb\n")
+    assert allocation_hosts({"PBS_NODEFILE": str(nf)}) == [("a", 2), ("b", 1)]
+    argv, _ = build(environ={"PBS_NODEFILE": str(nf)}, nprocs=4)
+    assert opt_value(argv, "--host") == "a:2,b:1"
+    assert "--oversubscribe" in argv
+    assert allocation_hosts({}) is None
