@@ -16,7 +16,7 @@ def run(
     nprocs: int = typer.Option(..., "-n", "--np", help="Number of working ranks N."),
     spares: int = typer.Option(0, "--spares", help="Extra spare processes K (N+K are launched)."),
     backend: str = typer.Option("auto", "--backend", help="Failure backend: ulfm, sim or auto (auto = ulfm)."),
-    inject: list[str] = typer.Option([], "--inject", help="Fault to inject, e.g. 'kill:rank=2,step=10'. Repeatable."),
+    inject: list[str] = typer.Option([], "--inject", help="Fault to inject, e.g. 'kill:rank=2,iter=10'. Repeatable."),
     timeout: float = typer.Option(3600.0, "--timeout", help="Stop the whole job after S seconds (exit 124)."),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="Hosts: h1,h2 or h1:2,h2:2 (default: the Slurm/PBS allocation, else this machine)."),
     json_out: bool = typer.Option(False, "--json", help="Print the job summary as JSON on stdout (application output goes to stderr)."),
@@ -33,7 +33,7 @@ def run(
 
       planaria run -n 4 -- python app.py --steps 100
 
-      planaria run -n 4 --spares 1 --inject 'kill:rank=2,step=50' -- python app.py
+      planaria run -n 4 --spares 1 --inject 'kill:rank=2,iter=50' -- python app.py
 
       planaria run -n 8 --hosts node1:4,node2:4 --timeout 600 -- python app.py
 

@@ -85,7 +85,9 @@ def _start_services(comm: Comm) -> None:
     if not plan.faults:
         return
     from planaria.inject.injector import Injector
-    t0 = float(os.environ.get("PLANARIA_T0", "0") or 0) or None
+    # Time triggers count from the moment every rank has called world(): rank 0's clock,
+    # shared once (all ranks see the same plan, so all take part in this broadcast).
+    t0 = comm.bcast(time.time() if comm.rank == 0 else None, root=0)
     inj = Injector(plan, comm.rank, comm.size, kill=_kill, clock_start=t0, report=_report,
                    kill_from_thread=(_RT.backend == "ulfm"))
     if not inj.active:
@@ -203,7 +205,32 @@ def finalize(code: int | None = None) -> None:
     _finalize_mpi(code)
 
 
+def _libmpi_finalize() -> Any:
+    """``MPI_Finalize`` as a ctypes function, or None.
+
+    Called through ctypes because ctypes releases the GIL; mpi4py's ``MPI.Finalize`` keeps
+    it, so a finalize that spins after a failure would also freeze the watchdog thread.
+    """
+    import ctypes
+    try:
+        return ctypes.CDLL(None).MPI_Finalize
+    except AttributeError:
+        pass
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {ln.split()[-1] for ln in maps if "libmpi" in ln and ".so" in ln}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            return ctypes.CDLL(path).MPI_Finalize
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
 def _finalize_mpi(code: int) -> None:
+    """MPI_Finalize, but never longer than PLANARIA_FINALIZE_TIMEOUT seconds (then the process exits)."""
     from mpi4py import MPI
     if MPI.Is_finalized():
         return
@@ -215,8 +242,12 @@ def _finalize_mpi(code: int) -> None:
             _flush()
             os._exit(code)
     threading.Thread(target=watchdog, name="planaria-finalize-watchdog", daemon=True).start()
+    fin = _libmpi_finalize()
     try:
-        MPI.Finalize()
+        if fin is not None:
+            fin()
+        else:
+            MPI.Finalize()
     finally:
         done.set()
 
