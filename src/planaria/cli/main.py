@@ -16,7 +16,10 @@ app = typer.Typer(
 
 def _register() -> None:
     """Import verb modules; each adds its commands to ``app``."""
-    from planaria.cli import run as _run  # noqa: F401
+    from planaria.cli import demo as _demo  # noqa: F401
+    from planaria.cli import hosts, run as _run  # noqa: F401
+
+    app.add_typer(hosts.app, name="hosts")
 
 
 def main() -> None:

@@ -45,6 +45,7 @@ class RunOptions:
     timeout: float | None = 3600.0
     hosts: str | None = None
     json: bool = False
+    emit_summary: bool = True   # with json: print the summary (a caller embedding it in its own JSON says False)
     mpiexec_args: list[str] = field(default_factory=list)
     launch_prefix: list[str] = field(default_factory=list)
     ssh_agent: str | None = None
@@ -363,6 +364,6 @@ def run_job(opts: RunOptions) -> int:
             print_summary(summary)
         else:
             _err(f"job {jobdir.id} {outcome} (exit {status}); job directory: {jobdir.path}")
-    if opts.json:
+    if opts.json and opts.emit_summary:
         print(json.dumps(_jsonable(summary), indent=2, sort_keys=True), flush=True)
     return status

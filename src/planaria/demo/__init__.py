@@ -1,0 +1,1 @@
+"""Demonstration programs (the heat-in-a-rod main job)."""
