@@ -188,6 +188,13 @@ class Comm(ABC):
         """A duplicate communicator with the same backend."""
 
     @abstractmethod
+    def split(self, color: int | None = 0, key: int = 0) -> Comm | None:
+        """Collective: the communicator of the ranks that passed the same ``color``, ordered by ``key``.
+
+        ``color=None`` (mpi4py: ``MPI.UNDEFINED``) joins no communicator and returns None.
+        """
+
+    @abstractmethod
     def free(self) -> None:
         """Release the communicator (local; safe after failures)."""
 

@@ -423,6 +423,27 @@ class SimComm(Comm):
         new._msgfault = self._msgfault
         return new
 
+    def split(self, color: int | None = 0, key: int = 0) -> SimComm | None:
+        # Not MPI_Comm_split: a blocking collective would wait forever for a zombie. The
+        # failure-safe allgather raises instead; once it completed everywhere no rank can
+        # fail before the group is created (failures only strike at call entries).
+        if color == MPI.UNDEFINED:
+            color = None
+        entries = self.allgather((color, key))
+        cid = self._child_id("p")
+        if color is None:
+            return None
+        members = sorted((k, r) for r, (c, k) in enumerate(entries) if c == color)
+        wranks = [self._members[r] for _, r in members]
+        w = self._w
+        wg = w.ctl.Get_group()
+        g = wg.Incl(wranks)
+        newc = w.ctl.Create_group(g, tag=_tag_for(f"{cid}:{color}"))
+        g.Free(), wg.Free()
+        new = SimComm(w, newc, f"{cid}c{color}", wranks)
+        new._msgfault = self._msgfault
+        return new
+
     def free(self) -> None:
         self._w.comms.pop(self._cid, None)   # never MPI-free: a zombie may still drain it
 

@@ -323,6 +323,18 @@ class UlfmComm(Comm):
         new._msgfault = self._msgfault
         return new
 
+    def split(self, color: int | None = 0, key: int = 0) -> UlfmComm | None:
+        c = MPI.UNDEFINED if color is None else color
+        try:
+            newc = self._c.Split(c, key)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+        if newc == MPI.COMM_NULL:
+            return None
+        new = UlfmComm(newc)
+        new._msgfault = self._msgfault
+        return new
+
     def free(self) -> None:
         c, self._c = self._c, MPI.COMM_NULL
         if c == MPI.COMM_NULL or c == MPI.COMM_WORLD:

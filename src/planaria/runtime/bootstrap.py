@@ -86,8 +86,11 @@ def _start_services(comm: Comm) -> None:
         return
     from planaria.inject.injector import Injector
     # Time triggers count from the moment every rank has called world(): rank 0's clock,
-    # shared once (all ranks see the same plan, so all take part in this broadcast).
-    t0 = comm.bcast(time.time() if comm.rank == 0 else None, root=0)
+    # shared once (all ranks see the same plan, so all take part in this broadcast). Raw
+    # MPI on purpose: a rank may finish early and be killed by its plan at once; the data
+    # it forwarded is already sent, so the others still complete, where the failure-aware
+    # call would (legally, in ULFM terms) raise inside world().
+    t0 = comm.mpi.bcast(time.time() if comm.rank == 0 else None, root=0)
     inj = Injector(plan, comm.rank, comm.size, kill=_kill, clock_start=t0, report=_report,
                    kill_from_thread=(_RT.backend == "ulfm"))
     if not inj.active:

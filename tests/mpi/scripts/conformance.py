@@ -263,6 +263,25 @@ def case_injected_time(comm: pl.Comm) -> None:
     ok(comm.rank)
 
 
+def case_split(comm: pl.Comm) -> None:
+    """split by colour and key (reversed order), UNDEFINED colour, and split after a shrink."""
+    sub = comm.split(comm.rank % 2, key=-comm.rank)
+    members = sub.allgather(comm.rank)
+    expect = sorted((r for r in range(comm.size) if r % 2 == comm.rank % 2), reverse=True)
+    check(members == expect, f"split members {members}, expected {expect}")
+    none = comm.split(None if comm.rank == 0 else 1, key=comm.rank)
+    check((none is None) == (comm.rank == 0), "split with colour None")
+    if none is not None:
+        check(none.size == comm.size - 1, "split size without rank 0")
+    v = comm.size - 1
+    pl.step(0)
+    detect(comm, v)
+    new = recover(comm)
+    again = new.split(0, key=new.size - new.rank)
+    check(again.allgather(comm.rank) == [r for r in reversed(range(comm.size)) if r != v], "split after shrink")
+    ok(comm.rank)
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 CASE = sys.argv[1]
 comm = pl.world(sys.argv[2] if len(sys.argv) > 2 else "auto")
