@@ -10,11 +10,11 @@ Quick start (inside a rank started by ``planaria run``)::
 """
 from planaria.comm.base import Comm, Request
 from planaria.comm.errors import FailureError, ProcFailedError, RevokedError
-from planaria.runtime.bootstrap import fail_stop, finalize, step, watch, world
+from planaria.runtime.bootstrap import fail_stop, finalize, phase, step, watch, world
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Comm", "Request", "FailureError", "ProcFailedError", "RevokedError",
-    "world", "step", "watch", "finalize", "fail_stop", "__version__",
+    "world", "step", "phase", "watch", "finalize", "fail_stop", "__version__",
 ]

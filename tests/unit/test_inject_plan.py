@@ -146,7 +146,7 @@ def test_bad_rank_sets(bad: str) -> None:
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ("kill:rnk=2", "bad inject spec 'kill:rnk=2': unknown key 'rnk' (expected rank, iter, time)"),
+        ("kill:rnk=2", "bad inject spec 'kill:rnk=2': unknown key 'rnk' (expected rank, iter, time, phase)"),
         ("kil:rank=1,iter=1", "unknown kind 'kil'"),
         ("kill:rank=1,iter=2,time=3", "'iter' and 'time' are mutually exclusive"),
         ("kill:rank=1", "missing required key 'iter' or 'time'"),
@@ -194,7 +194,7 @@ def test_errors_name_the_bad_token(spec: str, message: str | None) -> None:
 def test_error_message_is_one_line_even_with_newlines() -> None:
     with pytest.raises(PlanError) as info:
         Plan.parse("kill:rank=1,iter=2\nkill:rank=1,itr=3")
-    assert str(info.value) == "bad inject spec 'kill:rank=1,itr=3': unknown key 'itr' (expected rank, iter, time)"
+    assert str(info.value) == "bad inject spec 'kill:rank=1,itr=3': unknown key 'itr' (expected rank, iter, time, phase)"
 
 
 # --------------------------------------------------------------------------- validate(size)

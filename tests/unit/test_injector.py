@@ -368,3 +368,29 @@ def test_from_env_plan_drives_injector(monkeypatch: pytest.MonkeyPatch) -> None:
     inj.step(0)
     with pytest.raises(_Killed):
         inj.step(1)
+
+
+def test_phase_kill_fires_on_entering_the_phase_only() -> None:
+    from planaria.inject.plan import Plan
+
+    class Killed(Exception):
+        pass
+
+    def kill(reason: str) -> None:
+        raise Killed(reason)
+
+    from planaria.inject.injector import Injector
+    inj = Injector(Plan.parse("kill:rank=1,iter=5,phase=recover"), 1, 4, kill=kill)
+    assert inj.active
+    inj.step(3)
+    inj.phase("recover")            # before iteration 5: not yet
+    inj.phase("checkpoint")
+    inj.step(6)
+    try:
+        inj.phase("recover")
+        raise AssertionError("phase kill did not fire")
+    except Killed as e:
+        assert "entering recover" in str(e)
+    inj.phase("recover")            # fires once
+    other = Injector(Plan.parse("kill:rank=1,phase=checkpoint"), 2, 4, kill=kill)
+    other.phase("checkpoint")       # another rank: nothing

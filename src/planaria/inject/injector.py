@@ -124,7 +124,11 @@ class Injector:
             if r == rank:
                 events.append(Event("kill", it, t, reason, None, order))
         base = len(events)
+        phase_kills: list[tuple[Kill, int]] = []
         for n, f in enumerate(plan.faults, start=base):
+            if isinstance(f, Kill) and f.phase is not None and rank in f.rank:
+                phase_kills.append((f, n))
+                continue
             if isinstance(f, (Kill, RandomKill)):
                 continue
             if isinstance(f, (Delay, Drop)):
@@ -158,7 +162,8 @@ class Injector:
         self._msg_rules = msg_rules
         #: True only if some delay/drop applies to this rank as a sender.
         self.has_message_faults: bool = bool(msg_rules)
-        self._active = bool(events or immediate or msg_rules)
+        self._phase_kills = phase_kills
+        self._active = bool(events or immediate or msg_rules or phase_kills)
         self._next_iter: int | None = None
         self._next_time: float | None = None
         self._refresh()
@@ -197,6 +202,18 @@ class Injector:
             self._fire_iter(i)
         if self._next_time is not None and _time.time() >= self._next_time:
             self._fire_time(_time.time(), thread=False)
+
+    def phase(self, name: str) -> None:
+        """Called on entering a phase (``checkpoint``, ``recover``): fires kills tied to it (each once)."""
+        for k, (f, order) in enumerate(self._phase_kills):
+            if f.phase != name:
+                continue
+            if f.iteration is not None and (self.iteration is None or self.iteration < f.iteration):
+                continue
+            del self._phase_kills[k]
+            when = f" (iteration >= {f.iteration})" if f.iteration is not None else ""
+            self._fire(Event("kill", None, None, f"injected kill on entering {name}{when}", f, order))
+            return
 
     def check(self) -> None:
         """Cheap poll: fires time-triggered faults whose time has passed."""

@@ -44,6 +44,10 @@ __all__ = [
 ENV_VAR = "PLANARIA_INJECT"
 
 
+PHASES = ("checkpoint", "recover")
+"""Phases a kill can be tied to (``kill:rank=R,phase=NAME``)."""
+
+
 class PlanError(ValueError):
     """A fault spec or plan is malformed or does not fit the job.
 
@@ -259,22 +263,35 @@ def _set(obj: object, name: str, value: Any) -> None:
 
 @dataclass(frozen=True)
 class Kill(Fault):
-    """Kill ``rank`` at iteration ``iteration`` or ``time`` seconds after the job start."""
+    """Kill ``rank`` at iteration ``iteration``, ``time`` seconds after the start, or on entering ``phase``.
+
+    With ``phase`` (``checkpoint`` or ``recover``, announced by the application or the recovery
+    driver through ``planaria.phase``), ``iteration`` if given means "not before iteration I".
+    """
 
     rank: RankSet
     iteration: int | None = None
     time: float | None = None
+    phase: str | None = None
     kind: ClassVar[str] = "kill"
 
     def __post_init__(self) -> None:
         def check() -> None:
             _set(self, "rank", RankSet.coerce(self.rank))
+            if self.phase is not None:
+                if self.phase not in PHASES:
+                    raise PlanError(f"bad value {self.phase!r} for phase (expected {', '.join(PHASES)})")
+                if self.time is not None:
+                    raise PlanError("'phase' and 'time' are mutually exclusive")
+                _check_trigger(self.iteration, None, required=False)
+                return
             _set(self, "time", _check_trigger(self.iteration, self.time, required=True))
         _post(self, check)
 
     def to_spec(self) -> str:
         """The spec text of this fault."""
-        return self._spec([("rank", self.rank), ("iter", self.iteration), ("time", self.time)])
+        return self._spec([("rank", self.rank), ("iter", self.iteration), ("time", self.time),
+                           ("phase", self.phase)])
 
 
 @dataclass(frozen=True)
@@ -515,16 +532,23 @@ def _p_str(key: str, text: str) -> str:
     return text
 
 
+def _p_phase(key: str, text: str) -> str:
+    if text not in PHASES:
+        raise PlanError(f"bad value {text!r} for {key} (expected {', '.join(PHASES)})")
+    return text
+
+
 # key -> (constructor argument, converter); order = canonical order in messages
-_KILL_KEYS: dict[str, tuple[str, _Conv]] = {
+_HANG_KEYS: dict[str, tuple[str, _Conv]] = {
     "rank": ("rank", _p_ranks), "iter": ("iteration", _p_int), "time": ("time", _p_float)}
+_KILL_KEYS: dict[str, tuple[str, _Conv]] = {**_HANG_KEYS, "phase": ("phase", _p_phase)}
 _RKILL_KEYS: dict[str, tuple[str, _Conv]] = {
     "mtbf": ("mtbf", _p_pos_float), "seed": ("seed", _p_int), "count": ("count", _p_pos_int),
     "ranks": ("ranks", _p_ranks), "start": ("start", _p_float)}
 _SCHEMAS: dict[str, tuple[type[Fault], dict[str, tuple[str, _Conv]], tuple[str, ...]]] = {
     "kill": (Kill, _KILL_KEYS, ("rank",)),
     "randomkill": (RandomKill, _RKILL_KEYS, ("mtbf", "seed")),
-    "hang": (Hang, dict(_KILL_KEYS), ("rank",)),
+    "hang": (Hang, dict(_HANG_KEYS), ("rank",)),
     "delay": (Delay, {"src": ("src", _p_ranks), "dst": ("dst", _p_ranks), "p": ("p", _p_prob),
                       "ms": ("ms", _p_pos_float), "seed": ("seed", _p_int)}, ("p", "ms")),
     "drop": (Drop, {"src": ("src", _p_ranks), "dst": ("dst", _p_ranks), "p": ("p", _p_prob),
@@ -657,6 +681,8 @@ class Plan:
         out: list[KillEvent] = []
         for f in self.faults:
             if isinstance(f, Kill):
+                if f.phase is not None:
+                    continue  # fired by Injector.phase, not by the clock or the step counter
                 for r in f.rank.expand(size):
                     if f.iteration is not None:
                         out.append((None, f.iteration, r, f"injected kill at iteration {f.iteration}"))

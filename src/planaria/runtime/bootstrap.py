@@ -120,6 +120,13 @@ def step(i: int) -> None:
         inj.step(i)
 
 
+def phase(name: str) -> None:
+    """Announce that this rank enters ``name`` (``checkpoint``, ``recover``): drives phase-tied fault injection."""
+    inj = _RT.injector
+    if inj is not None:
+        inj.phase(name)
+
+
 def watch(name: str, array: Any) -> None:
     """Register a numpy array under ``name`` so fault plans can flip its bits (``bitflip:array=NAME``)."""
     if _RT.injector is not None:

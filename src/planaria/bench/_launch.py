@@ -1,0 +1,128 @@
+"""Launching one benchmark job with mpiexec and reading back rank 0's JSON result."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RESULT_PREFIX = "RESULT "
+
+
+class BenchError(RuntimeError):
+    """A benchmark job failed to produce a result."""
+
+
+@dataclass
+class Launch:
+    cmd: list[str]
+    result: dict[str, Any]
+    wall_s: float
+
+
+def mpiexec_path(python: str | None = None) -> str:
+    """The mpiexec next to this Python (the venv's Open MPI), else the one on PATH."""
+    bindir = Path(python or sys.executable).parent
+    cand = bindir / "mpiexec"
+    if cand.exists():
+        return str(cand)
+    import shutil
+    found = shutil.which("mpiexec")
+    if not found:
+        raise BenchError("mpiexec not found next to this Python nor on PATH")
+    return found
+
+
+def job_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a benchmark job: no planaria controller, injection or agent; root allowed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANARIA_")}
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.update(extra or {})
+    return env
+
+
+def mpiexec_cmd(nprocs: int, module: str, args: list[str], *, ft: bool) -> list[str]:
+    """``mpiexec [--with-ft ulfm] --oversubscribe -n N python -m MODULE --rank ARGS``."""
+    cmd = [mpiexec_path()]
+    if ft:
+        cmd += ["--with-ft", "ulfm"]
+    cmd += ["--oversubscribe", "-n", str(nprocs), sys.executable, "-m", module, "--rank", *args]
+    return cmd
+
+
+def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: float,
+           env: dict[str, str] | None = None) -> Launch:
+    """Run one job; rank 0 writes its JSON result to the file given by ``--out`` (and prints it as ``RESULT``)."""
+    with tempfile.TemporaryDirectory(prefix="planaria-bench-") as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = mpiexec_cmd(nprocs, module, [*args, "--out", str(out), "--scratch", tmp], ft=ft)
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=job_env(env), start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            raise BenchError(f"benchmark job timed out after {timeout:.0f} s: {' '.join(cmd)}\n"
+                             f"{stderr[-2000:]}") from None
+        wall = time.perf_counter() - t0
+        result = None
+        if out.exists() and out.stat().st_size:
+            result = json.loads(out.read_text())
+        else:
+            for line in stdout.splitlines():
+                if line.startswith(RESULT_PREFIX):
+                    result = json.loads(line[len(RESULT_PREFIX):])
+        if result is None:
+            raise BenchError(f"benchmark job gave no result (exit {proc.returncode}): {' '.join(cmd)}\n"
+                             f"--- stdout\n{stdout[-2000:]}\n--- stderr\n{stderr[-3000:]}")
+        return Launch(cmd=cmd, result=result, wall_s=wall)
+
+
+def emit(result: dict[str, Any], out: str | None) -> None:
+    """Rank 0: write the result file (atomically) and print one ``RESULT`` line."""
+    text = json.dumps(result)
+    if out:
+        tmp = out + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, out)
+    print(RESULT_PREFIX + text, flush=True)
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def parse_ranks(spec: str) -> list[int]:
+    """``"4,8,16"`` -> [4, 8, 16]."""
+    try:
+        ranks = [int(x) for x in spec.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ValueError(f"bad rank list {spec!r} (expected e.g. 4,8,16)") from None
+    if not ranks or any(n < 2 for n in ranks):
+        raise ValueError(f"bad rank list {spec!r}: every entry must be >= 2")
+    return ranks
+
+
+def command_line() -> str:
+    """How this driver was started (recorded with the results)."""
+    import shlex
+    return " ".join(shlex.quote(a) for a in sys.argv)
+
+
+def loadavg() -> list[float]:
+    """The 1/5/15-minute load averages (other work on the machine skews every figure)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return [float("nan")] * 3

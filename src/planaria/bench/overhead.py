@@ -1,0 +1,183 @@
+"""Cost of ``planaria.Comm`` against the raw mpi4py communicator underneath it (``comm.mpi``).
+
+One job per (backend, rank count). Inside it, blocks of K operations alternate between the raw
+call and the planaria call (the order flips every block; a barrier separates blocks), each block
+timed with ``time.perf_counter_ns`` on rank 0:
+
+- ``Allreduce`` of one float64 (8 bytes) over all ranks: ``comm.mpi.Allreduce(a, b)`` vs ``comm.Allreduce(a, b)``;
+- ``Sendrecv`` of 1 MiB between ranks 0 and 1 (other ranks idle):
+  ``comm.mpi.Sendrecv(s, peer, 7, r, peer, 7)`` vs ``comm.Sendrecv(s, peer, 7, r, peer, 7)``.
+
+Reported per case: the median over blocks of the per-operation time of each, their ratio
+(planaria / raw), and the median of the per-block-pair ratios. Goals (ulfm backend):
+ratio <= 1.2 for the 8-byte Allreduce, <= 1.02 for the 1 MiB Sendrecv.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from planaria.bench._launch import BenchError, command_line, emit, launch, loadavg, median, parse_ranks
+
+MODULE = "planaria.bench.overhead"
+GOALS = {"allreduce_8B": 1.2, "sendrecv_1MiB": 1.02}
+MIB = 1 << 20
+
+
+# --------------------------------------------------------------------------- inside the ranks
+def rank_main(args: argparse.Namespace) -> None:
+    from time import perf_counter_ns
+
+    import numpy as np
+
+    import planaria as pl
+
+    comm = pl.world(args.backend)
+    raw = comm.mpi
+    rank = comm.rank
+    peer = 1 - rank if rank < 2 else None
+    a, b = np.ones(1), np.zeros(1)
+    s, r = np.ones(MIB // 8), np.zeros(MIB // 8)
+
+    def ar_raw(k: int) -> None:
+        for _ in range(k):
+            raw.Allreduce(a, b)
+
+    def ar_pl(k: int) -> None:
+        for _ in range(k):
+            comm.Allreduce(a, b)
+
+    def sr_raw(k: int) -> None:
+        if peer is None:
+            return
+        for _ in range(k):
+            raw.Sendrecv(s, peer, 7, r, peer, 7)
+
+    def sr_pl(k: int) -> None:
+        if peer is None:
+            return
+        for _ in range(k):
+            comm.Sendrecv(s, peer, 7, r, peer, 7)
+
+    cases = {
+        "allreduce_8B": (ar_raw, ar_pl, args.iters),
+        "sendrecv_1MiB": (sr_raw, sr_pl, args.sr_iters),
+    }
+    out: dict[str, Any] = {}
+    for name, (f_raw, f_pl, k) in cases.items():
+        for _ in range(max(2, args.blocks // 20)):          # warm-up blocks, not recorded
+            raw.Barrier(); f_raw(k)
+            raw.Barrier(); f_pl(k)
+        t_raw: list[float] = []
+        t_pl: list[float] = []
+        for blk in range(args.blocks):
+            order = ((f_raw, t_raw), (f_pl, t_pl)) if blk % 2 == 0 else ((f_pl, t_pl), (f_raw, t_raw))
+            for f, acc in order:
+                raw.Barrier()
+                t0 = perf_counter_ns()
+                f(k)
+                acc.append((perf_counter_ns() - t0) / k)
+        if rank == 0:
+            m_raw, m_pl = median(t_raw), median(t_pl)
+            out[name] = {
+                "ops_per_block": k, "blocks": args.blocks,
+                "raw_ns_median": m_raw, "planaria_ns_median": m_pl,
+                "overhead_ns": m_pl - m_raw, "ratio": m_pl / m_raw,
+                "paired_ratio_median": median([p / q for p, q in zip(t_pl, t_raw)]),
+                "raw_ns_p10": float(np.percentile(t_raw, 10)), "raw_ns_p90": float(np.percentile(t_raw, 90)),
+                "planaria_ns_p10": float(np.percentile(t_pl, 10)), "planaria_ns_p90": float(np.percentile(t_pl, 90)),
+            }
+    if rank == 0:
+        emit({"ranks": comm.size, "backend": args.backend, "cases": out}, args.out)
+
+
+# --------------------------------------------------------------------------- driver (outside MPI)
+def run(ranks: list[int], backends: list[str], iters: int = 1000, sr_iters: int = 20, blocks: int = 200,
+        timeout: float = 300.0, progress: Any = None) -> dict[str, Any]:
+    """One job per (backend, rank count); rows carry rank 0's medians and the planaria/raw ratios."""
+    for be in backends:
+        if be not in ("ulfm", "sim"):
+            raise ValueError(f"backend must be ulfm or sim, not {be!r}")
+    if min(iters, sr_iters, blocks) < 1:
+        raise ValueError("iters, sendrecv iters and blocks must be >= 1")
+    load0 = loadavg()
+    rows = []
+    for be in backends:
+        for n in ranks:
+            if progress:
+                progress(f"overhead: {n} ranks, {be}")
+            got = launch(n, MODULE, ["--backend", be, "--iters", str(iters), "--sr-iters", str(sr_iters),
+                                     "--blocks", str(blocks)], ft=(be == "ulfm"), timeout=timeout)
+            for case, c in got.result["cases"].items():
+                goal = GOALS.get(case) if be == "ulfm" else None
+                rows.append({"backend": be, "ranks": n, "case": case, **c, "goal": goal,
+                             "goal_met": (c["ratio"] <= goal) if goal is not None else None,
+                             "launch_s": got.wall_s,
+                             "mpiexec": " ".join(got.cmd[:-4] + ["..."])})
+    return {"benchmark": "overhead", "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
+            "loadavg_before": load0, "loadavg_after": loadavg(),
+            "command": command_line(), "rows": rows}
+
+
+def table(result: dict[str, Any]) -> Any:
+    from rich.table import Table
+    t = Table(title="planaria.Comm vs raw mpi4py (median per operation over blocks; "
+                    f"{result['cores']} cores; load {result['loadavg_before'][0]:.1f}->{result['loadavg_after'][0]:.1f})")
+    for col in ("backend", "ranks", "case", "raw", "planaria", "ratio", "pair ratio", "goal"):
+        t.add_column(col, justify="right")
+    for r in result["rows"]:
+        goal = "-" if r["goal"] is None else f"<= {r['goal']} {'met' if r['goal_met'] else 'MISSED'}"
+        t.add_row(r["backend"], str(r["ranks"]), r["case"], _t(r["raw_ns_median"]), _t(r["planaria_ns_median"]),
+                  f"{r['ratio']:.3f}", f"{r['paired_ratio_median']:.3f}", goal)
+    t.caption = "pair ratio = median over blocks of planaria/raw for adjacent blocks; goals apply to ulfm"
+    return t
+
+
+def _t(ns: float) -> str:
+    return f"{ns / 1e3:.2f} us" if ns < 1e6 else f"{ns / 1e6:.3f} ms"
+
+
+def show(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    from rich.console import Console
+    Console().print(table(result))
+
+
+# --------------------------------------------------------------------------- entry point
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="python benchmarks/overhead.py",
+                                description="Per-call cost of planaria.Comm against raw mpi4py.")
+    p.add_argument("--ranks", default="2", help="rank counts, e.g. 2 or 2,4")
+    p.add_argument("--backend", default="ulfm,sim", help="backends, e.g. ulfm or ulfm,sim")
+    p.add_argument("--iters", type=int, default=1000, help="8-byte Allreduce operations per block")
+    p.add_argument("--sr-iters", type=int, default=20, help="1 MiB Sendrecv operations per block")
+    p.add_argument("--blocks", type=int, default=200, help="timed blocks per variant")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per launch")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.rank:
+        rank_main(args)
+        return 0
+    try:
+        result = run(parse_ranks(args.ranks), [b for b in args.backend.split(",") if b], args.iters,
+                     args.sr_iters, args.blocks, args.timeout,
+                     progress=None if args.json else (lambda m: print(m, file=sys.stderr, flush=True)))
+    except (BenchError, ValueError) as e:
+        print(f"planaria bench overhead: {e}", file=sys.stderr)
+        return 1
+    show(result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
