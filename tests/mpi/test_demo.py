@@ -1,4 +1,4 @@
-"""`planaria demo` end to end on both backends: two failures survived, result equal to the serial run."""
+"""`planaria demo` end to end: two failures replaced by spares, result equal to the serial run bit for bit."""
 from __future__ import annotations
 
 import json
@@ -12,19 +12,40 @@ from tests.mpi.mpijob import root_env
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(180)]
 
 
-@pytest.mark.parametrize("backend", ["ulfm", "sim"])
-def test_demo_survives_two_failures(backend: str, tmp_path) -> None:
+def demo(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     env = root_env()
     env["PLANARIA_HOME"] = str(tmp_path)
-    cmd = [sys.executable, "-m", "planaria.cli.main", "demo", "--backend", backend, "--json",
-           "--cells-per-rank", "5000", "--steps", "160", "--every", "20",
-           "--inject", "kill:rank=1,iter=45", "--inject", "kill:rank=4,iter=110", "--timeout", "120"]
+    cmd = [sys.executable, "-m", "planaria.cli.main", "demo", "--json", "--cells-per-rank", "5000",
+           "--steps", "160", "--every", "20", "--timeout", "120", *args]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env)
+    report = json.loads(res.stdout[res.stdout.index("{"):]) if "{" in res.stdout else {}
+    return res, report
+
+
+@pytest.mark.parametrize("backend,checkpoint", [("ulfm", "memory"), ("ulfm", "xor"), ("ulfm", "file"),
+                                                ("ulfm", "multi"), ("sim", "memory"), ("sim", "xor")])
+def test_demo_survives_two_failures(tmp_path, backend: str, checkpoint: str) -> None:
+    res, report = demo(tmp_path, "--backend", backend, "--checkpoint", checkpoint,
+                       "--inject", "kill:rank=1,iter=45", "--inject", "kill:rank=4,iter=110")
     assert res.returncode == 0, res.stderr[-3000:]
-    report = json.loads(res.stdout[res.stdout.index("{"):])
     assert report["bit_identical"] is True
-    assert report["ranks_start"] == 6 and report["ranks_end"] == 4
-    assert [ev["restored_version"] for ev in report["failures"]] == [40, 100]
+    assert report["ranks"] == 6 and report["spares"] == 2
+    assert [ev["version"] for ev in report["failures"]] == [40, 100]
+    assert [ev["lost"] for ev in report["failures"]] == [[1], [4]]
+    assert sorted(v for v in report["roles"].values()) == ["recovered"] * 2 + ["survivor"] * 4
+
+
+def test_demo_spares_exhausted_is_reported(tmp_path) -> None:
+    res, report = demo(tmp_path, "--spares", "0", "--inject", "kill:rank=1,iter=45")
+    assert res.returncode == 3, res.stderr[-3000:]
+    assert report["outcome"] == "spares exhausted"
+
+
+def test_demo_plot(tmp_path) -> None:
+    png = tmp_path / "heat.png"
+    res, report = demo(tmp_path, "--backend", "sim", "--plot", str(png), "--inject", "kill:rank=2,iter=70")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20000
 
 
 def test_serial_reference_detects_a_changed_cell() -> None:

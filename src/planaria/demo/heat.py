@@ -1,15 +1,15 @@
 """Heat equation in a homogeneous rod, surviving process failures (the rank program of ``planaria demo``).
 
 Explicit finite differences, u' = u + r (u_left - 2u + u_right), fixed zero ends, the rod
-split in blocks over the ranks with one halo cell each side. Every ``--every`` steps the
-ranks take a coordinated checkpoint in memory: each keeps its own block and a copy of its
-left neighbour's (duplication, so a lost block survives at its partner). On a failure the
-survivors revoke, shrink, pick the newest checkpoint version whose blocks together still
-cover the whole rod, redistribute the rod over the survivors and resume from it.
+split in blocks over N working ranks (one halo cell each side); K more processes wait as
+spares. The step loop runs under ``planaria.recovery.Resilient``: coordinated checkpoints
+every ``--every`` steps in partner memory, XOR groups or files; on a failure the living
+processes revoke, shrink, a spare takes the lost block's logical rank, everyone agrees on
+the newest restorable version, restores and resumes.
 
-The update is element-wise, so the result does not depend on the decomposition: the final
-field must equal, bit for bit, a serial run of the same problem. Rank 0 checks that and
-writes ``demo.json`` in the job directory.
+The update is element-wise, so the result does not depend on the decomposition or on what
+was recomputed: the final field must equal, bit for bit, a serial run of the same problem.
+Logical rank 0 checks that and writes ``demo.json`` in the job directory.
 """
 from __future__ import annotations
 
@@ -17,12 +17,15 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from typing import Any
 
 import numpy as np
 
 import planaria as pl
+from planaria.checkpoint import FileStore, MemoryStore, MultiLevel, XorStore
+from planaria.recovery.driver import Resilient, SparesExhausted, Unrecoverable
 
 
 def initial_field(cells: int, seed: int) -> np.ndarray:
@@ -51,70 +54,32 @@ def bounds(cells: int, parts: int, index: int) -> tuple[int, int]:
     return lo, lo + base + (1 if index < extra else 0)
 
 
-class Rod:
-    """This rank's part of the rod and its in-memory checkpoints."""
+def exchange_halos(c: pl.Comm, p: np.ndarray) -> None:
+    """Fill the halo cells of block ``p`` from the neighbours; the rod's ends stay zero."""
+    left = c.rank - 1 if c.rank > 0 else None
+    right = c.rank + 1 if c.rank < c.size - 1 else None
+    if right is not None and left is not None:
+        c.Sendrecv(p[-2:-1], dest=right, sendtag=1, recvbuf=p[0:1], source=left, recvtag=1)
+        c.Sendrecv(p[1:2], dest=left, sendtag=2, recvbuf=p[-1:], source=right, recvtag=2)
+    elif right is not None:
+        c.Send(p[-2:-1], dest=right, tag=1)
+        c.Recv(p[-1:], source=right, tag=2)
+    elif left is not None:
+        c.Recv(p[0:1], source=left, tag=1)
+        c.Send(p[1:2], dest=left, tag=2)
 
-    def __init__(self, comm: pl.Comm, field: np.ndarray, cells: int) -> None:
-        self.cells = cells
-        self.own: dict[int, tuple[int, np.ndarray]] = {}       # version -> (lo, block)
-        self.partner: dict[int, tuple[int, np.ndarray]] = {}   # version -> (lo, left neighbour's block)
-        self.assign(comm, field)
 
-    def assign(self, comm: pl.Comm, field: np.ndarray) -> None:
-        self.comm = comm
-        self.lo, self.hi = bounds(self.cells, comm.size, comm.rank)
-        self.padded = np.zeros(self.hi - self.lo + 2)
-        self.padded[1:-1] = field[self.lo:self.hi]
-
-    def exchange_halos(self) -> None:
-        c, p = self.comm, self.padded
-        left = c.rank - 1 if c.rank > 0 else None
-        right = c.rank + 1 if c.rank < c.size - 1 else None
-        # rightward pass, then leftward pass; the rod's ends keep their zero halos
-        if right is not None and left is not None:
-            c.Sendrecv(p[-2:-1], dest=right, sendtag=1, recvbuf=p[0:1], source=left, recvtag=1)
-            c.Sendrecv(p[1:2], dest=left, sendtag=2, recvbuf=p[-1:], source=right, recvtag=2)
-        elif right is not None:
-            c.Send(p[-2:-1], dest=right, tag=1)
-            c.Recv(p[-1:], source=right, tag=2)
-        elif left is not None:
-            c.Recv(p[0:1], source=left, tag=1)
-            c.Send(p[1:2], dest=left, tag=2)
-
-    def step(self, r: float) -> None:
-        self.exchange_halos()
-        self.padded[1:-1] = update(self.padded, r)
-
-    def checkpoint(self, version: int) -> None:
-        """Coordinated checkpoint: keep my block, send a copy to my right neighbour (ring)."""
-        c = self.comm
-        mine = (self.lo, self.padded[1:-1].copy())
-        got = c.sendrecv(mine, dest=(c.rank + 1) % c.size, sendtag=9,
-                         source=(c.rank - 1) % c.size, recvtag=9) if c.size > 1 else mine
-        c.Barrier()  # the version is complete only once every copy has arrived
-        self.own[version], self.partner[version] = mine, got
-        for store in (self.own, self.partner):
-            for v in sorted(store)[:-2]:
-                del store[v]
-
-    def restore(self, comm: pl.Comm) -> int:
-        """Rebuild the rod from the survivors' checkpoints and redistribute it; returns the version."""
-        pieces = comm.allgather({v: [self.own[v]] + ([self.partner[v]] if v in self.partner else [])
-                                 for v in self.own})
-        versions = sorted({v for p in pieces for v in p}, reverse=True)
-        for v in versions:
-            field = np.full(self.cells, np.nan)
-            covered = np.zeros(self.cells, dtype=bool)
-            for p in pieces:
-                for lo, block in p.get(v, []):
-                    field[lo:lo + len(block)] = block
-                    covered[lo:lo + len(block)] = True
-            if covered.all():
-                self.assign(comm, field)
-                self.own = {v: (self.lo, self.padded[1:-1].copy())}
-                self.partner = {}
-                return v
-        raise RuntimeError("unrecoverable: a block and its partner copy were both lost before the next checkpoint")
+def make_store(kind: str, every: int, file_every: int, directory: str) -> Any:
+    """The checkpoint store named on the command line."""
+    if kind == "memory":
+        return MemoryStore(copies=1, distance=1)
+    if kind == "xor":
+        return XorStore(group_size=3)
+    if kind == "file":
+        return FileStore(directory)
+    if kind == "multi":
+        return MultiLevel([(MemoryStore(), every), (FileStore(directory), file_every)])
+    raise SystemExit(f"unknown checkpoint kind {kind!r} (expected memory, xor, file or multi)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,72 +87,89 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cells-per-rank", type=int, default=262144)   # 2 MiB of float64 per rank
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--every", type=int, default=50, help="checkpoint interval in steps")
+    ap.add_argument("--checkpoint", default="memory", help="memory, xor, file or multi (memory + file)")
+    ap.add_argument("--file-every", type=int, default=100, help="file interval of the multi-level store")
     ap.add_argument("--r", type=float, default=0.25)
     ap.add_argument("--seed", type=int, default=2015)
     ap.add_argument("--backend", default="auto")
     args = ap.parse_args(argv)
 
     world = pl.world(args.backend)
-    working = int(os.environ.get("PLANARIA_NRANKS", world.size) or world.size)
-    cells = args.cells_per_rank * working
-    comm = world
-    rod = Rod(comm, initial_field(cells, args.seed), cells)
-    events: list[dict[str, Any]] = []
-    ck_times: list[float] = []
-    t_start = time.time()
-    rod.checkpoint(0)
-    i = 0
-    while i < args.steps:
-        try:
-            pl.step(i)
-            rod.step(args.r)
-            i += 1
-            if i % args.every == 0:
-                t = time.perf_counter()
-                rod.checkpoint(i)
-                ck_times.append(time.perf_counter() - t)
-        except pl.FailureError as err:
-            t_detect = time.time()
-            failed_step = i
-            while True:                       # a failure during recovery starts recovery again
-                try:
-                    comm.revoke()
-                    t = time.perf_counter()
-                    comm = comm.shrink()
-                    t_shrink = time.perf_counter() - t
-                    version = rod.restore(comm)
-                    break
-                except pl.FailureError:
-                    continue
-            t_done = time.time()
-            events.append({"detected_at_step": failed_step, "error": type(err).__name__,
-                           "t_detect": t_detect, "shrink_s": t_shrink, "recovery_s": t_done - t_detect,
-                           "restored_version": version, "ranks_left": comm.size})
-            i = version
-    elapsed = time.time() - t_start
+    jobdir = os.environ.get("PLANARIA_JOB_DIR") or tempfile.mkdtemp(prefix="planaria-demo-")
+    store = make_store(args.checkpoint, args.every, args.file_every, os.path.join(jobdir, "checkpoints"))
+    every = args.every if args.checkpoint != "multi" else min(args.every, args.file_every)
+    res = Resilient(store, every=every)
+    nwork = world.size - res.spares
+    cells = args.cells_per_rank * nwork
+    timeline: list[tuple[float, int]] = []
 
-    final = comm.gather((rod.lo, rod.padded[1:-1]), root=0)
+    def init(comm: pl.Comm) -> dict[str, np.ndarray]:
+        lo, hi = bounds(cells, comm.size, comm.rank)
+        padded = np.zeros(hi - lo + 2)
+        padded[1:-1] = initial_field(cells, args.seed)[lo:hi]
+        return {"u": padded}
+
+    def step(comm: pl.Comm, state: dict[str, np.ndarray], i: int) -> None:
+        p = state["u"]
+        exchange_halos(comm, p)
+        p[1:-1] = update(p, args.r)
+        if i % 10 == 0:
+            timeline.append((time.time(), i))
+
+    t_start = time.time()
+    try:
+        state = res.run(init, step, args.steps)
+    except (SparesExhausted, Unrecoverable) as e:
+        # Every survivor writes the same report (atomic rename: one complete file wins).
+        _write(jobdir, {"outcome": "spares exhausted" if isinstance(e, SparesExhausted) else "unrecoverable",
+                        "message": str(e), "ranks": nwork, "spares": res.spares, "backend": world.backend})
+        return 3
+    if state is None:                      # a spare that was never needed
+        return 0
+    comm = res.comm
+    elapsed = time.time() - t_start
+    lo, hi = bounds(cells, comm.size, comm.rank)
+    final = comm.gather((lo, state["u"][1:-1]), root=0)
+    mine = {"recoveries": [r.__dict__ | {"total_s": r.total_s} for r in res.recoveries],
+            "checkpoints": res.checkpoint_times, "role": res.role, "world": world.rank, "timeline": timeline}
+    everyone = comm.gather(mine, root=0)
     if comm.rank != 0:
         return 0
     field = np.empty(cells)
-    for lo, block in final:
-        field[lo:lo + len(block)] = block
+    for blo, block in final:
+        field[blo:blo + len(block)] = block
     ref = serial_reference(cells, args.steps, args.r, args.seed)
     equal = field.tobytes() == ref.tobytes()
-    report = {"cells": cells, "steps": args.steps, "every": args.every, "ranks_start": world.size,
-              "ranks_end": comm.size, "backend": world.backend, "elapsed_s": elapsed,
-              "checkpoint_s": {"count": len(ck_times), "median": float(np.median(ck_times)) if ck_times else None,
-                               "max": max(ck_times, default=None)},
-              "checkpoint_bytes_per_rank": args.cells_per_rank * 8,
-              "failures": events, "bit_identical": equal,
-              "max_abs_diff": float(np.nanmax(np.abs(field - ref)))}
-    jobdir = os.environ.get("PLANARIA_JOB_DIR")
-    if jobdir:
-        from planaria.launch.fsutil import atomic_write
-        atomic_write(os.path.join(jobdir, "demo.json"), json.dumps(report, indent=2))
-    print(f"final field {'equals' if equal else 'DIFFERS FROM'} the failure-free serial run "
-          f"bit for bit ({len(events)} failure(s) survived, {comm.size} ranks left)", flush=True)
+    longest = max(everyone, key=lambda m: len(m["recoveries"]))
+    failures = []
+    for k, rec in enumerate(longest["recoveries"]):
+        same = [m["recoveries"][k] for m in everyone
+                if len(m["recoveries"]) == len(longest["recoveries"])]
+        failures.append(rec | {"total_s": max(x["total_s"] for x in same),
+                               "t_detect": min(x["t_detect"] for x in same)})
+    cks = [t for m in everyone for t in m["checkpoints"]]
+    report = {"outcome": "finished", "cells": cells, "steps": args.steps, "every": every,
+              "checkpoint": args.checkpoint, "ranks": nwork, "spares": res.spares,
+              "backend": world.backend, "elapsed_s": elapsed, "t_start": t_start,
+              "checkpoint_s": {"count": len(longest["checkpoints"]),
+                               "median": float(np.median(cks)) if cks else None, "max": max(cks, default=None)},
+              "checkpoint_bytes_per_rank": (args.cells_per_rank + 2) * 8,
+              "roles": {m["world"]: m["role"] for m in everyone},
+              "failures": failures, "timeline": longest["timeline"], "bit_identical": equal,
+              "max_abs_diff": float(np.max(np.abs(field - ref))),
+              "profile": {"x": np.linspace(0, 1, min(cells, 2000)).tolist(),
+                          "final": field[np.linspace(0, cells - 1, min(cells, 2000)).astype(int)].tolist(),
+                          "initial": initial_field(cells, args.seed)[
+                              np.linspace(0, cells - 1, min(cells, 2000)).astype(int)].tolist()}}
+    _write(jobdir, report)
+    print(f"final field {'equals' if equal else 'DIFFERS FROM'} the failure-free serial run bit for bit "
+          f"({len(failures)} failure(s) survived on {nwork} working ranks)", flush=True)
     return 0 if equal else 1
+
+
+def _write(jobdir: str, report: dict[str, Any]) -> None:
+    from planaria.launch.fsutil import atomic_write
+    atomic_write(os.path.join(jobdir, "demo.json"), json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

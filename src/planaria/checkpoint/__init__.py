@@ -1,0 +1,19 @@
+"""Coordinated checkpoints that survive process failures: partner memory, XOR groups, files, multi-level.
+
+    from planaria.checkpoint import MemoryStore, XorStore, FileStore, MultiLevel
+    store = MultiLevel([(MemoryStore(copies=1, distance=1), 1), (FileStore("ckpt"), 10)])
+    store.save(comm, version, {"u": u, "step": np.array(i)})
+    ...                                   # after a failure: repair comm, then
+    v = store.restorable(comm, fresh)     # newest version every rank can get back
+    state = store.restore(comm, v, fresh)
+
+See docs/checkpoint.md.
+"""
+from planaria.checkpoint.file import FileStore
+from planaria.checkpoint.memory import MemoryStore
+from planaria.checkpoint.multilevel import MultiLevel
+from planaria.checkpoint.store import KEEP, CheckpointError, CheckpointStore, pack, unpack
+from planaria.checkpoint.xor import XorStore
+
+__all__ = ["CheckpointStore", "CheckpointError", "MemoryStore", "XorStore", "FileStore", "MultiLevel",
+           "KEEP", "pack", "unpack"]

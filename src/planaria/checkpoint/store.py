@@ -1,0 +1,213 @@
+"""The checkpoint store interface, version bookkeeping and the packing of a rank's state.
+
+A rank's state is a ``dict[str, np.ndarray]``. Stores move it as one contiguous byte buffer
+(``pack``) plus a small description (``Meta``: names, dtypes, shapes, offsets), so any dtype
+and shape comes back bit-exact (``unpack``). Object arrays cannot be stored.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from planaria.comm.base import Comm
+
+#: how many complete versions every store keeps (a failure during a save leaves the previous one)
+KEEP = 2
+
+# message tags used by the stores (point-to-point only; collectives carry no tag)
+TAG_META = 7301
+TAG_DATA = 7302
+TAG_PARITY = 7303
+TAG_REBUILD = 7304
+TAG_RESEED = 7305
+
+
+@dataclass(frozen=True)
+class Meta:
+    """How to cut a packed byte buffer back into the named arrays."""
+
+    names: tuple[str, ...]
+    descrs: tuple[object, ...]       # numpy dtype descriptions (np.lib.format.dtype_to_descr)
+    shapes: tuple[tuple[int, ...], ...]
+    offsets: tuple[int, ...]
+    nbytes: int
+
+    def dtypes(self) -> list[np.dtype]:
+        return [_descr_to_dtype(d) for d in self.descrs]
+
+
+def _dtype_to_descr(dt: np.dtype) -> object:
+    return np.lib.format.dtype_to_descr(dt)
+
+
+def _descr_to_dtype(descr: object) -> np.dtype:
+    return np.lib.format.descr_to_dtype(descr)
+
+
+def describe(state: dict[str, np.ndarray]) -> Meta:
+    """The Meta of ``state`` (validates it: numpy arrays, no object dtypes)."""
+    names, descrs, shapes, offsets = [], [], [], []
+    pos = 0
+    for name, arr in state.items():
+        if not isinstance(name, str):
+            raise TypeError(f"state keys must be str, not {type(name).__name__}")
+        if not isinstance(arr, np.ndarray):
+            raise TypeError(f"state[{name!r}] must be a numpy array, not {type(arr).__name__}")
+        if arr.dtype.hasobject:
+            raise TypeError(f"state[{name!r}] has an object dtype; only plain data can be checkpointed")
+        names.append(name)
+        descrs.append(_dtype_to_descr(arr.dtype))
+        shapes.append(tuple(int(s) for s in arr.shape))
+        offsets.append(pos)
+        pos += int(arr.nbytes)
+    return Meta(tuple(names), tuple(descrs), tuple(shapes), tuple(offsets), pos)
+
+
+def pack(state: dict[str, np.ndarray], extra: int = 0,
+         pool: BufferPool | None = None) -> tuple[Meta, np.ndarray]:
+    """Copy ``state`` into one uint8 buffer (``extra`` zero bytes of room after the data).
+
+    The buffer is new, or a recycled one of the right size taken from ``pool``.
+    """
+    meta = describe(state)
+    buf = pool.take(meta.nbytes + extra) if pool is not None else np.empty(meta.nbytes + extra, dtype=np.uint8)
+    if extra:
+        buf[meta.nbytes:] = 0
+    for off, arr in zip(meta.offsets, state.values()):
+        n = arr.nbytes
+        if n:
+            src = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+            np.copyto(buf[off:off + n], src)
+    return meta, buf
+
+
+class BufferPool:
+    """Buffers of a version about to be dropped, reused for the next save (no page faults, no zeroing)."""
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[np.ndarray]] = {}
+
+    def give(self, buf: np.ndarray) -> None:
+        if buf.base is None and buf.dtype == np.uint8 and buf.ndim == 1:
+            self._free.setdefault(buf.size, []).append(buf)
+
+    def take(self, nbytes: int) -> np.ndarray:
+        lst = self._free.get(nbytes)
+        if lst:
+            return lst.pop()
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def clear(self) -> None:
+        self._free.clear()
+
+
+def unpack(meta: Meta, buf: np.ndarray | memoryview | bytes | bytearray,
+           copy: bool = True) -> dict[str, np.ndarray]:
+    """The arrays of ``meta`` cut from ``buf``: new arrays, or views of ``buf`` with ``copy=False``."""
+    raw = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1)
+    if raw.dtype != np.uint8:
+        raw = raw.view(np.uint8)
+    if raw.size < meta.nbytes:
+        raise ValueError(f"checkpoint buffer holds {raw.size} bytes, expected {meta.nbytes}")
+    out: dict[str, np.ndarray] = {}
+    for name, dt, shape, off in zip(meta.names, meta.dtypes(), meta.shapes, meta.offsets):
+        if not copy:
+            count = int(np.prod(shape, dtype=np.int64))
+            arr = raw[off:off + count * dt.itemsize].view(dt).reshape(shape) if dt.itemsize else \
+                np.empty(shape, dtype=dt)
+            # An unaligned view (the buffer's header shifts it) cannot go to MPI (mpi4py rejects
+            # numpy's '=d' format) and is slow in numpy: copy it into an aligned array.
+            out[name] = arr if arr.flags.aligned else arr.copy()
+            continue
+        arr = np.empty(shape, dtype=dt)
+        n = arr.nbytes
+        if n:
+            np.copyto(arr.reshape(-1).view(np.uint8), raw[off:off + n])
+        out[name] = arr
+    return out
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be saved or restored (not a process failure: those raise FailureError)."""
+
+
+class CheckpointStore(ABC):
+    """Coordinated checkpoints of every working rank's state, and their restore after failures.
+
+    Ranks are *logical*: ``comm.rank`` of the working communicator. A replacement process
+    (a spare) that takes over logical rank ``r`` is *fresh*: it holds nothing, and
+    ``restore`` rebuilds its state from what the other ranks (or files) hold.
+
+    Every call here is collective over ``comm`` and may raise ``planaria.FailureError`` when
+    a process fails meanwhile; the caller repairs the communicator and calls ``restorable``
+    and ``restore`` again.
+    """
+
+    name: str = "?"
+    #: lower is faster to restore from (MultiLevel tries the fastest level first)
+    speed_rank: int = 9
+
+    @abstractmethod
+    def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+        """Coordinated checkpoint of this rank's state.
+
+        Collective over ``comm`` (the working ranks). A version is complete only when save
+        returned everywhere; the two newest complete versions are kept, so a failure during a
+        save leaves the previous version usable.
+        """
+
+    @abstractmethod
+    def versions(self) -> set[int]:
+        """Versions this rank holds locally (complete ones)."""
+
+    @abstractmethod
+    def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:
+        """Collective: every version each rank can get back given ``fresh`` (same answer everywhere)."""
+
+    def restorable(self, comm: Comm, fresh: set[int]) -> int | None:
+        """Collective: the newest version every rank can get back given ``fresh`` (None if none).
+
+        The answer is the same on every rank (computed from data all ranks exchanged).
+        """
+        vs = self.restorable_versions(comm, set(fresh))
+        return max(vs) if vs else None
+
+    @abstractmethod
+    def restore(self, comm: Comm, version: int, fresh: set[int]) -> dict[str, np.ndarray]:
+        """Collective over the repaired working comm: this rank's state at ``version``.
+
+        ``fresh``: logical ranks whose process is new and holds nothing; their data is rebuilt
+        from partners, parity or files. Survivors also re-seed the redundancy the fresh ranks
+        held, so a later failure is survivable again. Versions newer than ``version`` are
+        dropped (they belong to a future that did not happen).
+        """
+
+
+def newest(versions: set[int] | list[int], keep: int = KEEP) -> list[int]:
+    """The ``keep`` newest of ``versions``, ascending."""
+    return sorted(versions)[-keep:] if keep > 0 else []
+
+
+def check_version(version: int) -> int:
+    if isinstance(version, bool) or not isinstance(version, (int, np.integer)) or version < 0:
+        raise ValueError(f"a checkpoint version is an int >= 0, not {version!r}")
+    return int(version)
+
+
+def check_fresh(comm: Comm, fresh: set[int]) -> set[int]:
+    out = {int(f) for f in fresh}
+    bad = [f for f in out if not 0 <= f < comm.size]
+    if bad:
+        raise ValueError(f"fresh ranks {sorted(bad)} are outside 0..{comm.size - 1}")
+    return out
+
+
+def versions_all_have(comm: Comm, mine: set[int]) -> set[int]:
+    """Collective: the versions in ``mine`` at every rank (intersection, same everywhere)."""
+    sets = comm.allgather(sorted(mine))
+    common = set(sets[0])
+    for s in sets[1:]:
+        common &= set(s)
+    return common

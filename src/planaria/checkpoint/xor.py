@@ -1,0 +1,231 @@
+"""XOR parity groups (the scheme of SCR's XOR redundancy): one lost rank per group is rebuilt.
+
+Logical ranks form groups of ``group_size`` consecutive ranks (a last group of one rank is
+merged into the group before it). In a group of ``m`` members, every member pads its packed
+state to the group's common length ``L = (m-1)*c`` and cuts it into ``m-1`` chunks of ``c``
+bytes, one chunk *assigned* to each other member: member ``j``'s chunk for member ``i`` is
+``D_j[i]`` (the chunks of ``j`` are assigned to the other members in group order). Member
+``i`` keeps its own data plus the parity chunk
+
+    P_i = XOR over j != i of D_j[i]                               (c bytes)
+
+so the extra memory per rank is ``L/(m-1)``, and a save moves ``L`` bytes out of every rank.
+
+Rebuilding a lost member ``f``: every survivor ``s`` sends ``f`` one vector of ``m`` chunks:
+for each other member ``i`` (in ``f``'s chunk order) ``P_s`` if ``s == i`` else ``D_s[i]``,
+then ``D_s[f]``. The XOR of the survivors' vectors is
+
+    D_f[i] = P_i XOR (XOR over s not in {i, f} of D_s[i])   and   P_f = XOR over s != f of D_s[f]
+
+i.e. ``f``'s data and its parity chunk, so redundancy is whole again after one restore.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planaria.checkpoint.store import (
+    KEEP, TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, BufferPool, CheckpointError, CheckpointStore, Meta,
+    check_fresh, check_version, describe, newest, pack, unpack,
+)
+from planaria.comm.base import Comm
+
+_ALIGN = 8
+
+
+def groups(n: int, group_size: int) -> list[list[int]]:
+    """Groups of consecutive logical ranks; a trailing group of one rank joins the previous group."""
+    gs = [list(range(s, min(s + group_size, n))) for s in range(0, n, group_size)]
+    if len(gs) > 1 and len(gs[-1]) == 1:
+        gs[-2].extend(gs.pop())
+    return gs
+
+
+def group_of(rank: int, n: int, group_size: int) -> list[int]:
+    for g in groups(n, group_size):
+        if rank in g:
+            return g
+    raise ValueError(f"rank {rank} not in 0..{n - 1}")
+
+
+def chunk_len(nbytes: int, m: int) -> int:
+    """Chunk size ``c`` for a group of ``m`` whose longest packed state has ``nbytes`` bytes."""
+    per = -(-max(nbytes, 1) // (m - 1))
+    return -(-per // _ALIGN) * _ALIGN
+
+
+def _slot(owner_pos: int, member_pos: int) -> int:
+    """Index of the chunk of the member at ``owner_pos`` assigned to the member at ``member_pos``."""
+    return member_pos if member_pos < owner_pos else member_pos - 1
+
+
+def _xor_into(acc: np.ndarray, other: np.ndarray) -> None:
+    np.bitwise_xor(acc.view(np.uint64), other.view(np.uint64), out=acc.view(np.uint64))
+
+
+class _Entry:
+    __slots__ = ("n", "metas", "buf", "parity", "c")
+
+    def __init__(self, n: int, metas: list[Meta], buf: np.ndarray, parity: np.ndarray, c: int) -> None:
+        self.n, self.metas, self.buf, self.parity, self.c = n, metas, buf, parity, c
+
+
+class XorStore(CheckpointStore):
+    """Checkpoints in memory protected by XOR parity over groups of ``group_size`` ranks.
+
+    Survives the loss of one rank per group (per version); two lost ranks in one group make
+    the version unrestorable from this store.
+    """
+
+    name = "xor"
+    speed_rank = 1
+
+    def __init__(self, group_size: int = 4) -> None:
+        if group_size < 2:
+            raise ValueError(f"group_size must be >= 2, not {group_size}")
+        self.group_size = int(group_size)
+        self._data: dict[int, _Entry] = {}
+        self._inflight: list[object] = []
+
+    def __repr__(self) -> str:
+        return f"XorStore(group_size={self.group_size})"
+
+    # -- save ----------------------------------------------------------------------------------
+    def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+        version = check_version(version)
+        n, r = comm.size, comm.rank
+        g = group_of(r, n, self.group_size)
+        m = len(g)
+        if m < 2:               # a job of one rank: nothing to protect against
+            meta, buf = pack(state)
+            comm.Barrier()
+            self._commit(version, _Entry(n, [meta], buf, np.zeros(0, np.uint8), 0))
+            return
+        me = g.index(r)
+        others = [x for x in g if x != r]
+        pack_meta = describe(state)
+        sends = [comm.isend(pack_meta, x, TAG_META) for x in others]
+        metas = [pack_meta if x == r else comm.recv(source=x, tag=TAG_META) for x in g]
+        for q in sends:
+            q.Wait()
+        c = chunk_len(max(mt.nbytes for mt in metas), m)
+        # Double buffering: reuse the buffers of the oldest version kept (the newest complete
+        # version stays untouched, so a failure during this save leaves it usable).
+        pool = BufferPool()
+        self._data = {v: e for v, e in self._data.items() if v < version}
+        while len(self._data) >= KEEP:
+            e = self._data.pop(min(self._data))
+            pool.give(e.buf)
+            pool.give(e.parity)
+        _, buf = pack(state, extra=(m - 1) * c - pack_meta.nbytes, pool=pool)
+        parity = pool.take(c)
+        parity[:] = 0
+        tmp = {x: np.empty(c, dtype=np.uint8) for x in others}
+        pool.clear()
+        self._inflight = [buf, tmp]
+        recvs = {x: comm.Irecv(tmp[x], source=x, tag=TAG_PARITY) for x in others}
+        sends = []
+        for x in others:
+            s = _slot(me, g.index(x))
+            sends.append(comm.Isend(buf[s * c:(s + 1) * c], dest=x, tag=TAG_PARITY))
+        for x in others:
+            recvs[x].Wait()
+            _xor_into(parity, tmp[x])
+        for q in sends:
+            q.Wait()
+        comm.Barrier()                 # every rank has its parity: the version is complete
+        self._commit(version, _Entry(n, metas, buf, parity, c))
+        self._inflight = []
+
+    def _commit(self, version: int, entry: _Entry) -> None:
+        self._data = {v: e for v, e in self._data.items() if v < version}
+        self._data[version] = entry
+        for v in list(self._data):
+            if v not in newest(self._data, KEEP):
+                del self._data[v]
+
+    def versions(self) -> set[int]:
+        return set(self._data)
+
+    # -- restore ---------------------------------------------------------------------------------
+    def _usable(self, inv: list[dict[int, int]], fresh: set[int], n: int) -> set[int]:
+        live = [d for rank, d in enumerate(inv) if rank not in fresh]
+        if not live:
+            return set()
+        candidates = set(live[0])
+        for d in live[1:]:
+            candidates &= set(d)
+        candidates = {v for v in candidates if all(d[v] == n for d in live)}
+        for g in groups(n, self.group_size):
+            lost = [x for x in g if x in fresh]
+            if len(lost) > 1 or (lost and len(g) < 2):
+                return set()
+        return candidates
+
+    def _inventory(self, comm: Comm, fresh: set[int]) -> list[dict[int, int]]:
+        mine = {} if comm.rank in fresh else {v: e.n for v, e in self._data.items()}
+        return comm.allgather(mine)
+
+    def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:
+        fresh = check_fresh(comm, fresh)
+        return self._usable(self._inventory(comm, fresh), fresh, comm.size)
+
+    def restore(self, comm: Comm, version: int, fresh: set[int]) -> dict[str, np.ndarray]:
+        version = check_version(version)
+        fresh = check_fresh(comm, fresh)
+        n, r = comm.size, comm.rank
+        if version not in self._usable(self._inventory(comm, fresh), fresh, n):
+            raise CheckpointError(f"xor checkpoint version {version} cannot be restored "
+                                  f"with fresh ranks {sorted(fresh)}")
+        g = group_of(r, n, self.group_size)
+        m = len(g)
+        lost = [x for x in g if x in fresh]
+        if lost and r not in fresh:
+            f = lost[0]
+            e = self._data[version]
+            c = e.c
+            me, fpos = g.index(r), g.index(f)
+            vec = np.empty(m * c, dtype=np.uint8)
+            q = 0
+            for ipos, i in enumerate(g):
+                if i == f:
+                    continue
+                if i == r:
+                    vec[q * c:(q + 1) * c] = e.parity
+                else:
+                    s = _slot(me, ipos)
+                    vec[q * c:(q + 1) * c] = e.buf[s * c:(s + 1) * c]
+                q += 1
+            s = _slot(me, fpos)
+            vec[(m - 1) * c:] = e.buf[s * c:(s + 1) * c]
+            self._inflight = [vec]
+            survivors = [x for x in g if x != f]
+            sends = []
+            if r == survivors[0]:
+                sends.append(comm.isend((version, e.n, e.metas, c), f, TAG_REBUILD))
+            sends.append(comm.Isend(vec, dest=f, tag=TAG_RESEED))
+            for req in sends:
+                req.Wait()
+        elif r in fresh:
+            survivors = [x for x in g if x != r]
+            v, n_saved, metas, c = comm.recv(source=survivors[0], tag=TAG_REBUILD)
+            if v != version:
+                raise CheckpointError(f"rank {r} expected version {version}, got {v}")
+            bufs = {x: np.empty(m * c, dtype=np.uint8) for x in survivors}
+            self._inflight = [bufs]
+            reqs = [(x, comm.Irecv(bufs[x], source=x, tag=TAG_RESEED)) for x in survivors]
+            acc = None
+            for x, req in reqs:
+                req.Wait()
+                if acc is None:
+                    acc = bufs.pop(x)
+                else:
+                    _xor_into(acc, bufs.pop(x))
+            assert acc is not None
+            self._data = {}
+            self._commit(version, _Entry(n_saved, metas, acc[:(m - 1) * c], acc[(m - 1) * c:], c))
+        self._inflight = []
+        self._data = {v: e for v, e in self._data.items() if v <= version}
+        e = self._data[version]
+        out = unpack(e.metas[g.index(r)], e.buf)
+        comm.Barrier()
+        return out

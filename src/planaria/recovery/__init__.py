@@ -1,0 +1,1 @@
+"""Recovery: spares, roles, logical-rank substitution (paper 001)."""

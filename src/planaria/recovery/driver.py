@@ -1,0 +1,248 @@
+"""Recovery driver: working and spare processes around a user's step loop (paper 001).
+
+The world is split into N working ranks (logical ranks 0..N-1, the communicator the
+application uses) and K spares that wait cheaply. On a failure every living process
+(working or spare) revokes, shrinks the world, agrees on who is missing, gives each lost
+logical rank to a spare (survivors keep theirs), rebuilds the working communicator with
+the same logical order, agrees on the newest checkpoint version everyone can restore,
+restores it and resumes. A failure during any of this starts the recovery again.
+
+When no spare is left, ``on_exhausted="stop"`` raises ``SparesExhausted`` at every rank;
+a callable continues on fewer ranks (see ``Resilient.__init__``).
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import planaria as pl
+from planaria.comm.base import Comm
+from planaria.comm.errors import FailureError
+
+State = dict[str, np.ndarray]
+SPARE_TAG = 31001
+
+
+class SparesExhausted(RuntimeError):
+    """More processes failed than there were spares, and the user chose to stop."""
+
+
+class Unrecoverable(RuntimeError):
+    """No checkpoint version can be restored by every rank (too many holders of some data failed)."""
+
+
+@dataclass
+class Recovery:
+    """What one recovery did, as seen by this rank (times in seconds)."""
+
+    detected_at: int                 # step at which this rank saw the failure
+    error: str
+    t_detect: float                  # wall clock when this rank saw the failure
+    lost: list[int]                  # logical ranks that lost their process
+    replaced_by_spare: bool
+    version: int                     # checkpoint version resumed from
+    revoke_shrink_s: float = 0.0
+    substitution_s: float = 0.0
+    restore_s: float = 0.0
+    attempts: int = 1
+    ranks: int = 0                   # working ranks after recovery
+
+    @property
+    def total_s(self) -> float:
+        return self.revoke_shrink_s + self.substitution_s + self.restore_s
+
+
+@dataclass
+class _Layout:
+    world: Comm
+    logical: int | None              # None: this process is a spare
+    nwork: int
+
+
+class Resilient:
+    """Run ``step`` over a resilient working communicator, with spares and checkpoints.
+
+    ``spares``: how many of the world's processes are spares (default: ``$PLANARIA_SPARES``,
+    set by ``planaria run --spares``). ``checkpoint``: a store from ``planaria.checkpoint``
+    (``save``/``restorable``/``restore``). ``every``: checkpoint interval in steps.
+    ``on_exhausted``: ``"stop"``, or ``fn(comm, state, lost) -> state`` called on every
+    surviving working rank after restoring the agreed version on fewer ranks; ``lost`` lists
+    the logical ranks (old numbering) that have no process any more, ``comm`` is the new,
+    smaller working communicator; ``fn`` must return this rank's new state.
+    """
+
+    def __init__(self, checkpoint: Any, *, every: int = 10, spares: int | None = None,
+                 world: Comm | None = None, on_exhausted: str | Callable[..., State] = "stop") -> None:
+        self.world = world if world is not None else pl.world()
+        self.spares = int(os.environ.get("PLANARIA_SPARES", "0") or 0) if spares is None else spares
+        if not 0 <= self.spares < self.world.size:
+            raise ValueError(f"spares must be in [0, {self.world.size - 1}], got {self.spares}")
+        self.store = checkpoint
+        self.every = every
+        self.on_exhausted = on_exhausted
+        nwork = self.world.size - self.spares
+        logical = self.world.rank if self.world.rank < nwork else None
+        self._lay = _Layout(self.world, logical, nwork)
+        self.role = "initial" if logical is not None else "spare"
+        self.comm: Comm | None = None
+        self.recoveries: list[Recovery] = []
+        self.checkpoint_times: list[float] = []
+
+    # -- public ------------------------------------------------------------------------
+    @property
+    def logical_rank(self) -> int | None:
+        return self._lay.logical
+
+    def run(self, init: Callable[[Comm], State], step: Callable[[Comm, State, int], None],
+            steps: int) -> State | None:
+        """Run ``steps`` steps; returns this rank's final state (None on a spare never used)."""
+        lay = self._lay
+        self.comm = lay.world.split(0 if lay.logical is not None else None, key=lay.logical or 0)
+        state: State | None = None
+        i = 0
+        if lay.logical is None:
+            resumed = self._spare_wait()
+            if resumed is None:
+                return None
+            i, state = resumed
+        else:
+            try:
+                state = init(self.comm)
+                self._save(0, state)
+            except FailureError as err:
+                resumed = self._recover(err, 0)
+                if resumed is None:
+                    return None
+                i, state = resumed
+        while True:
+            try:
+                while i < steps:
+                    pl.step(i)
+                    step(self.comm, state, i)
+                    i += 1
+                    if i % self.every == 0 or i == steps:
+                        self._save(i, state)
+                    if lay.world.is_revoked():
+                        raise pl.RevokedError("world revoked (a spare failed or recovery started elsewhere)")
+                break
+            except FailureError as err:
+                resumed = self._recover(err, i)
+                if resumed is None:
+                    return None
+                i, state = resumed
+        self._release_spares()
+        return state
+
+    # -- internals ---------------------------------------------------------------------------
+    def _save(self, version: int, state: State) -> None:
+        pl.phase("checkpoint")
+        t = time.perf_counter()
+        self.store.save(self.comm, version, state)
+        self.checkpoint_times.append(time.perf_counter() - t)
+
+    def _spare_wait(self) -> tuple[int, State] | None:
+        """Wait without spinning until released (None) or needed (returns where to resume)."""
+        world = self._lay.world
+        req = world.irecv(tag=SPARE_TAG)
+        while True:
+            try:
+                done, _ = req.test()
+            except FailureError as err:
+                return self._recover(err, -1)
+            if done:
+                return None
+            time.sleep(0.02)
+
+    def _release_spares(self) -> None:
+        lay = self._lay
+        if lay.logical != 0:
+            return
+        for r in self._spare_world_ranks:
+            try:
+                lay.world.send("done", dest=r, tag=SPARE_TAG)
+            except FailureError:
+                pass
+
+    @property
+    def _spare_world_ranks(self) -> list[int]:
+        return getattr(self, "_spare_ranks", list(range(self._lay.nwork, self._lay.world.size)))
+
+    def _recover(self, err: BaseException, at_step: int) -> tuple[int, State] | None:
+        """Revoke, shrink, substitute spares, agree on a version, restore. Repeats on new failures."""
+        lay = self._lay
+        t_detect = time.time()
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                t0 = time.perf_counter()
+                if self.comm is not None:
+                    self.comm.revoke()
+                lay.world.revoke()
+                world = lay.world.shrink()
+                t1 = time.perf_counter()
+                pl.phase("recover")     # a failure may strike in the middle of recovery
+                info = world.allgather(lay.logical)
+                alive = {l for l in info if l is not None}
+                lost = sorted(set(range(lay.nwork)) - alive)
+                spare_ranks = [r for r, l in enumerate(info) if l is None]
+                if len(spare_ranks) < len(lost):
+                    outcome = self._exhausted(world, info, lost, at_step, err, t_detect, attempts, t0, t1)
+                    return outcome
+                mine = lay.logical
+                was_spare = mine is None
+                if was_spare and world.rank in spare_ranks[:len(lost)]:
+                    mine = lost[spare_ranks.index(world.rank)]
+                comm = world.split(0 if mine is not None else None, key=mine or 0)
+                t2 = time.perf_counter()
+                self._spare_ranks = spare_ranks[len(lost):]
+                lay.world, lay.logical, self.comm = world, mine, comm
+                if mine is None:            # still a spare: back to waiting
+                    return self._spare_wait()
+                fresh = set(lost)
+                version = self.store.restorable(comm, fresh)
+                if version is None:
+                    raise Unrecoverable(f"no checkpoint version can be restored after losing logical rank(s) {lost}")
+                state = self.store.restore(comm, version, fresh)
+                t3 = time.perf_counter()
+                if was_spare:
+                    self.role = "recovered"
+                elif self.role == "initial":
+                    self.role = "survivor"
+                self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost, bool(lost), version,
+                                                t1 - t0, t2 - t1, t3 - t2, attempts, comm.size))
+                return version, state
+            except FailureError as again:
+                err = again
+                continue
+
+    def _exhausted(self, world: Comm, info: list[int | None], lost: list[int], at_step: int,
+                   err: BaseException, t_detect: float, attempts: int, t0: float, t1: float) -> tuple[int, State] | None:
+        lay = self._lay
+        if self.on_exhausted == "stop" or not callable(self.on_exhausted):
+            raise SparesExhausted(f"{len(lost)} working rank(s) lost ({lost}) and only "
+                                  f"{sum(1 for l in info if l is None)} spare(s) left; stopping as asked")
+        # Continue on fewer ranks: spares (if any) stay spares; the survivors keep their order.
+        if lay.logical is None:
+            lay.world = world
+            return self._spare_wait()
+        restore_comm = world.split(0, key=lay.logical)
+        # Restore the agreed version in the old layout first (lost ranks are "fresh" with no
+        # process), then let the application redistribute onto the smaller communicator.
+        version = self.store.restorable_without(restore_comm, set(lost), lay.nwork)
+        if version is None:
+            raise Unrecoverable(f"no checkpoint version covers the lost logical rank(s) {lost}")
+        state, orphans = self.store.restore_without(restore_comm, version, set(lost), lay.nwork)
+        t2 = time.perf_counter()
+        new_state = self.on_exhausted(restore_comm, state, lost, orphans)
+        lay.world, lay.logical, lay.nwork, self.comm = world, restore_comm.rank, restore_comm.size, restore_comm
+        self._spare_ranks = []
+        self.role = "survivor"
+        self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost, False, version,
+                                        t1 - t0, 0.0, time.perf_counter() - t2, attempts, restore_comm.size))
+        return version, new_state

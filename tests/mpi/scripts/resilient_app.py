@@ -1,0 +1,44 @@
+"""A step loop under planaria's recovery driver; every working rank checks its final state.
+
+Each logical rank L holds x = L + sum(range(steps)) * (L + 1) at the end, whatever failed
+on the way. Prints ``RESULT {json}`` per rank with its role and whether its state is right.
+"""
+import json
+import sys
+
+import numpy as np
+
+import planaria as pl
+from planaria.checkpoint import MemoryStore
+from planaria.recovery.driver import Resilient, SparesExhausted
+
+steps = int(sys.argv[1])
+every = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+mode = sys.argv[3] if len(sys.argv) > 3 else "stop"
+
+res = Resilient(MemoryStore(copies=1), every=every, on_exhausted=mode)
+
+
+def init(comm):
+    return {"x": np.full(1000, float(comm.rank)), "trace": np.zeros(steps)}
+
+
+def step(comm, state, i):
+    state["x"] += i * (comm.rank + 1)
+    state["trace"][i] = comm.allreduce(1)          # working ranks present at this step
+
+
+try:
+    state = res.run(init, step, steps)
+except SparesExhausted as e:
+    print(f"EXHAUSTED {res.world.rank}: {e}", flush=True)
+    sys.exit(0)
+L = res.logical_rank
+if state is None:
+    print("RESULT " + json.dumps({"world": pl.world().rank, "role": res.role, "logical": None}), flush=True)
+else:
+    expect = L + sum(range(steps)) * (L + 1)
+    ok = bool(np.all(state["x"] == expect))
+    print("RESULT " + json.dumps({"world": pl.world().rank, "role": res.role, "logical": L, "ok": ok,
+                                  "recoveries": [r.__dict__ | {"total_s": r.total_s} for r in res.recoveries]}),
+          flush=True)

@@ -1,0 +1,60 @@
+"""Checkpoint stores through real process failures, as mpiexec jobs on real ULFM and on the simulation."""
+from __future__ import annotations
+
+import pytest
+
+from tests.mpi.mpijob import SCRIPTS, mpiexec
+
+pytestmark = [pytest.mark.mpi]
+
+RECOVER = str(SCRIPTS / "checkpoint_recover.py")
+RESTART = str(SCRIPTS / "checkpoint_restart.py")
+
+# case -> (processes, world ranks expected to print OK)
+CASES = {
+    "memory": (7, [0, 3, 4, 5, 6]),          # victims 2 then 1; spares 5, 6
+    "memory2": (8, [0, 2, 4, 5, 6, 7]),
+    "xor": (8, [2, 3, 4, 5, 6, 7]),
+    "xor_two": (8, [1, 3, 4, 5, 6, 7]),
+    "file": (5, [0, 1, 2, 4]),
+    "multi": (8, [1, 3, 4, 5, 6, 7]),
+}
+BACKENDS = ["ulfm", "sim"]
+
+
+def _detail(res) -> str:
+    return f"\n--- stdout\n{res.out}\n--- stderr\n{res.err[-3000:]}"
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_recover_fresh_rank(case: str, backend: str, tmp_path) -> None:
+    n, survivors = CASES[case]
+    res = mpiexec(n, [RECOVER, case, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=120)
+    detail = _detail(res)
+    assert "FAIL" not in res.out, detail
+    assert res.ok_ranks(case) == survivors, f"ranks reporting OK {res.ok_ranks(case)}, expected {survivors}{detail}"
+    assert res.code == 0, f"exit code {res.code}{detail}"
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_file_restart_new_job(backend: str, tmp_path) -> None:
+    """A job writes versions 1..3 and ends; new jobs find the newest complete version and restore it."""
+    from planaria.checkpoint import FileStore
+    from planaria.checkpoint.file import rank_file_name, vdir_name
+    ft = backend == "ulfm"
+    res = mpiexec(4, [RESTART, "write", backend, str(tmp_path)], ft=ft, timeout=60)
+    assert res.ok_ranks("write") == [0, 1, 2, 3] and res.code == 0, _detail(res)
+    assert FileStore.latest_complete(tmp_path) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == [vdir_name(2), vdir_name(3)]
+    res = mpiexec(4, [RESTART, "read:3", backend, str(tmp_path)], ft=ft, timeout=60)
+    assert res.ok_ranks("read:3") == [0, 1, 2, 3] and res.code == 0, _detail(res)
+    # damage rank 2's newest file: the next restart must fall back to version 2
+    p = tmp_path / vdir_name(3) / rank_file_name(2)
+    raw = bytearray(p.read_bytes())
+    raw[len(raw) // 2] ^= 0x40
+    p.write_bytes(raw)
+    res = mpiexec(4, [RESTART, "read:2", backend, str(tmp_path)], ft=ft, timeout=60)
+    assert res.ok_ranks("read:2") == [0, 1, 2, 3] and res.code == 0, _detail(res)

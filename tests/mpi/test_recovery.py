@@ -1,0 +1,65 @@
+"""Recovery driver with spares, as real jobs under `planaria run` on both backends."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.mpi.mpijob import SCRIPTS, root_env
+
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(150)]
+
+
+def run_app(tmp_path, backend: str, n: int, spares: int, kills: list[str], steps: int = 50):
+    cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", str(n), "--spares", str(spares),
+           "--backend", backend, "--timeout", "90"]
+    for k in kills:
+        cmd += ["--inject", k]
+    cmd += ["--", sys.executable, str(SCRIPTS / "resilient_app.py"), str(steps), "5"]
+    env = root_env()
+    env["PLANARIA_HOME"] = str(tmp_path)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    results = [json.loads(line.split("RESULT ", 1)[1]) for line in res.stdout.splitlines() if "RESULT " in line]
+    return res, results
+
+
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_spares_replace_two_failures(tmp_path, backend: str) -> None:
+    res, results = run_app(tmp_path, backend, 6, 2, ["kill:rank=2,iter=12", "kill:rank=4,iter=31"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    assert sorted(working) == list(range(6)), results
+    assert all(r["ok"] for r in working.values()), results
+    assert working[2]["world"] == 6 and working[2]["role"] == "recovered"
+    assert working[4]["world"] == 7 and working[4]["role"] == "recovered"
+    assert {working[k]["role"] for k in (0, 1, 3, 5)} == {"survivor"}
+    versions = [rec["version"] for rec in working[0]["recoveries"]]
+    assert versions == [10, 30]
+
+
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_spares_exhausted_stops_everywhere(tmp_path, backend: str) -> None:
+    res, _ = run_app(tmp_path, backend, 4, 1, ["kill:rank=2,iter=12", "kill:rank=3,iter=31"])
+    stopped = sorted(int(line.split()[2].rstrip(":")) for line in res.stdout.splitlines() if "EXHAUSTED" in line)
+    assert stopped == [0, 1, 4], res.stdout[-3000:]
+
+
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_unused_spare_is_released(tmp_path, backend: str) -> None:
+    res, results = run_app(tmp_path, backend, 3, 1, [], steps=20)
+    assert res.returncode == 0, res.stderr[-3000:]
+    spare = [r for r in results if r["world"] == 3]
+    assert spare and spare[0]["role"] == "spare" and spare[0]["logical"] is None
+
+
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_failures_during_recovery_and_checkpoint_are_survived(tmp_path, backend: str) -> None:
+    kills = ["kill:rank=2,iter=12", "kill:rank=5,phase=recover"]
+    res, results = run_app(tmp_path, backend, 6, 3, kills + ["kill:rank=0,iter=33,phase=checkpoint"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    assert sorted(working) == list(range(6)) and all(r["ok"] for r in working.values()), results
+    assert {working[k]["role"] for k in (0, 2, 5)} == {"recovered"}
+    assert working[1]["recoveries"][0]["attempts"] >= 2      # the recovery itself was hit

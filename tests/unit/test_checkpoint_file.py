@@ -1,0 +1,265 @@
+"""FileStore in one process: bit-exact round trips, corruption and truncation detection, atomicity."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from planaria.checkpoint import CheckpointError, FileStore, pack, unpack
+from planaria.checkpoint.file import MANIFEST, rank_file_name, vdir_name
+
+
+class OneRank:
+    """The collective calls FileStore makes, for a job of one rank."""
+
+    rank, size = 0, 1
+
+    def gather(self, obj, root=0):
+        return [obj]
+
+    def bcast(self, obj=None, root=0):
+        return obj
+
+    def Barrier(self):
+        pass
+
+    def Allreduce(self, sendbuf, recvbuf, op=None):
+        np.copyto(recvbuf, sendbuf)
+
+
+COMM = OneRank()
+
+
+def state_for(version: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(version)
+    return {
+        "u": rng.standard_normal((17, 5)),
+        "ids": rng.integers(-2**40, 2**40, 33, dtype=np.int64),
+        "flags": rng.integers(0, 2, 7).astype(bool),
+        "c": (rng.standard_normal(4) + 1j * rng.standard_normal(4)).astype(np.complex64),
+        "step": np.array(version, dtype=np.int32),
+        "empty": np.zeros((0, 3), dtype=np.float32),
+        "be": np.arange(5, dtype=">u2"),
+        "rec": np.array([(1, 2.5), (3, -1.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
+    }
+
+
+def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    if list(a) != list(b):
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+            return False
+    return True
+
+
+def rank_path(d: Path, v: int, r: int = 0) -> Path:
+    return d / vdir_name(v) / rank_file_name(r)
+
+
+def test_roundtrip_bit_exact(tmp_path: Path) -> None:
+    fs = FileStore(tmp_path)
+    for v in (1, 2):
+        fs.save(COMM, v, state_for(v))
+    assert fs.versions() == {1, 2}
+    assert fs.restorable(COMM, set()) == 2
+    assert same(fs.restore(COMM, 2, set()), state_for(2))
+    assert same(fs.restore(COMM, 1, {0}), state_for(1))
+    assert FileStore.latest_complete(tmp_path) == 1     # restoring 1 dropped the newer version 2
+
+
+def test_nan_payloads_and_noncontiguous(tmp_path: Path) -> None:
+    odd = np.frombuffer(np.array([0x7FF8DEADBEEF0001, 0xFFF0000000000001], dtype=np.uint64).tobytes(),
+                        dtype=np.float64)
+    big = np.arange(60, dtype=np.float64).reshape(6, 10)
+    st_ = {"nan": odd.copy(), "t": big.T, "s": big[::2, 1::3]}
+    fs = FileStore(tmp_path)
+    fs.save(COMM, 5, st_)
+    back = fs.restore(COMM, 5, set())
+    assert back["nan"].tobytes() == odd.tobytes()
+    assert np.array_equal(back["t"], big.T) and back["t"].shape == (10, 6)
+    assert np.array_equal(back["s"], big[::2, 1::3])
+
+
+def test_keeps_two_newest(tmp_path: Path) -> None:
+    fs = FileStore(tmp_path)
+    for v in range(1, 6):
+        fs.save(COMM, v, state_for(v))
+    assert fs.versions() == {4, 5}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [vdir_name(4), vdir_name(5)]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "extend", "delete", "no_manifest", "bad_manifest",
+                                    "header_flip"])
+def test_damaged_newest_falls_back(tmp_path: Path, damage: str) -> None:
+    fs = FileStore(tmp_path)
+    for v in (1, 2):
+        fs.save(COMM, v, state_for(v))
+    p = rank_path(tmp_path, 2)
+    raw = bytearray(p.read_bytes())
+    if damage == "flip":
+        raw[len(raw) - 3] ^= 0x10
+        p.write_bytes(raw)
+    elif damage == "header_flip":
+        raw[20] ^= 0x01
+        p.write_bytes(raw)
+    elif damage == "truncate":
+        p.write_bytes(raw[:-1])
+    elif damage == "extend":
+        p.write_bytes(raw + b"\0")
+    elif damage == "delete":
+        p.unlink()
+    elif damage == "no_manifest":
+        (tmp_path / vdir_name(2) / MANIFEST).unlink()
+    else:
+        (tmp_path / vdir_name(2) / MANIFEST).write_text('{"version": 2, "nra')
+    fresh = FileStore(tmp_path)                       # no cached verification
+    assert fresh.restorable(COMM, set()) == 1
+    assert FileStore.latest_complete(tmp_path) == 1
+    assert same(fresh.restore(COMM, 1, set()), state_for(1))
+    if damage not in ("no_manifest", "bad_manifest"):
+        with pytest.raises(CheckpointError):
+            FileStore(tmp_path).read_rank(2, 0)
+
+
+def test_same_size_flip_after_cached_check_is_still_caught(tmp_path: Path) -> None:
+    """restorable may cache a verification; restore re-hashes what it actually read."""
+    fs = FileStore(tmp_path)
+    fs.save(COMM, 1, state_for(1))
+    assert fs.restorable(COMM, set()) == 1
+    p = rank_path(tmp_path, 1)
+    st0 = p.stat()
+    raw = bytearray(p.read_bytes())
+    raw[-1] ^= 0xFF
+    p.write_bytes(raw)
+    os.utime(p, ns=(st0.st_atime_ns, st0.st_mtime_ns))   # same size, same mtime: the cache cannot tell
+    with pytest.raises(CheckpointError, match="sha256"):
+        fs.restore(COMM, 1, set())
+
+
+def test_leftover_temp_never_counts(tmp_path: Path) -> None:
+    fs = FileStore(tmp_path)
+    fs.save(COMM, 1, state_for(1))
+    # a save of version 2 that died mid-write: only a temporary rank file, no manifest
+    v2 = tmp_path / vdir_name(2)
+    v2.mkdir()
+    good = rank_path(tmp_path, 1).read_bytes()
+    (v2 / f".{rank_file_name(0)}.tmp-12345").write_bytes(good)
+    assert fs.versions() == {1}
+    assert fs.restorable(COMM, set()) == 1
+    assert FileStore.latest_complete(tmp_path) == 1
+    # even a manifest naming the rank file does not make a temporary file count
+    m = json.loads((tmp_path / vdir_name(1) / MANIFEST).read_text())
+    m["version"] = 2
+    (v2 / MANIFEST).write_text(json.dumps(m))
+    assert FileStore(tmp_path).restorable(COMM, set()) == 1
+
+
+def test_rank_file_from_other_version_is_rejected(tmp_path: Path) -> None:
+    fs = FileStore(tmp_path)
+    fs.save(COMM, 1, state_for(1))
+    fs.save(COMM, 2, state_for(2))
+    rank_path(tmp_path, 2).write_bytes(rank_path(tmp_path, 1).read_bytes())
+    assert FileStore(tmp_path).restorable(COMM, set()) == 1
+
+
+def test_manifest_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash while the manifest is being written leaves no manifest: the version does not count."""
+    import planaria.checkpoint.file as fmod
+    fs = FileStore(tmp_path)
+    fs.save(COMM, 1, state_for(1))
+    real = fmod.os.replace
+
+    def crash(src, dst):
+        if str(dst).endswith(MANIFEST):
+            raise OSError("power loss")
+        return real(src, dst)
+    monkeypatch.setattr(fmod.os, "replace", crash)
+    with pytest.raises(OSError, match="power loss"):
+        fs.save(COMM, 2, state_for(2))
+    monkeypatch.undo()
+    assert rank_path(tmp_path, 2).exists()           # the rank file made it
+    assert not (tmp_path / vdir_name(2) / MANIFEST).exists()
+    assert FileStore(tmp_path).restorable(COMM, set()) == 1
+    assert FileStore.latest_complete(tmp_path) == 1
+    assert FileStore(tmp_path).versions() == {1}
+
+
+def test_resave_removes_stale_manifest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Saving a version again (after going back to an older one) never leaves the old manifest valid for new files."""
+    import planaria.checkpoint.file as fmod
+    fs = FileStore(tmp_path)
+    fs.save(COMM, 1, state_for(1))
+    fs.save(COMM, 2, state_for(2))
+    real = fmod._write_atomic
+
+    def die_on_rank_file(path, chunks):
+        if path.name.startswith("rank"):
+            raise OSError("killed")
+        return real(path, chunks)
+    monkeypatch.setattr(fmod, "_write_atomic", die_on_rank_file)
+    with pytest.raises(OSError):
+        fs.save(COMM, 2, state_for(22))
+    monkeypatch.undo()
+    assert FileStore(tmp_path).restorable(COMM, set()) == 1
+
+
+def test_latest_complete_empty_and_missing(tmp_path: Path) -> None:
+    assert FileStore.latest_complete(tmp_path / "nowhere") is None
+    assert FileStore.latest_complete(tmp_path) is None
+    assert FileStore(tmp_path).restorable(COMM, set()) is None
+
+
+def test_object_arrays_refused(tmp_path: Path) -> None:
+    with pytest.raises(TypeError):
+        FileStore(tmp_path).save(COMM, 1, {"o": np.array([object()])})
+
+
+dtypes = st.one_of(hnp.integer_dtypes(endianness="="), hnp.unsigned_integer_dtypes(endianness="="),
+                   hnp.floating_dtypes(endianness="="), hnp.complex_number_dtypes(endianness="="),
+                   hnp.boolean_dtypes(), hnp.byte_string_dtypes(max_len=4), hnp.unicode_string_dtypes(max_len=3))
+arrays = dtypes.flatmap(lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)))
+states = st.dictionaries(st.text(min_size=1, max_size=6), arrays, max_size=4)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(state=states, cut=st.integers(min_value=1, max_value=10_000), flip=st.integers(min_value=0))
+def test_property_roundtrip_and_any_damage_detected(tmp_path_factory, state, cut, flip) -> None:
+    d = tmp_path_factory.mktemp("h")
+    fs = FileStore(d)
+    fs.save(COMM, 1, {"base": np.arange(3)})
+    fs.save(COMM, 2, state)
+    assert same(FileStore(d).read_rank(2, 0), state)
+    meta, buf = pack(state)
+    assert same(unpack(meta, buf), state)
+    p = rank_path(d, 2)
+    raw = bytearray(p.read_bytes())
+    damaged = bytearray(raw)
+    damaged[flip % len(raw)] ^= 1 << (flip % 8)
+    p.write_bytes(damaged)
+    assert FileStore(d).restorable(COMM, set()) == 1
+    p.write_bytes(raw[:max(0, len(raw) - cut)])
+    assert FileStore(d).restorable(COMM, set()) == 1
+    assert FileStore.latest_complete(d) == 1
+    p.write_bytes(raw)
+    assert FileStore.latest_complete(d) == 2
+
+
+def test_unpacked_views_are_aligned_for_mpi() -> None:
+    """Views cut from a buffer at an odd offset are copied so MPI can take them as buffers."""
+    import numpy as np
+
+    from planaria.checkpoint.store import pack, unpack
+    meta, buf = pack({"u": np.arange(5, dtype=np.float64)})
+    shifted = np.zeros(buf.size + 3, dtype=np.uint8)
+    shifted[3:] = buf
+    out = unpack(meta, shifted[3:], copy=False)
+    assert out["u"].flags.aligned and memoryview(out["u"]).format in ("d", "<d")
+    assert np.array_equal(out["u"], np.arange(5, dtype=np.float64))
