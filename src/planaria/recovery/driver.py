@@ -70,6 +70,8 @@ class Resilient:
     ``spares``: how many of the world's processes are spares (default: ``$PLANARIA_SPARES``,
     set by ``planaria run --spares``). ``checkpoint``: a store from ``planaria.checkpoint``
     (``save``/``restorable``/``restore``). ``every``: checkpoint interval in steps.
+    ``resume``: at start, continue from the newest complete version the store holds (a job
+    restarted by ``planaria run --restart`` finds its file checkpoints in the job directory).
     ``on_exhausted``: ``"stop"``, or ``fn(comm, state, lost) -> state`` called on every
     surviving working rank after restoring the agreed version on fewer ranks; ``lost`` lists
     the logical ranks (old numbering) that have no process any more, ``comm`` is the new,
@@ -77,13 +79,16 @@ class Resilient:
     """
 
     def __init__(self, checkpoint: Any, *, every: int = 10, spares: int | None = None,
-                 world: Comm | None = None, on_exhausted: str | Callable[..., State] = "stop") -> None:
+                 world: Comm | None = None, on_exhausted: str | Callable[..., State] = "stop",
+                 resume: bool = True) -> None:
         self.world = world if world is not None else pl.world()
         self.spares = int(os.environ.get("PLANARIA_SPARES", "0") or 0) if spares is None else spares
         if not 0 <= self.spares < self.world.size:
             raise ValueError(f"spares must be in [0, {self.world.size - 1}], got {self.spares}")
         self.store = checkpoint
         self.every = every
+        self.resume = resume
+        self.resumed_from: int | None = None
         self.on_exhausted = on_exhausted
         nwork = self.world.size - self.spares
         logical = self.world.rank if self.world.rank < nwork else None
@@ -112,8 +117,12 @@ class Resilient:
             i, state = resumed
         else:
             try:
-                state = init(self.comm)
-                self._save(0, state)
+                resumed = self._resume_from_store() if self.resume else None
+                if resumed is not None:
+                    i, state = resumed
+                else:
+                    state = init(self.comm)
+                    self._save(0, state)
             except FailureError as err:
                 resumed = self._recover(err, 0)
                 if resumed is None:
@@ -139,6 +148,16 @@ class Resilient:
         return state
 
     # -- internals ---------------------------------------------------------------------------
+    def _resume_from_store(self) -> tuple[int, State] | None:
+        """A restarted job: resume from the newest complete version the store still has (file levels)."""
+        everyone = set(range(self.comm.size))
+        version = self.store.restorable(self.comm, everyone)
+        if version is None:
+            return None
+        state = self.store.restore(self.comm, version, everyone)
+        self.resumed_from = version
+        return version, state
+
     def _save(self, version: int, state: State) -> None:
         pl.phase("checkpoint")
         t = time.perf_counter()
