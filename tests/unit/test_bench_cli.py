@@ -59,3 +59,37 @@ def test_bench_failure_sim_4_ranks() -> None:
     assert job["survivors"] == 3 and job["new_size"] == 3
     assert sum(row["first_errors"].values()) == 3
     assert len(job["per_rank"]) == 3
+
+
+@pytest.mark.timeout(120)
+def test_bench_checkpoint_tiny() -> None:
+    out = _invoke(["checkpoint", "--ranks", "4", "--sizes", "0.25", "--stores", "memory,xor,file",
+                   "--reps", "1", "--warmup", "1", "--json"])
+    assert out["benchmark"] == "checkpoint" and out["ranks"] == 4 and out["backend"] == "ulfm"
+    assert {r["store"] for r in out["rows"]} == {"memory", "xor", "file"}
+    for r in out["rows"]:
+        assert r["size_mb"] == 0.25 and r["bit_exact"], r
+        for k in ("save_s", "restore_lost_s", "restore_all_s", "memcpy_GBps", "restore_vs_memcpy"):
+            assert r[k] > 0, (k, r)
+        assert isinstance(r["restore_goal_met"], bool)
+    assert out["goals"] == {}          # the 10x goal is judged at 32 MB only
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_bench_recovery_tiny(backend: str) -> None:
+    out = _invoke(["recovery", "--ranks", "3", "--spares", "1", "--mb", "0.25", "--store", "memory",
+                   "--repeat", "1", "--backend", backend, "--every", "2", "--kill-step", "3", "--steps", "6",
+                   "--json"])
+    assert out["benchmark"] == "recovery" and out["processes"] == 4
+    assert out["all_ok"] and out["replaced"]
+    (job,) = out["jobs"]
+    assert job["ranks"] == 3 and job["version"] == 2 and job["steps_redone"] == 1
+    assert len(job["per_rank"]) == 3
+    assert sorted(p["role"] for p in job["per_rank"]) == ["recovered", "survivor", "survivor"]
+    s = out["summary"]
+    for k in ("detect_ms_median", "revoke_shrink_ms_max", "restore_ms_max", "kill_to_resumed_ms_max",
+              "memcpy_GBps", "restore_lost_GBps"):
+        assert s[k] > 0, (k, s)
+    assert s["kill_to_resumed_ms_max"] >= s["kill_to_resumed_ms_median"]
+    assert isinstance(out["goal"]["met"], bool)

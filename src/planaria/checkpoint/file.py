@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from planaria.checkpoint.store import (
-    KEEP, CheckpointError, CheckpointStore, Meta, check_fresh, check_version, pack, unpack,
+    KEEP, CheckpointError, CheckpointStore, Meta, check_fresh, check_logical, check_version, pack, unpack,
 )
 from planaria.comm.base import Comm
 
@@ -309,6 +309,45 @@ class FileStore(CheckpointStore):
         if comm.rank == 0:
             self._prune(keep_from=version)
         return out
+
+    # -- continuing on fewer ranks ---------------------------------------------------------------
+    def recoverable_lost_versions(self, comm: Comm, logical: list[int | None], old_size: int) -> set[int]:
+        """Versions written by ``old_size`` ranks whose files check out: each survivor verifies its own
+        file, and the file of lost rank ``f`` is verified by rank ``f % comm.size`` (who reads it)."""
+        lost = check_logical(comm, logical, old_size)
+        cands = None
+        if comm.rank == 0:
+            cands = [v for v in _listed_versions(self.directory)
+                     if (m := read_manifest(self.directory, v)) is not None and m["nranks"] == old_size]
+        cands = comm.bcast(cands, root=0)
+        me = logical[comm.rank]
+        mine_to_read = ([me] if me is not None else []) + [f for f in lost if f % comm.size == comm.rank]
+        flags = np.zeros(len(cands), dtype=np.int32)
+        for k, v in enumerate(cands):
+            m = read_manifest(self.directory, v)
+            flags[k] = int(m is not None and m["nranks"] == old_size
+                           and all(self._rank_ok(v, m, x) for x in mine_to_read))
+        if len(cands):
+            from mpi4py import MPI
+            out = np.zeros_like(flags)
+            comm.Allreduce(flags, out, op=MPI.MIN)
+            flags = out
+        else:
+            comm.Barrier()
+        return {v for v, ok in zip(cands, flags.tolist()) if ok}
+
+    def recover_lost(self, comm: Comm, version: int, logical: list[int | None],
+                     old_size: int) -> tuple[dict[str, np.ndarray] | None, dict[int, dict[str, np.ndarray]]]:
+        """Every survivor reads its own file; the file of lost rank ``f`` is read by rank ``f % comm.size``."""
+        version = check_version(version)
+        lost = check_logical(comm, logical, old_size)
+        me = logical[comm.rank]
+        mine = self.read_rank(version, me, old_size) if me is not None else None
+        found = {f: self.read_rank(version, f, old_size) for f in lost if f % comm.size == comm.rank}
+        comm.Barrier()
+        if comm.rank == 0:
+            self._prune(keep_from=version)
+        return mine, found
 
     # -- restart from scratch ------------------------------------------------------------------
     @staticmethod

@@ -11,7 +11,7 @@ import numpy as np
 
 from planaria.checkpoint.store import (
     KEEP, TAG_DATA, TAG_META, TAG_REBUILD, TAG_RESEED, BufferPool, CheckpointError, CheckpointStore, Meta,
-    check_fresh, check_version, newest, pack, unpack,
+    check_fresh, check_logical, check_version, newest, pack, unpack,
 )
 from planaria.comm.base import Comm
 
@@ -178,3 +178,58 @@ class MemoryStore(CheckpointStore):
         out = unpack(meta, buf)
         comm.Barrier()
         return out
+
+    # -- continuing on fewer ranks ---------------------------------------------------------------
+    def _lost_inventory(self, comm: Comm, logical: list[int | None]) -> list[dict[int, tuple[int, list[int]]]]:
+        mine: dict[int, tuple[int, list[int]]] = {}
+        if logical[comm.rank] is not None:
+            mine = {v: (n, sorted(held)) for v, (n, held) in self._data.items()}
+        return comm.allgather(mine)
+
+    @staticmethod
+    def _lost_usable(inv: list[dict[int, tuple[int, list[int]]]], logical: list[int | None],
+                     old_size: int) -> set[int]:
+        survivors = [rank for rank, lg in enumerate(logical) if lg is not None]
+        if not survivors:
+            return set()
+        out = set()
+        for v in set(inv[survivors[0]]):
+            have: set[int] = set()
+            ok = True
+            for rank in survivors:
+                d = inv[rank]
+                if v not in d or d[v][0] != old_size or logical[rank] not in d[v][1]:
+                    ok = False
+                    break
+                have.update(d[v][1])
+            if ok and have >= set(range(old_size)):
+                out.add(v)
+        return out
+
+    def recoverable_lost_versions(self, comm: Comm, logical: list[int | None], old_size: int) -> set[int]:
+        check_logical(comm, logical, old_size)
+        return self._lost_usable(self._lost_inventory(comm, logical), logical, old_size)
+
+    def recover_lost(self, comm: Comm, version: int, logical: list[int | None],
+                     old_size: int) -> tuple[dict[str, np.ndarray] | None, dict[int, dict[str, np.ndarray]]]:
+        """The lowest-ranked survivor holding a copy of a lost rank returns its state (no messages)."""
+        version = check_version(version)
+        lost = check_logical(comm, logical, old_size)
+        inv = self._lost_inventory(comm, logical)
+        if version not in self._lost_usable(inv, logical, old_size):
+            raise CheckpointError(f"memory checkpoint version {version} cannot rebuild lost rank(s) {lost} "
+                                  f"of {old_size}")
+        me = logical[comm.rank]
+        mine: dict[str, np.ndarray] | None = None
+        found: dict[int, dict[str, np.ndarray]] = {}
+        if me is not None:
+            held = self._data[version][1]
+            mine = unpack(*held[me])
+            for f in lost:
+                source = min(rank for rank, d in enumerate(inv)
+                             if logical[rank] is not None and f in d[version][1])
+                if source == comm.rank:
+                    found[f] = unpack(*held[f])
+        self._data = {v: d for v, d in self._data.items() if v <= version}
+        comm.Barrier()
+        return mine, found

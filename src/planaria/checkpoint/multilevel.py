@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planaria.checkpoint.store import CheckpointError, CheckpointStore, check_fresh, check_version
+from planaria.checkpoint.store import CheckpointError, CheckpointStore, check_fresh, check_logical, check_version
 from planaria.comm.base import Comm
 
 
@@ -12,7 +12,8 @@ class MultiLevel(CheckpointStore):
 
     ``save`` calls each store whose ``every`` divides the version; ``restorable`` is the newest
     version any level can restore; ``restore`` uses the fastest level that has it (memory, then
-    xor, then file; levels of equal speed in the order given). After restoring from a slower
+    xor, then file; levels of equal speed in the order given). ``recoverable_lost`` and
+    ``recover_lost`` (continuing on fewer ranks) pick their level the same way. After restoring from a slower
     level, the faster in-memory levels whose ``every`` divides the version are saved again from
     the restored state (``reseed``), so they protect the job from the next failure.
     """
@@ -71,6 +72,23 @@ class MultiLevel(CheckpointStore):
                 if i < used and version % every == 0 and store.speed_rank < ordered[used][0].speed_rank:
                     store.save(comm, version, state)
         return state
+
+    def recoverable_lost_versions(self, comm: Comm, logical: list[int | None], old_size: int) -> set[int]:
+        check_logical(comm, logical, old_size)
+        out: set[int] = set()
+        for store, _ in self.levels:
+            out |= store.recoverable_lost_versions(comm, logical, old_size)
+        return out
+
+    def recover_lost(self, comm: Comm, version: int, logical: list[int | None],
+                     old_size: int) -> tuple[dict[str, np.ndarray] | None, dict[int, dict[str, np.ndarray]]]:
+        """From the fastest level that can rebuild ``version`` (no reseeding: the layout is gone)."""
+        version = check_version(version)
+        lost = check_logical(comm, logical, old_size)
+        for store, _ in self._by_speed():
+            if version in store.recoverable_lost_versions(comm, logical, old_size):
+                return store.recover_lost(comm, version, logical, old_size)
+        raise CheckpointError(f"no level can rebuild version {version} after losing rank(s) {lost} of {old_size}")
 
     def level_for(self, comm: Comm, version: int, fresh: set[int]) -> CheckpointStore | None:
         """Collective: the store ``restore`` would use for ``version`` (None if none can)."""

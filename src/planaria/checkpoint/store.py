@@ -185,6 +185,62 @@ class CheckpointStore(ABC):
         """
 
 
+    # -- continuing on fewer ranks -------------------------------------------------------------
+    def recoverable_lost_versions(self, comm: Comm, logical: list[int | None], old_size: int) -> set[int]:
+        """Collective over the survivors: every version ``recover_lost`` can bring back (same everywhere).
+
+        See ``recoverable_lost``. Stores that cannot rebuild lost ranks without a process in
+        their place return the empty set.
+        """
+        check_logical(comm, logical, old_size)
+        comm.Barrier()
+        return set()
+
+    def recoverable_lost(self, comm: Comm, logical: list[int | None], old_size: int) -> int | None:
+        """Collective over the survivors: the newest version ``recover_lost`` can bring back (None if none).
+
+        ``comm`` holds the processes left after losing some of the ``old_size`` working ranks
+        for good (no spare in their place), so ``comm.size < old_size``; ``logical[comm.rank]``
+        is the logical rank a process had when the checkpoints were saved, or None for a
+        process that held no logical rank then (a spare joining the smaller job). ``logical``
+        is the same list on every rank. A version qualifies when every survivor still holds its
+        own state and the state of every lost logical rank can be rebuilt from what the
+        survivors hold (or read). The answer is the same on every rank.
+        """
+        vs = self.recoverable_lost_versions(comm, list(logical), old_size)
+        return max(vs) if vs else None
+
+    def recover_lost(self, comm: Comm, version: int, logical: list[int | None],
+                     old_size: int) -> tuple[dict[str, np.ndarray] | None, dict[int, dict[str, np.ndarray]]]:
+        """Collective over the survivors: the states at ``version`` in the old layout of ``old_size`` ranks.
+
+        Returns ``(mine, found)``: ``mine`` is this rank's own state (of logical rank
+        ``logical[comm.rank]``; None when that is None), ``found`` maps lost logical ranks to
+        their states, for the lost ranks this rank rebuilt. Every lost rank's state is returned
+        on exactly one rank of ``comm``. Redistributing the data over the smaller
+        communicator is then the application's business. Versions newer than ``version`` are
+        dropped; versions saved by ``old_size`` ranks are kept but never match a restore on
+        the smaller communicator, and disappear as new versions are saved on it. Raises
+        ``CheckpointError`` when ``version`` is not recoverable.
+        """
+        check_version(version)
+        check_logical(comm, logical, old_size)
+        raise CheckpointError(f"{self.name} checkpoints cannot rebuild lost ranks without a replacement")
+
+
+def check_logical(comm: Comm, logical: list[int | None], old_size: int) -> list[int]:
+    """Validate the old logical ranks of the survivors; return the lost logical ranks (sorted)."""
+    if len(logical) != comm.size:
+        raise ValueError(f"logical lists {len(logical)} ranks, the communicator has {comm.size}")
+    seen = [int(x) for x in logical if x is not None]
+    if len(set(seen)) != len(seen):
+        raise ValueError(f"logical ranks repeat: {logical}")
+    bad = [x for x in seen if not 0 <= x < old_size]
+    if bad:
+        raise ValueError(f"logical ranks {bad} are outside 0..{old_size - 1}")
+    return sorted(set(range(old_size)) - set(seen))
+
+
 def newest(versions: set[int] | list[int], keep: int = KEEP) -> list[int]:
     """The ``keep`` newest of ``versions``, ascending."""
     return sorted(versions)[-keep:] if keep > 0 else []

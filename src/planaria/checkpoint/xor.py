@@ -25,7 +25,7 @@ import numpy as np
 
 from planaria.checkpoint.store import (
     KEEP, TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, BufferPool, CheckpointError, CheckpointStore, Meta,
-    check_fresh, check_version, describe, newest, pack, unpack,
+    check_fresh, check_logical, check_version, describe, newest, pack, unpack,
 )
 from planaria.comm.base import Comm
 
@@ -229,3 +229,83 @@ class XorStore(CheckpointStore):
         out = unpack(e.metas[g.index(r)], e.buf)
         comm.Barrier()
         return out
+
+    # -- continuing on fewer ranks ---------------------------------------------------------------
+    def _vector(self, e: _Entry, g: list[int], me: int, f: int) -> np.ndarray:
+        """What member ``me`` of group ``g`` contributes to rebuilding member ``f`` (see the module docstring)."""
+        c, m = e.c, len(g)
+        mpos, fpos = g.index(me), g.index(f)
+        vec = np.empty(m * c, dtype=np.uint8)
+        q = 0
+        for ipos, i in enumerate(g):
+            if i == f:
+                continue
+            if i == me:
+                vec[q * c:(q + 1) * c] = e.parity
+            else:
+                s = _slot(mpos, ipos)
+                vec[q * c:(q + 1) * c] = e.buf[s * c:(s + 1) * c]
+            q += 1
+        s = _slot(mpos, fpos)
+        vec[(m - 1) * c:] = e.buf[s * c:(s + 1) * c]
+        return vec
+
+    def _lost_usable(self, inv: list[dict[int, int]], logical: list[int | None], old_size: int) -> set[int]:
+        live = [d for d, lg in zip(inv, logical) if lg is not None]
+        if not live:
+            return set()
+        candidates = set(live[0])
+        for d in live[1:]:
+            candidates &= set(d)
+        candidates = {v for v in candidates if all(d[v] == old_size for d in live)}
+        present = {lg for lg in logical if lg is not None}
+        for g in groups(old_size, self.group_size):
+            gone = [x for x in g if x not in present]
+            if len(gone) > 1 or (gone and len(g) < 2):
+                return set()
+        return candidates
+
+    def _lost_inventory(self, comm: Comm, logical: list[int | None]) -> list[dict[int, int]]:
+        mine = {} if logical[comm.rank] is None else {v: e.n for v, e in self._data.items()}
+        return comm.allgather(mine)
+
+    def recoverable_lost_versions(self, comm: Comm, logical: list[int | None], old_size: int) -> set[int]:
+        check_logical(comm, logical, old_size)
+        return self._lost_usable(self._lost_inventory(comm, logical), logical, old_size)
+
+    def recover_lost(self, comm: Comm, version: int, logical: list[int | None],
+                     old_size: int) -> tuple[dict[str, np.ndarray] | None, dict[int, dict[str, np.ndarray]]]:
+        """A lost member's state is XORed together on the lowest surviving member of its group."""
+        version = check_version(version)
+        lost = check_logical(comm, logical, old_size)
+        if version not in self._lost_usable(self._lost_inventory(comm, logical), logical, old_size):
+            raise CheckpointError(f"xor checkpoint version {version} cannot rebuild lost rank(s) {lost} "
+                                  f"of {old_size}")
+        me = logical[comm.rank]
+        mine: dict[str, np.ndarray] | None = None
+        found: dict[int, dict[str, np.ndarray]] = {}
+        if me is not None:
+            where = {lg: rank for rank, lg in enumerate(logical) if lg is not None}
+            g = group_of(me, old_size, self.group_size)
+            e = self._data[version]
+            mine = unpack(e.metas[g.index(me)], e.buf)
+            gone = [x for x in g if x not in where]
+            if gone:
+                f = gone[0]
+                members = sorted(where[x] for x in g if x != f)      # comm ranks of the survivors
+                vec = self._vector(e, g, me, f)
+                self._inflight = [vec]
+                if comm.rank == members[0]:
+                    bufs = {x: np.empty_like(vec) for x in members[1:]}
+                    self._inflight.append(bufs)
+                    reqs = [comm.Irecv(bufs[x], source=x, tag=TAG_RESEED) for x in members[1:]]
+                    for req, x in zip(reqs, members[1:]):
+                        req.Wait()
+                        _xor_into(vec, bufs.pop(x))
+                    found[f] = unpack(e.metas[g.index(f)], vec[:(len(g) - 1) * e.c])
+                else:
+                    comm.Send(vec, dest=members[0], tag=TAG_RESEED)
+        self._inflight = []
+        self._data = {v: e for v, e in self._data.items() if v <= version}
+        comm.Barrier()
+        return mine, found

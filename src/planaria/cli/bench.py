@@ -1,4 +1,5 @@
-"""``planaria bench failure|overhead``: measure failure detection/shrink time and the cost of ``planaria.Comm``."""
+"""``planaria bench failure|overhead|checkpoint|recovery``: failure detection/shrink time, the cost of
+``planaria.Comm``, checkpoint save/restore time, and the time from a kill to the first resumed step."""
 from __future__ import annotations
 
 import sys
@@ -7,8 +8,9 @@ import typer
 
 app = typer.Typer(
     name="bench",
-    help="Benchmarks: failure detection and shrink time, and the per-call cost of planaria.Comm "
-         "against raw mpi4py. Each launches mpiexec jobs on this machine.",
+    help="Benchmarks: failure detection and shrink time, the per-call cost of planaria.Comm "
+         "against raw mpi4py, checkpoint save/restore time, and recovery time under Resilient. "
+         "Each launches mpiexec jobs on this machine.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -66,3 +68,66 @@ def overhead(
         print(f"planaria bench overhead: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
     ob.show(result, json_out)
+
+
+@app.command("checkpoint")
+def checkpoint(
+    ranks: int = typer.Option(8, "--ranks", help="Ranks in the job."),
+    sizes: str = typer.Option("2,32,256", "--sizes", help="State size per rank in MB, comma-separated."),
+    stores: str = typer.Option("memory,xor,file", "--stores", help="Stores, comma-separated: memory, xor, file."),
+    backend: str = typer.Option("ulfm", "--backend", help="ulfm (mpiexec --with-ft ulfm) or sim."),
+    reps: int = typer.Option(3, "--reps", help="Timed saves and restores per store and size (median reported)."),
+    warmup: int = typer.Option(2, "--warmup", help="Untimed first saves per store and size (first touch of new memory)."),
+    timeout: float = typer.Option(3600.0, "--timeout", help="Seconds allowed for the job."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Checkpoint save time, and restore time of a rank that lost its state, per store and size, next to memcpy.
+
+    Example: planaria bench checkpoint --ranks 8 --sizes 2,32,256
+    """
+    from planaria.bench import checkpoint as cb
+    from planaria.bench._launch import BenchError
+    try:
+        try:
+            size_list = [float(x) for x in sizes.replace(" ", "").split(",") if x]
+        except ValueError:
+            raise ValueError(f"bad size list {sizes!r} (expected MB per rank, e.g. 2,32,256)") from None
+        store_list = [s for s in stores.replace(" ", "").split(",") if s]
+        if not json_out:
+            print(f"checkpoint: {ranks} ranks, {sizes} MB/rank, {','.join(store_list)}, {backend}",
+                  file=sys.stderr, flush=True)
+        result = cb.run_checkpoint_bench(ranks, size_list, store_list, backend, reps=reps, warmup=warmup,
+                                         timeout=timeout)
+    except (BenchError, ValueError) as e:
+        print(f"planaria bench checkpoint: {e}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    cb.show(result, json_out)
+
+
+@app.command("recovery")
+def recovery(
+    ranks: int = typer.Option(8, "--ranks", help="Working ranks; logical rank 1 is killed."),
+    spares: int = typer.Option(1, "--spares", help="Spare processes on top of the working ranks."),
+    mb: float = typer.Option(2.0, "--mb", help="State per working rank in MB."),
+    store: str = typer.Option("memory", "--store", help="Checkpoint store: memory, xor or file."),
+    repeat: int = typer.Option(3, "--repeat", help="Separate launches; the median over them is reported."),
+    backend: str = typer.Option("ulfm", "--backend", help="ulfm (mpiexec --with-ft ulfm) or sim."),
+    every: int = typer.Option(5, "--every", help="Checkpoint interval in steps."),
+    kill_step: int = typer.Option(12, "--kill-step", help="Step at whose start the victim dies."),
+    steps: int = typer.Option(30, "--steps", help="Steps in the run."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per launch."),
+    json_out: bool = typer.Option(False, "--json", help="Print the full result (every job, every rank) as JSON."),
+) -> None:
+    """Time from a working rank's death to the first resumed step under Resilient, and its parts.
+
+    Example: planaria bench recovery --ranks 8 --spares 1 --mb 2 --store memory
+    """
+    from planaria.bench import recovery as rb
+    from planaria.bench._launch import BenchError
+    try:
+        result = rb.run(ranks, spares, mb, store, repeat, backend, every, kill_step, steps, timeout=timeout,
+                        progress=_progress(json_out))
+    except (BenchError, ValueError) as e:
+        print(f"planaria bench recovery: {e}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    rb.show(result, json_out)

@@ -32,13 +32,18 @@ def demo(
                                                           "failures and recoveries."),
     timeout: float = typer.Option(600.0, "--timeout", help="Bound on the whole job, seconds."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    when_exhausted: str = typer.Option("stop", "--when-exhausted",
+                                       help="When more ranks fail than there are spares: stop (exit 3), or "
+                                            "continue on fewer ranks (the rod is split again over the "
+                                            "processes left)."),
 ) -> None:
     """Solve the heat equation in a rod on N working ranks plus spares, kill ranks on the way, recover, check.
 
     A failed rank is replaced by a spare that takes its place in the rod; everyone restores the
     newest checkpoint every rank can still reach and resumes. The final temperature field must
     equal a failure-free serial run bit for bit; the exit status is 0 only if it does (3 when
-    more ranks fail than there are spares).
+    more ranks fail than there are spares, unless --when-exhausted continue: then the job goes
+    on with fewer working ranks).
 
     Examples:
 
@@ -49,15 +54,22 @@ def demo(
       planaria demo --inject 'kill:rank=1,iter=50' --inject 'kill:rank=3,phase=recover'
 
       planaria demo --inject none --json
+
+      planaria demo --spares 1 --when-exhausted continue
     """
     from planaria.launch.runner import RunOptions, run_job
 
     if checkpoint not in ("memory", "xor", "file", "multi"):
         typer.echo(f"planaria demo: unknown --checkpoint {checkpoint!r} (expected memory, xor, file or multi)", err=True)
         raise typer.Exit(2)
+    if when_exhausted not in ("stop", "continue"):
+        typer.echo(f"planaria demo: unknown --when-exhausted {when_exhausted!r} (expected stop or continue)",
+                   err=True)
+        raise typer.Exit(2)
     plan = DEFAULT_INJECT if not inject else ([] if inject == ["none"] else list(inject))
     cmd = [sys.executable, "-m", "planaria.demo.heat", "--steps", str(steps), "--every", str(every),
-           "--cells-per-rank", str(cells_per_rank), "--checkpoint", checkpoint, "--file-every", str(file_every)]
+           "--cells-per-rank", str(cells_per_rank), "--checkpoint", checkpoint, "--file-every", str(file_every),
+           "--when-exhausted", when_exhausted]
     opts = RunOptions(command=cmd, nprocs=np_, spares=spares, backend=backend, inject=plan, timeout=timeout,
                       json=json_out, emit_summary=False)
     code = run_job(opts)
@@ -111,14 +123,18 @@ def _print(report: dict[str, Any]) -> None:
         con.print(f"[bold red]{report.get('outcome')}[/]: {report.get('message')}")
         con.print(f"job directory: {report['jobdir']}")
         return
+    end = report.get("ranks_end", report["ranks"])
     t = Table(title=f"heat in a rod: {report['cells']:,} cells, {report['steps']} steps, {report['ranks']} working "
-                    f"+ {report['spares']} spare ranks, {report['checkpoint']} checkpoints ({report['backend']})")
+                    f"+ {report['spares']} spare ranks" + (f" ({end} working at the end)" if end != report["ranks"]
+                                                           else "")
+                    + f", {report['checkpoint']} checkpoints ({report['backend']})")
     for col in ("failure", "lost rank", "at step", "detection ms", "revoke+shrink ms", "substitution ms",
                 "restore ms", "recovery ms", "resumed from", "attempts"):
         t.add_column(col, justify="right")
     for k, ev in enumerate(report["failures"], 1):
         det = ev.get("detection_s")
-        t.add_row(str(k), ",".join(map(str, ev["lost"])) or "-", str(ev["detected_at"]),
+        t.add_row(str(k) + (" (continued on fewer)" if ev.get("continued") else ""),
+                  ",".join(map(str, ev["lost"])) or "-", str(ev["detected_at"]),
                   "-" if det is None else f"{det * 1e3:.1f}", f"{ev['revoke_shrink_s'] * 1e3:.1f}",
                   f"{ev['substitution_s'] * 1e3:.1f}", f"{ev['restore_s'] * 1e3:.1f}", f"{ev['total_s'] * 1e3:.1f}",
                   str(ev["version"]), str(ev["attempts"]))

@@ -22,6 +22,9 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print the job summary as JSON on stdout (application output goes to stderr)."),
     mpiexec_arg: list[str] = typer.Option([], "--mpiexec-arg", help="Extra raw argument for mpiexec. Repeatable."),
     control: Optional[str] = typer.Option(None, "--control", help="Controller address (default ipc://<jobdir>/control.sock; e.g. tcp://127.0.0.1:*)."),
+    restart: int = typer.Option(0, "--restart", help="After a node failure, relaunch the job at most N times on the hosts left (same job directory; the application resumes from its file checkpoints)."),
+    reinject: bool = typer.Option(False, "--reinject", help="Pass the --inject plan to restarted attempts too (default: only the first attempt injects)."),
+    netns: Optional[str] = typer.Option(None, "--netns", help="Run on the test hosts NAME1,NAME2 made by 'planaria hosts up' (network namespaces)."),
 ) -> None:
     """Run an MPI program (the command after --) with failure tracking.
 
@@ -39,8 +42,14 @@ def run(
 
       planaria run -n 4 --json -- python app.py > summary.json
 
-    Exit status: 0 finished; the survivors' exit code if non-zero; 1 no rank finished;
-    2 usage or launch error; 124 --timeout; 130 interrupted (Ctrl-C).
+      planaria run -n 4 --netns pl-h1,pl-h2 --restart 1 -- python app.py
+
+    With --restart N, a job that ends by a node failure (no rank finished, and mpiexec reported a
+    lost daemon or ranks were lost) is launched again in the same job directory on the hosts that
+    still answer, at most N times; --timeout bounds all attempts together.
+
+    Exit status (of the last attempt): 0 finished; the survivors' exit code if non-zero; 1 no rank
+    finished; 2 usage or launch error; 124 --timeout; 130 interrupted (Ctrl-C).
     """
     from planaria.launch.runner import RunOptions, run_job
 
@@ -49,7 +58,8 @@ def run(
         command = command[1:]
     opts = RunOptions(command=command, nprocs=nprocs, spares=spares, backend=backend,
                       inject=list(inject), timeout=timeout, hosts=hosts, json=json_out,
-                      mpiexec_args=list(mpiexec_arg), control=control)
+                      mpiexec_args=list(mpiexec_arg), control=control, restart=restart,
+                      reinject=reinject, netns=netns)
     raise typer.Exit(run_job(opts))
 
 

@@ -5,7 +5,9 @@ split in blocks over N working ranks (one halo cell each side); K more processes
 spares. The step loop runs under ``planaria.recovery.Resilient``: coordinated checkpoints
 every ``--every`` steps in partner memory, XOR groups or files; on a failure the living
 processes revoke, shrink, a spare takes the lost block's logical rank, everyone agrees on
-the newest restorable version, restores and resumes.
+the newest restorable version, restores and resumes. With ``--when-exhausted continue``, a
+failure no spare can cover shrinks the job instead: the store rebuilds the lost blocks on the
+survivors, and the rod is split again over the processes left (``redistribute``).
 
 The update is element-wise, so the result does not depend on the decomposition or on what
 was recomputed: the final field must equal, bit for bit, a serial run of the same problem.
@@ -69,6 +71,42 @@ def exchange_halos(c: pl.Comm, p: np.ndarray) -> None:
         c.Send(p[1:2], dest=left, tag=2)
 
 
+def redistribute(comm: pl.Comm, cells: int, mine: dict[str, np.ndarray] | None,
+                 found: dict[int, dict[str, np.ndarray]], lost: list[int], old_size: int) -> dict[str, np.ndarray]:
+    """This rank's padded block after the rod is split again over ``comm`` (collective).
+
+    ``mine`` and ``found`` are blocks of the old split over ``old_size`` ranks (see
+    ``Resilient``): comm rank ``i`` < number of survivors had old logical rank
+    ``survivors[i]``. Each rank sends every other rank exactly the cells it will own.
+    """
+    survivors = [x for x in range(old_size) if x not in lost]
+    pieces: list[tuple[int, np.ndarray]] = []
+    if mine is not None:
+        pieces.append((bounds(cells, old_size, survivors[comm.rank])[0], mine["u"][1:-1]))
+    for old, st in sorted(found.items()):
+        pieces.append((bounds(cells, old_size, old)[0], st["u"][1:-1]))
+    out: list[list[tuple[int, np.ndarray]]] = []
+    for dest in range(comm.size):
+        lo, hi = bounds(cells, comm.size, dest)
+        part = []
+        for plo, block in pieces:
+            a, b = max(lo, plo), min(hi, plo + len(block))
+            if a < b:
+                part.append((a, block[a - plo:b - plo].copy()))
+        out.append(part)
+    got = comm.alltoall(out)
+    lo, hi = bounds(cells, comm.size, comm.rank)
+    padded = np.zeros(hi - lo + 2)
+    filled = 0
+    for part in got:
+        for a, block in part:
+            padded[1 + a - lo:1 + a - lo + len(block)] = block
+            filled += len(block)
+    if filled != hi - lo:
+        raise RuntimeError(f"redistribution filled {filled} of the {hi - lo} cells of rank {comm.rank}")
+    return {"u": padded}
+
+
 def make_store(kind: str, every: int, file_every: int, directory: str) -> Any:
     """The checkpoint store named on the command line."""
     if kind == "memory":
@@ -92,13 +130,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--r", type=float, default=0.25)
     ap.add_argument("--seed", type=int, default=2015)
     ap.add_argument("--backend", default="auto")
+    ap.add_argument("--when-exhausted", choices=("stop", "continue"), default="stop",
+                    help="when more ranks fail than there are spares: stop, or continue on fewer ranks")
     args = ap.parse_args(argv)
 
     world = pl.world(args.backend)
     jobdir = os.environ.get("PLANARIA_JOB_DIR") or tempfile.mkdtemp(prefix="planaria-demo-")
     store = make_store(args.checkpoint, args.every, args.file_every, os.path.join(jobdir, "checkpoints"))
     every = args.every if args.checkpoint != "multi" else min(args.every, args.file_every)
-    res = Resilient(store, every=every)
+
+    def continue_on_fewer(comm: pl.Comm, version: int, mine: dict[str, np.ndarray] | None,
+                          found: dict[int, dict[str, np.ndarray]], lost: list[int],
+                          old_size: int) -> dict[str, np.ndarray]:
+        return redistribute(comm, cells, mine, found, lost, old_size)
+
+    res = Resilient(store, every=every, world=world,
+                    on_exhausted=continue_on_fewer if args.when_exhausted == "continue" else "stop")
     nwork = world.size - res.spares
     cells = args.cells_per_rank * nwork
     timeline: list[tuple[float, int]] = []
@@ -149,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                                "t_detect": min(x["t_detect"] for x in same)})
     cks = [t for m in everyone for t in m["checkpoints"]]
     report = {"outcome": "finished", "cells": cells, "steps": args.steps, "every": every,
-              "checkpoint": args.checkpoint, "ranks": nwork, "spares": res.spares,
+              "checkpoint": args.checkpoint, "ranks": nwork, "ranks_end": comm.size, "spares": res.spares,
+              "when_exhausted": args.when_exhausted,
               "backend": world.backend, "elapsed_s": elapsed, "t_start": t_start,
               "checkpoint_s": {"count": len(longest["checkpoints"]),
                                "median": float(np.median(cks)) if cks else None, "max": max(cks, default=None)},
@@ -163,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                               np.linspace(0, cells - 1, min(cells, 2000)).astype(int)].tolist()}}
     _write(jobdir, report)
     print(f"final field {'equals' if equal else 'DIFFERS FROM'} the failure-free serial run bit for bit "
-          f"({len(failures)} failure(s) survived on {nwork} working ranks)", flush=True)
+          f"({len(failures)} failure(s) survived on {nwork} working ranks"
+          + (f", {comm.size} at the end" if comm.size != nwork else "") + ")", flush=True)
     return 0 if equal else 1
 
 

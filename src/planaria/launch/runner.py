@@ -1,16 +1,25 @@
-"""``planaria run``: job directory, controller, mpiexec, output streaming, teardown, summary."""
+"""``planaria run``: job directory, controller, mpiexec, output streaming, teardown, summary.
+
+With ``--restart N`` a job that ends by a node failure is launched again (at most N times) in the
+same job directory on the hosts that are still reachable; see ``docs/launcher.md``.
+"""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import shlex
 import shutil
+import socket
 import signal
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from planaria.launch.controller import Controller
@@ -20,6 +29,7 @@ from planaria.launch.mpiexec import (
     LaunchError,
     allocation_hosts,
     build_mpiexec_cmd,
+    parse_hosts,
     resolve_backend,
 )
 
@@ -29,6 +39,9 @@ EXIT_USAGE = 2
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
 KILL_GRACE = 3.0
+PROBE_TIMEOUT = 8.0          # seconds for one host probe after a failed attempt
+MIN_RESTART_TIME = 2.0       # no restart when less than this is left of --timeout
+ATTEMPTS_LOG = "attempts.jsonl"
 
 _TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>: ?(.*)$", re.DOTALL)
 
@@ -51,6 +64,9 @@ class RunOptions:
     ssh_agent: str | None = None
     control: str | None = None
     job_root: str | None = None
+    restart: int = 0            # relaunch at most this many times after a node failure
+    reinject: bool = False      # pass the --inject plan to restarted attempts too
+    netns: str | None = None    # NAME1,NAME2: run on the test hosts made by `planaria hosts up`
 
 
 def _err(msg: str) -> None:
@@ -65,6 +81,38 @@ def tag_line(line: str) -> tuple[int | None, str, str]:
     return int(m.group(2)), m.group(3), m.group(4)
 
 
+# Open MPI (PRRTE) messages telling that a host's runtime daemon is gone; the job is then aborted.
+_DAEMON_LOSS = ("lost communication with a remote daemon", "daemon failed to report back")
+_DAEMON_HOST = (re.compile(r"^\s*Remote daemon:.*\bon node (\S+)"),
+                re.compile(r"^\s*Remote host:\s+(\S+)"))
+_RANK_SIGNALLED = re.compile(r"process rank \d+ with PID \d+ on node \S+ exited on signal")
+
+
+class _RuntimeWatch:
+    """Picks daemon-loss reports (and the hosts they name) out of mpiexec's untagged output."""
+
+    def __init__(self) -> None:
+        self.daemon_loss = False
+        self.lost_hosts: list[str] = []
+        self.rank_signalled = False
+        self._armed = 0
+
+    def feed(self, line: str) -> None:
+        low = line.lower()
+        if any(k in low for k in _DAEMON_LOSS):
+            self.daemon_loss = True
+            self._armed = 12      # the host names follow within a few lines
+            return
+        if _RANK_SIGNALLED.search(line):
+            self.rank_signalled = True
+        if self._armed:
+            self._armed -= 1
+            for rx in _DAEMON_HOST:
+                m = rx.match(line)
+                if m and m.group(1) not in self.lost_hosts:
+                    self.lost_hosts.append(m.group(1))
+
+
 class _Output:
     """Streams mpiexec's output to our terminal, re-tagged, and mirrors it to output.log."""
 
@@ -72,6 +120,7 @@ class _Output:
         self._log = open(jobdir.output_path, "a", encoding="utf-8", errors="replace")
         self._lock = threading.Lock()
         self._json = json_mode
+        self.watch = _RuntimeWatch()
 
     def pump(self, stream: Any, is_err: bool) -> None:
         """Copy every line of ``stream`` (until EOF)."""
@@ -79,6 +128,8 @@ class _Output:
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
             rank, kind, text = tag_line(line)
             if rank is None:
+                with self._lock:
+                    self.watch.feed(line)
                 shown, dest = line, sys.stderr if (is_err or self._json) else sys.stdout
             elif kind == "stdout":
                 shown, dest = f"[{rank}] {text}", sys.stderr if self._json else sys.stdout
@@ -172,7 +223,8 @@ def _how(info: dict[str, Any]) -> str:
 
 
 def build_summary(jobdir: JobDir, opts: RunOptions, table: dict[int, dict[str, Any]], t0: float,
-                  status: int, outcome: str, mpiexec_rc: int | None) -> dict[str, Any]:
+                  status: int, outcome: str, mpiexec_rc: int | None,
+                  attempts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The summary.json content."""
     ranks = []
     for r in sorted(table):
@@ -184,11 +236,15 @@ def build_summary(jobdir: JobDir, opts: RunOptions, table: dict[int, dict[str, A
             "t": round(when - t0, 3) if when else None, "how": _how(info),
             "injected": info.get("injected"),
         })
-    return {
+    out = {
         "job": jobdir.id, "jobdir": str(jobdir.path), "status": status, "outcome": outcome,
         "mpiexec_rc": mpiexec_rc, "nranks": opts.nprocs, "spares": opts.spares,
         "elapsed": round(time.time() - t0, 3), "ranks": ranks,
     }
+    if attempts is not None:
+        out["attempts"] = attempts
+        out["restarts"] = max(0, len(attempts) - 1)
+    return out
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -218,14 +274,234 @@ def print_summary(summary: dict[str, Any]) -> None:
     console.print(f"job directory: {summary['jobdir']}")
 
 
+# --------------------------------------------------------------------------- hosts and restarts
+
+
+def hosts_state_root() -> Path:
+    """Where ``planaria hosts up`` keeps its host sets (``$PLANARIA_HOSTS_DIR``)."""
+    return Path(os.environ.get("PLANARIA_HOSTS_DIR", "/run/planaria-hosts"))
+
+
+def load_netns_hosts(spec: str) -> Any:
+    """The running host set named ``NAME1,NAME2`` (or just its first name), made by ``planaria hosts up``."""
+    from planaria.launch import netns
+
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names or len(names) > 2:
+        raise LaunchError(f"bad --netns {spec!r} (expected NAME1,NAME2 of 'planaria hosts up')")
+    try:
+        hs = netns.load_hosts(hosts_state_root() / names[0])
+    except (netns.HostSetError, ValueError, KeyError, OSError) as exc:
+        raise LaunchError(f"no test hosts {spec!r}: {exc} (create them with "
+                          f"'planaria hosts up --names NAME1,NAME2')") from None
+    if len(names) == 2 and list(hs.names) != names:
+        raise LaunchError(f"the host set of {names[0]} is {','.join(hs.names)}, not {spec}")
+    if not hs.exists():
+        raise LaunchError(f"test hosts {','.join(hs.names)} are down (run 'planaria hosts up')")
+    return hs
+
+
+def _netns_extra_args(hs: Any) -> list[str]:
+    """The host set's mpiexec arguments without ``--host`` and the ssh agent (set per attempt)."""
+    args = list(hs.mpiexec_args(1))
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] == "--host":
+            i += 2
+        elif args[i] == "--prtemca" and i + 1 < len(args) and args[i + 1] == "plm_ssh_agent":
+            i += 3
+        else:
+            out.append(args[i])
+            i += 1
+    return out
+
+
+def _is_local(host: str) -> bool:
+    if host in ("localhost", "127.0.0.1", "::1") or host.startswith("127."):
+        return True
+    try:
+        mine = {socket.gethostname(), socket.getfqdn()}
+    except OSError:
+        mine = set()
+    return host in mine or host.split(".")[0] in {m.split(".")[0] for m in mine}
+
+
+def probe_host(host: str, *, hostset: Any = None, ssh_agent: str | None = None,
+               timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether ``host`` still runs commands: ``true`` through the launch path, bounded by ``timeout``.
+
+    Test hosts (network namespaces): the namespace exists and a command runs inside it.
+    Other hosts: this machine always answers; a remote host must run ``true`` through the ssh
+    agent (``--prtemca plm_ssh_agent``/``PRTE_MCA_plm_ssh_agent``, default ``ssh`` in batch mode).
+    """
+    if hostset is not None:
+        from planaria.launch import netns
+
+        if host not in netns.list_namespaces():
+            return False
+        try:
+            cp = hostset.run(host, ["true"], timeout=timeout, check=False)
+        except (OSError, subprocess.SubprocessError, netns.HostSetError):
+            return False
+        return cp.returncode == 0
+    if _is_local(host):
+        return True
+    agent = ssh_agent or os.environ.get("PRTE_MCA_plm_ssh_agent") or "ssh"
+    argv = shlex.split(agent.split(":")[0].strip() or "ssh")
+    if os.path.basename(argv[0]) == "ssh":
+        argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}"]
+    argv += [host, "true"]
+    try:
+        cp2 = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, timeout=timeout + 2)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return cp2.returncode == 0
+
+
+@dataclass
+class _Layout:
+    """The hosts of the next attempt and how to reach them."""
+
+    hosts: list[tuple[str, int]] | None      # None: mpiexec's default (this machine or the allocation)
+    explicit: bool                           # pass them as --host (else the first attempt's way)
+    hostset: Any = None                      # netns HostSet for --netns
+
+    def names(self) -> list[str]:
+        return [h for h, _ in self.hosts or []]
+
+    def hosts_arg(self, opts: RunOptions) -> str | None:
+        if self.hosts and self.explicit:
+            return ",".join(f"{h}:{s}" for h, s in self.hosts)
+        return opts.hosts
+
+    def launch_prefix(self, opts: RunOptions) -> list[str]:
+        if self.hostset is not None and self.hosts:
+            return self.hostset.exec_prefix(self.hosts[0][0])
+        return list(opts.launch_prefix)
+
+    def ssh_agent(self, opts: RunOptions) -> str | None:
+        return str(self.hostset.agent_path) if self.hostset is not None else opts.ssh_agent
+
+    def mpiexec_args(self, opts: RunOptions) -> list[str]:
+        extra = _netns_extra_args(self.hostset) if self.hostset is not None else []
+        return extra + list(opts.mpiexec_args)
+
+    def drop(self, gone: set[str]) -> None:
+        self.hosts = [(h, s) for h, s in self.hosts or [] if h not in gone]
+        self.explicit = True
+
+
+def _initial_layout(opts: RunOptions, total: int, hostset: Any) -> _Layout:
+    if hostset is not None:
+        per = math.ceil(total / len(hostset.names))
+        return _Layout([(n, per) for n in hostset.names], True, hostset)
+    if opts.hosts:
+        return _Layout(parse_hosts(opts.hosts), False)
+    if opts.restart > 0:
+        alloc = allocation_hosts(os.environ)
+        if alloc:
+            return _Layout(alloc, False)
+    return _Layout(None, False)
+
+
+@dataclass
+class _Attempt:
+    """What one mpiexec run left behind."""
+
+    number: int
+    argv: list[str]
+    hosts: list[str] | None
+    inject: str
+    t_start: float
+    t_end: float = 0.0
+    outcome: str = "finished"
+    status: int = EXIT_FAILED
+    mpiexec_rc: int | None = None
+    table: dict[int, dict[str, Any]] = field(default_factory=dict)
+    daemon_loss: bool = False
+    lost_hosts: list[str] = field(default_factory=list)
+    rank_signalled: bool = False
+
+
+def node_failure(att: _Attempt) -> str | None:
+    """Why ``att`` counts as ended by a node failure (so it may be restarted), or None.
+
+    The rule: the attempt was not stopped by --timeout or Ctrl-C, its status is not 0, no rank
+    finished (said bye, or exited cleanly), and there is evidence that processes were lost:
+    mpiexec reported a lost runtime daemon, or a rank was lost or failed, or a rank or mpiexec
+    itself was killed by a signal.
+    """
+    if att.outcome != "finished" or att.status == EXIT_OK:
+        return None
+    if any(info["state"] == "finished" for info in att.table.values()):
+        return None
+    if att.daemon_loss:
+        where = f" on {', '.join(att.lost_hosts)}" if att.lost_hosts else ""
+        return f"the MPI runtime lost its daemon{where} and aborted the job"
+    bad = sorted(r for r, info in att.table.items() if info["state"] in ("lost", "failed"))
+    if bad:
+        return f"{len(bad)} rank(s) lost or failed and no rank finished"
+    if att.rank_signalled:
+        return "a rank was killed by a signal and no rank finished"
+    if att.mpiexec_rc is not None and att.mpiexec_rc < 0:
+        return f"mpiexec was killed by signal {-att.mpiexec_rc}"
+    return None
+
+
+def gone_hosts(att: _Attempt, layout: _Layout, opts: RunOptions) -> list[str]:
+    """Hosts of ``layout`` to drop after ``att``: named in a daemon-loss report, or failing a probe.
+
+    With test hosts the first host also runs mpiexec: if mpiexec was killed by a signal we did not
+    send, that host is taken as gone.
+    """
+    names = layout.names()
+    gone = {h for h in att.lost_hosts if h in names}
+    if layout.hostset is not None and names and att.mpiexec_rc is not None and att.mpiexec_rc < 0:
+        gone.add(names[0])
+    rest = [h for h in names if h not in gone]
+    if rest:
+        agent = layout.ssh_agent(opts)
+        with ThreadPoolExecutor(max_workers=min(16, len(rest))) as pool:
+            alive = list(pool.map(lambda h: probe_host(h, hostset=layout.hostset, ssh_agent=agent), rest))
+        gone.update(h for h, ok in zip(rest, alive) if not ok)
+    return [h for h in names if h in gone]
+
+
+def _append_attempt(jobdir: JobDir, record: dict[str, Any]) -> None:
+    line = json.dumps(_jsonable(record), sort_keys=True, default=str) + "\n"
+    with open(jobdir.file(ATTEMPTS_LOG), "a", encoding="utf-8") as fh:
+        fh.write(line)
+
+
+def _attempt_record(att: _Attempt, t0: float) -> dict[str, Any]:
+    states: dict[str, int] = {}
+    for info in att.table.values():
+        states[info["state"]] = states.get(info["state"], 0) + 1
+    return {
+        "attempt": att.number, "restart": att.number - 1, "hosts": att.hosts, "argv": att.argv,
+        "inject": att.inject, "t_start": round(att.t_start - t0, 3), "t_end": round(att.t_end - t0, 3),
+        "outcome": att.outcome, "status": att.status, "mpiexec_rc": att.mpiexec_rc,
+        "ranks": states, "daemon_loss": att.daemon_loss, "daemon_lost_hosts": att.lost_hosts,
+        "node_failure": None, "dropped_hosts": [], "next": "stop",
+    }
+
+
+# --------------------------------------------------------------------------- the job
+
+
 def run_job(opts: RunOptions) -> int:
-    """Run one job under the controller; return the exit status."""
+    """Run one job under the controller (restarting it after node failures); return the exit status."""
     # ---- checks before anything is created or launched
     if opts.nprocs < 1:
         _err(f"-n must be at least 1 (got {opts.nprocs})")
         return EXIT_USAGE
     if opts.spares < 0:
         _err(f"--spares must be >= 0 (got {opts.spares})")
+        return EXIT_USAGE
+    if opts.restart < 0:
+        _err(f"--restart must be >= 0 (got {opts.restart})")
         return EXIT_USAGE
     if opts.timeout is not None and opts.timeout <= 0:
         _err(f"--timeout must be positive (got {opts.timeout})")
@@ -235,6 +511,9 @@ def run_job(opts: RunOptions) -> int:
         return EXIT_USAGE
     if opts.backend not in BACKENDS:
         _err(f"unknown backend {opts.backend!r} (choose ulfm, sim or auto)")
+        return EXIT_USAGE
+    if opts.netns and (opts.hosts or opts.launch_prefix or opts.ssh_agent):
+        _err("--netns cannot be combined with --hosts (it sets the hosts and how to reach them)")
         return EXIT_USAGE
     backend = resolve_backend(opts.backend)
     total = opts.nprocs + opts.spares
@@ -248,9 +527,12 @@ def run_job(opts: RunOptions) -> int:
         return EXIT_USAGE
     command = _python_fix(list(opts.command))
     try:  # catch command-line errors (hosts, mpiexec missing) before creating the job
-        build_mpiexec_cmd(command, total, backend=backend, hosts=opts.hosts,
-                          mpiexec_args=opts.mpiexec_args)
-        local = not opts.hosts and allocation_hosts(os.environ, use_scontrol=False) is None
+        hostset = load_netns_hosts(opts.netns) if opts.netns else None
+        layout = _initial_layout(opts, total, hostset)
+        build_mpiexec_cmd(command, total, backend=backend, hosts=layout.hosts_arg(opts),
+                          mpiexec_args=layout.mpiexec_args(opts))
+        local = (hostset is None and not opts.hosts
+                 and allocation_hosts(os.environ, use_scontrol=False) is None)
     except LaunchError as exc:
         _err(str(exc))
         return EXIT_USAGE
@@ -258,13 +540,101 @@ def run_job(opts: RunOptions) -> int:
         _err(f"command not found: {command[0]}")
         return EXIT_USAGE
 
-    # ---- job directory and controller
+    # ---- job directory
     t0 = time.time()
     try:
         jobdir = JobDir.create(opts.job_root)
     except OSError as exc:
         _err(f"cannot create the job directory: {exc}")
         return EXIT_USAGE
+    deadline = None if opts.timeout is None else t0 + opts.timeout
+    out = _Output(jobdir, opts.json)
+    interrupted = threading.Event()
+    old_handler = None
+    if threading.current_thread() is threading.main_thread():
+        old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    attempts: list[dict[str, Any]] = []
+    att: _Attempt | None = None
+    try:
+        number = 1
+        while True:
+            inject = spec if (number == 1 or opts.reinject) else ""
+            res = _run_attempt(opts, jobdir, out, number, t0, deadline, interrupted, command,
+                               total, backend, inject, layout)
+            if isinstance(res, int):          # launch error
+                out.close()
+                return res
+            att = res
+            record = _attempt_record(att, t0)
+            attempts.append(record)
+            why = node_failure(att)
+            record["node_failure"] = why
+            left = opts.restart - (number - 1)
+            if why is None or left <= 0:
+                if why is not None and opts.restart > 0:
+                    _note(out, f"attempt {number} ended by a node failure ({why}); "
+                               f"no restart left (--restart {opts.restart})")
+                _append_attempt(jobdir, record)
+                break
+            if deadline is not None and deadline - time.time() < MIN_RESTART_TIME:
+                _note(out, f"attempt {number} ended by a node failure ({why}); no time left to restart")
+                _append_attempt(jobdir, record)
+                break
+            if interrupted.is_set():
+                _append_attempt(jobdir, record)
+                break
+            gone = gone_hosts(att, layout, opts) if layout.hosts else []
+            record["dropped_hosts"] = gone
+            if layout.hosts and len(gone) >= len(layout.hosts):
+                _note(out, f"attempt {number} ended by a node failure ({why}); "
+                           f"no host left to restart on (gone: {', '.join(gone)})")
+                _append_attempt(jobdir, record)
+                break
+            if gone:
+                layout.drop(set(gone))
+            record["next"] = "restart"
+            _append_attempt(jobdir, record)
+            where = ", ".join(layout.names()) if layout.hosts else "this machine"
+            dropped = f"; dropped {', '.join(gone)}" if gone else ""
+            _note(out, f"attempt {number} ended by a node failure ({why}){dropped}; "
+                       f"restart {number} of {opts.restart} on {where} with {opts.nprocs} rank(s)"
+                       + (f" + {opts.spares} spare(s)" if opts.spares else ""))
+            number += 1
+    finally:
+        if old_handler is not None:
+            signal.signal(signal.SIGINT, old_handler)
+    out.close()
+    assert att is not None
+
+    summary = build_summary(jobdir, opts, att.table, t0, att.status, att.outcome, att.mpiexec_rc,
+                            attempts)
+    jobdir.write_summary(summary)
+    jobdir.update_manifest(status=att.outcome, exit_status=att.status, mpiexec_rc=att.mpiexec_rc,
+                           attempts=len(attempts), end=time.time())
+    abnormal = att.status != EXIT_OK or any(
+        r["state"] != "finished" or r.get("exit_code") not in (0, None) for r in summary["ranks"])
+    if abnormal:
+        if summary["ranks"]:
+            print_summary(summary)
+        else:
+            _err(f"job {jobdir.id} {att.outcome} (exit {att.status}); job directory: {jobdir.path}")
+    elif len(attempts) > 1:
+        _err(f"job {jobdir.id} finished after {len(attempts) - 1} restart(s); "
+             f"job directory: {jobdir.path}")
+    if opts.json and opts.emit_summary:
+        print(json.dumps(_jsonable(summary), indent=2, sort_keys=True), flush=True)
+    return att.status
+
+
+def _note(out: _Output, msg: str) -> None:
+    """A launcher line on stderr, also kept in output.log."""
+    out.write(f"planaria run: {msg}", sys.stderr)
+
+
+def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0: float,
+                 deadline: float | None, interrupted: threading.Event, command: list[str],
+                 total: int, backend: str, inject: str, layout: _Layout) -> _Attempt | int:
+    """Launch mpiexec once (attempt ``number``, 1 first) and wait for it; an int is a launch error."""
     controller = Controller(jobdir, opts.control, t0=t0)
     try:
         uri = controller.start()
@@ -276,74 +646,87 @@ def run_job(opts: RunOptions) -> int:
         "PLANARIA_CONTROL_URI": uri,
         "PLANARIA_SECRET_FILE": str(jobdir.secret_path),
         "PLANARIA_BACKEND": backend,
-        "PLANARIA_INJECT": spec,
+        "PLANARIA_INJECT": inject,
         "PLANARIA_SPARES": str(opts.spares),
         "PLANARIA_NRANKS": str(opts.nprocs),
         "PLANARIA_T0": repr(t0),
+        "PLANARIA_RESTART": str(number - 1),
     }
-    argv, env = build_mpiexec_cmd(command, total, backend=backend, hosts=opts.hosts,
-                                  planaria_env=penv, mpiexec_args=opts.mpiexec_args,
-                                  launch_prefix=opts.launch_prefix, ssh_agent=opts.ssh_agent)
-    manifest: dict[str, Any] = {
-        "job": jobdir.id, "status": "starting", "t0": t0, "command": command, "argv": argv,
-        "nranks": opts.nprocs, "spares": opts.spares, "backend": backend, "inject": spec,
-        "timeout": opts.timeout, "hosts": opts.hosts, "control_uri": uri, "cwd": os.getcwd(),
-        "launcher_pid": os.getpid(),
-        "env": {k: v for k, v in penv.items() if k != "PLANARIA_SECRET_FILE"},
-    }
-    jobdir.write_manifest(manifest)
-
-    out = _Output(jobdir, opts.json)
-    interrupted = threading.Event()
-    old_handler = None
-    if threading.current_thread() is threading.main_thread():
-        old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    try:
+        argv, env = build_mpiexec_cmd(command, total, backend=backend, hosts=layout.hosts_arg(opts),
+                                      planaria_env=penv, mpiexec_args=layout.mpiexec_args(opts),
+                                      launch_prefix=layout.launch_prefix(opts),
+                                      ssh_agent=layout.ssh_agent(opts))
+    except LaunchError as exc:
+        _err(str(exc))
+        controller.stop()
+        return EXIT_USAGE
+    if layout.hostset is not None:   # prted and friends for the remote side of the test hosts
+        env["PATH"] = f"{layout.hostset.bindir}{os.pathsep}{env.get('PATH', '')}"
+    att = _Attempt(number=number, argv=argv, hosts=layout.names() if layout.hosts else None,
+                   inject=inject, t_start=time.time())
+    if number == 1:
+        manifest: dict[str, Any] = {
+            "job": jobdir.id, "status": "starting", "t0": t0, "command": command, "argv": argv,
+            "nranks": opts.nprocs, "spares": opts.spares, "backend": backend, "inject": inject,
+            "timeout": opts.timeout, "hosts": opts.hosts, "control_uri": uri, "cwd": os.getcwd(),
+            "launcher_pid": os.getpid(), "restart": opts.restart, "reinject": opts.reinject,
+            "netns": list(layout.hostset.names) if layout.hostset is not None else None,
+            "attempt": 1,
+            "env": {k: v for k, v in penv.items() if k != "PLANARIA_SECRET_FILE"},
+        }
+        jobdir.write_manifest(manifest)
+    else:
+        jobdir.update_manifest(status="restarting", attempt=number, argv=argv, control_uri=uri,
+                               attempt_hosts=att.hosts,
+                               env={k: v for k, v in penv.items() if k != "PLANARIA_SECRET_FILE"})
+    out.watch = _RuntimeWatch()
+    try:
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+    except OSError as exc:
+        _err(f"cannot start {argv[0]}: {exc}")
+        controller.stop()
+        jobdir.update_manifest(status="launch-error", error=str(exc))
+        return EXIT_USAGE
+    jobdir.update_manifest(status="running", mpiexec_pid=proc.pid)
+    pumps = [threading.Thread(target=out.pump, args=(proc.stdout, False), daemon=True),
+             threading.Thread(target=out.pump, args=(proc.stderr, True), daemon=True)]
+    for th in pumps:
+        th.start()
     outcome = "finished"
     mpiexec_rc: int | None = None
-    try:
+    while True:
         try:
-            proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)
-        except OSError as exc:
-            _err(f"cannot start {argv[0]}: {exc}")
-            controller.stop()
-            out.close()
-            jobdir.update_manifest(status="launch-error", error=str(exc))
-            return EXIT_USAGE
-        jobdir.update_manifest(status="running", mpiexec_pid=proc.pid)
-        pumps = [threading.Thread(target=out.pump, args=(proc.stdout, False), daemon=True),
-                 threading.Thread(target=out.pump, args=(proc.stderr, True), daemon=True)]
-        for th in pumps:
-            th.start()
-        deadline = None if opts.timeout is None else t0 + opts.timeout
-        while True:
-            try:
-                mpiexec_rc = proc.wait(0.1)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if interrupted.is_set():
-                outcome = "interrupted"
-                break
-            if deadline is not None and time.time() > deadline:
-                outcome = "timeout"
-                break
-        if outcome != "finished":
-            why = ("interrupted (Ctrl-C)" if outcome == "interrupted"
-                   else f"timeout after {opts.timeout:g} s")
-            _err(f"{why}: stopping the job")
-            _kill_all(proc, controller)
-            mpiexec_rc = proc.poll()
-        for th in pumps:
-            th.join(5.0)
-    finally:
-        if old_handler is not None:
-            signal.signal(signal.SIGINT, old_handler)
-
-    controller.sweep(final=True, final_ok=(outcome == "finished" and mpiexec_rc == 0))
+            mpiexec_rc = proc.wait(0.1)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if interrupted.is_set():
+            outcome = "interrupted"
+            break
+        if deadline is not None and time.time() > deadline:
+            outcome = "timeout"
+            break
+    if outcome != "finished":
+        why = ("interrupted (Ctrl-C)" if outcome == "interrupted"
+               else f"timeout after {opts.timeout:g} s")
+        _err(f"{why}: stopping the job")
+        _kill_all(proc, controller)
+        mpiexec_rc = proc.poll()
+    for th in pumps:
+        th.join(5.0)
+    watch = out.watch
+    att.daemon_loss, att.lost_hosts = watch.daemon_loss, list(watch.lost_hosts)
+    att.rank_signalled = watch.rank_signalled
+    # mpiexec may exit 0 after losing a daemon: then nothing was ok
+    final_ok = outcome == "finished" and mpiexec_rc == 0 and not watch.daemon_loss
+    controller.sweep(final=True, final_ok=final_ok)
     table = controller.table()
+    if outcome == "finished" and not final_ok:
+        # nothing of this attempt may keep running (and writing checkpoints) into the next one
+        _kill_all(proc, controller)
     controller.stop()
-    out.close()
 
     if outcome == "timeout":
         status = EXIT_TIMEOUT
@@ -351,19 +734,11 @@ def run_job(opts: RunOptions) -> int:
         status = EXIT_INTERRUPTED
     else:
         status = exit_status(table, mpiexec_rc)
+        if status == EXIT_OK and watch.daemon_loss and not any(
+                info["state"] == "finished" for info in table.values()):
+            status = EXIT_FAILED
         if status != EXIT_OK:
             outcome = "failed"
-    summary = build_summary(jobdir, opts, table, t0, status, outcome, mpiexec_rc)
-    jobdir.write_summary(summary)
-    jobdir.update_manifest(status=outcome, exit_status=status, mpiexec_rc=mpiexec_rc,
-                           end=time.time())
-    abnormal = status != EXIT_OK or any(
-        r["state"] != "finished" or r.get("exit_code") not in (0, None) for r in summary["ranks"])
-    if abnormal:
-        if summary["ranks"]:
-            print_summary(summary)
-        else:
-            _err(f"job {jobdir.id} {outcome} (exit {status}); job directory: {jobdir.path}")
-    if opts.json and opts.emit_summary:
-        print(json.dumps(_jsonable(summary), indent=2, sort_keys=True), flush=True)
-    return status
+    att.outcome, att.status, att.mpiexec_rc, att.table = outcome, status, mpiexec_rc, table
+    att.t_end = time.time()
+    return att

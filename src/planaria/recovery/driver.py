@@ -7,8 +7,9 @@ logical rank to a spare (survivors keep theirs), rebuilds the working communicat
 the same logical order, agrees on the newest checkpoint version everyone can restore,
 restores it and resumes. A failure during any of this starts the recovery again.
 
-When no spare is left, ``on_exhausted="stop"`` raises ``SparesExhausted`` at every rank;
-a callable continues on fewer ranks (see ``Resilient.__init__``).
+When the spares do not cover the lost ranks, ``on_exhausted="stop"`` raises
+``SparesExhausted`` at every rank; a callable continues on fewer ranks: the store rebuilds
+the lost ranks' data on the survivors and the callable redistributes it (see ``Resilient``).
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ class Recovery:
     restore_s: float = 0.0
     attempts: int = 1
     ranks: int = 0                   # working ranks after recovery
+    continued: bool = False          # spares ran out: continued on fewer working ranks
 
     @property
     def total_s(self) -> float:
@@ -72,10 +74,25 @@ class Resilient:
     (``save``/``restorable``/``restore``). ``every``: checkpoint interval in steps.
     ``resume``: at start, continue from the newest complete version the store holds (a job
     restarted by ``planaria run --restart`` finds its file checkpoints in the job directory).
-    ``on_exhausted``: ``"stop"``, or ``fn(comm, state, lost) -> state`` called on every
-    surviving working rank after restoring the agreed version on fewer ranks; ``lost`` lists
-    the logical ranks (old numbering) that have no process any more, ``comm`` is the new,
-    smaller working communicator; ``fn`` must return this rank's new state.
+    ``on_exhausted``: what to do when more working ranks are lost at once than there are
+    spares. ``"stop"`` raises ``SparesExhausted`` at every living process. A callable continues
+    on fewer ranks: every living process becomes a working rank of a new, smaller
+    communicator ``comm`` -- the survivors first, in their old logical order, then the spares
+    that were left (they take no lost logical rank: with ``S`` spares and ``L > S`` lost ranks
+    the job goes on with ``old_size - L + S`` working ranks). The driver agrees on the newest
+    version the store can rebuild without the lost ranks (``store.recoverable_lost``), rebuilds
+    it (``store.recover_lost``) and calls, on every rank of ``comm``,
+
+        ``fn(comm, version, mine, found, lost, old_size) -> state``
+
+    ``mine``: this rank's own state at ``version`` (None on a spare that joined); ``found``:
+    ``{lost logical rank: state}`` for the lost ranks whose data this rank rebuilt (each lost
+    rank's state appears on exactly one rank); ``lost``: the old logical ranks that are gone
+    for good; ``old_size``: the number of working ranks before. The old logical rank of
+    ``comm`` rank ``i`` is ``[l for l in range(old_size) if l not in lost][i]`` for the
+    survivors. ``fn`` redistributes the data (collectively over ``comm``) and returns this
+    rank's new state; the driver checkpoints it at ``version`` on the smaller communicator
+    and resumes there (logical rank = ``comm.rank``).
     """
 
     def __init__(self, checkpoint: Any, *, every: int = 10, spares: int | None = None,
@@ -242,26 +259,40 @@ class Resilient:
 
     def _exhausted(self, world: Comm, info: list[int | None], lost: list[int], at_step: int,
                    err: BaseException, t_detect: float, attempts: int, t0: float, t1: float) -> tuple[int, State] | None:
+        """Fewer spares than lost ranks: stop, or continue on the survivors plus the spares left."""
         lay = self._lay
         if self.on_exhausted == "stop" or not callable(self.on_exhausted):
             raise SparesExhausted(f"{len(lost)} working rank(s) lost ({lost}) and only "
                                   f"{sum(1 for l in info if l is None)} spare(s) left; stopping as asked")
-        # Continue on fewer ranks: spares (if any) stay spares; the survivors keep their order.
-        if lay.logical is None:
-            lay.world = world
-            return self._spare_wait()
-        restore_comm = world.split(0, key=lay.logical)
-        # Restore the agreed version in the old layout first (lost ranks are "fresh" with no
-        # process), then let the application redistribute onto the smaller communicator.
-        version = self.store.restorable_without(restore_comm, set(lost), lay.nwork)
-        if version is None:
-            raise Unrecoverable(f"no checkpoint version covers the lost logical rank(s) {lost}")
-        state, orphans = self.store.restore_without(restore_comm, version, set(lost), lay.nwork)
-        t2 = time.perf_counter()
-        new_state = self.on_exhausted(restore_comm, state, lost, orphans)
-        lay.world, lay.logical, lay.nwork, self.comm = world, restore_comm.rank, restore_comm.size, restore_comm
+        # Every living process works from now on: the survivors in their old logical order, then
+        # the spares left (they hold no data; the application gives them a share of the work).
+        old_size = lay.nwork
+        key = lay.logical if lay.logical is not None else old_size + world.rank
+        comm = world.split(0, key=key)
+        try:
+            logical = comm.allgather(lay.logical)
+            t2 = time.perf_counter()
+            version = self.store.recoverable_lost(comm, logical, old_size)
+            if version is None:
+                raise Unrecoverable(f"no checkpoint version can rebuild the lost logical rank(s) {lost} "
+                                    f"on {comm.size} rank(s)")
+            mine, found = self.store.recover_lost(comm, version, logical, old_size)
+            state = self.on_exhausted(comm, version, mine, found, list(lost), old_size)
+            # Checkpoint the redistributed state at once: the versions of the old layout cannot be
+            # restored on the new one, so the next failure would otherwise find nothing.
+            self.store.save(comm, version, state)
+        except FailureError:
+            for c in (comm, world):        # wake the others still inside this attempt
+                try:
+                    c.revoke()
+                except Exception:
+                    pass
+            raise
+        joined = lay.logical is None
+        lay.world, lay.logical, lay.nwork, self.comm = world, comm.rank, comm.size, comm
         self._spare_ranks = []
-        self.role = "survivor"
-        self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost, False, version,
-                                        t1 - t0, 0.0, time.perf_counter() - t2, attempts, restore_comm.size))
-        return version, new_state
+        self.role = "recovered" if joined else ("survivor" if self.role == "initial" else self.role)
+        self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost,
+                                        any(l is None for l in logical), version, t1 - t0, t2 - t1,
+                                        time.perf_counter() - t2, attempts, comm.size, continued=True))
+        return version, state
