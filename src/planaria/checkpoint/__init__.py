@@ -6,6 +6,9 @@
     ...                                   # after a failure: repair comm, then
     v = store.restorable(comm, fresh)     # newest version every rank can get back
     state = store.restore(comm, v, fresh)
+    # no spare left: the survivors get the old layout back and redistribute it themselves
+    v = store.recoverable_lost(survivors, logical, old_size)
+    mine, found = store.recover_lost(survivors, v, logical, old_size)
 
 See docs/checkpoint.md.
 """

@@ -133,12 +133,15 @@ def _print(report: dict[str, Any]) -> None:
         t.add_column(col, justify="right")
     for k, ev in enumerate(report["failures"], 1):
         det = ev.get("detection_s")
-        t.add_row(str(k) + (" (continued on fewer)" if ev.get("continued") else ""),
-                  ",".join(map(str, ev["lost"])) or "-", str(ev["detected_at"]),
+        t.add_row(str(k) + ("*" if ev.get("continued") else ""), ",".join(map(str, ev["lost"])) or "-",
+                  str(ev["detected_at"]),
                   "-" if det is None else f"{det * 1e3:.1f}", f"{ev['revoke_shrink_s'] * 1e3:.1f}",
                   f"{ev['substitution_s'] * 1e3:.1f}", f"{ev['restore_s'] * 1e3:.1f}", f"{ev['total_s'] * 1e3:.1f}",
                   str(ev["version"]), str(ev["attempts"]))
     con.print(t)
+    for k, ev in enumerate(report["failures"], 1):
+        if ev.get("continued"):
+            con.print(f"* failure {k}: not enough spares; continued on {ev['ranks']} working ranks")
     ck = report["checkpoint_s"]
     if ck["count"]:
         con.print(f"checkpoints: {ck['count']} × {report['checkpoint_bytes_per_rank'] / 2**20:.1f} MiB per rank, "
