@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         failures.append(rec | {"total_s": max(x["total_s"] for x in same),
                                "t_detect": min(x["t_detect"] for x in same)})
     cks = [t for m in everyone for t in m["checkpoints"]]
-    report = {"outcome": "finished", "cells": cells, "steps": args.steps, "every": every,
+    report = {"outcome": "finished", "resumed_from": res.resumed_from,
+              "restart": int(os.environ.get("PLANARIA_RESTART", "0") or 0), "cells": cells, "steps": args.steps, "every": every,
               "checkpoint": args.checkpoint, "ranks": nwork, "ranks_end": comm.size, "spares": res.spares,
               "when_exhausted": args.when_exhausted,
               "backend": world.backend, "elapsed_s": elapsed, "t_start": t_start,

@@ -428,18 +428,19 @@ class _Attempt:
 def node_failure(att: _Attempt) -> str | None:
     """Why ``att`` counts as ended by a node failure (so it may be restarted), or None.
 
-    The rule: the attempt was not stopped by --timeout or Ctrl-C, its status is not 0, no rank
-    finished (said bye, or exited cleanly), and there is evidence that processes were lost:
-    mpiexec reported a lost runtime daemon, or a rank was lost or failed, or a rank or mpiexec
-    itself was killed by a signal.
+    The rule: the attempt was not stopped by --timeout or Ctrl-C, its status is not 0, and
+    either mpiexec reported a lost runtime daemon (the runtime then aborts the whole job, so its
+    status is not 0 unless every rank had finished), or no rank finished (said bye, or exited
+    cleanly) and there is evidence that processes were lost: a rank was lost or failed, or a
+    rank or mpiexec itself was killed by a signal.
     """
-    if att.outcome != "finished" or att.status == EXIT_OK:
-        return None
-    if any(info["state"] == "finished" for info in att.table.values()):
+    if att.outcome not in ("finished", "failed") or att.status == EXIT_OK:
         return None
     if att.daemon_loss:
         where = f" on {', '.join(att.lost_hosts)}" if att.lost_hosts else ""
         return f"the MPI runtime lost its daemon{where} and aborted the job"
+    if any(info["state"] == "finished" for info in att.table.values()):
+        return None
     bad = sorted(r for r, info in att.table.items() if info["state"] in ("lost", "failed"))
     if bad:
         return f"{len(bad)} rank(s) lost or failed and no rank finished"
@@ -562,8 +563,11 @@ def run_job(opts: RunOptions) -> int:
             res = _run_attempt(opts, jobdir, out, number, t0, deadline, interrupted, command,
                                total, backend, inject, layout)
             if isinstance(res, int):          # launch error
-                out.close()
-                return res
+                if att is None:
+                    out.close()
+                    return res
+                _note(out, f"restart {number - 1} could not be launched; the job ends")
+                break
             att = res
             record = _attempt_record(att, t0)
             attempts.append(record)
@@ -721,6 +725,10 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     att.rank_signalled = watch.rank_signalled
     # mpiexec may exit 0 after losing a daemon: then nothing was ok
     final_ok = outcome == "finished" and mpiexec_rc == 0 and not watch.daemon_loss
+    if opts.restart > 0 and outcome == "finished":
+        # with ULFM mpiexec may exit 0 although ranks were killed: with --restart a rank whose
+        # process is gone without a bye counts as lost, not as "exited without a bye"
+        controller.sweep()
     controller.sweep(final=True, final_ok=final_ok)
     table = controller.table()
     if outcome == "finished" and not final_ok:
@@ -734,8 +742,9 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         status = EXIT_INTERRUPTED
     else:
         status = exit_status(table, mpiexec_rc)
-        if status == EXIT_OK and watch.daemon_loss and not any(
-                info["state"] == "finished" for info in table.values()):
+        finished = sum(1 for info in table.values() if info["state"] == "finished")
+        if status == EXIT_OK and watch.daemon_loss and finished < total:
+            # the runtime aborted the job: ranks that still said bye had not completed it
             status = EXIT_FAILED
         if status != EXIT_OK:
             outcome = "failed"
