@@ -1,0 +1,308 @@
+"""Recovery time under ``planaria.recovery.Resilient``: from a rank's death to the first resumed step.
+
+Each job is one ``mpiexec`` launch of ``ranks + spares`` processes: ``ranks`` working ranks (logical
+ranks 0..N-1) and ``spares`` spare processes, run by ``Resilient(store, every=K, spares=S)``. Every
+working rank holds ``mb`` MB of state (one float64 array, filled at start), and one step is trivial:
+add 1.0 to one element per 4 KiB page of the state (every page is touched) and an 8-byte
+``Allreduce`` over the working communicator; the wall clock at the end of every step is recorded.
+A checkpoint is taken every ``every`` steps (and at step 0).
+
+At the start of step ``kill_step`` the victim (logical rank ``victim``, default 1, never 0) writes
+``t_kill = time.time()`` to a file in the job's scratch directory and calls ``planaria.fail_stop``
+(SIGKILL on ulfm). The others are then in that step's ``Allreduce``; the recovery driver revokes,
+shrinks, gives the lost logical rank to a spare, restores the newest checkpoint and resumes.
+
+Per working rank after the run, from ``res.recoveries[0]``:
+
+- detection = its ``t_detect`` - ``t_kill`` (the spare notices through the revoked world);
+- revoke+shrink, substitution (allgather of roles + split of the new working communicator), and
+  restore (agreeing on the version + ``store.restore``), as timed by the driver;
+- kill -> resumed = end of the first step this rank completed after ``t_detect`` - ``t_kill``.
+
+Also measured in the same job, after the run, on every working rank at once: ``np.copyto`` of the
+same number of bytes (median of 5, after one untimed copy), the memcpy reference for the restore
+throughput of the rank that lost its state (bytes / its restore time). The final state of every
+rank is checked (every touched element counts each of the ``steps`` steps exactly once).
+
+Per job: median and max over the working ranks; over ``repeat`` launches, the median of each
+per-job value. Goal (from the issue): kill -> resumed step <= 100 ms + the restore time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from planaria.bench._launch import BenchError, command_line, emit, launch, loadavg, median
+
+MODULE = "planaria.bench.recovery"
+STORES = ("memory", "xor", "file")
+MB = 1 << 20
+PAGE_FLOATS = 512                 # one float64 per 4 KiB page is touched by each step
+GOAL_MS = 100.0                   # kill -> resumed step, on top of the restore time
+
+
+# --------------------------------------------------------------------------- inside the ranks
+def _make_store(kind: str, scratch: str, group_size: int) -> Any:
+    from planaria.checkpoint import FileStore, MemoryStore, XorStore
+    if kind == "memory":
+        return MemoryStore(copies=1, distance=1)
+    if kind == "xor":
+        return XorStore(group_size=group_size)
+    if kind == "file":
+        return FileStore(os.path.join(scratch, "checkpoints"))
+    raise ValueError(f"unknown store {kind!r}")
+
+
+def rank_main(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    import planaria as pl
+    from planaria.recovery.driver import Resilient
+
+    world = pl.world(args.backend)
+    res = Resilient(_make_store(args.store, args.scratch, args.group_size), every=args.every,
+                    spares=args.spares, world=world)
+    count = max(1, int(args.mb * MB) // 8)
+    ends: list[tuple[float, int]] = []
+    one, out = np.ones(1), np.zeros(1)
+    victim_file = os.path.join(args.scratch, "victim.json")
+
+    def init(comm: pl.Comm) -> dict[str, np.ndarray]:
+        return {"u": np.full(count, float(comm.rank))}
+
+    def step(comm: pl.Comm, state: dict[str, np.ndarray], i: int) -> None:
+        if i == args.kill_step and comm.rank == args.victim and res.role == "initial":
+            t_kill = time.time()
+            with open(victim_file, "w") as f:
+                json.dump({"t_kill": t_kill, "step": i}, f)
+            pl.fail_stop("benchmark victim")
+        state["u"][::PAGE_FLOATS] += 1.0
+        comm.Allreduce(one, out)
+        ends.append((time.time(), i))
+
+    state = res.run(init, step, args.steps)
+    if state is None:                       # a spare that was never needed
+        return
+    comm = res.comm
+    L = comm.rank
+    u = state["u"]
+    ok = bool(np.all(u[::PAGE_FLOATS] == L + args.steps)) and bool(np.all(u[1:PAGE_FLOATS] == L))
+    # memcpy reference: the same number of bytes, every working rank at once
+    dst = np.empty_like(u)
+    np.copyto(dst, u)
+    t_copy = []
+    for _ in range(5):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        np.copyto(dst, u)
+        t_copy.append(time.perf_counter() - t0)
+    del dst
+    mine: dict[str, Any] = {"logical": L, "world": world.rank, "role": res.role, "ok": ok,
+                            "bytes": int(u.nbytes), "memcpy_s": median(t_copy),
+                            "save_s_median": median(res.checkpoint_times),
+                            "recoveries": len(res.recoveries)}
+    if res.recoveries:
+        r = res.recoveries[0]
+        after = [(t, i) for t, i in ends if t > r.t_detect]
+        mine.update(t_detect=r.t_detect, error=r.error, detected_at=r.detected_at, lost=r.lost,
+                    version=r.version, attempts=r.attempts, revoke_shrink_s=r.revoke_shrink_s,
+                    substitution_s=r.substitution_s, restore_s=r.restore_s,
+                    t_first_step=after[0][0] if after else None, first_step=after[0][1] if after else None)
+    everyone = comm.gather(mine, root=0)
+    if L != 0:
+        return
+    assert everyone is not None
+    try:
+        with open(victim_file) as f:
+            t_kill = float(json.load(f)["t_kill"])
+    except (OSError, ValueError, KeyError):
+        emit({"error": "the victim left no kill time (did it die?)", "per_rank": everyone}, args.out)
+        return
+    ms = 1e3
+    rec = [p for p in everyone if p["recoveries"] and p.get("t_first_step") is not None]
+    if len(rec) != len(everyone):
+        emit({"error": "some working ranks saw no recovery or no resumed step", "per_rank": everyone}, args.out)
+        return
+    per_rank = []
+    for p in rec:
+        per_rank.append({
+            "logical": p["logical"], "world": p["world"], "role": p["role"], "error": p["error"],
+            "detect_ms": (p["t_detect"] - t_kill) * ms, "revoke_shrink_ms": p["revoke_shrink_s"] * ms,
+            "substitution_ms": p["substitution_s"] * ms, "restore_ms": p["restore_s"] * ms,
+            "kill_to_resumed_ms": (p["t_first_step"] - t_kill) * ms, "first_step": p["first_step"],
+            "version": p["version"], "attempts": p["attempts"], "memcpy_ms": p["memcpy_s"] * ms,
+            "save_ms_median": p["save_s_median"] * ms, "ok": p["ok"],
+        })
+    lost_rows = [p for p in per_rank if p["role"] == "recovered"]
+    lost = lost_rows[0] if lost_rows else None
+    nbytes = everyone[0]["bytes"]
+    memcpy_s = median([p["memcpy_s"] for p in everyone])
+    result: dict[str, Any] = {
+        "ranks": comm.size, "spares": args.spares, "processes": world.size, "backend": args.backend,
+        "store": args.store, "mb": args.mb, "bytes_per_rank": nbytes, "every": args.every,
+        "kill_step": args.kill_step, "steps": args.steps, "victim": args.victim,
+        "version": per_rank[0]["version"], "steps_redone": args.kill_step - per_rank[0]["version"],
+        "recoveries_max": max(p["recoveries"] for p in everyone),
+        "attempts_max": max(p["attempts"] for p in per_rank),
+        "all_ok": all(p["ok"] for p in per_rank), "replaced": lost is not None,
+        "memcpy_ms_median": memcpy_s * ms, "memcpy_GBps": nbytes / memcpy_s / 1e9,
+        "save_ms_median": median([p["save_ms_median"] for p in per_rank]),
+    }
+    for k in ("detect_ms", "revoke_shrink_ms", "substitution_ms", "restore_ms", "kill_to_resumed_ms"):
+        xs = [p[k] for p in per_rank]
+        result[k + "_median"] = median(xs)
+        result[k + "_max"] = max(xs)
+    if lost is not None:
+        result["restore_lost_ms"] = lost["restore_ms"]
+        result["restore_lost_GBps"] = nbytes / (lost["restore_ms"] / ms) / 1e9 if lost["restore_ms"] > 0 else None
+        result["restore_vs_memcpy"] = (result["restore_lost_GBps"] / result["memcpy_GBps"]
+                                       if result["restore_lost_GBps"] else None)
+    result["per_rank"] = per_rank
+    emit(result, args.out)
+
+
+# --------------------------------------------------------------------------- driver (outside MPI)
+AGG_KEYS = ("detect_ms_median", "detect_ms_max", "revoke_shrink_ms_median", "revoke_shrink_ms_max",
+            "substitution_ms_median", "substitution_ms_max", "restore_ms_median", "restore_ms_max",
+            "restore_lost_ms", "kill_to_resumed_ms_median", "kill_to_resumed_ms_max",
+            "restore_lost_GBps", "memcpy_GBps", "restore_vs_memcpy", "save_ms_median")
+
+
+def run(ranks: int = 8, spares: int = 1, mb: float = 2.0, store: str = "memory", repeat: int = 3,
+        backend: str = "ulfm", every: int = 5, kill_step: int = 12, steps: int = 30, victim: int = 1,
+        group_size: int = 4, timeout: float = 300.0, progress: Any = None) -> dict[str, Any]:
+    """Launch ``repeat`` jobs of ``ranks`` working ranks + ``spares`` spares; median over jobs of each per-job value."""
+    if backend not in ("ulfm", "sim"):
+        raise ValueError(f"backend must be ulfm or sim, not {backend!r}")
+    if store not in STORES:
+        raise ValueError(f"unknown store {store!r} (expected one of {', '.join(STORES)})")
+    if ranks < 2:
+        raise ValueError("the recovery benchmark needs >= 2 working ranks (the victim is not rank 0)")
+    if spares < 1:
+        raise ValueError("the recovery benchmark needs >= 1 spare to replace the victim")
+    if not 0 < victim < ranks:
+        raise ValueError(f"the victim must be a working rank other than 0 (1..{ranks - 1}), not {victim}")
+    if mb <= 0:
+        raise ValueError("--mb must be > 0")
+    if repeat < 1:
+        raise ValueError("repeat must be >= 1")
+    if every < 1 or not every <= kill_step < steps:
+        raise ValueError(f"need 1 <= every <= kill_step < steps (got every={every}, kill_step={kill_step}, "
+                         f"steps={steps}): the kill must come after a checkpoint and before the end")
+    args = ["--backend", backend, "--spares", str(spares), "--mb", f"{mb:g}", "--store", store,
+            "--every", str(every), "--kill-step", str(kill_step), "--steps", str(steps),
+            "--victim", str(victim), "--group-size", str(group_size)]
+    # a failed job's MPI_Finalize can linger; planaria's finalize watchdog bounds it
+    env = {"PLANARIA_FINALIZE_TIMEOUT": "3"}
+    load0 = loadavg()
+    jobs: list[dict[str, Any]] = []
+    cmd: list[str] = []
+    for i in range(repeat):
+        if progress:
+            progress(f"recovery: {ranks}+{spares} processes, {mb:g} MB/rank, {store}, {backend}, "
+                     f"job {i + 1}/{repeat}")
+        got = launch(ranks + spares, MODULE, args, ft=(backend == "ulfm"), timeout=timeout, env=env)
+        if "error" in got.result:
+            raise BenchError(f"recovery job {i + 1}: {got.result['error']}\n"
+                             f"{json.dumps(got.result.get('per_rank'))[:3000]}")
+        job = dict(got.result)
+        job["launch_s"] = got.wall_s
+        jobs.append(job)
+        cmd = got.cmd
+    summary: dict[str, Any] = {}
+    for k in AGG_KEYS:
+        xs = [j[k] for j in jobs if j.get(k) is not None]
+        summary[k] = median(xs) if xs else None
+    summary["launch_s_median"] = median([j["launch_s"] for j in jobs])
+    rl, km = summary["restore_ms_max"], summary["kill_to_resumed_ms_max"]
+    goal = {"kill_to_resumed_ms_max": km, "restore_ms_max": rl, "limit_ms": GOAL_MS + rl,
+            "beyond_restore_ms": km - rl, "met": km <= GOAL_MS + rl}
+    return {"benchmark": "recovery", "backend": backend, "ranks": ranks, "spares": spares,
+            "processes": ranks + spares, "store": store, "mb": mb, "every": every, "kill_step": kill_step,
+            "steps": steps, "victim": victim, "repeat": repeat, "cores": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%d"), "loadavg_before": load0, "loadavg_after": loadavg(),
+            "command": command_line(), "mpiexec": " ".join(cmd[:-2] + ["..."]) if cmd else "",
+            "all_ok": all(j["all_ok"] for j in jobs), "replaced": all(j["replaced"] for j in jobs),
+            "summary": summary, "goal": goal, "jobs": jobs}
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f} ms"
+
+
+def table(result: dict[str, Any]) -> Any:
+    from rich.table import Table
+    s = result["summary"]
+    t = Table(title=f"Recovery: {result['ranks']} working + {result['spares']} spare ({result['processes']} processes), "
+                    f"{result['mb']:g} MB/rank, {result['store']} store, {result['backend']}, {result['cores']} cores; "
+                    f"median of {result['repeat']} job(s)")
+    for col in ("", "detect", "revoke+shrink", "substitution", "restore", "kill->resumed step"):
+        t.add_column(col, justify="right")
+    for agg in ("median", "max"):
+        t.add_row(f"{agg} over ranks", _ms(s[f"detect_ms_{agg}"]), _ms(s[f"revoke_shrink_ms_{agg}"]),
+                  _ms(s[f"substitution_ms_{agg}"]), _ms(s[f"restore_ms_{agg}"]), _ms(s[f"kill_to_resumed_ms_{agg}"]))
+    g = result["goal"]
+    cap = [f"goal kill->resumed <= {GOAL_MS:.0f} ms + restore: {g['kill_to_resumed_ms_max']:.1f} ms vs "
+           f"{g['limit_ms']:.1f} ms, {'met' if g['met'] else 'MISSED'}"]
+    if s.get("restore_lost_GBps") is not None:
+        cap.append(f"replacement's restore {_ms(s['restore_lost_ms'])} = {s['restore_lost_GBps']:.2f} GB/s, "
+                   f"memcpy {s['memcpy_GBps']:.2f} GB/s (ratio {s['restore_vs_memcpy']:.2f})")
+    cap.append(f"checkpoint save {_ms(s['save_ms_median'])}; state bit-exact: {'yes' if result['all_ok'] else 'NO'}")
+    t.caption = "; ".join(cap)
+    return t
+
+
+def show(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    try:
+        from rich.console import Console
+    except ImportError:                                  # pragma: no cover
+        print(json.dumps(result, indent=2))
+        return
+    Console(width=max(120, Console().width)).print(table(result))
+
+
+# --------------------------------------------------------------------------- entry point
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="python benchmarks/recovery.py",
+                                description="Time from a rank's death to the first resumed step under Resilient.")
+    p.add_argument("--ranks", type=int, default=8, help="working ranks (default 8)")
+    p.add_argument("--spares", type=int, default=1, help="spare processes on top of the working ranks (default 1)")
+    p.add_argument("--mb", type=float, default=2.0, help="state per working rank in MB (default 2)")
+    p.add_argument("--store", default="memory", choices=list(STORES))
+    p.add_argument("--repeat", type=int, default=3, help="separate launches; the median is reported")
+    p.add_argument("--backend", default="ulfm", choices=["ulfm", "sim"])
+    p.add_argument("--every", type=int, default=5, help="checkpoint interval in steps")
+    p.add_argument("--kill-step", type=int, default=12, help="step at whose start the victim dies")
+    p.add_argument("--steps", type=int, default=30, help="steps in the run")
+    p.add_argument("--victim", type=int, default=1, help="logical rank that dies (not 0)")
+    p.add_argument("--group-size", type=int, default=4, help="XOR group size")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per launch")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.rank:
+        rank_main(args)
+        return 0
+    try:
+        result = run(args.ranks, args.spares, args.mb, args.store, args.repeat, args.backend, args.every,
+                     args.kill_step, args.steps, args.victim, args.group_size, args.timeout,
+                     progress=None if args.json else (lambda m: print(m, file=sys.stderr, flush=True)))
+    except (BenchError, ValueError) as e:
+        print(f"planaria bench recovery: {e}", file=sys.stderr)
+        return 1
+    show(result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
