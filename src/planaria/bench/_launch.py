@@ -126,3 +126,15 @@ def loadavg() -> list[float]:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return [float("nan")] * 3
+
+
+def show(result: dict[str, Any], as_json: bool, make_table: Any, min_width: int = 0) -> None:
+    """Print a benchmark result: JSON for scripts, else the rich table ``make_table(result)`` builds."""
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    from rich.console import Console
+    console = Console()
+    if min_width > console.width:
+        console = Console(width=min_width)
+    console.print(make_table(result))

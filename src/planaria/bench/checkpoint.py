@@ -23,12 +23,12 @@ restore throughput of the lost rank >= 25% of the memcpy bandwidth.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from typing import Any
 
+from planaria.bench import _launch
 from planaria.bench._launch import BenchError, command_line, emit, launch, median
 
 MODULE = "planaria.bench.checkpoint"
@@ -226,15 +226,8 @@ def table(result: dict[str, Any]) -> Any:
 
 
 def show(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result, indent=2))
-        return
-    try:
-        from rich.console import Console
-    except ImportError:                                  # pragma: no cover
-        print(json.dumps(result, indent=2))
-        return
-    Console(width=max(150, Console().width)).print(table(result))
+    """Print the result as JSON or as a table."""
+    _launch.show(result, as_json, table, min_width=150)
 
 
 def _sizes(spec: str) -> list[float]:

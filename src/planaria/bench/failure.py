@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from planaria.bench import _launch
 from planaria.bench._launch import BenchError, command_line, emit, launch, loadavg, median, parse_ranks
 
 MODULE = "planaria.bench.failure"
@@ -160,11 +161,8 @@ def _ms(x: float) -> str:
 
 
 def show(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result, indent=2))
-        return
-    from rich.console import Console
-    Console().print(table(result))
+    """Print the result as JSON or as a table."""
+    _launch.show(result, as_json, table)
 
 
 # --------------------------------------------------------------------------- entry point

@@ -15,12 +15,12 @@ ratio <= 1.2 for the 8-byte Allreduce, <= 1.02 for the 1 MiB Sendrecv.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from typing import Any
 
+from planaria.bench import _launch
 from planaria.bench._launch import BenchError, command_line, emit, launch, loadavg, median, parse_ranks
 
 MODULE = "planaria.bench.overhead"
@@ -142,11 +142,8 @@ def _t(ns: float) -> str:
 
 
 def show(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result, indent=2))
-        return
-    from rich.console import Console
-    Console().print(table(result))
+    """Print the result as JSON or as a table."""
+    _launch.show(result, as_json, table)
 
 
 # --------------------------------------------------------------------------- entry point

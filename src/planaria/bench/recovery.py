@@ -36,6 +36,7 @@ import sys
 import time
 from typing import Any
 
+from planaria.bench import _launch
 from planaria.bench._launch import BenchError, command_line, emit, launch, loadavg, median
 
 MODULE = "planaria.bench.recovery"
@@ -257,15 +258,8 @@ def table(result: dict[str, Any]) -> Any:
 
 
 def show(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result, indent=2))
-        return
-    try:
-        from rich.console import Console
-    except ImportError:                                  # pragma: no cover
-        print(json.dumps(result, indent=2))
-        return
-    Console(width=max(120, Console().width)).print(table(result))
+    """Print the result as JSON or as a table."""
+    _launch.show(result, as_json, table, min_width=120)
 
 
 # --------------------------------------------------------------------------- entry point
