@@ -90,7 +90,13 @@ def _start_services(comm: Comm) -> None:
     # MPI on purpose: a rank may finish early and be killed by its plan at once; the data
     # it forwarded is already sent, so the others still complete, where the failure-aware
     # call would (legally, in ULFM terms) raise inside world().
-    t0 = comm.mpi.bcast(time.time() if comm.rank == 0 else None, root=0)
+    # It can still be interrupted: a rank already past world() may see a victim die and revoke
+    # the communicator while slower ranks are inside this broadcast. Then fall back to the
+    # launcher's origin (or now): only time triggers depend on it.
+    try:
+        t0 = comm.mpi.bcast(time.time() if comm.rank == 0 else None, root=0)
+    except Exception:  # mpi4py.MPI.Exception (revoked / process failed)
+        t0 = float(os.environ.get("PLANARIA_T0") or time.time())
     inj = Injector(plan, comm.rank, comm.size, kill=_kill, clock_start=t0, report=_report,
                    kill_from_thread=(_RT.backend == "ulfm"))
     if not inj.active:
