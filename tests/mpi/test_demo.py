@@ -58,3 +58,17 @@ def test_serial_reference_detects_a_changed_cell() -> None:
     other[500] = np.nextafter(other[500], np.inf)
     assert ref.tobytes() != other.tobytes()
     assert serial_reference(1000, 50, 0.25, 1).tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("args,message", [(["-n", "0"], "-n must be at least 1"),
+                                          (["--steps", "-5"], "--steps must be at least 1"),
+                                          (["--checkpoint", "bogus"], "unknown --checkpoint 'bogus'")])
+def test_demo_bad_options_exit_2_with_one_line(tmp_path, args: list[str], message: str) -> None:
+    env = root_env()
+    env["PLANARIA_HOME"] = str(tmp_path)
+    res = subprocess.run([sys.executable, "-m", "planaria.cli.main", "demo", *args],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"planaria demo: {message}"), res.stderr
+    assert not (tmp_path / "jobs").exists() or not list((tmp_path / "jobs").glob("*/demo.json"))

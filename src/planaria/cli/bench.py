@@ -39,7 +39,10 @@ def failure(
     from planaria.bench._launch import BenchError, parse_ranks
     try:
         result = fb.run(parse_ranks(ranks), backend, repeat, delay, timeout, progress=_progress(json_out))
-    except (BenchError, ValueError) as e:
+    except ValueError as e:          # bad options: usage error
+        print(f"planaria bench failure: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except BenchError as e:          # a benchmark job failed
         print(f"planaria bench failure: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
     fb.show(result, json_out)
@@ -64,7 +67,10 @@ def overhead(
     try:
         result = ob.run(parse_ranks(ranks), [b for b in backend.split(",") if b], iters, sr_iters, blocks,
                         timeout, progress=_progress(json_out))
-    except (BenchError, ValueError) as e:
+    except ValueError as e:          # bad options: usage error
+        print(f"planaria bench overhead: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except BenchError as e:          # a benchmark job failed
         print(f"planaria bench overhead: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
     ob.show(result, json_out)
@@ -98,7 +104,10 @@ def checkpoint(
                   file=sys.stderr, flush=True)
         result = cb.run_checkpoint_bench(ranks, size_list, store_list, backend, reps=reps, warmup=warmup,
                                          timeout=timeout)
-    except (BenchError, ValueError) as e:
+    except ValueError as e:          # bad options: usage error
+        print(f"planaria bench checkpoint: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except BenchError as e:          # a benchmark job failed
         print(f"planaria bench checkpoint: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
     cb.show(result, json_out)
@@ -127,7 +136,10 @@ def recovery(
     try:
         result = rb.run(ranks, spares, mb, store, repeat, backend, every, kill_step, steps, timeout=timeout,
                         progress=_progress(json_out))
-    except (BenchError, ValueError) as e:
+    except ValueError as e:          # bad options: usage error
+        print(f"planaria bench recovery: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except BenchError as e:          # a benchmark job failed
         print(f"planaria bench recovery: {e}", file=sys.stderr)
         raise typer.Exit(1) from None
     rb.show(result, json_out)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,12 @@ def demo(
     """
     from planaria.launch.runner import RunOptions, run_job
 
+    for name, value, least in (("-n", np_, 1), ("--spares", spares, 0), ("--steps", steps, 1),
+                               ("--every", every, 1), ("--file-every", file_every, 1),
+                               ("--cells-per-rank", cells_per_rank, 1)):
+        if value < least:
+            typer.echo(f"planaria demo: {name} must be at least {least} (got {value})", err=True)
+            raise typer.Exit(2)
     if checkpoint not in ("memory", "xor", "file", "multi"):
         typer.echo(f"planaria demo: unknown --checkpoint {checkpoint!r} (expected memory, xor, file or multi)", err=True)
         raise typer.Exit(2)
@@ -72,8 +79,9 @@ def demo(
            "--when-exhausted", when_exhausted]
     opts = RunOptions(command=cmd, nprocs=np_, spares=spares, backend=backend, inject=plan, timeout=timeout,
                       json=json_out, emit_summary=False)
+    started = time.time()
     code = run_job(opts)
-    report = _report()
+    report = _report(since=started)
     if report is None:
         typer.echo("planaria demo: the job ended without a result (see the summary above)", err=True)
         raise typer.Exit(code or 1)
@@ -92,11 +100,12 @@ def demo(
     raise typer.Exit(0 if ok else (code or 1))
 
 
-def _report() -> dict[str, Any] | None:
-    """The newest job's demo.json, with kill times and detection delays from the job summary."""
+def _report(since: float) -> dict[str, Any] | None:
+    """This run's demo.json (a job started after ``since``), with kill times and detection delays from its summary."""
     from planaria.launch.jobdir import jobs_root
     root = Path(jobs_root())
-    found = sorted(root.glob("*/demo.json"), key=lambda p: p.stat().st_mtime) if root.exists() else []
+    found = sorted((p for p in root.glob("*/demo.json") if p.stat().st_mtime >= since),
+                   key=lambda p: p.stat().st_mtime) if root.exists() else []
     if not found:
         return None
     report = json.loads(found[-1].read_text())
