@@ -113,6 +113,7 @@ class Resilient:
         self.role = "initial" if logical is not None else "spare"
         self.comm: Comm | None = None
         self.recoveries: list[Recovery] = []
+        self._has_state = logical is not None     # False on a spare until it has restored a state
         self.checkpoint_times: list[float] = []
 
     # -- public ------------------------------------------------------------------------
@@ -223,9 +224,13 @@ class Resilient:
                 world = lay.world.shrink()
                 t1 = time.perf_counter()
                 pl.phase("recover")     # a failure may strike in the middle of recovery
-                info = world.allgather(lay.logical)
+                # (logical rank, holds its state?): a spare that took a rank but was interrupted
+                # before its restore finished still holds nothing, and must be restored as fresh.
+                pairs = world.allgather((lay.logical, self._has_state))
+                info = [l for l, _ in pairs]
                 alive = {l for l in info if l is not None}
                 lost = sorted(set(range(lay.nwork)) - alive)
+                empty = {l for l, has in pairs if l is not None and not has}
                 spare_ranks = [r for r, l in enumerate(info) if l is None]
                 if len(spare_ranks) < len(lost):
                     outcome = self._exhausted(world, info, lost, at_step, err, t_detect, attempts, t0, t1)
@@ -240,11 +245,14 @@ class Resilient:
                 lay.world, lay.logical, self.comm = world, mine, comm
                 if mine is None:            # still a spare: back to waiting
                     return self._spare_wait()
-                fresh = set(lost)
+                if was_spare:
+                    self._has_state = False
+                fresh = set(lost) | empty
                 version = self.store.restorable(comm, fresh)
                 if version is None:
                     raise Unrecoverable(f"no checkpoint version can be restored after losing logical rank(s) {lost}")
                 state = self.store.restore(comm, version, fresh)
+                self._has_state = True
                 t3 = time.perf_counter()
                 if was_spare:
                     self.role = "recovered"
@@ -291,6 +299,7 @@ class Resilient:
         joined = lay.logical is None
         lay.world, lay.logical, lay.nwork, self.comm = world, comm.rank, comm.size, comm
         self._spare_ranks = []
+        self._has_state = True
         self.role = "recovered" if joined else ("survivor" if self.role == "initial" else self.role)
         self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost,
                                         any(l is None for l in logical), version, t1 - t0, t2 - t1,
