@@ -138,3 +138,34 @@ def show(result: dict[str, Any], as_json: bool, make_table: Any, min_width: int 
     if min_width > console.width:
         console = Console(width=min_width)
     console.print(make_table(result))
+
+
+def progress_printer(as_json: bool) -> Any:
+    """Progress lines on stderr, or None when stdout is reserved for JSON."""
+    if as_json:
+        return None
+    return lambda msg: print(msg, file=sys.stderr, flush=True)
+
+
+def add_common_args(p: Any, timeout: float) -> None:
+    """Options every benchmark driver has: --timeout, --json, and the hidden ones of its rank mode."""
+    import argparse
+    p.add_argument("--timeout", type=float, default=timeout, help="seconds allowed per launch")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)
+
+
+def run_and_show(name: str, compute: Any, show_result: Any, as_json: bool) -> int:
+    """Run a benchmark and print its result; exit status 2 for bad options, 1 for a failed job, else 0."""
+    try:
+        result = compute()
+    except ValueError as e:
+        print(f"planaria bench {name}: {e}", file=sys.stderr)
+        return 2
+    except BenchError as e:
+        print(f"planaria bench {name}: {e}", file=sys.stderr)
+        return 1
+    show_result(result, as_json)
+    return 0

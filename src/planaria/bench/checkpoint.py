@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from planaria.bench import _launch
-from planaria.bench._launch import BenchError, command_line, emit, launch, median
+from planaria.bench._launch import command_line, emit, launch, median
 
 MODULE = "planaria.bench.checkpoint"
 STORES = ("memory", "xor", "file")
@@ -254,11 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="untimed first saves (first touch of new memory; reported as save_cold_s)")
     p.add_argument("--group-size", type=int, default=4, help="XOR group size")
     p.add_argument("--lost", type=int, default=1, help="logical rank that loses its data")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed for the job")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)
+    _launch.add_common_args(p, timeout=3600.0)
     args = p.parse_args(argv)
     if args.rank:
         args.sizes = _sizes(args.sizes)
@@ -266,15 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         args.scratch = os.environ.get("PLANARIA_CKPT_SCRATCH") or args.scratch
         rank_main(args)
         return 0
-    try:
-        result = run_checkpoint_bench(args.ranks, _sizes(args.sizes), [s for s in args.stores.split(",") if s],
-                                      args.backend, reps=args.reps, warmup=args.warmup, group_size=args.group_size,
-                                      lost=args.lost, timeout=args.timeout)
-    except (BenchError, ValueError) as e:
-        print(f"planaria bench checkpoint: {e}", file=sys.stderr)
-        return 1
-    show(result, args.json)
-    return 0
+    def compute() -> dict[str, Any]:
+        return run_checkpoint_bench(args.ranks, _sizes(args.sizes), [s for s in args.stores.split(",") if s],
+                                    args.backend, reps=args.reps, warmup=args.warmup,
+                                    group_size=args.group_size, lost=args.lost, timeout=args.timeout)
+    return _launch.run_and_show("checkpoint", compute, show, args.json)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from collections import Counter
 from typing import Any
 
 from planaria.bench import _launch
-from planaria.bench._launch import BenchError, command_line, emit, launch, loadavg, median, parse_ranks
+from planaria.bench._launch import command_line, emit, launch, loadavg, median, parse_ranks
 
 MODULE = "planaria.bench.failure"
 
@@ -174,23 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default="ulfm", choices=["ulfm", "sim"])
     p.add_argument("--repeat", type=int, default=3, help="separate launches per rank count")
     p.add_argument("--delay", type=float, default=0.2, help="seconds from t0 to the kill")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per launch")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)
+    _launch.add_common_args(p, timeout=120.0)
     args = p.parse_args(argv)
     if args.rank:
         rank_main(args)
         return 0
-    try:
-        result = run(parse_ranks(args.ranks), args.backend, args.repeat, args.delay, args.timeout,
-                     progress=None if args.json else (lambda m: print(m, file=sys.stderr, flush=True)))
-    except (BenchError, ValueError) as e:
-        print(f"planaria bench failure: {e}", file=sys.stderr)
-        return 1
-    show(result, args.json)
-    return 0
+    def compute() -> dict[str, Any]:
+        return run(parse_ranks(args.ranks), args.backend, args.repeat, args.delay, args.timeout,
+                   progress=_launch.progress_printer(args.json))
+    return _launch.run_and_show("failure", compute, show, args.json)
 
 
 if __name__ == "__main__":

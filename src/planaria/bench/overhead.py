@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from planaria.bench import _launch
-from planaria.bench._launch import BenchError, command_line, emit, launch, loadavg, median, parse_ranks
+from planaria.bench._launch import command_line, emit, launch, loadavg, median, parse_ranks
 
 MODULE = "planaria.bench.overhead"
 GOALS = {"allreduce_8B": 1.2, "sendrecv_1MiB": 1.02}
@@ -156,24 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=1000, help="8-byte Allreduce operations per block")
     p.add_argument("--sr-iters", type=int, default=20, help="1 MiB Sendrecv operations per block")
     p.add_argument("--blocks", type=int, default=200, help="timed blocks per variant")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per launch")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)
+    _launch.add_common_args(p, timeout=300.0)
     args = p.parse_args(argv)
     if args.rank:
         rank_main(args)
         return 0
-    try:
-        result = run(parse_ranks(args.ranks), [b for b in args.backend.split(",") if b], args.iters,
-                     args.sr_iters, args.blocks, args.timeout,
-                     progress=None if args.json else (lambda m: print(m, file=sys.stderr, flush=True)))
-    except (BenchError, ValueError) as e:
-        print(f"planaria bench overhead: {e}", file=sys.stderr)
-        return 1
-    show(result, args.json)
-    return 0
+    def compute() -> dict[str, Any]:
+        return run(parse_ranks(args.ranks), [b for b in args.backend.split(",") if b], args.iters,
+                   args.sr_iters, args.blocks, args.timeout, progress=_launch.progress_printer(args.json))
+    return _launch.run_and_show("overhead", compute, show, args.json)
 
 
 if __name__ == "__main__":

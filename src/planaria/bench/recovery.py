@@ -278,24 +278,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=30, help="steps in the run")
     p.add_argument("--victim", type=int, default=1, help="logical rank that dies (not 0)")
     p.add_argument("--group-size", type=int, default=4, help="XOR group size")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per launch")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)
+    _launch.add_common_args(p, timeout=300.0)
     args = p.parse_args(argv)
     if args.rank:
         rank_main(args)
         return 0
-    try:
-        result = run(args.ranks, args.spares, args.mb, args.store, args.repeat, args.backend, args.every,
-                     args.kill_step, args.steps, args.victim, args.group_size, args.timeout,
-                     progress=None if args.json else (lambda m: print(m, file=sys.stderr, flush=True)))
-    except (BenchError, ValueError) as e:
-        print(f"planaria bench recovery: {e}", file=sys.stderr)
-        return 1
-    show(result, args.json)
-    return 0
+    def compute() -> dict[str, Any]:
+        return run(args.ranks, args.spares, args.mb, args.store, args.repeat, args.backend, args.every,
+                   args.kill_step, args.steps, args.victim, args.group_size, args.timeout,
+                   progress=_launch.progress_printer(args.json))
+    return _launch.run_and_show("recovery", compute, show, args.json)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,8 @@ app = typer.Typer(
 
 
 def _progress(as_json: bool):  # type: ignore[no-untyped-def]
-    if as_json:
-        return None
-    return lambda msg: print(msg, file=sys.stderr, flush=True)
+    from planaria.bench._launch import progress_printer
+    return progress_printer(as_json)
 
 
 @app.command("failure")
@@ -36,16 +35,11 @@ def failure(
     Example: planaria bench failure --ranks 4,8,16 --repeat 3
     """
     from planaria.bench import failure as fb
-    from planaria.bench._launch import BenchError, parse_ranks
-    try:
-        result = fb.run(parse_ranks(ranks), backend, repeat, delay, timeout, progress=_progress(json_out))
-    except ValueError as e:          # bad options: usage error
-        print(f"planaria bench failure: {e}", file=sys.stderr)
-        raise typer.Exit(2) from None
-    except BenchError as e:          # a benchmark job failed
-        print(f"planaria bench failure: {e}", file=sys.stderr)
-        raise typer.Exit(1) from None
-    fb.show(result, json_out)
+    from planaria.bench._launch import parse_ranks, run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        return fb.run(parse_ranks(ranks), backend, repeat, delay, timeout, progress=_progress(json_out))
+    raise typer.Exit(run_and_show("failure", compute, fb.show, json_out))
 
 
 @app.command("overhead")
@@ -63,17 +57,12 @@ def overhead(
     Example: planaria bench overhead --ranks 2 --iters 1000
     """
     from planaria.bench import overhead as ob
-    from planaria.bench._launch import BenchError, parse_ranks
-    try:
-        result = ob.run(parse_ranks(ranks), [b for b in backend.split(",") if b], iters, sr_iters, blocks,
+    from planaria.bench._launch import parse_ranks, run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        return ob.run(parse_ranks(ranks), [b for b in backend.split(",") if b], iters, sr_iters, blocks,
                         timeout, progress=_progress(json_out))
-    except ValueError as e:          # bad options: usage error
-        print(f"planaria bench overhead: {e}", file=sys.stderr)
-        raise typer.Exit(2) from None
-    except BenchError as e:          # a benchmark job failed
-        print(f"planaria bench overhead: {e}", file=sys.stderr)
-        raise typer.Exit(1) from None
-    ob.show(result, json_out)
+    raise typer.Exit(run_and_show("overhead", compute, ob.show, json_out))
 
 
 @app.command("checkpoint")
@@ -92,8 +81,9 @@ def checkpoint(
     Example: planaria bench checkpoint --ranks 8 --sizes 2,32,256
     """
     from planaria.bench import checkpoint as cb
-    from planaria.bench._launch import BenchError
-    try:
+    from planaria.bench._launch import run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
         try:
             size_list = [float(x) for x in sizes.replace(" ", "").split(",") if x]
         except ValueError:
@@ -102,15 +92,9 @@ def checkpoint(
         if not json_out:
             print(f"checkpoint: {ranks} ranks, {sizes} MB/rank, {','.join(store_list)}, {backend}",
                   file=sys.stderr, flush=True)
-        result = cb.run_checkpoint_bench(ranks, size_list, store_list, backend, reps=reps, warmup=warmup,
+        return cb.run_checkpoint_bench(ranks, size_list, store_list, backend, reps=reps, warmup=warmup,
                                          timeout=timeout)
-    except ValueError as e:          # bad options: usage error
-        print(f"planaria bench checkpoint: {e}", file=sys.stderr)
-        raise typer.Exit(2) from None
-    except BenchError as e:          # a benchmark job failed
-        print(f"planaria bench checkpoint: {e}", file=sys.stderr)
-        raise typer.Exit(1) from None
-    cb.show(result, json_out)
+    raise typer.Exit(run_and_show("checkpoint", compute, cb.show, json_out))
 
 
 @app.command("recovery")
@@ -132,14 +116,9 @@ def recovery(
     Example: planaria bench recovery --ranks 8 --spares 1 --mb 2 --store memory
     """
     from planaria.bench import recovery as rb
-    from planaria.bench._launch import BenchError
-    try:
-        result = rb.run(ranks, spares, mb, store, repeat, backend, every, kill_step, steps, timeout=timeout,
+    from planaria.bench._launch import run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        return rb.run(ranks, spares, mb, store, repeat, backend, every, kill_step, steps, timeout=timeout,
                         progress=_progress(json_out))
-    except ValueError as e:          # bad options: usage error
-        print(f"planaria bench recovery: {e}", file=sys.stderr)
-        raise typer.Exit(2) from None
-    except BenchError as e:          # a benchmark job failed
-        print(f"planaria bench recovery: {e}", file=sys.stderr)
-        raise typer.Exit(1) from None
-    rb.show(result, json_out)
+    raise typer.Exit(run_and_show("recovery", compute, rb.show, json_out))
