@@ -21,25 +21,6 @@ SCRIPTS = Path(__file__).parent / "scripts"
 BINDIR = Path(sys.executable).parent
 MPIEXEC = BINDIR / "mpiexec"
 PREFIX = "plt-"
-_STALE_RE = re.compile(rf"^{PREFIX}(\d+)-h[12]$")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _cleanup_stale() -> None:
-    """Remove test hosts left by earlier sessions whose process is gone."""
-    for name in netns.list_namespaces():
-        m = _STALE_RE.match(name)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
-            netns.cleanup_stale(name)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +30,7 @@ def hosts(request):
         pytest.skip(f"network namespaces unavailable: {reason}")
     if not MPIEXEC.exists():
         pytest.skip(f"no mpiexec next to {sys.executable}")
-    _cleanup_stale()
+    netns.remove_orphaned(PREFIX)
     names = (f"{PREFIX}{os.getpid()}-h1", f"{PREFIX}{os.getpid()}-h2")
     hs = netns.create_hosts(names, "10.213.7.0/24", replace=True)
     request.addfinalizer(hs.destroy)

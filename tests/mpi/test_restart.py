@@ -28,26 +28,7 @@ pytestmark = [pytest.mark.mpi, pytest.mark.netns]
 SCRIPTS = Path(__file__).parent / "scripts"
 BINDIR = Path(sys.executable).parent
 PREFIX = "plr-"
-_STALE_RE = re.compile(rf"^{PREFIX}(\d+)-h[12]$")
 STEPS, EVERY, PAUSE = 120, 5, 0.05
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _cleanup_stale() -> None:
-    """Remove test hosts left by earlier sessions whose process is gone."""
-    for name in netns.list_namespaces():
-        m = _STALE_RE.match(name)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
-            netns.cleanup_stale(name)
 
 
 @pytest.fixture
@@ -57,7 +38,7 @@ def hosts(tmp_path):
         pytest.skip(f"network namespaces unavailable: {reason}")
     if not (BINDIR / "mpiexec").exists():
         pytest.skip(f"no mpiexec next to {sys.executable}")
-    _cleanup_stale()
+    netns.remove_orphaned(PREFIX)
     names = (f"{PREFIX}{os.getpid()}-h1", f"{PREFIX}{os.getpid()}-h2")
     state_root = tmp_path / "hosts"
     hs = netns.create_hosts(names, "10.213.11.0/24", workdir=state_root / names[0], replace=True)

@@ -462,6 +462,29 @@ def cleanup_stale(prefix: str) -> list[str]:
     return removed
 
 
+def remove_orphaned(prefix: str) -> list[str]:
+    """Delete hosts named ``<prefix><pid>-...`` whose creating process ``pid`` no longer runs.
+
+    Test runs name their hosts after their own pid; this clears what an interrupted run left
+    without touching the hosts of a run still in progress. Returns the names removed.
+    """
+    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)-")
+    removed = []
+    for name in list_namespaces():
+        m = pattern.match(name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue                       # its creator is still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        removed += cleanup_stale(name)
+    return removed
+
+
 def _veth_names(names: tuple[str, str]) -> tuple[str, str]:
     tag = f"{zlib.crc32('/'.join(names).encode()):08x}"
     return f"plv{tag}a", f"plv{tag}b"  # 12 chars, under IFNAMSIZ
