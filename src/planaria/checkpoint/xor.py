@@ -183,20 +183,7 @@ class XorStore(CheckpointStore):
             f = lost[0]
             e = self._data[version]
             c = e.c
-            me, fpos = g.index(r), g.index(f)
-            vec = np.empty(m * c, dtype=np.uint8)
-            q = 0
-            for ipos, i in enumerate(g):
-                if i == f:
-                    continue
-                if i == r:
-                    vec[q * c:(q + 1) * c] = e.parity
-                else:
-                    s = _slot(me, ipos)
-                    vec[q * c:(q + 1) * c] = e.buf[s * c:(s + 1) * c]
-                q += 1
-            s = _slot(me, fpos)
-            vec[(m - 1) * c:] = e.buf[s * c:(s + 1) * c]
+            vec = self._vector(e, g, r, f)
             self._inflight = [vec]
             survivors = [x for x in g if x != f]
             sends = []
