@@ -150,6 +150,17 @@ def _entry_ok(vdir: Path, entry: dict[str, Any]) -> bool:
         return False
 
 
+
+def _usable_everywhere(comm: Comm, cands: list[int], flags: np.ndarray) -> set[int]:
+    """The candidate versions every rank flagged usable (collective: a MIN over the flags)."""
+    if not len(cands):
+        comm.Barrier()
+        return set()
+    from mpi4py import MPI
+    out = np.zeros_like(flags)
+    comm.Allreduce(flags, out, op=MPI.MIN)
+    return {v for v, ok in zip(cands, out.tolist()) if ok}
+
 class FileStore(CheckpointStore):
     """Checkpoints as per-rank files plus a manifest written last (see the module docstring).
 
@@ -253,14 +264,7 @@ class FileStore(CheckpointStore):
         mine = [v for v in cands if (m := read_manifest(self.directory, v)) is not None
                 and self._rank_ok(v, m, comm.rank)]
         flags = np.array([1 if v in mine else 0 for v in cands], dtype=np.int32)
-        if len(cands):
-            from mpi4py import MPI
-            out = np.zeros_like(flags)
-            comm.Allreduce(flags, out, op=MPI.MIN)
-            flags = out
-        else:
-            comm.Barrier()
-        return {v for v, ok in zip(cands, flags.tolist()) if ok}
+        return _usable_everywhere(comm, cands, flags)
 
     # -- restore ---------------------------------------------------------------------------------
     def read_rank(self, version: int, rank: int, nranks: int | None = None) -> dict[str, np.ndarray]:
@@ -327,14 +331,7 @@ class FileStore(CheckpointStore):
             m = read_manifest(self.directory, v)
             flags[k] = int(m is not None and m["nranks"] == old_size
                            and all(self._rank_ok(v, m, x) for x in mine_to_read))
-        if len(cands):
-            from mpi4py import MPI
-            out = np.zeros_like(flags)
-            comm.Allreduce(flags, out, op=MPI.MIN)
-            flags = out
-        else:
-            comm.Barrier()
-        return {v for v, ok in zip(cands, flags.tolist()) if ok}
+        return _usable_everywhere(comm, cands, flags)
 
     def recover_lost(self, comm: Comm, version: int, logical: list[int | None],
                      old_size: int) -> tuple[dict[str, np.ndarray] | None, dict[int, dict[str, np.ndarray]]]:
