@@ -57,3 +57,15 @@ def mpiexec(n: int, argv: list[str], *, python: str | None = None, ft: bool = Fa
         out, err = proc.communicate()
         raise AssertionError(f"MPI job timed out after {timeout}s: {' '.join(cmd)}\n--- stdout\n{out}\n--- stderr\n{err[-4000:]}")
     return Result(proc.returncode, out, err)
+
+
+def run_demo(home: Path, *args: str, timeout: float = 150) -> tuple[subprocess.CompletedProcess, dict]:
+    """``planaria demo --json`` on a small rod with its jobs under ``home``; (process, parsed report or {})."""
+    import json
+    env = root_env()
+    env["PLANARIA_HOME"] = str(home)
+    cmd = [sys.executable, "-m", "planaria.cli.main", "demo", "--json", "--cells-per-rank", "5000",
+           "--steps", "160", "--every", "20", "--timeout", "120", *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    report = json.loads(res.stdout[res.stdout.index("{"):]) if "{" in res.stdout else {}
+    return res, report

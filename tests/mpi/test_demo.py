@@ -1,25 +1,15 @@
 """`planaria demo` end to end: two failures replaced by spares, result equal to the serial run bit for bit."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 from tests.mpi.mpijob import root_env
+from tests.mpi.mpijob import run_demo as demo
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(180)]
-
-
-def demo(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    env = root_env()
-    env["PLANARIA_HOME"] = str(tmp_path)
-    cmd = [sys.executable, "-m", "planaria.cli.main", "demo", "--json", "--cells-per-rank", "5000",
-           "--steps", "160", "--every", "20", "--timeout", "120", *args]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env)
-    report = json.loads(res.stdout[res.stdout.index("{"):]) if "{" in res.stdout else {}
-    return res, report
 
 
 @pytest.mark.parametrize("backend,checkpoint", [("ulfm", "memory"), ("ulfm", "xor"), ("ulfm", "file"),

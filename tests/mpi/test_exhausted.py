@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests.mpi.mpijob import SCRIPTS, mpiexec, root_env
+from tests.mpi.mpijob import run_demo as demo
 
 pytestmark = [pytest.mark.mpi]
 
@@ -105,16 +106,6 @@ def test_stop_is_still_the_default_answer(tmp_path, backend: str) -> None:
     res, results = run_app(tmp_path, backend, 4, 0, ["kill:rank=2,iter=12"], mode="stop")
     stopped = sorted(int(line.split()[2].rstrip(":")) for line in res.stdout.splitlines() if "EXHAUSTED" in line)
     assert stopped == [0, 1, 3] and not results, _detail(res.stdout, res.stderr)
-
-
-def demo(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    env = root_env()
-    env["PLANARIA_HOME"] = str(tmp_path)
-    cmd = [sys.executable, "-m", "planaria.cli.main", "demo", "--json", "--cells-per-rank", "5000",
-           "--steps", "160", "--every", "20", "--timeout", "120", *args]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env)
-    report = json.loads(res.stdout[res.stdout.index("{"):]) if "{" in res.stdout else {}
-    return res, report
 
 
 @pytest.mark.timeout(180)
