@@ -125,27 +125,20 @@ class Resilient:
             steps: int) -> State | None:
         """Run ``steps`` steps; returns this rank's final state (None on a spare never used)."""
         lay = self._lay
-        self.comm = lay.world.split(0 if lay.logical is not None else None, key=lay.logical or 0)
-        state: State | None = None
-        i = 0
-        if lay.logical is None:
-            resumed = self._spare_wait()
-            if resumed is None:
-                return None
-            i, state = resumed
-        else:
-            try:
+        self._init = init
+        try:                                  # a failure may strike from the very first call
+            self.comm = _split(lay.world, 0 if lay.logical is not None else None, lay.logical or 0)
+            if lay.logical is None:
+                resumed = self._spare_wait()
+            else:
                 resumed = self._resume_from_store() if self.resume else None
-                if resumed is not None:
-                    i, state = resumed
-                else:
-                    state = init(self.comm)
-                    self._save(0, state)
-            except FailureError as err:
-                resumed = self._recover(err, 0)
                 if resumed is None:
-                    return None
-                i, state = resumed
+                    resumed = self._start(self.comm)
+        except FailureError as err:
+            resumed = self._recover(err, 0)
+        if resumed is None:                   # a spare released without being needed
+            return None
+        i, state = resumed
         while True:
             try:
                 while i < steps:
@@ -176,6 +169,12 @@ class Resilient:
         self.resumed_from = version
         return version, state
 
+    def _start(self, comm: Comm) -> tuple[int, State]:
+        """Fresh start: the application's initial state, checkpointed as version 0."""
+        state = self._init(comm)
+        self._save(0, state)
+        return 0, state
+
     def _save(self, version: int, state: State) -> None:
         pl.phase("checkpoint")
         t = time.perf_counter()
@@ -189,8 +188,14 @@ class Resilient:
         while True:
             try:
                 done, _ = req.test()
-            except FailureError as err:
+            except pl.RevokedError as err:      # the working ranks started a recovery: join it
                 return self._recover(err, -1)
+            except pl.ProcFailedError:
+                # Some process failed. Only the working ranks decide whether that needs a recovery
+                # (they revoke the world if so); a spare that started one on its own could find
+                # the working ranks already gone. Acknowledge and keep waiting.
+                world.ack_failed()
+                continue
             if done:
                 return None
             time.sleep(0.02)
@@ -239,7 +244,7 @@ class Resilient:
                 was_spare = mine is None
                 if was_spare and world.rank in spare_ranks[:len(lost)]:
                     mine = lost[spare_ranks.index(world.rank)]
-                comm = world.split(0 if mine is not None else None, key=mine or 0)
+                comm = _split(world, 0 if mine is not None else None, mine or 0)
                 t2 = time.perf_counter()
                 self._spare_ranks = spare_ranks[len(lost):]
                 lay.world, lay.logical, self.comm = world, mine, comm
@@ -249,9 +254,13 @@ class Resilient:
                     self._has_state = False
                 fresh = set(lost) | empty
                 version = self.store.restorable(comm, fresh)
-                if version is None:
+                if version is None and not comm.allreduce(bool(self.checkpoint_times), op=max):
+                    # No checkpoint was ever completed by anyone: start again from the beginning.
+                    version, state = self._start(comm)
+                elif version is None:
                     raise Unrecoverable(f"no checkpoint version can be restored after losing logical rank(s) {lost}")
-                state = self.store.restore(comm, version, fresh)
+                else:
+                    state = self.store.restore(comm, version, fresh)
                 self._has_state = True
                 t3 = time.perf_counter()
                 if was_spare:
@@ -276,7 +285,7 @@ class Resilient:
         # the spares left (they hold no data; the application gives them a share of the work).
         old_size = lay.nwork
         key = lay.logical if lay.logical is not None else old_size + world.rank
-        comm = world.split(0, key=key)
+        comm = _split(world, 0, key)
         try:
             logical = comm.allgather(lay.logical)
             t2 = time.perf_counter()
@@ -305,3 +314,21 @@ class Resilient:
                                         any(l is None for l in logical), version, t1 - t0, t2 - t1,
                                         time.perf_counter() - t2, attempts, comm.size, continued=True))
         return version, state
+
+
+def _split(world: Comm, color: int | None, key: int) -> Comm | None:
+    """``world.split`` made uniform: it either succeeds everywhere or raises everywhere.
+
+    Under ULFM a communicator-creating call can succeed at some ranks and fail at others; those
+    that got the new communicator would carry on while the others recover. The agreement on
+    the outcome (which itself raises at every rank while a failure is unacknowledged) keeps
+    every process on the same path.
+    """
+    comm, ok = None, True
+    try:
+        comm = world.split(color, key)
+    except FailureError:
+        ok = False
+    if not world.agree(ok):
+        raise pl.RevokedError("creating the working communicator failed at some rank")
+    return comm
