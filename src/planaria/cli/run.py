@@ -25,6 +25,8 @@ def run(
     restart: int = typer.Option(0, "--restart", help="After a node failure, relaunch the job at most N times on the hosts left (same job directory; the application resumes from its file checkpoints)."),
     reinject: bool = typer.Option(False, "--reinject", help="Pass the --inject plan to restarted attempts too (default: only the first attempt injects)."),
     netns: Optional[str] = typer.Option(None, "--netns", help="Run on the test hosts NAME1,NAME2 made by 'planaria hosts up' (network namespaces)."),
+    detect: bool = typer.Option(True, "--detect/--no-detect", help="Run-time error detection in every rank: message timers, ping/status/vote probes, incidents in the job directory."),
+    diagnose_on_timeout: bool = typer.Option(True, "--diagnose-on-timeout/--no-diagnose-on-timeout", help="Before a --timeout kill, collect every rank's state and write a diagnosis."),
 ) -> None:
     """Run an MPI program (the command after --) with failure tracking.
 
@@ -44,6 +46,9 @@ def run(
 
       planaria run -n 4 --netns pl-h1,pl-h2 --restart 1 -- python app.py
 
+    While it runs, 'planaria diagnose JOB' (or 'kill -USR1 <planaria run pid>') collects every
+    rank's state and names the ranks and call sites a hang comes from.
+
     With --restart N, a job that ends by a node failure (no rank finished, and mpiexec reported a
     lost daemon or ranks were lost) is launched again in the same job directory on the hosts that
     still answer, at most N times; --timeout bounds all attempts together.
@@ -59,7 +64,8 @@ def run(
     opts = RunOptions(command=command, nprocs=nprocs, spares=spares, backend=backend,
                       inject=list(inject), timeout=timeout, hosts=hosts, json=json_out,
                       mpiexec_args=list(mpiexec_arg), control=control, restart=restart,
-                      reinject=reinject, netns=netns)
+                      reinject=reinject, netns=netns, detect=detect,
+                      diagnose_on_timeout=diagnose_on_timeout)
     raise typer.Exit(run_job(opts))
 
 

@@ -4,7 +4,9 @@ Wire protocol (msgpack maps, every message carries ``tok`` = the job secret):
 
 agent -> controller: ``hello`` {rank, pid, host, role, backend}, ``hb`` {rank, step},
 ``fail`` {rank, reason, id}, ``inject`` {rank, kind, detail}, ``event`` {rank, ...},
-``bye`` {rank, code}, ``ps`` {} (returns the rank table).
+``bye`` {rank, code}, ``incident`` {rank, ...} (a localized fault), ``ps`` {} (returns the rank table),
+``diagnose`` {k, hop, rounds, interval} (a tool asks for a global state collection; the reply
+``diagnosed`` {state, report, ...} comes when the collection tree has answered or timed out).
 controller -> agent: ``ack`` {id} for any message with an ``id``, ``hbok`` {} for heartbeats,
 ``ps`` {ranks: [rank records], t0} for ``ps``. Replies carry ``tok`` too.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import queue
 import tempfile
 import threading
 import time
@@ -71,6 +74,8 @@ class Controller:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context | None = None
+        self._outbox: queue.Queue[tuple[bytes, dict[str, Any]]] = queue.Queue()
+        self._diagnosing = threading.Lock()
 
     # --- lifecycle -----------------------------------------------------
     def start(self, timeout: float = 10.0) -> str:
@@ -171,6 +176,12 @@ class Controller:
                         except zmq.Again:
                             break
                         self._handle(sock, frames)
+                while True:
+                    try:
+                        ident, reply = self._outbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    self._reply(sock, ident, reply)
                 if time.time() >= next_sweep:
                     self.sweep()
                     next_sweep = time.time() + 0.5
@@ -213,6 +224,10 @@ class Controller:
             ranks = [v for _, v in sorted(self.table().items())]
             self._reply(sock, ident, {"type": "ps", "ranks": ranks, "t0": self.t0})
             return
+        if mtype == "diagnose":
+            threading.Thread(target=self._diagnose_for, args=(ident, msg), daemon=True,
+                             name="planaria-diagnose").start()
+            return
         self._update_table(msg, now)
         if mtype != "hb":
             rec = dict(msg)
@@ -239,7 +254,8 @@ class Controller:
                 }
             if mtype == "hello":
                 info.update(pid=msg.get("pid"), host=msg.get("host"), role=msg.get("role"),
-                            backend=msg.get("backend"), hello_time=now, last_hb=now)
+                            backend=msg.get("backend"), hello_time=now, last_hb=now,
+                            ep=msg.get("ep"), size=msg.get("size"))
                 if info["state"] not in ("failed", "finished", "lost"):
                     info["state"] = "starting"
             elif mtype == "hb":
@@ -261,3 +277,24 @@ class Controller:
                     info["state"] = "finished"
             else:
                 info["last_hb"] = now
+
+    # --- global diagnosis ------------------------------------------------
+    def _diagnose_for(self, ident: bytes, msg: dict[str, Any]) -> None:
+        try:
+            out = self.diagnose(k=int(msg.get("k") or 8), hop=float(msg.get("hop") or 1.0),
+                                rounds=int(msg.get("rounds") or 0), interval=float(msg.get("interval") or 0.2))
+            out["type"] = "diagnosed"
+        except Exception as exc:  # noqa: BLE001 - the tool gets the reason
+            out = {"type": "diagnosed", "error": f"{type(exc).__name__}: {exc}"}
+        self._outbox.put((ident, out))
+
+    def diagnose(self, k: int = 8, hop: float = 1.0, rounds: int = 0, interval: float = 0.2) -> dict[str, Any]:
+        """Collect every rank's state through the agent tree, write the state file, run the offline analysis.
+
+        ``rounds`` = 0 picks the hang filter's sample count from the number of threads. Returns
+        paths and the report; one collection at a time (a second request waits for the first).
+        """
+        from planaria.diagnose.run import collect_and_analyze
+        with self._diagnosing:
+            return collect_and_analyze(self.jobdir, self.table(), self.secret.decode("utf-8"),
+                                       k=k, hop=hop, rounds=rounds, interval=interval)

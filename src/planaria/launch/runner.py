@@ -67,6 +67,8 @@ class RunOptions:
     restart: int = 0            # relaunch at most this many times after a node failure
     reinject: bool = False      # pass the --inject plan to restarted attempts too
     netns: str | None = None    # NAME1,NAME2: run on the test hosts made by `planaria hosts up`
+    detect: bool = True         # run-time error detection in every rank (message log, timers, probes)
+    diagnose_on_timeout: bool = True   # collect and analyze the global state before a --timeout kill
 
 
 def _err(msg: str) -> None:
@@ -551,9 +553,10 @@ def run_job(opts: RunOptions) -> int:
     deadline = None if opts.timeout is None else t0 + opts.timeout
     out = _Output(jobdir, opts.json)
     interrupted = threading.Event()
-    old_handler = None
+    old_handler = old_usr1 = None
     if threading.current_thread() is threading.main_thread():
         old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+        old_usr1 = signal.signal(signal.SIGUSR1, lambda *_: _DIAG_REQUESTS.set())
     attempts: list[dict[str, Any]] = []
     att: _Attempt | None = None
     try:
@@ -607,6 +610,8 @@ def run_job(opts: RunOptions) -> int:
     finally:
         if old_handler is not None:
             signal.signal(signal.SIGINT, old_handler)
+        if old_usr1 is not None:
+            signal.signal(signal.SIGUSR1, old_usr1)
     out.close()
     assert att is not None
 
@@ -628,6 +633,22 @@ def run_job(opts: RunOptions) -> int:
     if opts.json and opts.emit_summary:
         print(json.dumps(_jsonable(summary), indent=2, sort_keys=True), flush=True)
     return att.status
+
+
+_DIAG_REQUESTS = threading.Event()
+
+
+def _diagnose_now(controller: Controller, out: _Output, why: str) -> None:
+    """Collect and analyze the job's global state now (SIGUSR1 to the launcher, or before a timeout kill)."""
+    _note(out, f"{why}: collecting every rank's state for a diagnosis")
+    try:
+        res = controller.diagnose()
+    except Exception as exc:  # noqa: BLE001 - a diagnosis must never take the launcher down
+        _note(out, f"diagnosis failed: {type(exc).__name__}: {exc}")
+        return
+    for line in res["report"]["text"].rstrip().splitlines():
+        _note(out, line)
+    _note(out, f"state file {res['state']}; report {res['json']}")
 
 
 def _note(out: _Output, msg: str) -> None:
@@ -655,6 +676,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         "PLANARIA_NRANKS": str(opts.nprocs),
         "PLANARIA_T0": repr(t0),
         "PLANARIA_RESTART": str(number - 1),
+        "PLANARIA_DETECT": "1" if opts.detect else "0",
     }
     try:
         argv, env = build_mpiexec_cmd(command, total, backend=backend, hosts=layout.hosts_arg(opts),
@@ -706,12 +728,18 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
             break
         except subprocess.TimeoutExpired:
             pass
+        if _DIAG_REQUESTS.is_set():
+            _DIAG_REQUESTS.clear()
+            threading.Thread(target=_diagnose_now, args=(controller, out, "SIGUSR1"), daemon=True,
+                             name="planaria-diagnose-signal").start()
         if interrupted.is_set():
             outcome = "interrupted"
             break
         if deadline is not None and time.time() > deadline:
             outcome = "timeout"
             break
+    if outcome == "timeout" and opts.diagnose_on_timeout:
+        _diagnose_now(controller, out, "timeout")
     if outcome != "finished":
         why = ("interrupted (Ctrl-C)" if outcome == "interrupted"
                else f"timeout after {opts.timeout:g} s")

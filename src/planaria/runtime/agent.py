@@ -1,6 +1,9 @@
-"""Rank-side control-plane agent: hello, heartbeats, reports, orphan guard.
+"""Rank-side control-plane agent: hello, heartbeats, reports, orphan guard, state collection.
 
-A daemon thread owns the ZeroMQ DEALER socket; other threads hand messages over a queue.
+A daemon thread owns the ZeroMQ sockets: a DEALER to the controller and a ROUTER on which
+the collection tree (``planaria.diagnose.collect``) reaches this rank. Other threads hand
+messages over queues; a collection request runs in its own short-lived thread so that
+heartbeats continue while stacks are sampled and children are waited for.
 """
 from __future__ import annotations
 
@@ -43,6 +46,9 @@ class Agent:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
+        self.dead: str | None = None          # set when this rank has failed (sim zombies keep their agent)
+        self._replies: queue.Queue[tuple[bytes, dict[str, Any]]] = queue.Queue()
+        self.endpoint: str | None = None
         self._ctx = zmq.Context()
         self._thread = threading.Thread(target=self._run, name=f"planaria-agent-{rank}", daemon=True)
         self._thread.start()
@@ -132,20 +138,96 @@ class Agent:
             if ev is not None:
                 ev.set()
 
+    # --- collection tree ------------------------------------------------
+    def _bind_tree(self) -> zmq.Socket | None:
+        """The ROUTER the collection tree talks to: next to the controller's socket (ipc) or on TCP."""
+        tree = self._ctx.socket(zmq.ROUTER)
+        tree.setsockopt(zmq.LINGER, 0)
+        try:
+            if self.uri.startswith("ipc://"):
+                base = os.path.dirname(self.uri[len("ipc://"):])
+                tree.bind(f"ipc://{base}/a{self.rank}-{os.getpid()}.sock")
+                self.endpoint = tree.getsockopt_string(zmq.LAST_ENDPOINT)
+            else:
+                port = tree.bind_to_random_port("tcp://*")
+                self.endpoint = f"tcp://{socket.gethostname()}:{port}"
+        except zmq.ZMQError:
+            tree.close(0)
+            return None
+        return tree
+
+    def _on_tree(self, tree: zmq.Socket) -> None:
+        while True:
+            try:
+                frames = tree.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = msgpack.unpackb(frames[-1], raw=False)
+            except Exception:  # noqa: BLE001
+                continue
+            if not isinstance(msg, dict) or msg.get("tok") != self._secret or msg.get("type") != "collect":
+                continue
+            threading.Thread(target=self._collect, args=(frames[0], msg), daemon=True,
+                             name=f"planaria-collect-{self.rank}").start()
+
+    def _collect(self, ident: bytes, req: dict[str, Any]) -> None:
+        """Answer a collection request: this rank's state plus its subtree's (bounded by the request's budget)."""
+        from planaria.diagnose import collect
+        from planaria.runtime import snapshot
+        ranks, eps = list(req.get("ranks") or [self.rank]), list(req.get("eps") or [])
+        k, hop = int(req.get("k", collect.DEFAULT_K)), float(req.get("hop", collect.DEFAULT_HOP))
+        budget = float(req.get("budget", hop))
+        rounds, interval = int(req.get("rounds", 1)), float(req.get("interval", 0.2))
+        result: dict[str, list] = {}
+
+        def children() -> None:
+            ctx = zmq.Context()
+            try:
+                result["parts"] = collect.ask_children(ctx, ranks[1:], eps[1:], self._secret, k, hop,
+                                                       budget, rounds, interval)
+            finally:
+                ctx.term()
+        t = threading.Thread(target=children, daemon=True, name=f"planaria-collect-{self.rank}-kids")
+        t.start()
+        if self.dead is not None:
+            own = {"missing": [self.rank], "failed": {str(self.rank): self.dead}}
+        else:
+            try:
+                own = snapshot.take(self.rank, rounds, interval,
+                                    status={"role": self.role, "backend": self.backend})
+            except Exception as exc:  # noqa: BLE001 - report, never die in the agent
+                own = {"missing": [self.rank], "errors": [f"rank {self.rank}: {exc!r}"]}
+        t.join(max(budget - hop, 0.0) + 0.5)
+        parts = [own] + list(result.get("parts") or [{"missing": ranks[1:]}])
+        merged = collect.merge_parts(parts)
+        self._replies.put((ident, {"type": "part", "id": req.get("id"), "part": merged}))
+
     def _run(self) -> None:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 1000)
         sock.setsockopt(zmq.SNDHWM, 10000)
+        tree = self._bind_tree()
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        if tree is not None:
+            poller.register(tree, zmq.POLLIN)
         try:
             sock.connect(self.uri)
             self._send(sock, {"type": "hello", "rank": self.rank, "size": self.size,
                               "pid": os.getpid(), "host": socket.gethostname(),
-                              "role": self.role, "backend": self.backend, "t": time.time()})
+                              "role": self.role, "backend": self.backend, "t": time.time(),
+                              "ep": self.endpoint})
             self.last_reply = time.monotonic()
             next_hb = time.monotonic() + self.heartbeat
             while not self._stop.is_set():
                 self._drain(sock)
-                if sock.poll(_POLL_MS, zmq.POLLIN):
+                if tree is not None:
+                    self._send_replies(tree)
+                ready = dict(poller.poll(_POLL_MS))
+                if tree is not None and tree in ready:
+                    self._on_tree(tree)
+                if sock in ready:
                     while True:
                         try:
                             self._on_reply(sock.recv(zmq.NOBLOCK))
@@ -161,4 +243,22 @@ class Agent:
             self._drain(sock)
         finally:
             sock.close()
+            if tree is not None:
+                tree.close(0)
+                if self.endpoint and self.endpoint.startswith("ipc://"):
+                    try:
+                        os.unlink(self.endpoint[len("ipc://"):])
+                    except OSError:
+                        pass
             self._ctx.term()
+
+    def _send_replies(self, tree: zmq.Socket) -> None:
+        while True:
+            try:
+                ident, msg = self._replies.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                tree.send_multipart([ident, self._pack(msg)], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass

@@ -67,10 +67,18 @@ def world(backend: str = "auto") -> Comm:
         from planaria.comm.sim import sim_world
         comm = sim_world()
     _RT.comm, _RT.backend = comm, backend
+    if detection_enabled():
+        from planaria.comm import msglog
+        msglog.enable(comm)
     _start_services(comm)
     atexit.register(finalize)
     sys.excepthook = _excepthook
     return comm
+
+
+def detection_enabled() -> bool:
+    """Run-time error detection (message log, timers, probes) is on: ``PLANARIA_DETECT=1`` (set by ``planaria run``)."""
+    return os.environ.get("PLANARIA_DETECT", "0").strip().lower() not in ("0", "", "false", "no", "off")
 
 
 def _start_services(comm: Comm) -> None:
@@ -113,6 +121,11 @@ def _start_services(comm: Comm) -> None:
 def _nworking(size: int) -> int:
     spares = int(os.environ.get("PLANARIA_SPARES", "0") or 0)
     return max(size - spares, 1)
+
+
+def current_step() -> int | None:
+    """The last value passed to ``step`` (None before the first)."""
+    return None if _RT.step < 0 else _RT.step
 
 
 def step(i: int) -> None:
@@ -163,6 +176,7 @@ def fail_stop(reason: str) -> None:
     if _RT.agent is not None:
         try:
             _RT.agent.report("fail", wait=True, reason=reason, step=_RT.step)
+            _RT.agent.dead = reason
         except Exception:
             pass
     if _RT.backend == "sim":

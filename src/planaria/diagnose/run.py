@@ -1,0 +1,68 @@
+"""One global diagnosis of a running job: collect through the tree, write the state file, analyze it.
+
+Called by the controller (``planaria diagnose JOB``, or SIGUSR1 to ``planaria run``). Ranks the
+controller already knows as failed, lost or finished are not asked; they enter the state file
+as ``known`` facts (with the reason the rank or the launcher reported), which the offline
+analysis uses next to the count check. Output files in the job directory, numbered per call:
+``diag-<n>.state`` (msgpack state file), ``diag-<n>.json`` (report) and ``diag-<n>.txt``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from planaria.diagnose import collect as _collect
+
+
+def known_facts(table: dict[int, dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the controller knows without asking the ranks: failed, lost and finished ranks, injected faults, incidents."""
+    failed = {str(r): str(v.get("reason") or "failed") for r, v in table.items() if v.get("state") == "failed"}
+    lost = sorted(r for r, v in table.items() if v.get("state") == "lost")
+    finished = sorted(r for r, v in table.items() if v.get("state") == "finished")
+    injected = [{k: e.get(k) for k in ("rank", "kind", "detail", "t")} for e in events if e.get("type") == "inject"]
+    incidents = [e for e in events if e.get("type") == "incident"][-50:]
+    return {"failed": failed, "lost": lost, "finished": finished, "injected": injected[-50:],
+            "incidents": incidents}
+
+
+def build_state(table: dict[int, dict[str, Any]], part: dict[str, Any], job: str,
+                known: dict[str, Any]) -> dict[str, Any]:
+    """A state file (format ``planaria-state/1``) from the merged collection part."""
+    size = max([int(v.get("size") or 0) for v in table.values()] + [len(table)])
+    hosts: dict[str, list[int]] = {}
+    for r, v in sorted(table.items()):
+        if v.get("host"):
+            hosts.setdefault(str(v["host"]), []).append(int(r))
+    answered = {int(rec["rank"]) for rec in part.get("ranks", [])}
+    missing = sorted({int(r) for r in part.get("missing", [])} - answered)
+    return {"format": "planaria-state/1", "job": job, "t": time.time(), "size": size, "hosts": hosts,
+            "stacks": part.get("stacks", []), "ranks": sorted(part.get("ranks", []), key=lambda x: x["rank"]),
+            "missing": missing, "collect": part.get("collect", {}), "known": known}
+
+
+def collect_and_analyze(jobdir: Any, table: dict[int, dict[str, Any]], secret: str, k: int = 8,
+                        hop: float = 1.0, rounds: int = 0, interval: float = 0.2) -> dict[str, Any]:
+    """Run one collection over the ranks in ``table`` and write the state file and the report."""
+    from planaria.diagnose.hangfilter import samples_needed
+    from planaria.diagnose.report import analyze
+    from planaria.diagnose.state import write_state
+    t0 = time.monotonic()
+    ask = {int(r): v.get("ep") for r, v in table.items() if v.get("state") in ("starting", "running")}
+    if rounds <= 0:
+        rounds = samples_needed(max(3 * len(table), 2))
+    part = _collect.collect(ask, secret, k=k, hop=hop, rounds=rounds, interval=interval) if ask else \
+        {"stacks": [], "ranks": [], "missing": [], "collect": {"k": k, "hop": hop, "seconds": 0.0}}
+    known = known_facts(table, jobdir.events())
+    state = build_state(table, part, jobdir.path.name, known)
+    n = 1 + sum(1 for _ in jobdir.path.glob("diag-*.state"))
+    state_path = jobdir.file(f"diag-{n}.state")
+    write_state(state_path, state)
+    collected = time.monotonic() - t0
+    report = analyze(state)
+    report["timing"] = {"collect_s": round(collected, 3), "total_s": round(time.monotonic() - t0, 3),
+                        "rounds": rounds, "interval": interval}
+    json_path = jobdir.write_json(f"diag-{n}.json", report)
+    from planaria.launch.fsutil import atomic_write
+    txt_path = jobdir.file(f"diag-{n}.txt")
+    atomic_write(txt_path, report["text"].encode("utf-8"))
+    return {"state": str(state_path), "json": str(json_path), "text_path": str(txt_path), "report": report}
