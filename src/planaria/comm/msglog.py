@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planaria.comm.base import Comm, Request
+from planaria.comm.errors import FailureError
 
 # name -> (kind, index of the peer argument after self, keyword of the peer, index of tag, keyword of tag)
 _P2P_SEND = {"Send": (1, "dest", 2, "tag"), "send": (1, "dest", 2, "tag")}
@@ -59,11 +60,26 @@ class MsgLog:
         self.cur: tuple | None = None          # (name, kind, comm, peer, tag, size, seq, t_start)
         self.done: deque[tuple] = deque(maxlen=HISTORY)   # p2p: (name, comm_id, peer comm rank, tag, t_start, seconds)
         self.sent: dict[tuple[str, int], list] = {}       # (comm_id, dest comm rank) -> [count, last tag, last time]
+        self.recvd: dict[tuple[str, int], int] = {}       # (comm_id, source comm rank) -> receives completed
+        self.failures: deque[tuple] = deque(maxlen=HISTORY)  # (time, name, comm_id, failed world ranks, site)
         self.comms: weakref.WeakValueDictionary[str, Comm] = weakref.WeakValueDictionary()
         self.thread_id = threading.get_ident()
-        self.slow: deque[tuple] = deque(maxlen=HISTORY)   # completed ops slower than slow_after
+        self.slow: deque[tuple] = deque(maxlen=HISTORY)   # (name, comm_id, peer world, tag, seconds, time, site)
         self.slow_after = float("inf")
         self.ioerrors: deque[tuple[float, str]] = deque(maxlen=HISTORY)
+        self.total = {"slow": 0, "io": 0, "fail": 0}     # entries ever appended to slow / ioerrors / failures
+
+    def push(self, which: str, item: tuple) -> None:
+        """Append to ``slow``, ``io`` (ioerrors) or ``fail`` (failures), counting so readers find new entries."""
+        {"slow": self.slow, "io": self.ioerrors, "fail": self.failures}[which].append(item)
+        self.total[which] += 1
+
+    def since(self, which: str, seen: int) -> tuple[list[tuple], int]:
+        """Entries of ``which`` appended after the first ``seen`` ones (those still kept), and the new total."""
+        dq = {"slow": self.slow, "io": self.ioerrors, "fail": self.failures}[which]
+        total = self.total[which]
+        fresh = min(total - seen, len(dq))
+        return (list(dq)[len(dq) - fresh:] if fresh > 0 else []), total
 
     # -- state for probes and collection ---------------------------------------------
     def current(self) -> dict[str, Any] | None:
@@ -111,6 +127,15 @@ class MsgLog:
                 w = None
             if w == world_rank:
                 out.append({"comm": cid, "count": n, "tag": tag, "ago": round(now - t, 3)})
+        return out
+
+    def received_from(self, world_rank: int) -> list[dict[str, Any]]:
+        """Receives from ``world_rank`` completed so far, per communicator."""
+        out = []
+        for (cid, src), n in list(self.recvd.items()):
+            c = self.comms.get(cid)
+            if c is not None and _world(c, src) == world_rank:
+                out.append({"comm": cid, "count": n})
         return out
 
     def history(self) -> list[dict[str, Any]]:
@@ -175,6 +200,26 @@ def _arg(a: tuple, k: dict, pos: int, key: str, default: Any) -> Any:
     return k.get(key, default)
 
 
+def _world(comm: Any, rank: Any) -> int | None:
+    if not isinstance(rank, int) or rank < 0:
+        return None
+    try:
+        return int(comm._world_of(rank))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _slow(lg: MsgLog, name: str, comm: Any, peer: Any, tag: Any, dt: float) -> None:
+    """Record a completed operation that took longer than ``slow_after`` (rare path: the call site is read here)."""
+    lg.push("slow", (name, comm._ml_id, _world(comm, peer), tag, dt, time.time(), call_site(sys._getframe(2))))
+
+
+def _failed(lg: MsgLog, name: str, comm: Any, exc: FailureError) -> None:
+    ranks = sorted(getattr(exc, "ranks", None) or [])
+    world = sorted(w for w in (_world(comm, r) for r in ranks) if w is not None)
+    lg.push("fail", (time.time(), name, comm._ml_id, world, call_site(sys._getframe(2))))
+
+
 def _count_send(lg: MsgLog, cid: str, dest: Any, tag: Any, t: float) -> None:
     ent = lg.sent.get((cid, dest))
     if ent is None:
@@ -200,6 +245,9 @@ def _wrap_p2p(name: str, fn: Callable, kind: str, spec: tuple) -> Callable:
         lg.cur = (name, kind, self, peer, tag, _size(a[0]) if a else 0, None, t0)
         try:
             out = fn(self, *a, **k)
+        except FailureError as exc:
+            _failed(lg, name, self, exc)
+            raise
         finally:
             lg.cur = None
         dt = time.monotonic() - t0
@@ -209,8 +257,11 @@ def _wrap_p2p(name: str, fn: Callable, kind: str, spec: tuple) -> Callable:
                 _count_send(lg, self._ml_id, peer, tag, t0)
             else:
                 _count_send(lg, self._ml_id, _arg(a, k, 1, "dest", -1), _arg(a, k, 2, "sendtag", 0), t0)
+        if not is_send and isinstance(peer, int) and peer >= 0:
+            key = (self._ml_id, peer)
+            lg.recvd[key] = lg.recvd.get(key, 0) + 1
         if dt > lg.slow_after:
-            lg.slow.append((name, self._ml_id, peer, tag, dt, time.time()))
+            _slow(lg, name, self, peer, tag, dt)
         return out
     call.__name__ = name
     call.__doc__ = fn.__doc__
@@ -248,6 +299,9 @@ def _wrap_coll(name: str, fn: Callable, spec: tuple | None) -> Callable:
         lg.cur = (name, "coll", self, root, None, _size(a[0]) if a else 0, self._ml_seq, t0)
         try:
             out = fn(self, *a, **k)
+        except FailureError as exc:
+            _failed(lg, name, self, exc)
+            raise
         finally:
             lg.cur = None
         if child is not None and isinstance(out, Comm):
@@ -261,7 +315,7 @@ def _wrap_coll(name: str, fn: Callable, spec: tuple | None) -> Callable:
             self._ml_kids += 1
         dt = time.monotonic() - t0
         if dt > lg.slow_after:
-            lg.slow.append((name, self._ml_id, root, None, dt, time.time()))
+            _slow(lg, name, self, root, None, dt)
         return out
     call.__name__ = name
     call.__doc__ = fn.__doc__
@@ -284,11 +338,21 @@ class _MonReq(Request):
         if lg is None or lg.cur is not None:
             self._r.Wait()
             return
-        lg.cur = (self._name, "p2p", self._comm, self._peer, self._tag, 0, None, time.monotonic())
+        t0 = time.monotonic()
+        lg.cur = (self._name, "p2p", self._comm, self._peer, self._tag, 0, None, t0)
         try:
             self._r.Wait()
+        except FailureError as exc:
+            _failed(lg, self._name, self._comm, exc)
+            raise
         finally:
             lg.cur = None
+        dt = time.monotonic() - t0
+        if self._name in _RECV_WAITS and isinstance(self._peer, int) and self._peer >= 0:
+            key = (self._comm._ml_id, self._peer)
+            lg.recvd[key] = lg.recvd.get(key, 0) + 1
+        if dt > lg.slow_after:
+            _slow(lg, self._name, self._comm, self._peer, self._tag, dt)
 
     def test(self) -> tuple[bool, Any]:
         return self._r.test()
@@ -304,6 +368,7 @@ class _MonReq(Request):
         self._r.Cancel()
 
 
+_RECV_WAITS = ("Wait(Irecv)", "Wait(irecv)")
 _CLASSES: dict[type, type] = {}
 
 

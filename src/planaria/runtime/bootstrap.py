@@ -31,6 +31,8 @@ class _Runtime:
         self.step = -1
         self.finalized = False
         self.exit_code = 0
+        self.dead = False
+        self.localizer: Any = None
 
 
 _RT = _Runtime()
@@ -67,10 +69,15 @@ def world(backend: str = "auto") -> Comm:
         from planaria.comm.sim import sim_world
         comm = sim_world()
     _RT.comm, _RT.backend = comm, backend
-    if detection_enabled():
+    detect = detection_enabled()
+    if detect:
         from planaria.comm import msglog
-        msglog.enable(comm)
+        from planaria.localize.thresholds import ENV_VAR, Thresholds
+        thresholds = Thresholds.parse(os.environ.get(ENV_VAR))
+        msglog.enable(comm, slow_after=thresholds.slow_after())
     _start_services(comm)
+    if detect:
+        _start_localizer(comm, thresholds)
     atexit.register(finalize)
     sys.excepthook = _excepthook
     return comm
@@ -116,6 +123,21 @@ def _start_services(comm: Comm) -> None:
         from planaria.comm.sim import sim_state
         sim_state().check = inj.check
     inj.start_timers()
+
+
+def _start_localizer(comm: Comm, thresholds: Any) -> None:
+    """I/O error recording and the probe service thread (run-time fault localization)."""
+    from planaria.localize import iowatch
+    from planaria.localize.service import Service
+    iowatch.install()
+
+    def report(incident: dict[str, Any]) -> None:
+        if _RT.agent is not None:
+            _RT.agent.report("incident", **{k: v for k, v in incident.items() if k not in ("type", "rank")},
+                             kind=incident.get("type", "incident"), by=comm.rank)
+        else:
+            sys.stderr.write(f"planaria: incident: {incident}\n")
+    _RT.localizer = Service(comm.rank, comm.size, thresholds, report, is_dead=lambda: _RT.dead).start()
 
 
 def _nworking(size: int) -> int:
@@ -172,10 +194,11 @@ def _kill(reason: str) -> None:
 
 def fail_stop(reason: str) -> None:
     """End this rank as a process failure the survivors will see; records ``reason`` with the controller."""
+    _RT.dead = True
     _flush()
     if _RT.agent is not None:
         try:
-            _RT.agent.report("fail", wait=True, reason=reason, step=_RT.step)
+            _RT.agent.report("fail", wait=True, reason=reason, step=_RT.step, **_failure_context())
             _RT.agent.dead = reason
         except Exception:
             pass
@@ -192,6 +215,26 @@ def fail_stop(reason: str) -> None:
     time.sleep(10)  # pragma: no cover - SIGKILL does not return
 
 
+def _failure_context() -> dict[str, Any]:
+    """Where this rank was when it failed (call site, operation) and which failures it had seen (detection on)."""
+    from planaria.comm import msglog
+    lg = msglog.log()
+    if lg is None:
+        return {}
+    out: dict[str, Any] = {}
+    try:
+        out["site"] = lg.site()
+        op = lg.current()
+        if op is not None:
+            out["op"] = {k: op.get(k) for k in ("name", "comm", "peer", "tag", "seq")}
+        if lg.failures:
+            t, name, cid, ranks, site = lg.failures[-1]
+            out["saw_failure"] = {"op": name, "comm": cid, "ranks": list(ranks), "site": site, "t": t}
+    except Exception:  # noqa: BLE001 - context is best effort
+        pass
+    return out
+
+
 def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> None:
     if etype is KeyboardInterrupt or threading.current_thread() is not threading.main_thread():
         sys.__excepthook__(etype, value, tb)
@@ -205,6 +248,12 @@ def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> No
 
 
 def _stop_services() -> None:
+    loc, _RT.localizer = _RT.localizer, None
+    if loc is not None:
+        try:
+            loc.stop()
+        except Exception:
+            pass
     inj, _RT.injector = _RT.injector, None
     if inj is not None:
         try:

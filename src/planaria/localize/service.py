@@ -1,0 +1,412 @@
+"""The per-rank localization service (paper 000 §2.2): timers, probes, responsible ranks, incidents.
+
+A daemon thread beside the application thread. Every ``tick`` it
+1. answers probes from other ranks on a *service communicator* (a duplicate of the world
+   communicator, so probes travel the same network path as the data): ``ping`` -> ``pong``;
+   ``status`` -> what this rank is blocked in, what it sent to / received from the asker;
+   ``vote`` -> ping the target and report whether it answered;
+2. checks the message timers: the operation the application thread is blocked in (from the
+   message log) against its threshold (``Thresholds``: kind of operation x distance);
+3. on a timeout, probes the peer: ping (reachable?), then status (did it post the matching
+   send? is it computing? is it waiting for me?); a collective asks every member for its
+   status to find the ranks that have not arrived;
+4. sends the resulting error record ⟨src, dst, time, type, status⟩ to the *responsible rank*
+   of ``dst`` (topology-aware: on another host), and turns slow completed messages, I/O
+   errors and failures the application saw into records the same way;
+5. as a responsible rank, feeds records to the rule base, probes again when the rule base
+   asks (ping, or a vote of the target's group), and reports each incident (one root cause
+   with its evidence) to the controller, which writes it to the job directory.
+
+Every payload is one msgpack map of at most ``MAX_PROBE_PAYLOAD`` bytes. The thread never
+blocks in MPI: sends are non-blocking and abandoned after the probe timeout; receives use
+matched probes. A rank that has failed (a simulated zombie) stops answering.
+"""
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from planaria.localize.records import MAX_PROBE_PAYLOAD, ErrorRecord
+from planaria.localize.thresholds import Thresholds
+
+PING, PONG, STATUS, STATUS_REPLY, VOTE, VOTE_REPLY, REPORT = range(30001, 30008)
+TICK = 0.05
+_COLL_STATUS_MAX = 64      # collectives on larger communicators are not status-probed member by member
+
+
+class Service:
+    """Localization service of one rank (start with ``start``; one per process)."""
+
+    def __init__(self, rank: int, size: int, thresholds: Thresholds, report: Callable[[dict[str, Any]], None],
+                 is_dead: Callable[[], bool] = lambda: False, tick: float = TICK) -> None:
+        from mpi4py import MPI
+        from planaria.comm import msglog
+        from planaria.localize.rules import RuleBase
+        from planaria.localize.topology import responsible
+        self.MPI = MPI
+        self.rank, self.size = rank, size
+        self.th = thresholds
+        self.tick = tick
+        self._report_up = report
+        self._is_dead = is_dead
+        self.log = msglog.log()
+        self.svc = MPI.COMM_WORLD.Dup()
+        self.svc.Set_errhandler(MPI.ERRORS_RETURN)
+        try:
+            self.hosts: list[str] = list(self.svc.allgather(socket.gethostname()))
+        except MPI.Exception:
+            self.hosts = [socket.gethostname()] * size
+        self.responsible = [responsible(r, self.hosts) for r in range(size)]
+        self.rules = RuleBase.default()
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, tuple[float, Callable[[Any], None]]] = {}   # probe id -> (deadline, callback)
+        self._sends: list[tuple[Any, bytes, float]] = []
+        self._analysed: set[tuple] = set()
+        self._emitted: dict[tuple, int] = {}
+        self._cursor = {"slow": 0, "io": 0, "fail": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="planaria-localize", daemon=True)
+
+    def start(self) -> Service:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    # -- transport -----------------------------------------------------------
+    def _send(self, dest: int, tag: int, obj: dict[str, Any]) -> None:
+        if dest == self.rank:
+            self._dispatch(self.rank, tag, obj)
+            return
+        buf = msgpack.packb(obj, use_bin_type=True, default=str)
+        if len(buf) > MAX_PROBE_PAYLOAD:
+            obj = {k: v for k, v in obj.items() if k not in ("evidence", "sent", "recvd")}
+            obj["trimmed"] = True
+            buf = msgpack.packb(obj, use_bin_type=True, default=str)
+        try:
+            req = self.svc.Isend([buf, self.MPI.BYTE], dest, tag)
+        except self.MPI.Exception:
+            return
+        self._sends.append((req, buf, time.monotonic() + self.th.probe * 4))
+
+    def _poll_sends(self) -> None:
+        keep = []
+        now = time.monotonic()
+        for req, buf, deadline in self._sends:
+            try:
+                done = req.Test()
+            except self.MPI.Exception:
+                done = True
+            if not done and now < deadline:
+                keep.append((req, buf, deadline))
+        self._sends = keep  # undelivered sends past their deadline are dropped (their buffer stays alive in MPI's hands until freed)
+
+    def _receive(self) -> None:
+        MPI = self.MPI
+        status = MPI.Status()
+        for _ in range(64):
+            try:
+                msg = self.svc.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            except MPI.Exception:
+                self._ack()
+                return
+            if msg is None:
+                return
+            buf = bytearray(status.Get_count(MPI.BYTE))
+            try:
+                msg.Recv([buf, MPI.BYTE])
+                obj = msgpack.unpackb(bytes(buf), raw=False, strict_map_key=False)
+            except Exception:  # noqa: BLE001 - a broken probe is ignored
+                continue
+            if isinstance(obj, dict):
+                self._dispatch(status.Get_source(), status.Get_tag(), obj)
+
+    def _ack(self) -> None:
+        try:
+            self.svc.Ack_failed()
+        except Exception:  # noqa: BLE001 - not ULFM
+            pass
+
+    # -- probes ----------------------------------------------------------------
+    def _expect(self, callback: Callable[[Any], None], wait: float | None = None) -> int:
+        pid = next(self._ids)
+        self._waiting[pid] = (time.monotonic() + (wait or self.th.probe), callback)
+        return pid
+
+    def ping(self, target: int, callback: Callable[[bool], None]) -> None:
+        """Response probe: ``callback(True)`` when ``target`` answers within the probe timeout."""
+        pid = self._expect(lambda reply: callback(reply is not None))
+        self._send(target, PING, {"id": pid})
+
+    def status(self, target: int, callback: Callable[[dict[str, Any] | None], None]) -> None:
+        """Status probe: ``callback(reply)`` with the target's state as seen from this rank, or None."""
+        pid = self._expect(callback)
+        self._send(target, STATUS, {"id": pid})
+
+    def vote(self, target: int, voters: list[int], callback: Callable[[dict[str, int]], None]) -> None:
+        """Vote probe: every voter pings ``target``; ``callback({"alive": n, "dead": n, "silent": n})``."""
+        tally = {"alive": 0, "dead": 0, "silent": 0}
+        left = {"n": len(voters)}
+        if not voters:
+            callback(tally)
+            return
+
+        def one(reply: Any) -> None:
+            if reply is None:
+                tally["silent"] += 1
+            elif reply.get("alive"):
+                tally["alive"] += 1
+            else:
+                tally["dead"] += 1
+            left["n"] -= 1
+            if left["n"] == 0:
+                callback(tally)
+        for v in voters:
+            pid = self._expect(one, wait=self.th.probe * 2.5)
+            self._send(v, VOTE, {"id": pid, "target": target})
+
+    def _resolve(self, obj: dict[str, Any]) -> None:
+        ent = self._waiting.pop(int(obj.get("id", -1)), None)
+        if ent is not None:
+            ent[1](obj)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for pid, (deadline, cb) in list(self._waiting.items()):
+            if now >= deadline and self._waiting.pop(pid, None) is not None:
+                cb(None)
+
+    # -- answering ---------------------------------------------------------------
+    def _dispatch(self, src: int, tag: int, obj: dict[str, Any]) -> None:
+        if tag == PING:
+            self._send(src, PONG, {"id": obj.get("id")})
+        elif tag == STATUS:
+            self._send(src, STATUS_REPLY, self._my_status(src, obj.get("id")))
+        elif tag == VOTE:
+            target, vid = int(obj.get("target", -1)), obj.get("id")
+            self.ping(target, lambda ok: self._send(src, VOTE_REPLY, {"id": vid, "alive": ok}))
+        elif tag in (PONG, STATUS_REPLY, VOTE_REPLY):
+            self._resolve(obj)
+        elif tag == REPORT:
+            try:
+                rec = ErrorRecord.from_dict(obj)
+            except (KeyError, TypeError, ValueError):
+                return
+            self._as_responsible(rec)
+
+    def _my_status(self, asker: int, pid: Any) -> dict[str, Any]:
+        lg = self.log
+        op = lg.current() if lg is not None else None
+        if op is not None:
+            op["site"] = _short(lg.site())
+        from planaria.runtime import bootstrap
+        out: dict[str, Any] = {"id": pid, "rank": self.rank, "op": op, "step": bootstrap.current_step(),
+                               "host": self.hosts[self.rank]}
+        if lg is not None:
+            out["sent"] = lg.sent_to(asker)[:4]
+            out["recvd"] = lg.received_from(asker)[:4]
+            out["colls"] = {k: v for k, v in list(lg.colls().items())[:8]}
+            out["io"] = len(lg.ioerrors)
+            if op is None:
+                out["site"] = _short(lg.site())
+        return out
+
+    # -- the loop -------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self._is_dead():
+                return
+            try:
+                self._receive()
+                self._poll_sends()
+                self._expire()
+                self._check_timers()
+                self._check_logs()
+            except Exception as exc:  # noqa: BLE001 - the service must never take the rank down
+                self._report_up({"type": "incident-error", "error": f"{type(exc).__name__}: {exc}"})
+            self._stop.wait(self.tick)
+
+    # -- detection (as the rank that waits) ------------------------------------------
+    def _check_timers(self) -> None:
+        lg = self.log
+        op = lg.current() if lg is not None else None
+        if op is None:
+            return
+        key = (op["name"], op["comm"], op["seq"], round(time.monotonic() - op["since"], 1))
+        same_host = op["peer"] is None or self.hosts[op["peer"]] == self.hosts[self.rank]
+        members = lg.members().get(op["comm"]) or []
+        if op["kind"] == "coll" and members:
+            same_host = len({self.hosts[m] for m in members if m < len(self.hosts)}) <= 1
+        limit = self.th.limit(op["kind"], same_host, len(members) or 2)
+        if op["since"] < limit or key in self._analysed:
+            return
+        self._analysed.add(key)
+        op["site"] = _short(lg.site())
+        if op["kind"] == "p2p" and op["peer"] is not None:
+            self._probe_peer(op)
+        elif op["kind"] == "coll" and members and len(members) <= _COLL_STATUS_MAX:
+            self._probe_members(op, [m for m in members if m != self.rank])
+        else:
+            self._record(None, "coll-timeout" if op["kind"] == "coll" else "msg-timeout", "detected", op, {})
+
+    def _probe_peer(self, op: dict[str, Any]) -> None:
+        peer = op["peer"]
+
+        def after_ping(ok: bool) -> None:
+            if not ok:
+                self._record(peer, "ping-timeout", "confirmed", op, {"probe": "ping"})
+                return
+            self.status(peer, after_status)
+
+        def after_status(st: dict[str, Any] | None) -> None:
+            if st is None:
+                self._record(peer, "msg-timeout", "probing", op, {"probe": "status", "answer": None})
+                return
+            self._record(peer, *classify_p2p(op, st, self.rank))
+        self.ping(peer, after_ping)
+
+    def _probe_members(self, op: dict[str, Any], others: list[int]) -> None:
+        replies: dict[int, Any] = {}
+
+        def one(member: int) -> Callable[[Any], None]:
+            def cb(st: Any) -> None:
+                replies[member] = st
+                if len(replies) == len(others):
+                    done()
+            return cb
+
+        def done() -> None:
+            silent = sorted(m for m, st in replies.items() if st is None)
+            late = sorted(m for m, st in replies.items()
+                          if st is not None and int((st.get("colls") or {}).get(op["comm"], 0)) < int(op["seq"] or 0))
+            for m in silent:
+                self._record(m, "ping-timeout", "confirmed", op, {"probe": "status", "collective": op["seq"]})
+            for m in late:
+                st = replies[m]
+                kind, status, ev = classify_laggard(op, st)
+                self._record(m, kind, status, op, ev)
+            if not silent and not late:
+                self._record(None, "coll-timeout", "detected", op, {"note": "every member has arrived"})
+        for m in others:
+            self.status(m, one(m))
+
+    def _check_logs(self) -> None:
+        lg = self.log
+        if lg is None:
+            return
+        slow, self._cursor["slow"] = lg.since("slow", self._cursor["slow"])
+        ios, self._cursor["io"] = lg.since("io", self._cursor["io"])
+        fails, self._cursor["fail"] = lg.since("fail", self._cursor["fail"])
+        for name, cid, peer, tag, dt, t, site in slow:
+            op = {"name": name, "comm": cid, "peer": peer, "tag": tag, "since": dt, "site": _short(site)}
+            self._record(peer, "slow-message", "detected", op, {"seconds": round(dt, 3)}, t=t)
+        for t, what in ios:
+            self._record(self.rank, "io-error", "confirmed", None, {"what": what[:160]}, t=t)
+        for t, name, cid, ranks, site in fails:
+            op = {"name": name, "comm": cid, "peer": None, "site": _short(site)}
+            for r in ranks[:8] or [None]:
+                self._record(r, "proc-failed", "confirmed", op, {"failed": ranks[:16]}, t=t)
+
+    def _record(self, dst: int | None, etype: str, status: str, op: dict[str, Any] | None,
+                evidence: dict[str, Any], t: float | None = None) -> None:
+        """Send an error record to the rank responsible for ``dst`` (for this rank when dst is unknown)."""
+        rec = ErrorRecord(src=self.rank, dst=dst, time=t or time.time(), type=etype, status=status,
+                          evidence=evidence, comm=(op or {}).get("comm"), op=(op or {}).get("name"),
+                          site=(op or {}).get("site"), host=self.hosts[dst] if dst is not None and dst < len(self.hosts) else None)
+        where = self.responsible[dst if dst is not None else self.rank]
+        self._send(where, REPORT, rec.to_dict())
+
+    # -- analysis (as the responsible rank) -----------------------------------------------
+    def _as_responsible(self, rec: ErrorRecord) -> None:
+        decision = self.rules.submit(rec, now=time.time())
+        probe = getattr(decision, "probe", None)
+        dst = rec.dst
+        if probe and dst is not None:
+            if probe == "vote":
+                voters = [r for r in _group(self.hosts, dst) if r not in (dst, self.rank)][:8]
+                self.vote(dst, voters, lambda tally: self._fed(dst, "vote", tally))
+            elif probe == "status":
+                self.status(dst, lambda st: self._fed(dst, "status", st or {"answer": None}))
+            else:
+                self.ping(dst, lambda ok: self._fed(dst, "ping", {"ok": ok}))
+        self._emit()
+
+    def _fed(self, dst: int, kind: str, outcome: dict[str, Any]) -> None:
+        self.rules.probe_result(dst, kind, outcome, now=time.time())
+        self._emit()
+
+    def _emit(self) -> None:
+        for inc in self.rules.incidents():
+            rc = inc.root_cause()
+            key = (rc.get("verdict"), tuple(rc.get("ranks") or ()))
+            count = int(rc.get("count", 1))
+            if self._emitted.get(key, 0) >= count:
+                continue
+            first = key not in self._emitted
+            self._emitted[key] = count
+            if first or count in (2, 4, 8, 16, 32, 64, 128):
+                rc = dict(rc)
+                rc["responsible"] = self.rank
+                self._report_up(rc)
+
+
+def classify_p2p(op: dict[str, Any], st: dict[str, Any], me: int) -> tuple[str, str, dict[str, Any]]:
+    """Error type, status and evidence for a point-to-point wait on a peer that answered its status probe."""
+    peer_op = st.get("op")
+    ev: dict[str, Any] = {"peer_op": _brief(peer_op), "peer_step": st.get("step")}
+    sent = sum(int(x.get("count", 0)) for x in st.get("sent") or [] if x.get("comm") == op["comm"])
+    if op["name"] in ("Recv", "recv", "Sendrecv", "sendrecv", "Wait(Irecv)", "Wait(irecv)"):
+        log = _received(op)
+        if sent > log:
+            ev.update(sent=sent, received=log)
+            return "msg-lost", "confirmed", ev
+    if peer_op is None:
+        ev["peer_site"] = st.get("site")
+        return "peer-computing", "confirmed", ev
+    if peer_op.get("kind") == "p2p" and peer_op.get("peer") == me:
+        return "deadlock", "confirmed", ev
+    return "no-send", "confirmed", ev
+
+
+def classify_laggard(op: dict[str, Any], st: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """A member that has not arrived at a collective: computing, or blocked in another operation."""
+    peer_op = st.get("op")
+    ev = {"peer_op": _brief(peer_op), "peer_step": st.get("step"), "collective": op.get("seq"),
+          "peer_collectives": (st.get("colls") or {}).get(op["comm"])}
+    if peer_op is None:
+        ev["peer_site"] = st.get("site")
+        return "peer-computing", "confirmed", ev
+    return "no-send", "confirmed", ev
+
+
+def _received(op: dict[str, Any]) -> int:
+    from planaria.comm import msglog
+    lg = msglog.log()
+    if lg is None or op.get("peer") is None:
+        return 0
+    return sum(x["count"] for x in lg.received_from(op["peer"]) if x["comm"] == op["comm"])
+
+
+def _brief(op: dict[str, Any] | None) -> dict[str, Any] | None:
+    if op is None:
+        return None
+    return {k: op.get(k) for k in ("name", "comm", "peer", "tag", "seq", "site")}
+
+
+def _short(site: str | None, limit: int = 160) -> str | None:
+    if site is None or len(site) <= limit:
+        return site
+    return "…" + site[-(limit - 1):]
+
+
+def _group(hosts: list[str], rank: int) -> list[int]:
+    from planaria.localize.topology import group_of
+    return list(group_of(rank, hosts))

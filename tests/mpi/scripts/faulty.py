@@ -1,0 +1,88 @@
+"""Programs with one fault each, for the localization tests: ``python faulty.py CASE``.
+
+Every case prints ``READY <rank>`` once it has reached the state the test diagnoses.
+Line markers (``# SITE:<name>``) let the tests find the expected call sites.
+"""
+import os
+import sys
+import time
+
+import numpy as np
+
+import planaria as pl
+
+case = sys.argv[1]
+comm = pl.world()
+rank, size = comm.rank, comm.size
+buf = np.zeros(8)
+right, left = (rank + 1) % size, (rank - 1) % size
+
+
+def ready():
+    print(f"READY {rank}", flush=True)
+
+
+if case == "killcoll":               # rank 2 is killed by the plan at step 6; the others are in Allreduce
+    for i in range(1000):
+        pl.step(i)
+        if i == 3:
+            ready()
+        comm.Allreduce(np.ones(8), buf)  # SITE:killcoll
+        time.sleep(0.02)
+
+elif case == "unmatched":            # rank 1 waits for a message rank 3 never sends
+    for i in range(3):
+        pl.step(i)
+        comm.Allreduce(np.ones(8), buf)
+    ready()
+    if rank == 1:
+        comm.Recv(buf, source=3, tag=7)  # SITE:unmatched
+    comm.Barrier()  # SITE:unmatched-barrier
+
+elif case == "spin":                 # rank 2 never leaves a compute loop; the others wait in Allreduce
+    for i in range(3):
+        pl.step(i)
+        comm.Allreduce(np.ones(8), buf)
+    ready()
+    if rank == 2:
+        x = 0
+        while True:
+            x = (x * 7 + 3) % 1000003  # SITE:spin
+    comm.Allreduce(np.ones(8), buf)  # SITE:spin-allreduce
+
+elif case == "drop":                 # a ring exchange; the plan drops messages 1 -> 2
+    for i in range(100000):
+        pl.step(i)
+        if i == 2:
+            ready()
+        out = np.full(8, float(i))
+        comm.Sendrecv(out, dest=right, sendtag=i % 1000, recvbuf=buf, source=left, recvtag=i % 1000)  # SITE:drop
+        time.sleep(0.005)
+
+elif case == "slow":                 # a ring exchange; the plan delays every message of rank 2
+    steps = int(os.environ.get("FAULTY_STEPS", "60"))
+    for i in range(steps):
+        pl.step(i)
+        if i == 2:
+            ready()
+        out = np.full(8, float(i))
+        comm.Sendrecv(out, dest=right, sendtag=1, recvbuf=buf, source=left, recvtag=1)  # SITE:slow
+    comm.Barrier()
+
+elif case == "ioerr":                # every rank writes a small file each step; the plan breaks the disk of some
+    where = os.environ["FAULTY_DIR"]
+    failures = 0
+    for i in range(100000):
+        pl.step(i)
+        if i == 3:
+            ready()
+        try:
+            with open(os.path.join(where, f"out-{rank}.txt"), "w") as fh:  # SITE:ioerr
+                fh.write(f"{i}\n")
+        except OSError:
+            failures += 1             # keep going: the program tolerates a failed write
+        comm.Allreduce(np.ones(8), buf)
+        time.sleep(0.02)
+else:
+    raise SystemExit(f"unknown case {case}")
+pl.finalize()
