@@ -1,5 +1,6 @@
-"""``planaria bench failure|overhead|checkpoint|recovery``: failure detection/shrink time, the cost of
-``planaria.Comm``, checkpoint save/restore time, and the time from a kill to the first resumed step."""
+"""``planaria bench failure|overhead|checkpoint|recovery|hangfilter``: failure detection/shrink time, the cost
+of ``planaria.Comm``, checkpoint save/restore time, the time from a kill to the first resumed step, and the
+grouping time of the stack-sampling hang filter."""
 from __future__ import annotations
 
 import sys
@@ -9,8 +10,8 @@ import typer
 app = typer.Typer(
     name="bench",
     help="Benchmarks: failure detection and shrink time, the per-call cost of planaria.Comm "
-         "against raw mpi4py, checkpoint save/restore time, and recovery time under Resilient. "
-         "Each launches mpiexec jobs on this machine.",
+         "against raw mpi4py, checkpoint save/restore time, recovery time under Resilient (these launch "
+         "mpiexec jobs on this machine), and the hang filter's grouping time (in-process).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -122,3 +123,29 @@ def recovery(
         return rb.run(ranks, spares, mb, store, repeat, backend, every, kill_step, steps, timeout=timeout,
                         progress=_progress(json_out))
     raise typer.Exit(run_and_show("recovery", compute, rb.show, json_out))
+
+
+@app.command("hangfilter")
+def hangfilter(
+    threads: str = typer.Option("12779520", "--threads",
+                                help="Thread counts, comma-separated (e.g. 399360,1597440,6389760,12779520)."),
+    classes: str = typer.Option("128", "--classes", help="Numbers of hang classes M, comma-separated (e.g. 2,8,32,128)."),
+    samples: int = typer.Option(4, "--samples", help="Sampling rounds s per thread."),
+    repeat: int = typer.Option(5, "--repeat", help="Timed group() calls per row (median and min reported)."),
+    warmup: int = typer.Option(1, "--warmup", help="Untimed group() calls per row before timing."),
+    hung_fraction: float = typer.Option(1.0, "--hung-fraction", help="Fraction of threads hung in one of M classes; "
+                                        "the rest change stack every round."),
+    layout: str = typer.Option("rounds", "--layout", help="Samples layout: rounds (one array per round), F or C (2-D)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Time of the stack-sampling hang filter's grouping (stable threads -> classes) on synthetic samples.
+
+    Runs in this process, no MPI. Example: planaria bench hangfilter --threads 399360,12779520 --classes 2,128
+    """
+    from planaria.bench import hangfilter as hb
+    from planaria.bench._launch import run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        return hb.run(threads, samples, classes, repeat, hung_fraction, layout=layout, warmup=warmup,
+                      progress=_progress(json_out))
+    raise typer.Exit(run_and_show("hangfilter", compute, hb.show, json_out))
