@@ -281,6 +281,13 @@ def sample_local(rounds: int = 4, interval: float = 0.1) -> tuple[np.ndarray, li
     thread names, and the interned stack table (frames ``(filename, lineno, funcname)``, outermost
     first). Only threads alive in every round are listed; the calling thread is left out.
     """
+    _idents, samples, names, stacks = sample_threads(rounds, interval)
+    return samples, names, stacks
+
+
+def sample_threads(rounds: int = 4, interval: float = 0.1, skip: tuple[str, ...] = ()
+                   ) -> tuple[list[int], np.ndarray, list[str], list[Stack]]:
+    """``sample_local`` plus the threads' idents; threads whose name starts with one of ``skip`` are left out."""
     if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
     if not isinstance(interval, (int, float)) or not math.isfinite(interval) or interval < 0:
@@ -309,6 +316,8 @@ def sample_local(rounds: int = 4, interval: float = 0.1) -> tuple[np.ndarray, li
             ids[ident] = sid
         del frames
         names.update((t.ident, t.name) for t in threading.enumerate() if t.ident is not None)
+        if skip:
+            ids = {t: v for t, v in ids.items() if not names.get(t, "").startswith(skip)}
         per_round.append(ids)
     alive = set(per_round[0])
     for d in per_round[1:]:
@@ -317,4 +326,4 @@ def sample_local(rounds: int = 4, interval: float = 0.1) -> tuple[np.ndarray, li
     samples = np.empty((len(idents), len(per_round)), dtype=np.int32, order="F")
     for j, d in enumerate(per_round):
         samples[:, j] = [d[t] for t in idents]
-    return samples, [names.get(t, f"thread-{t}") for t in idents], stacks
+    return idents, samples, [names.get(t, f"thread-{t}") for t in idents], stacks

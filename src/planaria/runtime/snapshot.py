@@ -8,44 +8,14 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
 import time
 from typing import Any
 
+from planaria.diagnose.hangfilter import sample_threads
+
 _HOST = socket.gethostname()
-_SKIP = ("planaria-agent", "planaria-collect")
-
-
-def _stack(frame: Any) -> tuple[tuple[str, int, str], ...]:
-    out = []
-    while frame is not None:
-        out.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
-        frame = frame.f_back
-    out.reverse()
-    return tuple(out)
-
-
-def sample_threads(rounds: int, interval: float) -> tuple[list[tuple[int, str]], list[list[Any]]]:
-    """``rounds`` samples of every application thread's stack: (thread ident, name) list, per-thread stacks."""
-    names = {t.ident: t.name for t in threading.enumerate()}
-    me = threading.get_ident()
-    order: list[int] = []
-    seen: dict[int, list[Any]] = {}
-    for i in range(max(rounds, 1)):
-        if i:
-            time.sleep(interval)
-        for ident, frame in sys._current_frames().items():
-            name = names.get(ident, "?")
-            if ident == me or name.startswith(_SKIP):
-                continue
-            if ident not in seen:
-                seen[ident] = [None] * i
-                order.append(ident)
-            seen[ident].append(_stack(frame))
-    for ident in order:
-        seen[ident] += [None] * (max(rounds, 1) - len(seen[ident]))
-    return [(i, names.get(i, "?")) for i in order], [seen[i] for i in order]
+_SKIP = ("planaria-",)   # planaria's own threads (agent, collection, localization, injection timers)
 
 
 def take(rank: int, rounds: int = 1, interval: float = 0.0, status: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -60,24 +30,11 @@ def take(rank: int, rounds: int = 1, interval: float = 0.0, status: dict[str, An
             op["site"] = lg.site()
         colls = lg.colls()
         comms = lg.members()
-    threads, samples = sample_threads(rounds, interval)
-    table: dict[Any, int] = {}
-    stacks: list[Any] = []
-    tinfo = []
-    for (ident, name), seq in zip(threads, samples):
-        ids = []
-        for st in seq:
-            if st is None:
-                ids.append(-1)
-                continue
-            idx = table.get(st)
-            if idx is None:
-                idx = table[st] = len(stacks)
-                stacks.append([list(f) for f in st])
-            ids.append(idx)
-        first = next((x for x in ids if x >= 0), -1)
-        tinfo.append({"name": name, "ident": ident, "stack": first, "samples": ids,
-                      "main": ident == threading.main_thread().ident})
+    idents, samples, names, table = sample_threads(max(rounds, 1), interval, skip=_SKIP)
+    stacks = [[list(f) for f in st] for st in table]
+    main = threading.main_thread().ident
+    tinfo = [{"name": name, "ident": ident, "stack": int(row[0]), "samples": [int(x) for x in row],
+              "main": ident == main} for ident, name, row in zip(idents, names, samples)]
     rec: dict[str, Any] = {"rank": rank, "host": _HOST, "pid": os.getpid(), "t": time.time(),
                            "step": bootstrap.current_step(), "op": op, "colls": colls or {},
                            "comms": comms or {}, "threads": tinfo, "detect": lg is not None}

@@ -1,0 +1,60 @@
+"""Diagnosis of a job that is no longer running, from its event log (``events.jsonl``).
+
+When ranks have died there is no state to collect; what remains is what the ranks and the
+launcher recorded: ``fail`` reports (with the rank's call site, the operation it was in and
+the failure it had seen, when detection was on), ``lost`` ranks (killed without a word),
+injected faults and the incidents of the localization service. The root causes are the
+failed or lost ranks whose failure no other failure explains; a rank that failed because it
+saw another rank fail (an uncaught ``ProcFailedError`` naming it) is a consequence.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from planaria.diagnose.hangfilter import rank_ranges
+
+
+def postmortem(events: list[dict[str, Any]], job: str = "") -> dict[str, Any]:
+    """Report (same top-level keys as the live diagnosis: verdict, root_causes, evidence, text) from ``events``."""
+    first: dict[int, dict[str, Any]] = {}
+    for ev in sorted(events, key=lambda e: float(e.get("t_recv") or e.get("t") or 0.0)):
+        if ev.get("type") in ("fail", "lost") and isinstance(ev.get("rank"), int):
+            first.setdefault(ev["rank"], ev)
+    injected = {e.get("rank"): e for e in events if e.get("type") == "inject" and e.get("kind") == "kill"}
+    incidents = [e for e in events if e.get("type") == "incident"]
+    consequences: dict[int, dict[str, Any]] = {}
+    roots: list[dict[str, Any]] = []
+    for rank, ev in sorted(first.items()):
+        saw = ev.get("saw_failure") or {}
+        blamed = [r for r in saw.get("ranks") or [] if r in first and r != rank]
+        if blamed:
+            consequences[rank] = {"blames": blamed, "op": saw.get("op"), "comm": saw.get("comm"),
+                                  "site": saw.get("site")}
+            continue
+        how = "lost (killed or crashed, no report)" if ev.get("type") == "lost" else str(ev.get("reason") or "failed")
+        if rank in injected:
+            how = f"killed by injection ({injected[rank].get('detail')})"
+        roots.append({"ranks": [rank], "range": rank_ranges([rank]), "reason": how,
+                      "site": ev.get("site"), "op": (ev.get("op") or {}).get("name"),
+                      "step": ev.get("step"), "t": ev.get("t")})
+    evidence: list[str] = []
+    by_site: dict[tuple, list[int]] = {}
+    for rank, c in sorted(consequences.items()):
+        by_site.setdefault((c["op"], c["comm"], c["site"], tuple(c["blames"])), []).append(rank)
+    for (op, comm, site, blames), ranks in by_site.items():
+        evidence.append(f"ranks {rank_ranges(ranks)} failed in {op} on {comm} at {site}: "
+                        f"rank(s) {rank_ranges(list(blames))} had failed")
+    for inc in incidents[-10:]:
+        evidence.append(f"incident from rank {inc.get('by')}: {inc.get('verdict') or inc.get('kind')}")
+    verdict = "dead-ranks" if roots else ("no-failure" if not first else "failures")
+    lines = [f"post-mortem diagnosis of job {job} (not running; from its event log)".strip()]
+    if not first:
+        lines.append("no rank failed or was lost")
+    for rc in roots:
+        where = f" at {rc['site']}" if rc.get("site") else ""
+        step = f" (step {rc['step']})" if rc.get("step") not in (None, -1) else ""
+        lines.append(f"root cause: rank {rc['range']} {rc['reason']}{where}{step}")
+    for line in evidence:
+        lines.append(f"  {line}")
+    return {"verdict": verdict, "root_causes": roots, "consequences": {str(k): v for k, v in consequences.items()},
+            "evidence": evidence, "text": "\n".join(lines) + "\n", "postmortem": True}
