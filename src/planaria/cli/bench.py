@@ -1,6 +1,6 @@
-"""``planaria bench failure|overhead|checkpoint|recovery|hangfilter``: failure detection/shrink time, the cost
-of ``planaria.Comm``, checkpoint save/restore time, the time from a kill to the first resumed step, and the
-grouping time of the stack-sampling hang filter."""
+"""``planaria bench ...``: failure detection/shrink time, the cost of ``planaria.Comm``, checkpoint
+save/restore time, the time from a kill to the first resumed step, the cost of run-time error
+detection on NPB-like kernels, and the speed of the hang filter and of offline diagnosis."""
 from __future__ import annotations
 
 import sys
@@ -10,8 +10,9 @@ import typer
 app = typer.Typer(
     name="bench",
     help="Benchmarks: failure detection and shrink time, the per-call cost of planaria.Comm "
-         "against raw mpi4py, checkpoint save/restore time, recovery time under Resilient (these launch "
-         "mpiexec jobs on this machine), and the hang filter's grouping time (in-process).",
+         "against raw mpi4py, checkpoint save/restore time, recovery time under Resilient and the "
+         "cost of run-time error detection on NPB-like kernels (these launch mpiexec jobs on this "
+         "machine), and the hang filter's grouping time (in-process).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -149,3 +150,25 @@ def hangfilter(
         return hb.run(threads, samples, classes, repeat, hung_fraction, layout=layout, warmup=warmup,
                       progress=_progress(json_out))
     raise typer.Exit(run_and_show("hangfilter", compute, hb.show, json_out))
+
+
+@app.command("detect")
+def detect(
+    kernels: str = typer.Option("cg,mg,ft,ep,is,halo", "--kernels", help="NPB-like kernels, comma-separated."),
+    ranks: int = typer.Option(4, "--ranks", help="Ranks per job."),
+    klass: str = typer.Option("W", "--class", help="Problem class: S (tests), W or A."),
+    pairs: int = typer.Option(7, "--pairs", help="Launch pairs (detection off and on) per kernel; order flips every pair."),
+    backend: str = typer.Option("ulfm", "--backend", help="ulfm (mpiexec --with-ft ulfm) or sim."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds allowed per launch."),
+    json_out: bool = typer.Option(False, "--json", help="Print the full result (every launch) as JSON."),
+) -> None:
+    """Time of NPB-like kernels with run-time error detection on (PLANARIA_DETECT=1) vs off, and their ratio.
+
+    Example: planaria bench detect --kernels cg,mg,ft,ep,is,halo --class W --pairs 7
+    """
+    from planaria.bench import detect as db
+    from planaria.bench._launch import run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        return db.run(kernels, ranks, klass, pairs, backend, timeout, progress=_progress(json_out))
+    raise typer.Exit(run_and_show("detect", compute, db.show, json_out))

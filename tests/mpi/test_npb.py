@@ -1,0 +1,70 @@
+"""NPB-like kernels and the detection on/off driver in real mpiexec jobs (class S, a few seconds each)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planaria.bench import detect, npb
+from tests.mpi.mpijob import mpiexec
+
+pytestmark = [pytest.mark.mpi]
+
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _result(res) -> dict:
+    lines = res.lines("RESULT ")
+    assert len(lines) == 1, f"exit {res.code}\n--- stdout\n{res.out}\n--- stderr\n{res.err[-3000:]}"
+    return json.loads(lines[0][len("RESULT "):])
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("nprocs,backend", [(4, "ulfm"), (2, "sim")])
+def test_every_kernel_verifies_at_class_s(nprocs: int, backend: str) -> None:
+    """One job runs all six kernels in sequence; each passes its own checks and the serial comparison."""
+    res = mpiexec(nprocs, ["-m", "planaria.bench.npb", "--kernel", "all", "--class", "S", "--backend", backend],
+                  ft=(backend == "ulfm"), env={**ONE_THREAD, "PLANARIA_DETECT": "0"}, timeout=75)
+    out = _result(res)
+    assert res.code == 0, res.err[-3000:]
+    assert out["ranks"] == nprocs and out["class"] == "S" and out["detect_env"] == "0"
+    assert [k["kernel"] for k in out["kernels"]] == list(npb.KERNELS)
+    for k in out["kernels"]:
+        assert k["verified"], k
+        assert k["time_s"] > 0 and k["calls_per_rank"] >= 1, k
+        assert k["serial_checked"] is True
+        checks = {name: v for name, v in k["detail"].items() if name.endswith("_match")}
+        assert all(checks.values()), k
+        if k["kernel"] not in ("is",):          # IS is checked by global order and key multiset instead
+            assert checks, k
+        if k["kernel"] == "ep":
+            batches = (1 << k["params"]["m"]) // k["params"]["batch"]
+            assert k["iters"] == len(range(0, batches, nprocs)), k       # rank 0's share, dealt round-robin
+        else:
+            assert k["iters"] == k["params"].get("niter", k["params"].get("cycles")), k
+
+
+@pytest.mark.timeout(60)
+def test_npb_rejects_a_rank_count_mg_cannot_use() -> None:
+    res = mpiexec(3, ["-m", "planaria.bench.npb", "--kernel", "mg", "--class", "S", "--backend", "ulfm"],
+                  ft=True, env=ONE_THREAD, timeout=45)
+    assert res.code == 2
+    assert "mg class S" in res.err and "3 ranks" in res.err
+    assert not res.lines("RESULT ")
+
+
+@pytest.mark.timeout(120)
+def test_detect_driver_pairs_launches_off_and_on() -> None:
+    """Two kernels, two pairs each: launches alternate off,on / on,off and each saw its PLANARIA_DETECT."""
+    out = detect.run(["halo", "ep"], ranks=2, klass="S", pairs=2, backend="ulfm", timeout=60)
+    assert out["benchmark"] == "detect" and out["kernels"] == ["halo", "ep"]
+    assert [(ln["pair"], ln["mode"]) for ln in out["launches"] if ln["kernel"] == "halo"] == \
+        [(0, "off"), (0, "on"), (1, "on"), (1, "off")]
+    for row in out["rows"]:
+        mine = [ln for ln in out["launches"] if ln["kernel"] == row["kernel"]]
+        assert len(mine) == 4 and all(ln["time_s"] > 0 for ln in mine)
+        expect = sorted(next(a["time_s"] for a in mine if a["pair"] == i and a["mode"] == "on")
+                        / next(a["time_s"] for a in mine if a["pair"] == i and a["mode"] == "off") for i in (0, 1))
+        assert sorted(row["pair_ratios"]) == pytest.approx(expect)
+        assert row["ratio_median"] == pytest.approx(sum(expect) / 2)
+    assert out["overall"]["pairs"] == 4

@@ -1,0 +1,174 @@
+"""The detection-overhead driver's pairing and ratio logic, its option checks, and serial runs of the kernels."""
+from __future__ import annotations
+
+import random
+import statistics
+
+import numpy as np
+import pytest
+import typer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from planaria.bench import detect, npb
+from planaria.bench._launch import BenchError
+from planaria.cli import bench
+
+times = st.floats(min_value=1e-3, max_value=100.0, allow_nan=False)
+factors = st.floats(min_value=0.5, max_value=2.0, allow_nan=False)
+
+
+def _launches(offs: list[float], facs: list[float]) -> list[dict]:
+    """Launches in schedule order: pair i took offs[i] with detection off and offs[i]*facs[i] with it on."""
+    return [{"pair": i, "mode": mode, "time_s": offs[i] * (facs[i] if mode == "on" else 1.0),
+             "calls_per_s": 10.0, "launch_s": 2.0}
+            for i, mode in detect.schedule(len(offs))]
+
+
+@given(st.integers(min_value=1, max_value=40))
+def test_schedule_pairs_each_mode_once_and_flips_order(pairs: int) -> None:
+    order = detect.schedule(pairs)
+    assert len(order) == 2 * pairs
+    for i in range(pairs):
+        first, second = order[2 * i], order[2 * i + 1]
+        assert first[0] == second[0] == i
+        assert {first[1], second[1]} == {"off", "on"}
+        assert first[1] == ("off" if i % 2 == 0 else "on")
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(times, factors), min_size=1, max_size=15), st.randoms(use_true_random=False))
+def test_summary_is_median_of_per_pair_ratios(data: list[tuple[float, float]], rnd: random.Random) -> None:
+    offs, facs = [d[0] for d in data], [d[1] for d in data]
+    launches = _launches(offs, facs)
+    rnd.shuffle(launches)                       # the order launches are listed in does not matter
+    row = detect.summarize("cg", launches)
+    assert row["pairs"] == len(data)
+    assert row["ratio_median"] == pytest.approx(statistics.median(facs), rel=1e-12)
+    assert sorted(row["pair_ratios"]) == pytest.approx(sorted(facs), rel=1e-12)
+    assert row["off_s_median"] == pytest.approx(statistics.median(offs))
+    assert row["on_s_median"] == pytest.approx(statistics.median([o * f for o, f in zip(offs, facs)]))
+    assert row["ratio_min"] <= row["ratio_median"] <= row["ratio_max"]
+    assert row["goal_met"] == (row["ratio_median"] <= detect.GOAL)
+    assert row["overhead_pct"] == pytest.approx((row["ratio_median"] - 1) * 100)
+
+
+def test_ratios_pair_adjacent_launches_not_global_medians() -> None:
+    # the machine slows down 3x between pairs; each pair alone shows the 2 % cost of detection
+    row = detect.summarize("mg", _launches([1.0, 3.0, 1.0, 3.0], [1.02] * 4))
+    assert row["ratio_median"] == pytest.approx(1.02)
+    assert not row["goal_met"]
+
+
+@settings(max_examples=30)
+@given(st.lists(st.lists(factors, min_size=1, max_size=6), min_size=1, max_size=6))
+def test_overall_pools_every_pair(per_kernel: list[list[float]]) -> None:
+    rows = [detect.summarize(f"k{i}", _launches([1.0] * len(f), f)) for i, f in enumerate(per_kernel)]
+    o = detect.overall(rows)
+    pooled = [x for f in per_kernel for x in f]
+    assert o["pairs"] == len(pooled)
+    assert o["ratio_median"] == pytest.approx(statistics.median(pooled))
+    assert o["worst_ratio"] == pytest.approx(max(statistics.median(f) for f in per_kernel))
+    assert o["goal_met"] == (o["ratio_median"] <= detect.GOAL)
+
+
+def test_incomplete_or_doubled_pairs_are_errors() -> None:
+    full = _launches([1.0, 1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="pair 1 lacks"):
+        detect.pair_ratios(full[:3])
+    with pytest.raises(ValueError, match="two 'on'"):
+        detect.pair_ratios(full + [dict(full[1])])
+
+
+def _rec(**kw) -> dict:
+    rec = {"kernel": "cg", "class": "W", "ranks": 4, "verified": True, "time_s": 1.0, "detail": {}}
+    rec.update(kw)
+    return rec
+
+
+def test_check_launch_rejects_unverified_or_wrong_environment() -> None:
+    good = {"detect_env": "1", "kernels": [_rec()]}
+    assert detect.check_launch(good, "cg", "W", 4, "on")["time_s"] == 1.0
+    with pytest.raises(BenchError, match="PLANARIA_DETECT"):
+        detect.check_launch(good, "cg", "W", 4, "off")
+    with pytest.raises(BenchError, match="failed verification"):
+        detect.check_launch({"detect_env": "0", "kernels": [_rec(verified=False)]}, "cg", "W", 4, "off")
+    with pytest.raises(BenchError, match="class"):
+        detect.check_launch({"detect_env": "0", "kernels": [_rec(ranks=2)]}, "cg", "W", 4, "off")
+    with pytest.raises(BenchError, match="no result"):
+        detect.check_launch({"detect_env": "0", "kernels": []}, "cg", "W", 4, "off")
+
+
+def _cli(args: list[str]):
+    root = typer.Typer()
+    root.add_typer(bench.app, name="bench")
+
+    @root.callback()
+    def _group() -> None:
+        pass
+    return CliRunner().invoke(root, ["bench", "detect", *args])
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--kernels", "cg,bogus"], "bogus"),
+    (["--class", "Z"], "class"),
+    (["--pairs", "0"], "pairs"),
+    (["--backend", "mpich"], "backend"),
+    (["--kernels", "mg", "--ranks", "6"], "mg class W"),
+    (["--kernels", "ft", "--ranks", "3"], "ft class W"),
+])
+def test_bad_options_exit_2_with_one_line(args: list[str], words: str) -> None:
+    res = _cli(args)
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and words in lines[0], res.output
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4, 8, 3, 6])
+def test_problem_error_matches_what_mg_can_build(ranks: int) -> None:
+    for klass in npb.CLASSES:
+        p = npb.PARAMS["mg"][klass]
+        err = npb.problem_error("mg", klass, ranks)
+        built = True
+        for rank in range(ranks):
+            net = npb._Net(None)
+            net.rank, net.size = rank, ranks
+            try:
+                npb._MG(net, p["n"], max(4, ranks), p["nu"], p["coarse"])
+            except ValueError:
+                built = False
+        assert (err is None) == built, (klass, ranks, err)
+
+
+def test_serial_mg_and_cg_converge_at_class_s() -> None:
+    """The kernels' numerics on one process (the same code the serial checks run)."""
+    p = npb.PARAMS["mg"]["S"]
+    norms = npb._mg_iterate(npb._mg_setup(npb._Net(None), p, 4), p["cycles"], None)
+    assert npb.mg_converged(norms) and norms[-1] < 1e-3 * norms[0]
+    out = npb._CG(npb._Net(None), npb.PARAMS["cg"]["S"]).iterate(None)
+    assert out["max_rel_residual"] < 1e-6
+
+
+def test_mg_convergence_rule() -> None:
+    assert npb.mg_converged([1.0, 0.1, 0.01])
+    assert not npb.mg_converged([1.0, 0.1, 0.05])              # second cycle reduced only 2x
+    assert npb.mg_converged([1.0, 1e-13, 5e-14])               # at the rounding floor
+    assert not npb.mg_converged([1.0, 1.0])
+
+
+def test_cg_matrix_is_symmetric_and_diagonally_dominant() -> None:
+    na = 300
+    r, c, v, d = npb._cg_rows(na, 5, 0, na)
+    a = np.zeros((na, na))
+    np.add.at(a, (r, c), v)
+    a[np.arange(na), np.arange(na)] += d
+    assert np.array_equal(a, a.T)
+    off = np.abs(a).sum(axis=1) - np.abs(np.diag(a))
+    assert np.all(np.diag(a) > off)
+    # a row block is exactly those rows of the whole matrix
+    rb, cb, vb, db = npb._cg_rows(na, 5, 100, 200)
+    blk = np.zeros((100, na))
+    np.add.at(blk, (rb, cb), vb)
+    blk[np.arange(100), np.arange(100, 200)] += db
+    assert np.array_equal(blk, a[100:200])
