@@ -26,6 +26,7 @@ def run(
     reinject: bool = typer.Option(False, "--reinject", help="Pass the --inject plan to restarted attempts too (default: only the first attempt injects)."),
     netns: Optional[str] = typer.Option(None, "--netns", help="Run on the test hosts NAME1,NAME2 made by 'planaria hosts up' (network namespaces)."),
     detect: bool = typer.Option(True, "--detect/--no-detect", help="Run-time error detection in every rank: message timers, ping/status/vote probes, incidents in the job directory."),
+    detect_timeouts: Optional[str] = typer.Option(None, "--detect-timeouts", help="Message timer thresholds in seconds, e.g. p2p=10,coll=20,remote=1.5,slow=0.25,probe=1 (see docs/localize.md)."),
     diagnose_on_timeout: bool = typer.Option(True, "--diagnose-on-timeout/--no-diagnose-on-timeout", help="Before a --timeout kill, collect every rank's state and write a diagnosis."),
 ) -> None:
     """Run an MPI program (the command after --) with failure tracking.
@@ -64,7 +65,7 @@ def run(
     opts = RunOptions(command=command, nprocs=nprocs, spares=spares, backend=backend,
                       inject=list(inject), timeout=timeout, hosts=hosts, json=json_out,
                       mpiexec_args=list(mpiexec_arg), control=control, restart=restart,
-                      reinject=reinject, netns=netns, detect=detect,
+                      reinject=reinject, netns=netns, detect=detect, detect_timeouts=detect_timeouts,
                       diagnose_on_timeout=diagnose_on_timeout)
     raise typer.Exit(run_job(opts))
 

@@ -68,6 +68,7 @@ class RunOptions:
     reinject: bool = False      # pass the --inject plan to restarted attempts too
     netns: str | None = None    # NAME1,NAME2: run on the test hosts made by `planaria hosts up`
     detect: bool = True         # run-time error detection in every rank (message log, timers, probes)
+    detect_timeouts: str | None = None   # thresholds, see planaria.localize.thresholds
     diagnose_on_timeout: bool = True   # collect and analyze the global state before a --timeout kill
 
 
@@ -528,6 +529,13 @@ def run_job(opts: RunOptions) -> int:
     except ValueError as exc:  # PlanError is a ValueError
         _err(str(exc))
         return EXIT_USAGE
+    if opts.detect_timeouts:
+        from planaria.localize.thresholds import Thresholds
+        try:
+            Thresholds.parse(opts.detect_timeouts)
+        except ValueError as exc:
+            _err(str(exc))
+            return EXIT_USAGE
     command = _python_fix(list(opts.command))
     try:  # catch command-line errors (hosts, mpiexec missing) before creating the job
         hostset = load_netns_hosts(opts.netns) if opts.netns else None
@@ -677,6 +685,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         "PLANARIA_T0": repr(t0),
         "PLANARIA_RESTART": str(number - 1),
         "PLANARIA_DETECT": "1" if opts.detect else "0",
+        "PLANARIA_DETECT_TIMEOUTS": opts.detect_timeouts or "",
     }
     try:
         argv, env = build_mpiexec_cmd(command, total, backend=backend, hosts=layout.hosts_arg(opts),

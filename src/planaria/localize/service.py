@@ -37,7 +37,8 @@ from planaria.localize.thresholds import Thresholds
 
 PING, PONG, STATUS, STATUS_REPLY, VOTE, VOTE_REPLY, REPORT = range(30001, 30008)
 TICK = 0.05
-_COLL_STATUS_MAX = 64      # collectives on larger communicators are not status-probed member by member
+_COLL_STATUS_MAX = 64
+_RECEIVES = ("Recv", "recv", "Sendrecv", "sendrecv", "Wait(Irecv)", "Wait(irecv)")      # collectives on larger communicators are not status-probed member by member
 
 
 class Service:
@@ -306,6 +307,8 @@ class Service:
         ios, self._cursor["io"] = lg.since("io", self._cursor["io"])
         fails, self._cursor["fail"] = lg.since("fail", self._cursor["fail"])
         for name, cid, peer, tag, dt, t, site in slow:
+            if name not in _RECEIVES or peer is None:
+                continue          # only a wait for a named peer's message blames that peer
             op = {"name": name, "comm": cid, "peer": peer, "tag": tag, "since": dt, "site": _short(site)}
             self._record(peer, "slow-message", "detected", op, {"seconds": round(dt, 3)}, t=t)
         for t, what in ios:

@@ -1,4 +1,4 @@
-"""Programs with one fault each, for the localization tests: ``python faulty.py CASE``.
+"""Programs with one fault each, for fault localization tests and benchmarks: ``python -m planaria.bench.faulty CASE``.
 
 Every case prints ``READY <rank>`` once it has reached the state the test diagnoses.
 Line markers (``# SITE:<name>``) let the tests find the expected call sites.
@@ -59,14 +59,18 @@ elif case == "drop":                 # a ring exchange; the plan drops messages 
         comm.Sendrecv(out, dest=right, sendtag=i % 1000, recvbuf=buf, source=left, recvtag=i % 1000)  # SITE:drop
         time.sleep(0.005)
 
-elif case == "slow":                 # a ring exchange; the plan delays every message of rank 2
-    steps = int(os.environ.get("FAULTY_STEPS", "60"))
+elif case == "slow":                 # every rank reports to rank 0 each step; the plan delays rank 2's messages
+    steps = int(os.environ.get("FAULTY_STEPS", "40"))
     for i in range(steps):
         pl.step(i)
         if i == 2:
             ready()
-        out = np.full(8, float(i))
-        comm.Sendrecv(out, dest=right, sendtag=1, recvbuf=buf, source=left, recvtag=1)  # SITE:slow
+        if rank == 0:
+            for src in range(1, size):
+                comm.Recv(buf, source=src, tag=i)  # SITE:slow
+        else:
+            comm.Send(np.full(8, float(i)), dest=0, tag=i)
+            time.sleep(0.01)
     comm.Barrier()
 
 elif case == "ioerr":                # every rank writes a small file each step; the plan breaks the disk of some
