@@ -1,5 +1,6 @@
-"""``planaria bench failure|overhead|checkpoint|recovery``: failure detection/shrink time, the cost of
-``planaria.Comm``, checkpoint save/restore time, and the time from a kill to the first resumed step."""
+"""``planaria bench failure|overhead|checkpoint|recovery|diagnose``: failure detection/shrink time, the cost of
+``planaria.Comm``, checkpoint save/restore time, the time from a kill to the first resumed step, and the
+offline diagnosis time of a hung job's state file."""
 from __future__ import annotations
 
 import sys
@@ -9,8 +10,8 @@ import typer
 app = typer.Typer(
     name="bench",
     help="Benchmarks: failure detection and shrink time, the per-call cost of planaria.Comm "
-         "against raw mpi4py, checkpoint save/restore time, and recovery time under Resilient. "
-         "Each launches mpiexec jobs on this machine.",
+         "against raw mpi4py, checkpoint save/restore time, recovery time under Resilient "
+         "(these launch mpiexec jobs on this machine), and offline diagnosis time of a state file.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -122,3 +123,29 @@ def recovery(
         return rb.run(ranks, spares, mb, store, repeat, backend, every, kill_step, steps, timeout=timeout,
                         progress=_progress(json_out))
     raise typer.Exit(run_and_show("recovery", compute, rb.show, json_out))
+
+
+@app.command("diagnose")
+def diagnose(
+    hosts: str = typer.Option("171,683,2731,10923,32768", "--hosts",
+                              help="Host counts, comma-separated (x --per-host processes each; one host is faulty)."),
+    per_host: int = typer.Option(6, "--per-host", help="Processes per host."),
+    repeat: int = typer.Option(3, "--repeat", help="Timed runs per size; the median is reported."),
+    scenario: str = typer.Option("collective", "--scenario",
+                                 help="collective (faulty host's ranks dead, everyone in Allreduce), p2p-chain, "
+                                      "deadlock or spin."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Offline diagnosis time (read the state file + analyse) per job size, and whether it names the faulty host.
+
+    No MPI job: synthetic state files of hung jobs are written to a temporary directory (not timed).
+    Exit status 1 if any report names the wrong ranks.
+
+    Example: planaria bench diagnose --hosts 171,2731,32768 --repeat 3
+    """
+    from planaria.bench import diagnose as db
+    from planaria.bench._launch import run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        return db.run(db.parse_hosts(hosts), per_host, repeat, scenario, progress=_progress(json_out))
+    raise typer.Exit(run_and_show("diagnose", compute, db.show, json_out))

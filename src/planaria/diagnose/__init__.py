@@ -1,0 +1,1 @@
+"""Diagnosis of hung or failed jobs: state files, offline analysis, stack grouping."""
