@@ -244,6 +244,13 @@ def test_any_source_and_collective_mismatch(run: Callable) -> None:
     assert "ranks 0-1 in Allreduce at a.py:1 in f, ranks 2-3 in Bcast at b.py:2 in g" in rep.root_causes[0].reason
 
 
+def test_waiter_outside_the_member_list(run: Callable) -> None:
+    recs = [rec(r, coll("Barrier", 1, "app/a.py:1 in f", comm="world.s1c0"), {"world.s1c0": 1}) for r in (0, 1, 2)]
+    rep = run(mk(4, recs, comms={"world.s1c0": [0, 1]}))
+    assert "rank 2 waits in a collective on world.s1c0 but is not listed as a member" in rep.evidence
+    assert kinds(rep) == [("stuck-collective", "0-2"), ("no-state", "3")]
+
+
 def test_duplicate_answers_keep_newest(run: Callable) -> None:
     old = rec(1, p2p("Recv", 0, "app/a.py:1 in f"))
     new = dict(rec(1), t=2.0)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from planaria.diagnose.state import NULL, RankTable, columns
+from planaria.diagnose.state import NULL, ListTable, RankTable, columns
 
 RECV_NAMES = frozenset({"recv", "irecv", "probe", "iprobe", "mprobe", "improbe", "mrecv"})
 SEND_NAMES = frozenset({"send", "ssend", "bsend", "rsend", "isend", "issend", "ibsend", "irsend"})
@@ -263,6 +263,8 @@ class _Analysis:
 
     def _host_lists(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
         hosts = self.state.get("hosts") or {}
+        if isinstance(hosts, ListTable):
+            return np.repeat(np.arange(len(hosts), dtype=np.int64), np.diff(hosts.off)), hosts.flat, hosts.names
         try:
             names = [str(h) for h in hosts]
             lens = [len(v) for v in hosts.values()]
@@ -385,9 +387,11 @@ class _Analysis:
         """Sorted keys comm*size+rank and their 'entered' counters, for the given communicators only."""
         c = self.c
         cc = c["colls_comm"]
-        sel = np.flatnonzero(np.isin(cc, comm_codes))
-        rows = np.repeat(np.arange(self.n, dtype=np.int64), np.diff(c["colls_off"]))[sel]
+        sel = np.flatnonzero(cc == comm_codes[0] if comm_codes.size == 1 else np.isin(cc, comm_codes))
+        rows = np.searchsorted(c["colls_off"], sel, side="right") - 1
         keys = cc[sel].astype(np.int64) * self.size + self.rank[rows]
+        if keys.size > 1 and np.all(keys[1:] > keys[:-1]):
+            return keys, c["colls_n"][sel]
         order = np.argsort(keys, kind="stable")
         return keys[order], c["colls_n"][sel][order]
 
@@ -406,7 +410,13 @@ class _Analysis:
         items: list[Any] = []
         for cc in ucomm.tolist():
             name = self.strings[cc]
-            m = self.comms.get(name, _UNKNOWN)
+            if isinstance(self.comms, ListTable):
+                try:
+                    m = self.comms.array(name)
+                except KeyError:
+                    m = _UNKNOWN
+            else:
+                m = self.comms.get(name, _UNKNOWN)
             if m is None or (m is _UNKNOWN and name == "world"):
                 items.append(np.arange(self.size, dtype=np.int64))
             elif m is _UNKNOWN:
@@ -474,16 +484,23 @@ class _Analysis:
         self.lag_g, self.lag_r = pg[lag], pm[lag]                 # laggards, grouped (pg is sorted)
         self.l_off = _offsets(np.bincount(self.lag_g, minlength=G))
         # waiters that are not members of the communicator they wait on
-        if G:
-            mkeys = np.sort(np.repeat(ucomm.astype(np.int64), np.diff(mem_off)) * size + mem_flat)
-            wkeys = self.g_comm[self.w_group] * size + self.w_rank
+        partial = np.diff(mem_off) < size       # a communicator of every rank has no outsiders
+        if G and partial[gci].any():
+            mm = np.repeat(partial, np.diff(mem_off))
+            mkeys = np.sort(np.repeat(ucomm.astype(np.int64), np.diff(mem_off))[mm] * size + mem_flat[mm])
+            wsel = partial[gci][self.w_group]
+            wg, wr = self.w_group[wsel], self.w_rank[wsel]
+            wkeys = self.g_comm[wg] * size + wr
             pos = np.minimum(np.searchsorted(mkeys, wkeys), max(mkeys.size - 1, 0))
             out = ~(mkeys[pos] == wkeys) if mkeys.size else np.ones(wkeys.size, dtype=bool)
             if out.any():
-                oc = self.g_comm[self.w_group[out]]
+                oc = self.g_comm[wg[out]]
                 for cc in _uniq(oc).tolist()[:_TEXT_LINES]:
-                    self.evidence.append(f"{_rs(self.w_rank[out][oc == cc])} wait in a collective on "
-                                         f"{self.strings[cc]} but are not listed as its members")
+                    who = wr[out][oc == cc]
+                    one = who.size == 1
+                    self.evidence.append(f"{_rs(who)} {'waits' if one else 'wait'} in a collective on "
+                                         f"{self.strings[cc]} but {'is' if one else 'are'} not listed as "
+                                         f"{'a member' if one else 'members'}")
 
     def waiters(self, g: int) -> np.ndarray:
         return self.w_rank[self.w_off[g]:self.w_off[g + 1]]

@@ -24,16 +24,24 @@ communicator membership table ``{comm_id: [world ranks in comm rank order] | Non
      "extra": [[row, {key: value}], ...]}         # record keys outside the schema (e.g. "ioerrors");
                                                   # extra "op" / "threads" hold unknown op / thread keys
 
+``"hosts"`` and ``"comms"`` (32,768 hosts, as many node communicators at full scale) are written the same way:
+``{"encoding": "columns/1", "names": [str], "off": int64[K+1], "flat": int64[total], "none": [indices of
+None entries]}``; a plain map is accepted too.
+
 In memory :func:`read_state` returns ``"ranks"`` as a :class:`RankTable` (numpy columns; ``len``, indexing and
-iteration give ordinary record dicts). Records read back carry every schema key (absent ones as None).
+iteration give ordinary record dicts) and ``"hosts"`` / ``"comms"`` as :class:`ListTable` (a read-only
+mapping of lists). Records read back carry every schema key (absent ones as None).
 """
 from __future__ import annotations
 
 import gc
+import itertools
+import mmap
 import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Iterable, Iterator
 
 import msgpack
@@ -325,7 +333,7 @@ class RankTable:
         strings = d.get("strings")
         if not isinstance(n, int) or n < 0:
             raise ValueError("ranks: bad row count 'n'")
-        if not isinstance(strings, list) or not all(isinstance(s, str) for s in strings):
+        if not isinstance(strings, list) or not set(map(type, strings)) <= {str}:
             raise ValueError("ranks: 'strings' must be a list of strings")
         cols: dict[str, np.ndarray] = {}
         crc = _strings_crc(strings)
@@ -368,6 +376,84 @@ class RankTable:
                 raise ValueError("ranks: bad 'extra' entry")
             extra[item[0]] = item[1]
         return cls(strings, cols, extra)
+
+
+class ListTable(Mapping):
+    """A ``{name: [ints] | None}`` map ("hosts", "comms") held as packed arrays; reads like a dict of lists."""
+
+    def __init__(self, names: list[str], off: np.ndarray, flat: np.ndarray, none: np.ndarray | None = None) -> None:
+        self.names, self.off, self.flat = names, off, flat
+        self.none = np.zeros(len(names), dtype=bool) if none is None else none
+        self._idx: dict[str, int] | None = None
+
+    def index(self, name: str) -> int:
+        """Position of ``name``; KeyError if absent."""
+        if self._idx is None:
+            self._idx = {k: i for i, k in enumerate(self.names)}
+        return self._idx[name]
+
+    def array(self, name: str) -> np.ndarray | None:
+        """The entry as an int64 array (None stays None); KeyError if absent."""
+        i = self.index(name)
+        return None if self.none[i] else self.flat[self.off[i]:self.off[i + 1]]
+
+    def __getitem__(self, name: str) -> list[int] | None:
+        a = self.array(name)
+        return None if a is None else a.tolist()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], what: str) -> "ListTable":
+        """Pack a ``{name: [ints] | None}`` map; ValueError naming ``what`` if it is not one."""
+        if isinstance(d, ListTable):
+            return d
+        names = list(d)
+        vals = list(d.values())
+        if not all(isinstance(k, str) for k in names):
+            raise ValueError(f"'{what}' keys must be strings")
+        none = np.array([v is None for v in vals], dtype=bool)
+        try:
+            lens = np.array([0 if v is None else len(v) for v in vals], dtype=np.int64)
+            flat = np.fromiter(itertools.chain.from_iterable(v for v in vals if v is not None), dtype=np.int64,
+                               count=int(lens.sum()))
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"'{what}' must map names to lists of ranks") from None
+        off = np.zeros(len(names) + 1, dtype=np.int64)
+        np.cumsum(lens, out=off[1:])
+        return cls(names, off, flat, none)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"encoding": ENCODING, "names": list(self.names), "off": self.off.astype(_I8).tobytes(),
+                "flat": self.flat.astype(_I8).tobytes(), "none": np.flatnonzero(self.none).tolist()}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any], what: str) -> "ListTable":
+        names, off, flat, none = d.get("names"), d.get("off"), d.get("flat"), d.get("none", [])
+        if (not isinstance(names, list) or not set(map(type, names)) <= {str}
+                or not isinstance(off, bytes) or not isinstance(flat, bytes) or len(off) % 8 or len(flat) % 8
+                or not isinstance(none, list)):
+            raise ValueError(f"'{what}': bad columns encoding")
+        o = np.frombuffer(off, dtype=_I8)
+        f = np.frombuffer(flat, dtype=_I8)
+        if o.size != len(names) + 1 or o[0] != 0 or np.any(np.diff(o) < 0) or o[-1] != f.size:
+            raise ValueError(f"'{what}': bad offsets")
+        if len(set(names)) != len(names):
+            raise ValueError(f"'{what}': duplicate names")
+        mask = np.zeros(len(names), dtype=bool)
+        try:
+            mask[np.asarray(none, dtype=np.int64)] = True
+        except (IndexError, ValueError, TypeError):
+            raise ValueError(f"'{what}': bad 'none' list") from None
+        return cls(names, o, f, mask)
+
+
+def _is_columns(v: Any) -> bool:
+    return isinstance(v, dict) and v.get("encoding") == ENCODING
 
 
 def _strings_crc(strings: list[str]) -> int:
@@ -435,7 +521,7 @@ def intern_stacks(records: Iterable[dict[str, Any]],
     return it.table, recs
 
 
-def merge_comms(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+def merge_comms(into: dict[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
     """Add a communicator membership table to ``into``; ValueError if one comm id has two member lists."""
     for k, v in more.items():
         if not isinstance(k, str) or not (v is None or isinstance(v, (list, tuple, np.ndarray))):
@@ -506,7 +592,7 @@ def columns(state: dict[str, Any]) -> tuple[RankTable, list[Any], dict[str, Any]
     else:
         raise ValueError("'ranks' must be a list of records or a RankTable")
     comms = state.get("comms") or {}
-    if not isinstance(comms, dict):
+    if not isinstance(comms, Mapping):
         raise ValueError("'comms' must be a map")
     if table.comms:
         comms = merge_comms(dict(comms), table.comms)
@@ -537,10 +623,14 @@ def encode_state(state: dict[str, Any], encoding: str = "columns") -> bytes:
         stacks, ranks = intern_stacks(ranks, stacks)
     out["stacks"] = [[list(f) for f in s] for s in stacks]
     table = ranks if isinstance(ranks, RankTable) else RankTable.from_records(ranks, n_stacks=len(stacks))
-    comms = merge_comms({}, state.get("comms") or {})
-    merge_comms(comms, table.comms)
+    comms = state.get("comms") or {}
+    if table.comms:
+        comms = merge_comms(dict(comms), table.comms)
     if comms:
-        out["comms"] = comms
+        out["comms"] = ListTable.from_dict(comms, "comms").to_wire() if encoding == "columns" else dict(comms)
+    if state.get("hosts") is not None:
+        out["hosts"] = (ListTable.from_dict(state["hosts"], "hosts").to_wire() if encoding == "columns"
+                        else dict(state["hosts"]))
     out["ranks"] = table.to_wire() if encoding == "columns" else [
         {k: v for k, v in rec.items()} for rec in (ranks if isinstance(ranks, list) else table.to_records())]
     if encoding == "rows":
@@ -574,7 +664,17 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check a state file; ``"ranks"`` comes back as a RankTable. One-line ValueError if unusable."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        with open(p, "rb") as f:
+            mm = None
+            if os.fstat(f.fileno()).st_size > 0:
+                try:   # map the file: no copy, and no fresh pages to fault in for a 50 MB buffer
+                    mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                except (OSError, ValueError):
+                    mm = None
+            if mm is not None:
+                with mm:
+                    return decode_state(mm, str(p))
+            data = f.read()    # empty, or not mappable (a pipe, a special file)
     except FileNotFoundError:
         raise ValueError(f"{p}: no such state file") from None
     except IsADirectoryError:
@@ -586,7 +686,7 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     return decode_state(data, str(p))
 
 
-def decode_state(data: bytes, name: str = "state") -> dict[str, Any]:
+def decode_state(data: bytes | mmap.mmap, name: str = "state") -> dict[str, Any]:
     """Parse and check the bytes of a state file (see :func:`read_state`)."""
     enabled = gc.isenabled()
     gc.disable()   # unpacking creates many containers and nothing cyclic: collections would only cost time
@@ -630,11 +730,17 @@ def _check(obj: dict[str, Any]) -> None:
     else:
         raise ValueError("'ranks' must be a list of records or a columns map")
     hosts = obj.get("hosts")
-    if hosts is not None:
+    if _is_columns(hosts):
+        obj["hosts"] = hosts = ListTable.from_wire(hosts, "hosts")
+        if hosts.none.any():
+            raise ValueError("'hosts' has an entry without ranks")
+    elif hosts is not None:
         if not isinstance(hosts, dict) or not all(isinstance(v, list) for v in hosts.values()):
             raise ValueError("'hosts' must map host names to lists of ranks")
     comms = obj.get("comms") or {}
-    if not isinstance(comms, dict) or not all(
+    if _is_columns(comms):
+        comms = ListTable.from_wire(comms, "comms")
+    elif not isinstance(comms, dict) or not all(
             isinstance(k, str) and (v is None or type(v) is list) for k, v in comms.items()):
         raise ValueError("'comms' must map communicator ids to member lists")
     if table.comms:
