@@ -12,7 +12,7 @@ app = typer.Typer(
     help="Benchmarks: failure detection and shrink time, the per-call cost of planaria.Comm "
          "against raw mpi4py, checkpoint save/restore time, recovery time under Resilient and the "
          "cost of run-time error detection on NPB-like kernels (these launch mpiexec jobs on this "
-         "machine), and the hang filter's grouping time (in-process).",
+         "machine), and the speed of the hang filter and of offline diagnosis (in-process).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -172,3 +172,29 @@ def detect(
     def compute():  # type: ignore[no-untyped-def]
         return db.run(kernels, ranks, klass, pairs, backend, timeout, progress=_progress(json_out))
     raise typer.Exit(run_and_show("detect", compute, db.show, json_out))
+
+
+@app.command("diagnose")
+def diagnose(
+    hosts: str = typer.Option("171,683,2731,10923,32768", "--hosts",
+                              help="Host counts, comma-separated (x --per-host processes each; one host is faulty)."),
+    per_host: int = typer.Option(6, "--per-host", help="Processes per host."),
+    repeat: int = typer.Option(3, "--repeat", help="Timed runs per size; the median is reported."),
+    scenario: str = typer.Option("collective", "--scenario",
+                                 help="collective (faulty host's ranks dead, everyone in Allreduce), p2p-chain, "
+                                      "deadlock or spin."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Offline diagnosis time (read the state file + analyse) per job size, and whether it names the faulty host.
+
+    No MPI job: synthetic state files of hung jobs are written to a temporary directory (not timed).
+    Exit status 1 if any report names the wrong ranks.
+
+    Example: planaria bench diagnose --hosts 171,2731,32768 --repeat 3
+    """
+    from planaria.bench import diagnose as db
+    from planaria.bench._launch import run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        return db.run(db.parse_hosts(hosts), per_host, repeat, scenario, progress=_progress(json_out))
+    raise typer.Exit(run_and_show("diagnose", compute, db.show, json_out))
