@@ -198,3 +198,32 @@ def diagnose(
     def compute():  # type: ignore[no-untyped-def]
         return db.run(db.parse_hosts(hosts), per_host, repeat, scenario, progress=_progress(json_out))
     raise typer.Exit(run_and_show("diagnose", compute, db.show, json_out))
+
+
+@app.command("localize")
+def localize(
+    cases: str = typer.Option("killcoll,unmatched,spin,drop,slow,ioerr", "--cases",
+                              help="Scenarios, comma-separated: killcoll, unmatched, spin, drop, slow, ioerr."),
+    backend: str = typer.Option("ulfm", "--backend", help="ulfm (mpiexec --with-ft ulfm) or sim."),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="Runs per scenario."),
+    timeout: float = typer.Option(90.0, "--timeout", help="Seconds allowed per job."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result (with every report) as JSON."),
+) -> None:
+    """Fault localization scenarios: does 'planaria diagnose' name the faulty ranks and call site, and how fast.
+
+    Each scenario is a 4-rank job under 'planaria run' with one fault (a rank killed during a
+    collective, an unmatched receive, an endless compute loop, a dropped message, a slow rank,
+    repeated I/O errors on two ranks). Exit 1 when a report misses its fault.
+
+    Example: planaria bench localize --cases spin,drop --repeat 3
+    """
+    from planaria.bench import localize as lb
+
+    try:
+        result = lb.run([c for c in cases.replace(" ", "").split(",") if c], backend=backend,
+                        repeat=repeat, timeout=timeout, progress=_progress(json_out))
+    except ValueError as e:
+        print(f"planaria bench localize: {e}", file=sys.stderr)
+        raise typer.Exit(2)
+    lb.show(result, json_out)
+    raise typer.Exit(0 if result["ok"] else 1)

@@ -1,7 +1,6 @@
-"""``planaria diagnose``: explain a hung job -- offline from a state file (online collection plugs in here)."""
+"""``planaria diagnose``: explain a hung or failed job -- live through the collection tree, or from files."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -10,55 +9,114 @@ import typer
 
 
 def diagnose(
-    job: Optional[str] = typer.Argument(None, help="Job to collect the state of (online collection)."),
+    job: Optional[str] = typer.Argument(None, help="Job id or job directory (default: the latest job)."),
     offline: Optional[Path] = typer.Option(None, "--offline", metavar="STATEFILE",
                                            help="Analyse a state file (.state) written by an earlier collection."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    k: int = typer.Option(8, "--fanout", min=2, help="Children per node of the collection tree."),
+    hop: float = typer.Option(1.0, "--hop-timeout", min=0.05, help="Seconds each tree level may take; a subtree that does not answer in time is recorded as missing."),
+    samples: int = typer.Option(0, "--samples", min=0, help="Stack samples per thread for the hang filter (0: the smallest s with s > 1 + ln n / ln 250)."),
+    interval: float = typer.Option(0.2, "--interval", min=0.0, help="Seconds between stack samples."),
+    dot: Optional[Path] = typer.Option(None, "--dot", help="Also write the merged call tree of the stable threads as Graphviz dot."),
 ) -> None:
-    """Tell why a job hangs: who everyone waits on, what it does, and where.
+    """Tell why a job hangs or failed: who waits on whom, what the root-cause ranks do, and where.
 
-    The analysis (paper 000, section 2.3) merges every rank's state, counts
-    the ranks that gave none (dead or unreachable, grouped by host), matches
-    collectives per communicator (who has not arrived, and what it does
-    instead) and follows point-to-point waits to the root causes: ranks
-    without state, ranks computing or blocked outside MPI, wait cycles
-    (deadlock), collectives that every member entered.
+    On a running job (started by 'planaria run') every rank's state is collected through a
+    k-ary tree of rank agents with per-hop timeouts (paper 000, section 2.3): the MPI
+    operation it is blocked in, peer and tag, collective sequence numbers per communicator,
+    and every thread's Python stack, sampled a few times. The state file and the report are
+    written to the job directory (diag-N.state, diag-N.json, diag-N.txt). The analysis
+    merges the states, counts ranks without state (dead or unreachable, grouped by host),
+    matches collectives per communicator, follows point-to-point waits to root causes
+    (ranks without state, computing, blocked outside MPI, wait cycles), and runs the
+    stack-sampling hang filter (threads whose stack never changed, in classes).
+
+    On a job that is no longer running, the report comes from its event log (post-mortem:
+    which rank failed first, which failures it explains).
 
     Examples:
 
-      planaria diagnose --offline job.state
+      planaria diagnose                     # the latest job
 
-      planaria diagnose --offline job.state --json > report.json
+      planaria diagnose 20261122-013000-ab12 --json > report.json
 
-    Exit status: 0 a report was produced (see its verdict), 2 bad arguments
-    or an unusable state file.
+      planaria diagnose --offline .planaria/jobs/<id>/diag-1.state
+
+    Sending SIGUSR1 to 'planaria run' does the same collection from the launcher.
+
+    Exit status: 0 a report was produced (see its verdict), 1 the job did not answer,
+    2 bad arguments or an unusable state file.
     """
-    if offline is None:
-        raise typer.Exit(online(job, json_out))
-    if job is not None:
-        print("planaria diagnose: give a JOB or --offline STATEFILE, not both", file=sys.stderr)
-        raise typer.Exit(2)
-    raise typer.Exit(run_offline(offline, json_out))
+    if offline is not None:
+        if job is not None:
+            print("planaria diagnose: give a JOB or --offline STATEFILE, not both", file=sys.stderr)
+            raise typer.Exit(2)
+        raise typer.Exit(run_offline(offline, json_out, dot))
+    raise typer.Exit(online(job, json_out, k, hop, samples, interval, dot))
 
 
-def online(job: str | None, json_out: bool) -> int:
-    """Collect the state of a running job and analyse it (not available in this build)."""
-    if job is None:
-        print("planaria diagnose: give a JOB or --offline STATEFILE", file=sys.stderr)
+def _emit(report: dict, json_out: bool, dot: Path | None) -> None:
+    if dot is not None:
+        from planaria.launch.fsutil import atomic_write
+        atomic_write(dot, (report.get("hang_filter") or {}).get("dot") or "digraph stacktree {}\n")
+    if json_out:
+        from planaria.launch.jobdir import dump_json
+        sys.stdout.write(dump_json(report))
+    else:
+        sys.stdout.write(report.get("text", ""))
+    sys.stdout.flush()
+
+
+def online(job: str | None, json_out: bool, k: int = 8, hop: float = 1.0, samples: int = 0,
+           interval: float = 0.2, dot: Path | None = None) -> int:
+    """Collect the state of a running job and analyse it; post-mortem when it is no longer running."""
+    from planaria.diagnose import collect
+    from planaria.launch.client import ToolError, find_job, request
+    try:
+        jd = find_job(job)
+    except (ToolError, FileNotFoundError) as e:
+        print(f"planaria diagnose: {e}", file=sys.stderr)
         return 2
-    print("planaria diagnose: online collection is not available in this build", file=sys.stderr)
-    return 2
+    manifest: dict = {}
+    try:
+        manifest = jd.manifest()
+    except (OSError, ValueError):
+        pass
+    status = manifest.get("status")
+    if status not in ("running", "starting", "restarting"):
+        from planaria.diagnose.postmortem import postmortem
+        report = postmortem(jd.events(), jd.id)
+        report["job"] = jd.id
+        _emit(report, json_out, dot)
+        return 0
+    n = int(manifest.get("nranks") or 1) + int(manifest.get("spares") or 0)
+    budget = collect.budget_for(n, k, hop, max(samples, 8), interval) + 30.0
+    try:
+        reply = request(jd, {"type": "diagnose", "k": k, "hop": hop, "rounds": samples,
+                             "interval": interval}, timeout=budget)
+    except ToolError as e:
+        print(f"planaria diagnose: {e}", file=sys.stderr)
+        return 1
+    if reply.get("error"):
+        print(f"planaria diagnose: the controller could not diagnose: {reply['error']}", file=sys.stderr)
+        return 1
+    report = reply["report"]
+    report["files"] = {"state": reply.get("state"), "json": reply.get("json"), "text": reply.get("text_path")}
+    _emit(report, json_out, dot)
+    if not json_out:
+        print(f"state file {reply.get('state')}", file=sys.stderr)
+    return 0
 
 
-def run_offline(path: Path, json_out: bool) -> int:
+def run_offline(path: Path, json_out: bool, dot: Path | None = None) -> int:
     """Read ``path``, analyse it, print the report; 2 with one line on stderr if the file is unusable."""
-    from planaria.diagnose.offline import diagnose as analyse
+    from planaria.diagnose.report import analyze
     from planaria.diagnose.state import read_state
 
     try:
-        report = analyse(read_state(path))
+        report = analyze(read_state(path))
     except ValueError as e:
         print(f"planaria diagnose: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(report.to_dict(), indent=2) if json_out else report.to_text())
+    _emit(report, json_out, dot)
     return 0

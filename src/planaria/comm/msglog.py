@@ -64,6 +64,7 @@ class MsgLog:
         self.failures: deque[tuple] = deque(maxlen=HISTORY)  # (time, name, comm_id, failed world ranks, site)
         self.comms: weakref.WeakValueDictionary[str, Comm] = weakref.WeakValueDictionary()
         self.thread_id = threading.get_ident()
+        self.t_exit = time.monotonic()                     # when the application last left an operation
         self.slow: deque[tuple] = deque(maxlen=HISTORY)   # (name, comm_id, peer world, tag, seconds, time, site)
         self.slow_after = float("inf")
         self.ioerrors: deque[tuple[float, str]] = deque(maxlen=HISTORY)
@@ -103,16 +104,19 @@ class MsgLog:
         return {cid: c._ml_seq for cid, c in list(self.comms.items())}
 
     def members(self) -> dict[str, list[int] | None]:
-        """Per communicator id: world ranks of its members (None for very large communicators)."""
+        """Per communicator id: world ranks of its members; None when they are all ranks in world order."""
         out: dict[str, list[int] | None] = {}
+        world = self.comms.get("world")
+        nworld = world.size if world is not None else -1
         for cid, c in list(self.comms.items()):
             if c.size > MEMBERS_MAX:
                 out[cid] = None
                 continue
             try:
-                out[cid] = [int(c._world_of(r)) for r in range(c.size)]
+                ranks = [int(c._world_of(r)) for r in range(c.size)]
             except Exception:  # noqa: BLE001 - freed
-                out[cid] = None
+                continue
+            out[cid] = None if (c.size == nworld and ranks == list(range(nworld))) else ranks
         return out
 
     def sent_to(self, world_rank: int) -> list[dict[str, Any]]:
@@ -250,7 +254,8 @@ def _wrap_p2p(name: str, fn: Callable, kind: str, spec: tuple) -> Callable:
             raise
         finally:
             lg.cur = None
-        dt = time.monotonic() - t0
+        lg.t_exit = t1 = time.monotonic()
+        dt = t1 - t0
         lg.done.append((name, self._ml_id, peer, tag, t0, dt))
         if counts_send:
             if is_send:
@@ -304,6 +309,7 @@ def _wrap_coll(name: str, fn: Callable, spec: tuple | None) -> Callable:
             raise
         finally:
             lg.cur = None
+        lg.t_exit = t1 = time.monotonic()
         if child is not None and isinstance(out, Comm):
             self._ml_kids += 1
             suffix = f".{child}{self._ml_kids}"
@@ -313,7 +319,7 @@ def _wrap_coll(name: str, fn: Callable, spec: tuple | None) -> Callable:
             _adopt(out, self._ml_id + suffix)
         elif child is not None:
             self._ml_kids += 1
-        dt = time.monotonic() - t0
+        dt = t1 - t0
         if dt > lg.slow_after:
             _slow(lg, name, self, root, None, dt)
         return out
@@ -347,7 +353,8 @@ class _MonReq(Request):
             raise
         finally:
             lg.cur = None
-        dt = time.monotonic() - t0
+        lg.t_exit = t1 = time.monotonic()
+        dt = t1 - t0
         if self._name in _RECV_WAITS and isinstance(self._peer, int) and self._peer >= 0:
             key = (self._comm._ml_id, self._peer)
             lg.recvd[key] = lg.recvd.get(key, 0) + 1

@@ -21,7 +21,8 @@ def postmortem(events: list[dict[str, Any]], job: str = "") -> dict[str, Any]:
         if ev.get("type") in ("fail", "lost") and isinstance(ev.get("rank"), int):
             first.setdefault(ev["rank"], ev)
     injected = {e.get("rank"): e for e in events if e.get("type") == "inject" and e.get("kind") == "kill"}
-    incidents = [e for e in events if e.get("type") == "incident"]
+    incidents = [dict(e["incident"], by=e.get("by")) for e in events
+                 if e.get("type") == "incident" and isinstance(e.get("incident"), dict)]
     consequences: dict[int, dict[str, Any]] = {}
     roots: list[dict[str, Any]] = []
     for rank, ev in sorted(first.items()):

@@ -85,8 +85,8 @@ def known_text(known: dict[str, Any]) -> str:
 def incident_lines(incidents: list[dict[str, Any]]) -> list[str]:
     """One line per distinct incident (latest count), as the localization service reported them."""
     latest: dict[tuple, dict[str, Any]] = {}
-    for inc in incidents:
-        key = (inc.get("verdict"), tuple(inc.get("ranks") or ()))
+    for inc in incidents:          # an incident is re-reported as records join it: keep its latest form
+        key = (inc.get("responsible", inc.get("by")), inc.get("kind"), tuple(inc.get("ranks") or ()))
         latest[key] = inc
     out = []
     for inc in latest.values():

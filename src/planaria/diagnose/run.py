@@ -20,7 +20,8 @@ def known_facts(table: dict[int, dict[str, Any]], events: list[dict[str, Any]]) 
     lost = sorted(r for r, v in table.items() if v.get("state") == "lost")
     finished = sorted(r for r, v in table.items() if v.get("state") == "finished")
     injected = [{k: e.get(k) for k in ("rank", "kind", "detail", "t")} for e in events if e.get("type") == "inject"]
-    incidents = [e for e in events if e.get("type") == "incident"][-50:]
+    incidents = [dict(e["incident"], by=e.get("by"), t=e.get("t")) for e in events
+                 if e.get("type") == "incident" and isinstance(e.get("incident"), dict)][-50:]
     return {"failed": failed, "lost": lost, "finished": finished, "injected": injected[-50:],
             "incidents": incidents}
 
@@ -33,10 +34,17 @@ def build_state(table: dict[int, dict[str, Any]], part: dict[str, Any], job: str
     for r, v in sorted(table.items()):
         if v.get("host"):
             hosts.setdefault(str(v["host"]), []).append(int(r))
-    answered = {int(rec["rank"]) for rec in part.get("ranks", [])}
-    missing = sorted({int(r) for r in part.get("missing", [])} - answered)
+    records = list(part.get("ranks", []))
+    answered = {int(rec["rank"]) for rec in records}
+    for r in known.get("finished") or []:     # finished ranks are not asked: they are not hung
+        if r not in answered:
+            records.append({"rank": int(r), "host": table.get(r, {}).get("host"), "status": "finished",
+                            "op": None, "threads": []})
+            answered.add(int(r))
+    gone = {int(r) for r in known.get("failed") or {}} | {int(r) for r in known.get("lost") or []}
+    missing = sorted(({int(r) for r in part.get("missing", [])} | gone) - answered)
     return {"format": "planaria-state/1", "job": job, "t": time.time(), "size": size, "hosts": hosts,
-            "stacks": part.get("stacks", []), "ranks": sorted(part.get("ranks", []), key=lambda x: x["rank"]),
+            "stacks": part.get("stacks", []), "ranks": sorted(records, key=lambda x: x["rank"]),
             "missing": missing, "collect": part.get("collect", {}), "known": known}
 
 

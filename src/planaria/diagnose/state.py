@@ -1,6 +1,6 @@
 """State files of global aggregated diagnosis (paper 000 §2.3): the schema as code, atomic write, validated read.
 
-A state file (suffix ``.state``) is one msgpack map as in /work/spec/issue4.md, ``"format": "planaria-state/1"``:
+A state file (suffix ``.state``) is one msgpack map as described in docs/diagnose.md, ``"format": "planaria-state/1"``:
 ``job, t, size, hosts (optional), stacks, ranks, missing, collect``, plus ``comms`` (optional): the
 communicator membership table ``{comm_id: [world ranks in comm rank order] | None}`` (``None`` = every rank
 0..size-1 in order, e.g. "world" and its dups). Per-record ``"comms"`` maps are hoisted into this table by

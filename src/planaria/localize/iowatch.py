@@ -11,6 +11,7 @@ import builtins
 import errno
 import io
 import os
+import sys
 import time
 from typing import Any
 
@@ -34,7 +35,8 @@ def install() -> None:
                 return orig(file, *args, **kwargs)
             except OSError as exc:
                 if exc.errno in _DEVICE_ERRORS:
-                    lg.push("io", (time.time(), f"{os.strerror(exc.errno)}: {file!s}"[:200]))
+                    lg.push("io", (time.time(), f"{os.strerror(exc.errno)}: {file!s}"[:200],
+                                   msglog.call_site(sys._getframe(1))))
                 raise
         opener.__name__ = getattr(orig, "__name__", "open")
         opener.__doc__ = orig.__doc__

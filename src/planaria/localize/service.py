@@ -64,12 +64,13 @@ class Service:
         except MPI.Exception:
             self.hosts = [socket.gethostname()] * size
         self.responsible = [responsible(r, self.hosts) for r in range(size)]
-        self.rules = RuleBase.default()
+        self.rules = RuleBase.default(hosts=self.hosts, rank=rank)
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[float, Callable[[Any], None]]] = {}   # probe id -> (deadline, callback)
         self._sends: list[tuple[Any, bytes, float]] = []
         self._analysed: set[tuple] = set()
         self._emitted: dict[tuple, int] = {}
+        self._recvd: dict[tuple[int, int], int] = {}   # (waiting rank, peer) -> receives it had completed from the peer
         self._cursor = {"slow": 0, "io": 0, "fail": 0}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="planaria-localize", daemon=True)
@@ -147,31 +148,30 @@ class Service:
         pid = self._expect(lambda reply: callback(reply is not None))
         self._send(target, PING, {"id": pid})
 
-    def status(self, target: int, callback: Callable[[dict[str, Any] | None], None]) -> None:
-        """Status probe: ``callback(reply)`` with the target's state as seen from this rank, or None."""
+    def status(self, target: int, callback: Callable[[dict[str, Any] | None], None],
+               query: dict[str, Any] | None = None) -> None:
+        """Status probe: ``callback(reply)`` with the target's state, or None; ``query`` names a send to check."""
         pid = self._expect(callback)
-        self._send(target, STATUS, {"id": pid})
+        self._send(target, STATUS, {"id": pid, "query": query or {}})
 
-    def vote(self, target: int, voters: list[int], callback: Callable[[dict[str, int]], None]) -> None:
-        """Vote probe: every voter pings ``target``; ``callback({"alive": n, "dead": n, "silent": n})``."""
-        tally = {"alive": 0, "dead": 0, "silent": 0}
+    def vote(self, target: int, voters: list[int], callback: Callable[[dict[int, bool]], None]) -> None:
+        """Vote probe: every voter pings ``target``; ``callback({voter: reachable})`` (silent voters left out)."""
+        votes: dict[int, bool] = {}
         left = {"n": len(voters)}
         if not voters:
-            callback(tally)
+            callback(votes)
             return
 
-        def one(reply: Any) -> None:
-            if reply is None:
-                tally["silent"] += 1
-            elif reply.get("alive"):
-                tally["alive"] += 1
-            else:
-                tally["dead"] += 1
-            left["n"] -= 1
-            if left["n"] == 0:
-                callback(tally)
+        def one(voter: int) -> Callable[[Any], None]:
+            def cb(reply: Any) -> None:
+                if reply is not None:
+                    votes[voter] = bool(reply.get("alive"))
+                left["n"] -= 1
+                if left["n"] == 0:
+                    callback(votes)
+            return cb
         for v in voters:
-            pid = self._expect(one, wait=self.th.probe * 2.5)
+            pid = self._expect(one(v), wait=self.th.probe * 2.5)
             self._send(v, VOTE, {"id": pid, "target": target})
 
     def _resolve(self, obj: dict[str, Any]) -> None:
@@ -190,7 +190,7 @@ class Service:
         if tag == PING:
             self._send(src, PONG, {"id": obj.get("id")})
         elif tag == STATUS:
-            self._send(src, STATUS_REPLY, self._my_status(src, obj.get("id")))
+            self._send(src, STATUS_REPLY, self._my_status(src, obj.get("id"), obj.get("query") or {}))
         elif tag == VOTE:
             target, vid = int(obj.get("target", -1)), obj.get("id")
             self.ping(target, lambda ok: self._send(src, VOTE_REPLY, {"id": vid, "alive": ok}))
@@ -203,21 +203,30 @@ class Service:
                 return
             self._as_responsible(rec)
 
-    def _my_status(self, asker: int, pid: Any) -> dict[str, Any]:
+    def _my_status(self, asker: int, pid: Any, query: dict[str, Any]) -> dict[str, Any]:
+        """The ``reply_status`` payload: what this rank is blocked in, where it computes, recent I/O errors,
+        collective counters, and whether it posted the send ``query`` asks about (more sends to
+        ``query["src"]`` on ``query["comm"]`` than that rank has received)."""
+        from planaria.runtime import bootstrap
         lg = self.log
-        op = lg.current() if lg is not None else None
+        out: dict[str, Any] = {"id": pid, "rank": self.rank, "step": bootstrap.current_step(),
+                               "host": self.hosts[self.rank]}
+        if lg is None:
+            return out
+        op = lg.current()
         if op is not None:
             op["site"] = _short(lg.site())
-        from planaria.runtime import bootstrap
-        out: dict[str, Any] = {"id": pid, "rank": self.rank, "op": op, "step": bootstrap.current_step(),
-                               "host": self.hosts[self.rank]}
-        if lg is not None:
-            out["sent"] = lg.sent_to(asker)[:4]
-            out["recvd"] = lg.received_from(asker)[:4]
-            out["colls"] = {k: v for k, v in list(lg.colls().items())[:8]}
-            out["io"] = len(lg.ioerrors)
-            if op is None:
-                out["site"] = _short(lg.site())
+        else:
+            out["where"] = _short(lg.site())
+            out["idle"] = round(time.monotonic() - lg.t_exit, 3)
+        out["op"] = op
+        out["colls"] = dict(list(lg.colls().items())[:8])
+        out["ioerrors"] = len(lg.ioerrors)
+        src, recvd = query.get("src"), query.get("recvd")
+        if isinstance(src, int) and isinstance(recvd, int):
+            sent = sum(x["count"] for x in lg.sent_to(src) if query.get("comm") in (None, x["comm"]))
+            out["sent"] = sent > recvd
+            out["sent_count"] = sent
         return out
 
     # -- the loop -------------------------------------------------------------------
@@ -232,7 +241,7 @@ class Service:
                 self._check_timers()
                 self._check_logs()
             except Exception as exc:  # noqa: BLE001 - the service must never take the rank down
-                self._report_up({"type": "incident-error", "error": f"{type(exc).__name__}: {exc}"})
+                self._report_up({"error": f"{type(exc).__name__}: {exc}"})
             self._stop.wait(self.tick)
 
     # -- detection (as the rank that waits) ------------------------------------------
@@ -241,9 +250,13 @@ class Service:
         op = lg.current() if lg is not None else None
         if op is None:
             return
+        if op["since"] < min(self.th.p2p, self.th.coll):
+            return
         key = (op["name"], op["comm"], op["seq"], round(time.monotonic() - op["since"], 1))
         same_host = op["peer"] is None or self.hosts[op["peer"]] == self.hosts[self.rank]
-        members = lg.members().get(op["comm"]) or []
+        members = lg.members().get(op["comm"], [])
+        if members is None:
+            members = list(range(self.size))
         if op["kind"] == "coll" and members:
             same_host = len({self.hosts[m] for m in members if m < len(self.hosts)}) <= 1
         limit = self.th.limit(op["kind"], same_host, len(members) or 2)
@@ -259,22 +272,14 @@ class Service:
             self._record(None, "coll-timeout" if op["kind"] == "coll" else "msg-timeout", "detected", op, {})
 
     def _probe_peer(self, op: dict[str, Any]) -> None:
+        """Response probe of the peer, then a ``msg-timeout`` record to its responsible rank (paper: step 1)."""
         peer = op["peer"]
-
-        def after_ping(ok: bool) -> None:
-            if not ok:
-                self._record(peer, "ping-timeout", "confirmed", op, {"probe": "ping"})
-                return
-            self.status(peer, after_status)
-
-        def after_status(st: dict[str, Any] | None) -> None:
-            if st is None:
-                self._record(peer, "msg-timeout", "probing", op, {"probe": "status", "answer": None})
-                return
-            self._record(peer, *classify_p2p(op, st, self.rank))
-        self.ping(peer, after_ping)
+        received = _received(op)
+        self.ping(peer, lambda ok: self._record(peer, "msg-timeout", "detected", op,
+                                                {"ping": ok, "received": received, "waited": round(op["since"], 2)}))
 
     def _probe_members(self, op: dict[str, Any], others: list[int]) -> None:
+        """A collective timed out: ask every member for its status to find the ranks that have not arrived."""
         replies: dict[int, Any] = {}
 
         def one(member: int) -> Callable[[Any], None]:
@@ -285,17 +290,17 @@ class Service:
             return cb
 
         def done() -> None:
+            seq = int(op["seq"] or 0)
             silent = sorted(m for m, st in replies.items() if st is None)
             late = sorted(m for m, st in replies.items()
-                          if st is not None and int((st.get("colls") or {}).get(op["comm"], 0)) < int(op["seq"] or 0))
+                          if st is not None and int((st.get("colls") or {}).get(op["comm"], 0)) < seq)
             for m in silent:
-                self._record(m, "ping-timeout", "confirmed", op, {"probe": "status", "collective": op["seq"]})
+                self._record(m, "coll-timeout", "detected", op, {"ping": False, "collective": seq})
             for m in late:
-                st = replies[m]
-                kind, status, ev = classify_laggard(op, st)
-                self._record(m, kind, status, op, ev)
+                self._record(m, "coll-timeout", "detected", op, {"ping": True, "collective": seq,
+                                                                  "arrived": (replies[m].get("colls") or {}).get(op["comm"])})
             if not silent and not late:
-                self._record(None, "coll-timeout", "detected", op, {"note": "every member has arrived"})
+                self._record(None, "coll-timeout", "detected", op, {"collective": seq, "note": "every member has arrived"})
         for m in others:
             self.status(m, one(m))
 
@@ -311,8 +316,8 @@ class Service:
                 continue          # only a wait for a named peer's message blames that peer
             op = {"name": name, "comm": cid, "peer": peer, "tag": tag, "since": dt, "site": _short(site)}
             self._record(peer, "slow-message", "detected", op, {"seconds": round(dt, 3)}, t=t)
-        for t, what in ios:
-            self._record(self.rank, "io-error", "confirmed", None, {"what": what[:160]}, t=t)
+        for t, what, site in ios:
+            self._record(None, "io-error", "confirmed", {"site": _short(site)}, {"what": what[:160]}, t=t)
         for t, name, cid, ranks, site in fails:
             op = {"name": name, "comm": cid, "peer": None, "site": _short(site)}
             for r in ranks[:8] or [None]:
@@ -321,73 +326,55 @@ class Service:
     def _record(self, dst: int | None, etype: str, status: str, op: dict[str, Any] | None,
                 evidence: dict[str, Any], t: float | None = None) -> None:
         """Send an error record to the rank responsible for ``dst`` (for this rank when dst is unknown)."""
+        op = op or {}
+        tag = op.get("tag")
         rec = ErrorRecord(src=self.rank, dst=dst, time=t or time.time(), type=etype, status=status,
-                          evidence=evidence, comm=(op or {}).get("comm"), op=(op or {}).get("name"),
-                          site=(op or {}).get("site"), host=self.hosts[dst] if dst is not None and dst < len(self.hosts) else None)
+                          evidence=evidence, comm=op.get("comm"), op=op.get("name"), site=op.get("site"),
+                          tag=tag if isinstance(tag, int) and tag >= 0 else None,
+                          host=self.hosts[dst] if dst is not None and dst < len(self.hosts) else self.hosts[self.rank])
         where = self.responsible[dst if dst is not None else self.rank]
         self._send(where, REPORT, rec.to_dict())
 
     # -- analysis (as the responsible rank) -----------------------------------------------
     def _as_responsible(self, rec: ErrorRecord) -> None:
+        if rec.dst is not None and isinstance(rec.evidence.get("received"), int):
+            self._recvd[(rec.src, rec.dst)] = rec.evidence["received"]
         decision = self.rules.submit(rec, now=time.time())
-        probe = getattr(decision, "probe", None)
-        dst = rec.dst
-        if probe and dst is not None:
-            if probe == "vote":
-                voters = [r for r in _group(self.hosts, dst) if r not in (dst, self.rank)][:8]
-                self.vote(dst, voters, lambda tally: self._fed(dst, "vote", tally))
-            elif probe == "status":
-                self.status(dst, lambda st: self._fed(dst, "status", st or {"answer": None}))
-            else:
-                self.ping(dst, lambda ok: self._fed(dst, "ping", {"ok": ok}))
+        if decision.probe is not None:
+            self._run_probe(decision.probe)
         self._emit()
 
-    def _fed(self, dst: int, kind: str, outcome: dict[str, Any]) -> None:
-        self.rules.probe_result(dst, kind, outcome, now=time.time())
+    def _run_probe(self, probe: Any) -> None:
+        """Run a probe the rule base asked for; its outcome goes back to the rule base (which may ask for more)."""
+        target = probe.target
+        if probe.kind == "ping":
+            self.ping(target, lambda ok: self._fed(target, "ping", {"ok": ok}))
+        elif probe.kind == "status":
+            query = dict(probe.query or {})
+            if "src" in query:
+                query["recvd"] = self._recvd.get((query["src"], target))
+            self.status(target, lambda st: self._fed(target, "status", st if st is not None else {"ok": False}),
+                        query=query)
+        else:
+            voters = [v for v in (probe.voters or _group(self.hosts, target)) if v not in (target, self.rank)][:8]
+            self.vote(target, voters, lambda votes: self._fed(target, "vote", {"votes": votes}))
+
+    def _fed(self, target: int, kind: str, outcome: dict[str, Any]) -> None:
+        for follow in self.rules.probe_result(target, kind, outcome, now=time.time()):
+            self._run_probe(follow)
         self._emit()
 
     def _emit(self) -> None:
-        for inc in self.rules.incidents():
-            rc = inc.root_cause()
-            key = (rc.get("verdict"), tuple(rc.get("ranks") or ()))
+        for inc in self.rules.incidents(now=time.time()):
+            rc = inc.root_cause(max_evidence=4)
+            key = (rc.get("kind"), rc.get("verdict"), tuple(rc.get("ranks") or ()))
             count = int(rc.get("count", 1))
-            if self._emitted.get(key, 0) >= count:
+            seen = self._emitted.get(key)
+            if seen is not None and count < 2 * seen:
                 continue
-            first = key not in self._emitted
             self._emitted[key] = count
-            if first or count in (2, 4, 8, 16, 32, 64, 128):
-                rc = dict(rc)
-                rc["responsible"] = self.rank
-                self._report_up(rc)
-
-
-def classify_p2p(op: dict[str, Any], st: dict[str, Any], me: int) -> tuple[str, str, dict[str, Any]]:
-    """Error type, status and evidence for a point-to-point wait on a peer that answered its status probe."""
-    peer_op = st.get("op")
-    ev: dict[str, Any] = {"peer_op": _brief(peer_op), "peer_step": st.get("step")}
-    sent = sum(int(x.get("count", 0)) for x in st.get("sent") or [] if x.get("comm") == op["comm"])
-    if op["name"] in ("Recv", "recv", "Sendrecv", "sendrecv", "Wait(Irecv)", "Wait(irecv)"):
-        log = _received(op)
-        if sent > log:
-            ev.update(sent=sent, received=log)
-            return "msg-lost", "confirmed", ev
-    if peer_op is None:
-        ev["peer_site"] = st.get("site")
-        return "peer-computing", "confirmed", ev
-    if peer_op.get("kind") == "p2p" and peer_op.get("peer") == me:
-        return "deadlock", "confirmed", ev
-    return "no-send", "confirmed", ev
-
-
-def classify_laggard(op: dict[str, Any], st: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-    """A member that has not arrived at a collective: computing, or blocked in another operation."""
-    peer_op = st.get("op")
-    ev = {"peer_op": _brief(peer_op), "peer_step": st.get("step"), "collective": op.get("seq"),
-          "peer_collectives": (st.get("colls") or {}).get(op["comm"])}
-    if peer_op is None:
-        ev["peer_site"] = st.get("site")
-        return "peer-computing", "confirmed", ev
-    return "no-send", "confirmed", ev
+            rc["responsible"] = self.rank
+            self._report_up(rc)
 
 
 def _received(op: dict[str, Any]) -> int:

@@ -132,11 +132,11 @@ def _start_localizer(comm: Comm, thresholds: Any) -> None:
     iowatch.install()
 
     def report(incident: dict[str, Any]) -> None:
+        kind = "localize-error" if "error" in incident else "incident"
         if _RT.agent is not None:
-            _RT.agent.report("incident", **{k: v for k, v in incident.items() if k not in ("type", "rank")},
-                             kind=incident.get("type", "incident"), by=comm.rank)
+            _RT.agent.report(kind, incident=incident, by=comm.rank)
         else:
-            sys.stderr.write(f"planaria: incident: {incident}\n")
+            sys.stderr.write(f"planaria: rank {comm.rank}: {kind}: {incident.get('verdict') or incident}\n")
     _RT.localizer = Service(comm.rank, comm.size, thresholds, report, is_dead=lambda: _RT.dead).start()
 
 

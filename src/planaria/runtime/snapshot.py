@@ -39,7 +39,7 @@ def take(rank: int, rounds: int = 1, interval: float = 0.0, status: dict[str, An
                            "step": bootstrap.current_step(), "op": op, "colls": colls or {},
                            "comms": comms or {}, "threads": tinfo, "detect": lg is not None}
     if lg is not None and lg.ioerrors:
-        rec["ioerrors"] = [{"t": t, "what": w} for t, w in list(lg.ioerrors)]
+        rec["ioerrors"] = [{"t": t, "what": w, "site": site} for t, w, site in list(lg.ioerrors)][-8:]
     if status:
         rec.update(status)
     return {"stacks": stacks, "ranks": [rec], "missing": []}
