@@ -24,7 +24,7 @@ from typing import Any
 
 from planaria.bench import faulty
 
-DETECT = "p2p=1,coll=1.5,probe=0.5,slow=0.1"
+DETECT = "p2p=1,coll=1.5,probe=1,slow=0.1"
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("unmatched", (1,), "unmatched"),
     Case("spin", (2,), "spin"),
     Case("drop", (1, 2), "drop", ("drop:src=1,dst=2,p=0.2,seed=3",), words=("lost",)),
-    Case("slow", (2,), "slow", ("delay:src=2,dst=0,p=1,ms=120",), settle=3.0, words=("slow",)),
+    Case("slow", (2,), "slow", ("delay:src=2,dst=0,p=1,ms=120",), settle=3.0, words=("slow messages",)),
     Case("ioerr", (2, 3), "ioerr", ("ioerror:rank=2+3,iter=5",), words=("i/o",)),
 )}
 
@@ -53,7 +53,7 @@ CASES: dict[str, Case] = {c.name: c for c in (
 def site_line(marker: str) -> int:
     """Line number of ``# SITE:<marker>`` in the scenario program."""
     for i, line in enumerate(Path(faulty.__file__).read_text().splitlines(), 1):
-        if line.rstrip().endswith(f"# SITE:{marker}"):
+        if line.rstrip().endswith(f"SITE:{marker}"):
             return i
     raise KeyError(marker)
 

@@ -142,6 +142,18 @@ class MsgLog:
                 out.append({"comm": cid, "count": n})
         return out
 
+    def p2p_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Point-to-point messages sent to and received from each world rank (keys are str ranks), all communicators."""
+        sent: dict[str, int] = {}
+        recvd: dict[str, int] = {}
+        for table, out in ((self.sent, sent), (self.recvd, recvd)):
+            for (cid, r), v in list(table.items()):
+                c = self.comms.get(cid)
+                w = _world(c, r) if c is not None else None
+                if w is not None:
+                    out[str(w)] = out.get(str(w), 0) + int(v[0] if isinstance(v, list) else v)
+        return sent, recvd
+
     def history(self) -> list[dict[str, Any]]:
         """Recently completed operations, oldest first."""
         return [{"name": n, "comm": cid, "peer": p, "tag": tag, "seconds": round(d, 6)}
@@ -153,12 +165,22 @@ class MsgLog:
         return call_site(frame) if frame is not None else None
 
 
+_INFRA = tuple(f"/planaria/{p}/" for p in ("comm", "runtime", "localize", "inject", "checkpoint",
+                                              "recovery", "launch", "diagnose"))
+
+
+def is_app_file(filename: str) -> bool:
+    """True for application code: not planaria's infrastructure (its demo and benchmark programs count as applications)."""
+    fn = filename.replace("\\", "/")
+    return not fn.startswith("<") and not any(p in fn for p in _INFRA)
+
+
 def call_site(frame: Any) -> str | None:
-    """The innermost frame outside planaria's communicator layer, as ``file:line in func``."""
+    """The innermost application frame (see ``is_app_file``) from ``frame`` outwards, as ``file:line in func``."""
     inside = None
     while frame is not None:
         fn = frame.f_code.co_filename
-        if "/planaria/" not in fn.replace("\\", "/"):
+        if is_app_file(fn):
             return f"{fn}:{frame.f_lineno} in {frame.f_code.co_name}"
         if inside is None and "/planaria/comm/" not in fn.replace("\\", "/"):
             inside = f"{fn}:{frame.f_lineno} in {frame.f_code.co_name}"

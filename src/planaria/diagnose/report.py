@@ -22,8 +22,9 @@ def app_site(stack: list[Any] | None) -> str | None:
     """Innermost frame of ``stack`` outside planaria (the application's line), else the innermost frame."""
     if not stack:
         return None
+    from planaria.comm.msglog import is_app_file
     for frame in reversed(stack):
-        if "/planaria/" not in str(frame[0]).replace("\\", "/"):
+        if is_app_file(str(frame[0])):
             return hangfilter.frame_text(frame)
     return hangfilter.frame_text(stack[-1])
 
@@ -89,18 +90,101 @@ def incident_lines(incidents: list[dict[str, Any]]) -> list[str]:
         key = (inc.get("responsible", inc.get("by")), inc.get("kind"), tuple(inc.get("ranks") or ()))
         latest[key] = inc
     out = []
-    for inc in latest.values():
+    rank = {k: i for i, k in enumerate(_INCIDENT_ORDER)}
+    chosen = sorted(latest.values(), key=lambda i: (rank.get(str(i.get("kind")), len(rank)), -(i.get("count") or 0)))
+    for inc in chosen[:MAX_INCIDENTS_SHOWN]:
         n = inc.get("count")
         more = f", {n} record(s)" if n else ""
         out.append(f"incident (responsible rank {inc.get('responsible', inc.get('by'))}{more}): {inc.get('verdict')}")
+    if len(chosen) > MAX_INCIDENTS_SHOWN:
+        out.append(f"... {len(chosen) - MAX_INCIDENTS_SHOWN} more incident(s) in the JSON report")
     return out
+
+
+LOST_AFTER = 1.0      # seconds a receive must have waited before a missing message counts as lost
+HUNG_AFTER = 1.0      # no wait longer than this: the job is progressing, not hung
+
+
+def lost_messages(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Point-to-point waits for a message the peer has sent but the waiting rank never received.
+
+    Rank a waits to receive from rank b while b's log counts more messages sent to a than a's
+    log counts received from b: a message from b to a was lost (network, or dropped).
+    """
+    recs = {int(r["rank"]): r for r in state.get("ranks") or []}
+    out = []
+    for a, rec in sorted(recs.items()):
+        op = rec.get("op") or {}
+        b = op.get("peer")
+        if op.get("kind") != "p2p" or not isinstance(b, int) or b not in recs:
+            continue
+        if float(op.get("since") or 0.0) < LOST_AFTER:     # may still be in flight
+            continue
+        if not any(w in str(op.get("name")) for w in ("Recv", "recv", "Sendrecv", "sendrecv")):
+            continue
+        sent = int(((recs[b].get("sent") or {}).get(str(a))) or 0)
+        got = int(((rec.get("recvd") or {}).get(str(b))) or 0)
+        if sent > got:
+            out.append({"kind": "lost-message", "ranks": [b, a], "range": hangfilter.rank_ranges([a, b]),
+                        "reason": f"a message from rank {b} to rank {a} was lost: rank {b} sent {sent}, "
+                                  f"rank {a} received {got} and waits in {op.get('name')} from rank {b}",
+                        "op": op.get("name"), "comm": op.get("comm"), "site": op.get("site"),
+                        "host": rec.get("host")})
+    return out
+
+
+_CAUSE_KINDS = ("host-down", "network", "rank-failed", "io-fault", "io-error", "slow")
+
+
+def incident_causes(incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Root causes the localization service found that a state snapshot cannot show (I/O faults, slow ranks...)."""
+    best: dict[tuple, dict[str, Any]] = {}
+    for inc in incidents:
+        kind = str(inc.get("kind"))
+        if kind not in _CAUSE_KINDS or not inc.get("ranks"):
+            continue
+        key = (kind, tuple(inc["ranks"]))
+        if key not in best or int(inc.get("count") or 0) >= int(best[key].get("count") or 0):
+            best[key] = inc
+    out = []
+    for (kind, ranks), inc in sorted(best.items(), key=lambda kv: _CAUSE_KINDS.index(kv[0][0])):
+        sites = [e.get("site") for e in inc.get("evidence") or [] if e.get("site")]
+        out.append({"kind": kind, "ranks": list(ranks), "range": hangfilter.rank_ranges(list(ranks)),
+                    "reason": str(inc.get("verdict")), "site": sites[0] if sites else None,
+                    "host": inc.get("host"), "records": inc.get("count"), "source": "localization service"})
+    return out
+
+
+_INCIDENT_ORDER = ("host-down", "network", "rank-failed", "io-fault", "io-error", "deadlock", "not-sending",
+                   "external", "unreachable", "collective-hang", "timeout", "slow")
+MAX_INCIDENTS_SHOWN = 8
 
 
 def analyze(state: dict[str, Any]) -> dict[str, Any]:
     """Full report of a state file (see the module docstring)."""
-    rep = offline.diagnose(state)
-    out = rep.to_dict()
-    parts = [rep.to_text().rstrip()]
+    waits = [float((r.get("op") or {}).get("since") or 0.0) for r in state.get("ranks") or [] if r.get("op")]
+    if waits and max(waits) < HUNG_AFTER:
+        out: dict[str, Any] = {"verdict": "progressing", "root_causes": [], "evidence": [
+            f"{len(waits)} rank(s) in MPI, the longest wait {max(waits):.3f} s: the job is progressing"]}
+        parts = [f"job {state.get('job')}: {len(state.get('ranks') or [])} ranks answered; verdict: progressing "
+                 f"(no rank waits longer than {HUNG_AFTER:g} s; longest {max(waits):.3f} s)"]
+    else:
+        rep = offline.diagnose(state)
+        out = rep.to_dict()
+        parts = [rep.to_text().rstrip()]
+    lost = lost_messages(state)
+    if lost:
+        out["root_causes"] = lost + list(out.get("root_causes") or [])
+        out["verdict"] = "lost-message"
+        parts.insert(0, "\n".join(["lost messages (they explain the waits below):"]
+                                   + [f"  {c['reason']} at {c['site']}" for c in lost]))
+    found = incident_causes((state.get("known") or {}).get("incidents") or [])
+    if found:
+        if not out.get("root_causes"):
+            out["verdict"] = found[0]["kind"] if out.get("verdict") in ("progressing", "no-hang", None) else out["verdict"]
+        out["root_causes"] = list(out.get("root_causes") or []) + found
+        parts.append("\n".join(["found by the run-time detection:"]
+                                + [f"  {c['reason']}" + (f" at {c['site']}" if c.get("site") else "") for c in found]))
     hf = hang_filter(state)
     if hf is not None:
         out["hang_filter"] = hf

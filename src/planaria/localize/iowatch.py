@@ -12,18 +12,21 @@ import errno
 import io
 import os
 import sys
+import threading
 import time
 from typing import Any
 
 _DEVICE_ERRORS = {errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.ESTALE, errno.ENXIO}
-_installed = False
+_mine: set[int] = set()     # ids of the wrappers this module installed
+_local = threading.local()  # nesting depth of our wrappers (one may sit under another wrapper)
 
 
 def install() -> None:
-    """Start recording device-level I/O errors of file opens (idempotent)."""
-    global _installed
-    if _installed:
-        return
+    """Record device-level I/O errors of file opens; re-wraps when someone wrapped ``open`` on top of us.
+
+    The localization service calls it every tick: a wrapper installed later (fault injection,
+    a library) would otherwise raise before the error reaches ours.
+    """
     from planaria.comm import msglog
     lg = msglog.log()
     if lg is None:
@@ -31,17 +34,24 @@ def install() -> None:
 
     def wrap(orig: Any) -> Any:
         def opener(file: Any, *args: Any, **kwargs: Any) -> Any:
+            depth = getattr(_local, "depth", 0)
+            _local.depth = depth + 1
             try:
                 return orig(file, *args, **kwargs)
             except OSError as exc:
-                if exc.errno in _DEVICE_ERRORS:
+                if depth == 0 and exc.errno in _DEVICE_ERRORS:   # record once, at the outermost wrapper
                     lg.push("io", (time.time(), f"{os.strerror(exc.errno)}: {file!s}"[:200],
                                    msglog.call_site(sys._getframe(1))))
                 raise
+            finally:
+                _local.depth = depth
         opener.__name__ = getattr(orig, "__name__", "open")
         opener.__doc__ = orig.__doc__
+        _mine.add(id(opener))
         return opener
-    builtins.open = wrap(builtins.open)  # type: ignore[assignment]
-    io.open = wrap(io.open)  # type: ignore[assignment]
-    os.open = wrap(os.open)  # type: ignore[assignment]
-    _installed = True
+    if id(builtins.open) not in _mine:
+        builtins.open = wrap(builtins.open)  # type: ignore[assignment]
+    if id(io.open) not in _mine:
+        io.open = wrap(io.open)  # type: ignore[assignment]
+    if id(os.open) not in _mine:
+        os.open = wrap(os.open)  # type: ignore[assignment]

@@ -32,6 +32,7 @@ from typing import Any
 
 import msgpack
 
+from planaria.localize import iowatch
 from planaria.localize.records import MAX_PROBE_PAYLOAD, ErrorRecord
 from planaria.localize.thresholds import Thresholds
 
@@ -240,6 +241,7 @@ class Service:
                 self._expire()
                 self._check_timers()
                 self._check_logs()
+                iowatch.install()
             except Exception as exc:  # noqa: BLE001 - the service must never take the rank down
                 self._report_up({"error": f"{type(exc).__name__}: {exc}"})
             self._stop.wait(self.tick)

@@ -38,6 +38,8 @@ def take(rank: int, rounds: int = 1, interval: float = 0.0, status: dict[str, An
     rec: dict[str, Any] = {"rank": rank, "host": _HOST, "pid": os.getpid(), "t": time.time(),
                            "step": bootstrap.current_step(), "op": op, "colls": colls or {},
                            "comms": comms or {}, "threads": tinfo, "detect": lg is not None}
+    if lg is not None:
+        rec["sent"], rec["recvd"] = lg.p2p_counts()
     if lg is not None and lg.ioerrors:
         rec["ioerrors"] = [{"t": t, "what": w, "site": site} for t, w, site in list(lg.ioerrors)][-8:]
     if status:
