@@ -48,6 +48,33 @@ def build_state(table: dict[int, dict[str, Any]], part: dict[str, Any], job: str
             "missing": missing, "collect": part.get("collect", {}), "known": known}
 
 
+def _read_unresponsive(part: dict[str, Any], table: dict[int, dict[str, Any]], rounds: int,
+                       interval: float) -> dict[str, Any]:
+    """Ranks the tree could not reach but whose process lives on this machine: read them with py-spy."""
+    import socket
+
+    from planaria.diagnose import pyspy
+    here = socket.gethostname()
+    extra = []
+    for r in part.get("missing") or []:
+        info = table.get(int(r)) or {}
+        if info.get("state") not in ("starting", "running") or info.get("host") not in (here, None):
+            continue
+        if not pyspy.local_pid(info.get("pid")):
+            continue
+        got = pyspy.sample(int(r), int(info["pid"]), info.get("host"), rounds, interval)
+        if got is not None:
+            extra.append(got)
+    if not extra:
+        return part
+    coll = part.get("collect")
+    merged = _collect.merge_parts([part] + extra)
+    merged["missing"] = [r for r in merged["missing"] if r not in {p["ranks"][0]["rank"] for p in extra}]
+    if coll is not None:
+        merged["collect"] = dict(coll, pyspy=[p["ranks"][0]["rank"] for p in extra])
+    return merged
+
+
 def collect_and_analyze(jobdir: Any, table: dict[int, dict[str, Any]], secret: str, k: int = 8,
                         hop: float = 1.0, rounds: int = 0, interval: float = 0.2) -> dict[str, Any]:
     """Run one collection over the ranks in ``table`` and write the state file and the report."""
@@ -60,6 +87,7 @@ def collect_and_analyze(jobdir: Any, table: dict[int, dict[str, Any]], secret: s
         rounds = samples_needed(max(3 * len(table), 2))
     part = _collect.collect(ask, secret, k=k, hop=hop, rounds=rounds, interval=interval) if ask else \
         {"stacks": [], "ranks": [], "missing": [], "collect": {"k": k, "hop": hop, "seconds": 0.0}}
+    part = _read_unresponsive(part, table, rounds, interval)
     known = known_facts(table, jobdir.events())
     state = build_state(table, part, jobdir.path.name, known)
     n = 1 + sum(1 for _ in jobdir.path.glob("diag-*.state"))

@@ -1,0 +1,95 @@
+"""Read a Python process's thread stacks from outside with py-spy (when its agent cannot answer).
+
+A rank whose interpreter never releases the GIL (a C extension spinning, a ``ctypes.PyDLL``
+call that blocks) cannot run its agent thread, so the collection tree records it as missing.
+When that process runs on the launcher's machine, ``py-spy dump`` reads its stacks through
+ptrace without its cooperation; the diagnosis then shows where it is stuck and which thread
+holds the GIL.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def executable() -> str | None:
+    """The py-spy executable next to this Python, else on PATH, else None."""
+    cand = Path(sys.executable).parent / "py-spy"
+    if cand.exists():
+        return str(cand)
+    return shutil.which("py-spy")
+
+
+def dump(pid: int, timeout: float = 5.0) -> list[dict[str, Any]] | None:
+    """Threads of ``pid``: name, ident, stack (frames ``[file, line, func]``, outermost first), owns_gil; None on failure."""
+    exe = executable()
+    if exe is None:
+        return None
+    try:
+        res = subprocess.run([exe, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True,
+                             timeout=timeout)
+        data = json.loads(res.stdout) if res.returncode == 0 else None
+    except (subprocess.TimeoutExpired, OSError, ValueError):
+        return None
+    if not isinstance(data, list):
+        return None
+    out = []
+    for th in data:
+        frames = [[f.get("filename"), int(f.get("line") or 0), f.get("name")] for f in th.get("frames") or []]
+        frames.reverse()
+        out.append({"name": th.get("thread_name") or f"thread-{th.get('thread_id')}", "ident": th.get("thread_id"),
+                    "stack": frames, "owns_gil": bool(th.get("owns_gil"))})
+    return out
+
+
+def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float) -> dict[str, Any] | None:
+    """A one-rank collection *part* (see ``planaria.diagnose.collect``) read with py-spy, or None."""
+    rounds = max(rounds, 1)
+    per_round: list[list[dict[str, Any]]] = []
+    for i in range(rounds):
+        if i:
+            time.sleep(interval)
+        got = dump(pid)
+        if got is None:
+            return None
+        per_round.append(got)
+    table: dict[tuple, int] = {}
+    stacks: list[Any] = []
+    threads: dict[Any, dict[str, Any]] = {}
+    gil = None
+    for got in per_round:
+        for th in got:
+            key = tuple(tuple(f) for f in th["stack"])
+            sid = table.setdefault(key, len(stacks))
+            if sid == len(stacks):
+                stacks.append(th["stack"])
+            ent = threads.setdefault(th["ident"], {"name": th["name"], "ident": th["ident"], "samples": []})
+            ent["samples"].append(sid)
+            if th["owns_gil"]:
+                gil = th["name"]
+    recs = []
+    for ent in threads.values():
+        if len(ent["samples"]) == rounds and not str(ent["name"]).startswith("planaria-"):
+            ent["stack"] = ent["samples"][0]
+            recs.append(ent)
+    status = "unresponsive" + (f": thread {gil} holds the GIL" if gil else "")
+    rec = {"rank": rank, "host": host, "pid": pid, "t": time.time(), "op": None, "threads": recs,
+           "status": status, "source": "py-spy"}
+    return {"stacks": stacks, "ranks": [rec], "missing": []}
+
+
+def local_pid(pid: Any) -> bool:
+    """True when ``pid`` is a live process this machine can inspect."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
