@@ -645,6 +645,27 @@ def test_evidence_is_capped_and_counts_are_kept() -> None:
     assert inc.root_cause(max_evidence=100)["evidence"] == [r.to_dict() for r in rb.records()]
 
 
+def test_adding_a_rule_refreshes_incidents() -> None:
+    rb = rb_default()
+    rb.submit(rec(0, 5, 10.0, site="a.py:3"))
+    rb.submit(rec(1, 9, 11.0, site="a.py:3"))
+    assert len(rb.incidents()) == 2
+    rb.add_rule(SameSiteRule())  # same records, same clock: the new rule must still be applied
+    assert [i.kind for i in rb.incidents()] == ["stuck-site"]
+
+
+def test_probe_log_and_queries_survive_a_rebuild() -> None:
+    rb = rb_default()
+    rb.submit(rec(0, 5, 10.0, comm="world", tag=2))
+    rb.probe_result(5, PING, {"ok": True, "rtt": 1e-4}, now=11.0)
+    assert [(e["kind"], e["started"], e["finished"]) for e in rb.probe_log(5)] == [
+        (PING, 10.0, 11.0), (STATUS, 11.0, None)]
+    assert rb.probe_log(5)[0]["outcome"] == {"ok": True, "rtt": 1e-4}
+    rb.prune(before=0.0)  # rebuilds the indexes from the records kept
+    (status,) = rb.probe_result(5, VOTE, {"votes": {4: True}}, now=50.0)
+    assert status.kind == STATUS and status.query == {"src": 0, "comm": "world", "tag": 2}
+
+
 def test_prune_forgets_old_records() -> None:
     rb = rb_default()
     rb.submit(rec(0, 5, 10.0))
@@ -704,3 +725,9 @@ def test_incidents_do_not_depend_on_submission_order(records: list[ErrorRecord],
     assert [set(x["ranks"]) for x in sa] == [set(x["ranks"]) for x in sb]
     assert sa == sb
     assert sum(x["count"] for x in sa) == len(records)  # every record is in exactly one incident
+    # white box: the incremental `fires` tests agree with `decide` on every final cluster
+    for rb in (a, b):
+        for (ri, _), clusters in rb._clusters.items():
+            rule = rb._merge[ri]
+            for c in clusters:
+                assert c.fired == (rule.decide(c.records(), rb) is not None), rule.name

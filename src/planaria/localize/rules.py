@@ -59,7 +59,10 @@ with the same key form clusters in time (consecutive records at most ``window``
 seconds apart); ``decide(cluster, ctx)`` returns a :class:`Verdict` when the rule
 *fires* on that cluster, and then all its records belong to one incident.
 ``decide`` must be monotone (if it fires on some records it fires on any superset):
-then the incidents do not depend on the order the records arrived in.
+then the incidents do not depend on the order the records arrived in.  A cluster is
+tested on every insertion until it fires; a rule whose clusters can grow large
+without firing should also override ``fires(cluster, added, ctx)`` with an
+incremental test (it may keep what it needs in ``cluster.state``).
 
 Correlation rules (:class:`CorrelationRule`) make a whole incident the consequence
 of another: ``explains(root, other, ctx)``.  The consequence's records become
@@ -147,6 +150,21 @@ Verdict placeholders: ``{host} {dst} {src} {subject} {comm} {tag} {op} {site} {t
 ``{span} {first} {last}`` (seconds; format specs allowed: ``{span:.1f}``),
 ``{key}``, ``{rule}``.  A bad file raises a one-line ValueError naming the file and
 the problem.
+
+Reports
+-------
+``Incident.root_cause()`` is a JSON-able dict: ``kind``, ``verdict`` (e.g. "rank 12
+failed (reported by rank 3)", "rank 12 not sending: computing at x.py:9 in solve",
+"host n3: repeated I/O errors (3 on ranks 4-5 within 8.0 s)", "network: rank 5
+answers its group but not ranks 0-1"), ``ranks`` (blamed), ``host``, ``status``,
+``first``/``last`` (times over all records, consequences included), ``count``
+(records), ``correlated`` (records of consequences), ``reporters``, ``rules`` (merge
+and correlation rules that fired, in rule-base order) and ``evidence`` (record
+dicts, consequences with status ``merged``, at most ``max_evidence``;
+``evidence_total`` says how many there were).  ``status`` is ``confirmed`` when the
+verdict rests on the MPI library, a probe or a local error; ``probing`` while a
+probe of a blamed rank runs; ``refuted`` when a status probe found the suspect
+healthy; ``detected`` otherwise.  Records are kept until ``prune(before)``.
 
 Incident kinds and priorities: host-down 90, network 80, rank-failed 70, io-fault
 60, io-error 55, deadlock 50, external 45, not-sending 40 (42 when computing),
@@ -1151,7 +1169,7 @@ class RuleBase:
         self._ioerr: dict[int, list[float]] = defaultdict(list)
         self._queries: dict[int, dict] = {}
         self._lost_pings: dict[int, list[tuple[float, int]]] = defaultdict(list)
-        self._version = 0
+        self._version = getattr(self, "_version", 0) + 1  # never reused: it keys the incidents cache
         self._cache: tuple[tuple[int, float], list[Incident]] | None = None
 
     def _rebuild(self) -> None:
@@ -1213,6 +1231,10 @@ class RuleBase:
         if rec.dst is not None and rec.status != CONFIRMED and (
                 rec.type == PING_TIMEOUT or (rec.type == MSG_TIMEOUT and rec.evidence.get("ping") is False)):
             self._lost_pings[rec.dst].append((rec.time, rec.src))
+        if rec.type in (MSG_TIMEOUT, COLL_TIMEOUT) and rec.dst is not None:
+            # what a status probe of dst asks: "did you post the send rec.src waits for?"
+            self._queries[rec.dst] = {k: v for k, v in (("src", rec.src), ("comm", rec.comm),
+                                                         ("tag", rec.tag), ("op", rec.op)) if v is not None}
         joined = []
         for ri, rule in enumerate(self._merge):
             key = rule.key(rec, self)
@@ -1277,6 +1299,12 @@ class RuleBase:
         query = self._queries.get(target) if kind == STATUS else None
         return Probe(kind, target, voters, dict(query) if query else None, reason)
 
+    def probe_log(self, dst: int) -> list[dict[str, Any]]:
+        """The probes of ``dst`` this rule base knows of: kind, started, finished, outcome."""
+        return [{"kind": e.kind, "started": e.started, "finished": e.finished,
+                 "outcome": dict(e.outcome) if e.outcome is not None else None}
+                for e in self._probes.get(dst, ())]
+
     def _last_ping_ok(self, dst: int, now: float) -> bool:
         return any(e.kind == PING and e.finished is not None and now - e.finished <= self.dedup_window
                    and (e.outcome or {}).get("ok") for e in self._probes.get(dst, ()))
@@ -1290,9 +1318,6 @@ class RuleBase:
         now = self._tick(rec.time, now)
         cause = self._known_cause(rec)
         joined = self._add(rec)
-        if rec.type in (MSG_TIMEOUT, COLL_TIMEOUT) and rec.dst is not None:
-            self._queries[rec.dst] = {k: v for k, v in (("src", rec.src), ("comm", rec.comm),
-                                                         ("tag", rec.tag), ("op", rec.op)) if v is not None}
         rules = tuple(rule.name for rule, fired, size in joined if fired and size > 1)
         subject = (f"rank {rec.subject}" if rec.dst is not None or rec.type != COLL_TIMEOUT
                    else f"collective on {rec.comm or '?'}")
