@@ -31,7 +31,71 @@ def test_diagnosis_on_simulated_failures_backend(case, tmp_path):
 def test_check_rejects_a_report_that_misses_the_fault():
     case = localize.CASES["spin"]
     line = localize.site_line("spin")
-    good = {"text": f"rank 2 computing at faulty.py:{line} in main", "root_causes": [{"ranks": [2]}]}
+    good = {"text": f"rank 2 computing at faulty.py:{line} in main", "root_causes": [{"rank_list": [2]}]}
     assert localize.check(case, good) == []
-    assert localize.check(case, {"text": good["text"], "root_causes": [{"ranks": [1]}]})
+    assert localize.check(case, {"text": good["text"], "root_causes": [{"ranks": "1"}]})
     assert localize.check(case, {"text": "rank 2 computing", "root_causes": [{"ranks": "2"}]})
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_message_log_ids_counts_and_members(backend):
+    from tests.mpi.mpijob import SCRIPTS, mpiexec
+    res = mpiexec(4, [str(SCRIPTS / "msglog_check.py")], ft=(backend == "ulfm"),
+                  env={"PLANARIA_DETECT": "1", "PLANARIA_BACKEND": backend}, timeout=60)
+    assert res.ok_ranks("msglog") == [0, 1, 2, 3], res.out + res.err[-3000:]
+
+
+def _launch(tmp_path, *run_args):
+    import os
+    import subprocess
+    import sys
+    env = localize._env(tmp_path, {})
+    cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "4", "--detect-timeouts", localize.DETECT,
+           *run_args, "--", sys.executable, "-m", "planaria.bench.faulty", "spin"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True), env, os
+
+
+@pytest.mark.timeout(120)
+def test_sigusr1_to_the_launcher_writes_a_diagnosis(tmp_path):
+    import json
+    import signal
+    import time
+    proc, env, os = _launch(tmp_path, "--timeout", "60")
+    try:
+        job = localize._job_dir(tmp_path)
+        localize._wait_ready(job, 4, proc, 40.0)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGUSR1)
+        deadline = time.time() + 30
+        while time.time() < deadline and not (job / "diag-1.json").exists():
+            time.sleep(0.1)
+        report = json.loads((job / "diag-1.json").read_text())
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert report["root_causes"][0]["rank_list"] == [2], report["text"]
+    assert f"faulty.py:{localize.site_line('spin')}" in report["text"]
+    assert "SIGUSR1: collecting every rank's state" in err
+
+
+@pytest.mark.timeout(120)
+def test_timeout_kill_is_preceded_by_a_diagnosis(tmp_path):
+    proc, env, os = _launch(tmp_path, "--timeout", "8")
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 124, err[-2000:]
+    job = localize._job_dir(tmp_path)
+    assert (job / "diag-1.state").exists() and (job / "diag-1.txt").exists()
+    assert "timeout: collecting every rank's state" in err
+    assert "rank 2" in (job / "diag-1.txt").read_text()
+
+
+def test_diagnose_cli_bad_job_is_one_line(tmp_path):
+    import subprocess
+    import sys
+    env = localize._env(tmp_path, {})
+    res = subprocess.run([sys.executable, "-m", "planaria.cli.main", "diagnose", "nosuchjob"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "nosuchjob" in res.stderr

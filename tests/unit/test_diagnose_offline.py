@@ -311,8 +311,10 @@ def test_random_p2p_graphs_match_a_brute_force_walk(data: Any) -> None:
 
 
 # --------------------------------------------------------------------------- CLI
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(*args: str, home: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(SRC)}
+    if home is not None:
+        env["PLANARIA_HOME"] = str(home)
     return subprocess.run([sys.executable, "-m", "planaria.cli.main", "diagnose", *args], capture_output=True,
                           text=True, env=env, timeout=60)
 
@@ -338,9 +340,10 @@ def test_cli_bad_input(tmp_path: Path) -> None:
     bad.write_bytes(bad.read_bytes()[:-7])
     for args, text in ((["--offline", str(bad)], "truncated"),
                        (["--offline", str(tmp_path / "none.state")], "no such state file"),
-                       (["job-17"], "online collection is not available in this build"),
-                       ([], "give a JOB or --offline STATEFILE")):
-        res = _cli(*args)
+                       (["job-17"], "no job 'job-17'"),
+                       ([], "no job under"),
+                       (["job-17", "--offline", str(bad)], "not both")):
+        res = _cli(*args, home=tmp_path / "home")
         assert res.returncode == 2 and res.stdout == ""
         assert res.stderr.count("\n") == 1 and res.stderr.startswith("planaria diagnose: ") and text in res.stderr
 

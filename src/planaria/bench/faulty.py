@@ -85,6 +85,15 @@ def main(case: str) -> None:
                 failures += 1             # keep going: the program tolerates a failed write
             comm.Allreduce(np.ones(8), buf)
             time.sleep(0.02)
+    elif case == "gil":                  # rank 2 blocks in a C call that keeps the GIL: its agent cannot answer
+        for i in range(3):
+            pl.step(i)
+            comm.Allreduce(np.ones(8), buf)
+        ready(rank)
+        if rank == 2:
+            import ctypes
+            ctypes.PyDLL(None).sleep(300)  # SITE:gil
+        comm.Allreduce(np.ones(8), buf)
     else:
         raise SystemExit(f"unknown case {case}")
 

@@ -47,7 +47,9 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("drop", (1, 2), "drop", ("drop:src=1,dst=2,p=0.2,seed=3",), words=("lost",)),
     Case("slow", (2,), "slow", ("delay:src=2,dst=0,p=1,ms=120",), settle=3.0, words=("slow messages",)),
     Case("ioerr", (2, 3), "ioerr", ("ioerror:rank=2+3,iter=5",), words=("i/o",)),
+    Case("gil", (2,), "gil", words=("gil",)),
 )}
+DEFAULT_CASES = ("killcoll", "unmatched", "spin", "drop", "slow", "ioerr")
 
 
 def site_line(marker: str) -> int:
@@ -176,9 +178,9 @@ def _named_ranks(report: dict[str, Any]) -> set[int]:
     from planaria.diagnose.hangfilter import parse_rank_ranges
     out: set[int] = set()
     for rc in report.get("root_causes") or []:
-        ranks = rc.get("ranks")
-        if isinstance(ranks, str):
-            ranks = parse_rank_ranges(ranks).tolist()
+        ranks = rc.get("rank_list")
+        if ranks is None:
+            ranks = parse_rank_ranges(str(rc.get("ranks") or "")).tolist()
         out.update(int(r) for r in ranks or [])
     return out
 

@@ -58,7 +58,6 @@ class MsgLog:
 
     def __init__(self) -> None:
         self.cur: tuple | None = None          # (name, kind, comm, peer, tag, size, seq, t_start)
-        self.done: deque[tuple] = deque(maxlen=HISTORY)   # p2p: (name, comm_id, peer comm rank, tag, t_start, seconds)
         self.sent: dict[tuple[str, int], list] = {}       # (comm_id, dest comm rank) -> [count, last tag, last time]
         self.recvd: dict[tuple[str, int], int] = {}       # (comm_id, source comm rank) -> receives completed
         self.failures: deque[tuple] = deque(maxlen=HISTORY)  # (time, name, comm_id, failed world ranks, site)
@@ -88,7 +87,7 @@ class MsgLog:
         cur = self.cur
         if cur is None:
             return None
-        name, kind, comm, peer, tag, size, seq, t0 = cur
+        name, kind, comm, peer, tag, buf, seq, t0 = cur
         wpeer = None
         if isinstance(peer, int) and peer >= 0:
             try:
@@ -96,7 +95,7 @@ class MsgLog:
             except Exception:  # noqa: BLE001 - a freed communicator
                 wpeer = None
         return {"name": name, "kind": kind, "comm": getattr(comm, "_ml_id", "?"), "peer": wpeer,
-                "tag": tag if isinstance(tag, int) and tag >= 0 else None, "size": size, "seq": seq,
+                "tag": tag if isinstance(tag, int) and tag >= 0 else None, "size": _size(buf), "seq": seq,
                 "since": round(time.monotonic() - t0, 6)}
 
     def colls(self) -> dict[str, int]:
@@ -153,11 +152,6 @@ class MsgLog:
                 if w is not None:
                     out[str(w)] = out.get(str(w), 0) + int(v[0] if isinstance(v, list) else v)
         return sent, recvd
-
-    def history(self) -> list[dict[str, Any]]:
-        """Recently completed operations, oldest first."""
-        return [{"name": n, "comm": cid, "peer": p, "tag": tag, "seconds": round(d, 6)}
-                for n, cid, p, tag, _t, d in list(self.done)]
 
     def site(self) -> str | None:
         """``file:line in func`` where the application thread called into planaria, if it is in a call."""
@@ -216,8 +210,11 @@ def _adopt(comm: Comm, cid: str) -> None:
 
 
 def _size(buf: Any) -> int:
+    """Bytes of a buffer argument (numpy array or mpi4py ``[data, count, type]`` spec); 0 when unknown."""
     n = getattr(buf, "nbytes", None)
-    return int(n) if n is not None else 0
+    if n is None and isinstance(buf, (list, tuple)) and buf:
+        n = getattr(buf[0], "nbytes", None) or (len(buf[0]) if isinstance(buf[0], (bytes, bytearray)) else None)
+    return int(n) if isinstance(n, int) else 0
 
 
 def _arg(a: tuple, k: dict, pos: int, key: str, default: Any) -> Any:
@@ -257,18 +254,21 @@ def _count_send(lg: MsgLog, cid: str, dest: Any, tag: Any, t: float) -> None:
 
 
 def _wrap_p2p(name: str, fn: Callable, kind: str, spec: tuple) -> Callable:
+    # The hot path of every monitored call: kept to attribute stores and one clock read on each side.
     ppos, pkey, tpos, tkey = spec
     is_send = name in _P2P_SEND
-    counts_send = name in _P2P_SEND or name in _P2P_BOTH   # Sendrecv sends too: dest is argument 1, sendtag 2
+    both = name in _P2P_BOTH          # Sendrecv sends too: dest is argument 1, sendtag 2
+    deftag = 0 if is_send else -1
+    now = time.monotonic
 
     def call(self, *a, **k):  # type: ignore[no-untyped-def]
         lg = _LOG
         if lg.cur is not None:
             return fn(self, *a, **k)
-        peer = _arg(a, k, ppos, pkey, -1)
-        tag = _arg(a, k, tpos, tkey, 0 if is_send else -1)
-        t0 = time.monotonic()
-        lg.cur = (name, kind, self, peer, tag, _size(a[0]) if a else 0, None, t0)
+        peer = a[ppos] if len(a) > ppos else k.get(pkey, -1)
+        tag = a[tpos] if len(a) > tpos else k.get(tkey, deftag)
+        t0 = now()
+        lg.cur = (name, kind, self, peer, tag, a[0] if a else None, None, t0)
         try:
             out = fn(self, *a, **k)
         except FailureError as exc:
@@ -276,19 +276,25 @@ def _wrap_p2p(name: str, fn: Callable, kind: str, spec: tuple) -> Callable:
             raise
         finally:
             lg.cur = None
-        lg.t_exit = t1 = time.monotonic()
-        dt = t1 - t0
-        lg.done.append((name, self._ml_id, peer, tag, t0, dt))
-        if counts_send:
-            if is_send:
-                _count_send(lg, self._ml_id, peer, tag, t0)
-            else:
-                _count_send(lg, self._ml_id, _arg(a, k, 1, "dest", -1), _arg(a, k, 2, "sendtag", 0), t0)
-        if not is_send and isinstance(peer, int) and peer >= 0:
+        lg.t_exit = t1 = now()
+        if is_send:
             key = (self._ml_id, peer)
-            lg.recvd[key] = lg.recvd.get(key, 0) + 1
-        if dt > lg.slow_after:
-            _slow(lg, name, self, peer, tag, dt)
+            ent = lg.sent.get(key)
+            if ent is None:
+                lg.sent[key] = [1, tag, t0]
+            else:
+                ent[0] += 1
+                ent[1] = tag
+                ent[2] = t0
+        else:
+            if both:
+                _count_send(lg, self._ml_id, a[1] if len(a) > 1 else k.get("dest", -1),
+                            a[2] if len(a) > 2 else k.get("sendtag", 0), t0)
+            if peer.__class__ is int and peer >= 0:
+                key = (self._ml_id, peer)
+                lg.recvd[key] = lg.recvd.get(key, 0) + 1
+        if t1 - t0 > lg.slow_after:
+            _slow(lg, name, self, peer, tag, t1 - t0)
         return out
     call.__name__ = name
     call.__doc__ = fn.__doc__
@@ -299,15 +305,18 @@ def _wrap_nonblocking(name: str, fn: Callable, spec: tuple) -> Callable:
     ppos, pkey, tpos, tkey = spec
     is_send = name.lower() == "isend"
 
+    wname = "Wait(" + name + ")"
+    now = time.monotonic
+
     def call(self, *a, **k):  # type: ignore[no-untyped-def]
         req = fn(self, *a, **k)
         if _LOG.cur is not None:
             return req
-        peer = _arg(a, k, ppos, pkey, -1)
-        tag = _arg(a, k, tpos, tkey, 0 if is_send else -1)
+        peer = a[ppos] if len(a) > ppos else k.get(pkey, -1)
+        tag = a[tpos] if len(a) > tpos else k.get(tkey, 0 if is_send else -1)
         if is_send:
-            _count_send(_LOG, self._ml_id, peer, tag, time.monotonic())
-        return _MonReq(req, self, "Wait(" + name + ")", peer, tag)
+            _count_send(_LOG, self._ml_id, peer, tag, now())
+        return _MonReq(req, self, wname, peer, tag)
     call.__name__ = name
     call.__doc__ = fn.__doc__
     return call
@@ -316,14 +325,17 @@ def _wrap_nonblocking(name: str, fn: Callable, spec: tuple) -> Callable:
 def _wrap_coll(name: str, fn: Callable, spec: tuple | None) -> Callable:
     child = _CHILDREN.get(name)
 
+    rpos, rkey = spec if spec is not None else (None, None)
+    now = time.monotonic
+
     def call(self, *a, **k):  # type: ignore[no-untyped-def]
         lg = _LOG
         if lg.cur is not None:
             return fn(self, *a, **k)
-        root = _arg(a, k, spec[0], spec[1], 0) if spec is not None else -1
+        root = -1 if rpos is None else (a[rpos] if len(a) > rpos else k.get(rkey, 0))
         self._ml_seq += 1
-        t0 = time.monotonic()
-        lg.cur = (name, "coll", self, root, None, _size(a[0]) if a else 0, self._ml_seq, t0)
+        t0 = now()
+        lg.cur = (name, "coll", self, root, None, a[0] if a else None, self._ml_seq, t0)
         try:
             out = fn(self, *a, **k)
         except FailureError as exc:
@@ -331,7 +343,7 @@ def _wrap_coll(name: str, fn: Callable, spec: tuple | None) -> Callable:
             raise
         finally:
             lg.cur = None
-        lg.t_exit = t1 = time.monotonic()
+        lg.t_exit = t1 = now()
         if child is not None and isinstance(out, Comm):
             self._ml_kids += 1
             suffix = f".{child}{self._ml_kids}"
@@ -367,7 +379,7 @@ class _MonReq(Request):
             self._r.Wait()
             return
         t0 = time.monotonic()
-        lg.cur = (self._name, "p2p", self._comm, self._peer, self._tag, 0, None, t0)
+        lg.cur = (self._name, "p2p", self._comm, self._peer, self._tag, None, None, t0)
         try:
             self._r.Wait()
         except FailureError as exc:

@@ -346,8 +346,13 @@ class _Analysis:
     def _computing_reason(self, row: int) -> str:
         st = self.main_stack(row) or []
         if st and str(st[-1][2]) in BLOCKING_FUNCS:
-            return f"blocked outside MPI in {st[-1][2]}()"
-        return "computing: endless loop or slow"
+            why = f"blocked outside MPI in {st[-1][2]}()"
+        else:
+            why = "computing: endless loop or slow"
+        status = self.s(int(self.c["status"][row]))
+        if status and status.startswith("unresponsive"):   # read from outside (py-spy): its agent could not answer
+            why = f"{status}; {why}"
+        return why
 
     # ------------------------------------------------------------------ step 3: count check
     def count_check(self) -> None:

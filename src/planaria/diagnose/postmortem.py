@@ -35,7 +35,7 @@ def postmortem(events: list[dict[str, Any]], job: str = "") -> dict[str, Any]:
         how = "lost (killed or crashed, no report)" if ev.get("type") == "lost" else str(ev.get("reason") or "failed")
         if rank in injected:
             how = f"killed by injection ({injected[rank].get('detail')})"
-        roots.append({"ranks": [rank], "range": rank_ranges([rank]), "reason": how,
+        roots.append({"kind": "no-state", "ranks": rank_ranges([rank]), "rank_list": [rank], "reason": how,
                       "site": ev.get("site"), "op": (ev.get("op") or {}).get("name"),
                       "step": ev.get("step"), "t": ev.get("t")})
     evidence: list[str] = []
@@ -54,7 +54,7 @@ def postmortem(events: list[dict[str, Any]], job: str = "") -> dict[str, Any]:
     for rc in roots:
         where = f" at {rc['site']}" if rc.get("site") else ""
         step = f" (step {rc['step']})" if rc.get("step") not in (None, -1) else ""
-        lines.append(f"root cause: rank {rc['range']} {rc['reason']}{where}{step}")
+        lines.append(f"root cause: rank {rc['ranks']} {rc['reason']}{where}{step}")
     for line in evidence:
         lines.append(f"  {line}")
     return {"verdict": verdict, "root_causes": roots, "consequences": {str(k): v for k, v in consequences.items()},

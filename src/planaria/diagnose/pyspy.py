@@ -78,7 +78,7 @@ def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float) 
         if len(ent["samples"]) == rounds and not str(ent["name"]).startswith("planaria-"):
             ent["stack"] = ent["samples"][0]
             recs.append(ent)
-    status = "unresponsive" + (f": thread {gil} holds the GIL" if gil else "")
+    status = "unresponsive (read with py-spy)" + (f": thread {gil} holds the GIL" if gil else "")
     rec = {"rank": rank, "host": host, "pid": pid, "t": time.time(), "op": None, "threads": recs,
            "status": status, "source": "py-spy"}
     return {"stacks": stacks, "ranks": [rec], "missing": []}

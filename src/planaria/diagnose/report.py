@@ -125,7 +125,7 @@ def lost_messages(state: dict[str, Any]) -> list[dict[str, Any]]:
         sent = int(((recs[b].get("sent") or {}).get(str(a))) or 0)
         got = int(((rec.get("recvd") or {}).get(str(b))) or 0)
         if sent > got:
-            out.append({"kind": "lost-message", "ranks": [b, a], "range": hangfilter.rank_ranges([a, b]),
+            out.append({"kind": "lost-message", "ranks": hangfilter.rank_ranges([a, b]), "rank_list": [b, a],
                         "reason": f"a message from rank {b} to rank {a} was lost: rank {b} sent {sent}, "
                                   f"rank {a} received {got} and waits in {op.get('name')} from rank {b}",
                         "op": op.get("name"), "comm": op.get("comm"), "site": op.get("site"),
@@ -149,7 +149,7 @@ def incident_causes(incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (kind, ranks), inc in sorted(best.items(), key=lambda kv: _CAUSE_KINDS.index(kv[0][0])):
         sites = [e.get("site") for e in inc.get("evidence") or [] if e.get("site")]
-        out.append({"kind": kind, "ranks": list(ranks), "range": hangfilter.rank_ranges(list(ranks)),
+        out.append({"kind": kind, "ranks": hangfilter.rank_ranges(list(ranks)), "rank_list": list(ranks),
                     "reason": str(inc.get("verdict")), "site": sites[0] if sites else None,
                     "host": inc.get("host"), "records": inc.get("count"), "source": "localization service"})
     return out

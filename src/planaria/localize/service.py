@@ -46,7 +46,8 @@ class Service:
     """Localization service of one rank (start with ``start``; one per process)."""
 
     def __init__(self, rank: int, size: int, thresholds: Thresholds, report: Callable[[dict[str, Any]], None],
-                 is_dead: Callable[[], bool] = lambda: False, tick: float = TICK) -> None:
+                 is_dead: Callable[[], bool] = lambda: False, tick: float = TICK,
+                 step: Callable[[], int | None] = lambda: None) -> None:
         from mpi4py import MPI
         from planaria.comm import msglog
         from planaria.localize.rules import RuleBase
@@ -57,6 +58,7 @@ class Service:
         self.tick = tick
         self._report_up = report
         self._is_dead = is_dead
+        self._step = step
         self.log = msglog.log()
         self.svc = MPI.COMM_WORLD.Dup()
         self.svc.Set_errhandler(MPI.ERRORS_RETURN)
@@ -208,9 +210,8 @@ class Service:
         """The ``reply_status`` payload: what this rank is blocked in, where it computes, recent I/O errors,
         collective counters, and whether it posted the send ``query`` asks about (more sends to
         ``query["src"]`` on ``query["comm"]`` than that rank has received)."""
-        from planaria.runtime import bootstrap
         lg = self.log
-        out: dict[str, Any] = {"id": pid, "rank": self.rank, "step": bootstrap.current_step(),
+        out: dict[str, Any] = {"id": pid, "rank": self.rank, "step": self._step(),
                                "host": self.hosts[self.rank]}
         if lg is None:
             return out

@@ -137,7 +137,8 @@ def _start_localizer(comm: Comm, thresholds: Any) -> None:
             _RT.agent.report(kind, incident=incident, by=comm.rank)
         else:
             sys.stderr.write(f"planaria: rank {comm.rank}: {kind}: {incident.get('verdict') or incident}\n")
-    _RT.localizer = Service(comm.rank, comm.size, thresholds, report, is_dead=lambda: _RT.dead).start()
+    _RT.localizer = Service(comm.rank, comm.size, thresholds, report, is_dead=lambda: _RT.dead,
+                            step=current_step).start()
 
 
 def _nworking(size: int) -> int:

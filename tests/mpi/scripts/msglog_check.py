@@ -1,0 +1,37 @@
+"""Message log in a real job: communicator ids agree across ranks, collectives are counted, p2p counts match."""
+import numpy as np
+
+import planaria as pl
+from planaria.comm import msglog
+
+comm = pl.world()
+rank, size = comm.rank, comm.size
+lg = msglog.log()
+assert lg is not None, "detection is off"
+d = comm.dup()
+s = comm.split(rank % 2, rank)
+comm.Barrier()
+comm.allreduce(rank)                    # object collective built on buffer ones: counted once
+buf = np.zeros(4)
+right, left = (rank + 1) % size, (rank - 1) % size
+for i in range(3):
+    comm.Sendrecv(np.full(4, float(rank)), dest=right, sendtag=i, recvbuf=buf, source=left, recvtag=i)
+req = d.Irecv(buf, source=left, tag=9)
+d.Send(np.ones(4), dest=right, tag=9)
+req.Wait()
+s.Allreduce(np.ones(1), np.zeros(1))
+ids = sorted(lg.colls())
+counts = lg.colls()
+sent, recvd = lg.p2p_counts()
+everyone = comm.allgather((ids, counts, sent, recvd, lg.members()))
+mine = everyone[rank]
+assert all(e[0] == everyone[0][0] or set(e[0]) ^ set(everyone[0][0]) <= {"world.s2c0", "world.s2c1"}
+           for e in everyone), everyone
+assert "world.d1" in counts and f"world.s2c{rank % 2}" in counts, counts
+assert counts["world"] == 4, counts       # dup, split, Barrier, allreduce
+assert counts[f"world.s2c{rank % 2}"] == 1, counts
+assert sent == {str(right): 4} and recvd == {str(left): 4}, (sent, recvd)
+assert mine[4]["world"] is None and mine[4]["world.d1"] is None, mine[4]
+assert mine[4][f"world.s2c{rank % 2}"] == [r for r in range(size) if r % 2 == rank % 2], mine[4]
+assert lg.current() is None
+print(f"OK msglog {rank}", flush=True)

@@ -1,0 +1,66 @@
+"""Report assembly: lost messages, progressing jobs, incidents as root causes, post-mortem from events."""
+from planaria.diagnose import postmortem, report
+
+
+def _rec(rank, op=None, sent=None, recvd=None, threads=()):
+    return {"rank": rank, "host": "h", "op": op, "sent": sent or {}, "recvd": recvd or {}, "threads": list(threads),
+            "colls": {}, "comms": {}}
+
+
+def _recv(peer, since, name="Recv"):
+    return {"name": name, "kind": "p2p", "comm": "world", "peer": peer, "tag": 1, "seq": None,
+            "since": since, "site": "app.py:9 in f"}
+
+
+def test_lost_message_needs_more_sent_than_received_and_a_long_wait():
+    state = {"ranks": [_rec(0, _recv(1, 5.0), recvd={"1": 2}), _rec(1, _recv(0, 5.0), sent={"0": 3})]}
+    lost = report.lost_messages(state)
+    assert [c["rank_list"] for c in lost] == [[1, 0]] and lost[0]["ranks"] == "0-1"
+    assert "rank 1 sent 3" in lost[0]["reason"]
+    state["ranks"][0]["op"]["since"] = 0.2            # may still be in flight
+    assert report.lost_messages(state) == []
+    state["ranks"][0]["op"]["since"] = 5.0
+    state["ranks"][1]["sent"] = {"0": 2}               # everything sent arrived
+    assert report.lost_messages(state) == []
+
+
+def test_incidents_become_root_causes_by_kind_keeping_the_latest_count():
+    incs = [{"kind": "io-fault", "ranks": [2, 3], "verdict": "host h: repeated I/O errors", "count": 3,
+             "evidence": [{"site": "app.py:5 in w"}]},
+            {"kind": "io-fault", "ranks": [2, 3], "verdict": "host h: repeated I/O errors (9)", "count": 9,
+             "evidence": [{"site": "app.py:5 in w"}]},
+            {"kind": "timeout", "ranks": [1], "verdict": "rank 1: 1 message timeout", "count": 1}]
+    causes = report.incident_causes(incs)
+    assert len(causes) == 1
+    assert causes[0]["rank_list"] == [2, 3] and causes[0]["ranks"] == "2-3" and causes[0]["records"] == 9 and causes[0]["site"] == "app.py:5 in w"
+
+
+def test_short_waits_are_progressing_not_hung():
+    state = {"job": "j", "size": 2, "stacks": [], "missing": [],
+             "ranks": [_rec(0, _recv(1, 0.05)), _rec(1, None)],
+             "known": {"incidents": [{"kind": "slow", "ranks": [1], "verdict": "rank 1: slow messages", "count": 4}]}}
+    out = report.analyze(state)
+    assert out["verdict"] == "slow"
+    assert [c["rank_list"] for c in out["root_causes"]] == [[1]]
+    assert "progressing" in out["text"]
+
+
+def test_postmortem_blames_the_first_failure_not_its_consequences():
+    events = [
+        {"type": "inject", "rank": 2, "kind": "kill", "detail": "injected kill at iteration 6", "t": 1.0},
+        {"type": "fail", "rank": 2, "reason": "injected kill", "site": "app.py:3 in main", "step": 6, "t": 1.0},
+        {"type": "fail", "rank": 0, "reason": "uncaught ProcFailedError", "t": 1.1,
+         "saw_failure": {"op": "Allreduce", "comm": "world", "ranks": [2], "site": "app.py:7 in main"}},
+        {"type": "fail", "rank": 1, "reason": "uncaught ProcFailedError", "t": 1.1,
+         "saw_failure": {"op": "Allreduce", "comm": "world", "ranks": [2], "site": "app.py:7 in main"}},
+    ]
+    out = postmortem.postmortem(events, "j")
+    assert [c["rank_list"] for c in out["root_causes"]] == [[2]]
+    assert "killed by injection" in out["root_causes"][0]["reason"]
+    assert "ranks 0-1 failed in Allreduce on world at app.py:7 in main" in out["text"]
+    assert postmortem.postmortem([], "j")["verdict"] == "no-failure"
+
+
+def test_lost_rank_without_report_is_a_root_cause():
+    out = postmortem.postmortem([{"type": "lost", "rank": 3, "t": 2.0}], "j")
+    assert out["root_causes"][0]["rank_list"] == [3] and "lost" in out["root_causes"][0]["reason"]
