@@ -2,16 +2,16 @@
 
 When detection is on, every ``Comm`` of the process is switched to a *monitored* subclass
 whose methods record, before calling the backend, what the application thread is about to
-wait for: operation, communicator id, peer and tag, size, start time and, for collectives,
-the per-communicator sequence number. Completed operations leave a short history (the
-peer's "message log" a status probe asks for) and per-destination send counters ("did you
-post the send I am waiting for?").
+wait for, and count completed point-to-point messages per peer (a status probe answers
+"did you post the send I am waiting for?" from these counts).
 
-The recording is a handful of attribute stores per call; the call site is *not* captured
-here but read from the blocked thread's frame when somebody asks (``snapshot``), so the
-hot path stays cheap. Calls nested inside another planaria call (object collectives built
-on buffer collectives) are not recorded separately: the outermost call is what the
-application is blocked in.
+The hot path is kept to a tuple, two attribute stores, one clock read and a list increment:
+the call's arguments are stored as they are and turned into peer, tag and size only when
+somebody asks (``current``); the call site is read from the blocked thread's frame, also
+only when asked. Timers and slow-message detection are done by the localization service
+thread from what it sees here, not on the hot path. Calls nested inside another planaria
+call (object collectives built on buffer collectives) are not recorded separately: the
+outermost call is what the application is blocked in.
 
 Communicator ids are identical on every member without communication: ``world`` for the
 world communicator, then ``.d<n>`` (n-th dup), ``.k<n>`` (n-th shrink), ``.s<n>c<color>``
@@ -30,13 +30,20 @@ from typing import Any
 from planaria.comm.base import Comm, Request
 from planaria.comm.errors import FailureError
 
-# name -> (kind, index of the peer argument after self, keyword of the peer, index of tag, keyword of tag)
-_P2P_SEND = {"Send": (1, "dest", 2, "tag"), "send": (1, "dest", 2, "tag")}
-_P2P_RECV = {"Recv": (1, "source", 2, "tag"), "recv": (0, "source", 1, "tag")}
-_P2P_BOTH = {"Sendrecv": (4, "source", 5, "recvtag"), "sendrecv": (3, "source", 4, "recvtag")}
-_NONBLOCKING = {"Isend": (1, "dest", 2, "tag"), "isend": (1, "dest", 2, "tag"),
-                "Irecv": (1, "source", 2, "tag"), "irecv": (0, "source", 1, "tag")}
-# collectives: index/keyword of the root argument (None: not rooted)
+# name -> (kind, peer position, peer keyword, tag position, tag keyword, default tag); positions after self
+_SPEC: dict[str, tuple] = {
+    "Send": ("p2p", 1, "dest", 2, "tag", 0), "send": ("p2p", 1, "dest", 2, "tag", 0),
+    "Recv": ("p2p", 1, "source", 2, "tag", -1), "recv": ("p2p", 0, "source", 1, "tag", -1),
+    "Sendrecv": ("p2p", 4, "source", 5, "recvtag", -1), "sendrecv": ("p2p", 3, "source", 4, "recvtag", -1),
+    "Wait(Isend)": ("p2p", 1, "dest", 2, "tag", 0), "Wait(isend)": ("p2p", 1, "dest", 2, "tag", 0),
+    "Wait(Irecv)": ("p2p", 1, "source", 2, "tag", -1), "Wait(irecv)": ("p2p", 0, "source", 1, "tag", -1),
+}
+_SENDS = ("Send", "send")
+_RECVS = ("Recv", "recv")
+_BOTH = ("Sendrecv", "sendrecv")       # receive from argument (4|3), send to argument 1
+_NONBLOCKING = {"Isend": (1, "dest", True), "isend": (1, "dest", True),
+                "Irecv": (1, "source", False), "irecv": (0, "source", False)}
+# collectives: (position, keyword) of the root argument, or None when not rooted
 _COLLECTIVES = {
     "Barrier": None, "barrier": None,
     "Bcast": (1, "root"), "bcast": (1, "root"),
@@ -54,19 +61,16 @@ MEMBERS_MAX = 4096
 
 
 class MsgLog:
-    """What this process's application thread is doing in MPI, and what it recently did."""
+    """What this process's application thread is doing in MPI, and what it has exchanged."""
 
     def __init__(self) -> None:
-        self.cur: tuple | None = None          # (name, kind, comm, peer, tag, size, seq, t_start)
-        self.sent: dict[tuple[str, int], list] = {}       # (comm_id, dest comm rank) -> [count, last tag, last time]
-        self.recvd: dict[tuple[str, int], int] = {}       # (comm_id, source comm rank) -> receives completed
+        self.cur: tuple | None = None          # (name, comm, args, kwargs, t_start)
         self.failures: deque[tuple] = deque(maxlen=HISTORY)  # (time, name, comm_id, failed world ranks, site)
         self.comms: weakref.WeakValueDictionary[str, Comm] = weakref.WeakValueDictionary()
         self.thread_id = threading.get_ident()
-        self.t_exit = time.monotonic()                     # when the application last left an operation
         self.slow: deque[tuple] = deque(maxlen=HISTORY)   # (name, comm_id, peer world, tag, seconds, time, site)
         self.slow_after = float("inf")
-        self.ioerrors: deque[tuple[float, str]] = deque(maxlen=HISTORY)
+        self.ioerrors: deque[tuple] = deque(maxlen=HISTORY)   # (time, what, site)
         self.total = {"slow": 0, "io": 0, "fail": 0}     # entries ever appended to slow / ioerrors / failures
 
     def push(self, which: str, item: tuple) -> None:
@@ -87,16 +91,7 @@ class MsgLog:
         cur = self.cur
         if cur is None:
             return None
-        name, kind, comm, peer, tag, buf, seq, t0 = cur
-        wpeer = None
-        if isinstance(peer, int) and peer >= 0:
-            try:
-                wpeer = comm._world_of(peer)
-            except Exception:  # noqa: BLE001 - a freed communicator
-                wpeer = None
-        return {"name": name, "kind": kind, "comm": getattr(comm, "_ml_id", "?"), "peer": wpeer,
-                "tag": tag if isinstance(tag, int) and tag >= 0 else None, "size": _size(buf), "seq": seq,
-                "since": round(time.monotonic() - t0, 6)}
+        return describe(cur)
 
     def colls(self) -> dict[str, int]:
         """Per communicator id: collectives entered so far."""
@@ -118,45 +113,58 @@ class MsgLog:
             out[cid] = None if (c.size == nworld and ranks == list(range(nworld))) else ranks
         return out
 
-    def sent_to(self, world_rank: int) -> list[dict[str, Any]]:
-        """What this process has sent to ``world_rank`` (per communicator): count, last tag, seconds ago."""
+    def _per_peer(self, attr: str) -> list[tuple[str, int, int]]:
         out = []
-        now = time.monotonic()
-        for (cid, dest), (n, tag, t) in list(self.sent.items()):
-            c = self.comms.get(cid)
-            try:
-                w = c._world_of(dest) if c is not None else None
-            except Exception:  # noqa: BLE001
-                w = None
-            if w == world_rank:
-                out.append({"comm": cid, "count": n, "tag": tag, "ago": round(now - t, 3)})
+        for cid, c in list(self.comms.items()):
+            counts = getattr(c, attr, None) or []
+            for r, n in enumerate(counts):
+                if n:
+                    w = _world(c, r)
+                    if w is not None:
+                        out.append((cid, w, n))
         return out
+
+    def sent_to(self, world_rank: int) -> list[dict[str, Any]]:
+        """Messages this process has sent to ``world_rank``, per communicator."""
+        return [{"comm": cid, "count": n} for cid, w, n in self._per_peer("_ml_sent") if w == world_rank]
 
     def received_from(self, world_rank: int) -> list[dict[str, Any]]:
         """Receives from ``world_rank`` completed so far, per communicator."""
-        out = []
-        for (cid, src), n in list(self.recvd.items()):
-            c = self.comms.get(cid)
-            if c is not None and _world(c, src) == world_rank:
-                out.append({"comm": cid, "count": n})
-        return out
+        return [{"comm": cid, "count": n} for cid, w, n in self._per_peer("_ml_recvd") if w == world_rank]
 
     def p2p_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Point-to-point messages sent to and received from each world rank (keys are str ranks), all communicators."""
         sent: dict[str, int] = {}
         recvd: dict[str, int] = {}
-        for table, out in ((self.sent, sent), (self.recvd, recvd)):
-            for (cid, r), v in list(table.items()):
-                c = self.comms.get(cid)
-                w = _world(c, r) if c is not None else None
-                if w is not None:
-                    out[str(w)] = out.get(str(w), 0) + int(v[0] if isinstance(v, list) else v)
+        for attr, out in (("_ml_sent", sent), ("_ml_recvd", recvd)):
+            for _cid, w, n in self._per_peer(attr):
+                out[str(w)] = out.get(str(w), 0) + int(n)
         return sent, recvd
 
     def site(self) -> str | None:
-        """``file:line in func`` where the application thread called into planaria, if it is in a call."""
+        """``file:line in func`` where the application thread called into planaria (or computes)."""
         frame = sys._current_frames().get(self.thread_id)
         return call_site(frame) if frame is not None else None
+
+
+def describe(cur: tuple) -> dict[str, Any]:
+    """A recorded call as a state-record ``op`` map: name, kind, comm, peer (world rank), tag, size, seq, since."""
+    name, comm, a, k, t0 = cur
+    spec = _SPEC.get(name)
+    peer = tag = seq = None
+    if spec is not None:
+        kind, ppos, pkey, tpos, tkey, deftag = spec
+        peer = a[ppos] if len(a) > ppos else k.get(pkey, -1)
+        tag = a[tpos] if len(a) > tpos else k.get(tkey, deftag)
+    else:
+        kind = "coll"
+        root = _COLLECTIVES.get(name)
+        if root is not None:
+            peer = a[root[0]] if len(a) > root[0] else k.get(root[1], 0)
+        seq = getattr(comm, "_ml_seq", None)
+    return {"name": name, "kind": kind, "comm": getattr(comm, "_ml_id", "?"), "peer": _world(comm, peer),
+            "tag": tag if isinstance(tag, int) and tag >= 0 else None, "size": _size(a[0]) if a else 0,
+            "seq": seq, "since": round(time.monotonic() - t0, 6)}
 
 
 _INFRA = tuple(f"/planaria/{p}/" for p in ("comm", "runtime", "localize", "inject", "checkpoint",
@@ -205,6 +213,8 @@ def _adopt(comm: Comm, cid: str) -> None:
     comm._ml_id = cid
     comm._ml_seq = 0
     comm._ml_kids = 0
+    comm._ml_sent = [0] * comm.size      # per destination comm rank
+    comm._ml_recvd = [0] * comm.size     # per source comm rank (completed receives)
     if _LOG is not None:
         _LOG.comms[cid] = comm
 
@@ -217,24 +227,13 @@ def _size(buf: Any) -> int:
     return int(n) if isinstance(n, int) else 0
 
 
-def _arg(a: tuple, k: dict, pos: int, key: str, default: Any) -> Any:
-    if len(a) > pos:
-        return a[pos]
-    return k.get(key, default)
-
-
 def _world(comm: Any, rank: Any) -> int | None:
     if not isinstance(rank, int) or rank < 0:
         return None
     try:
         return int(comm._world_of(rank))
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - freed communicator
         return None
-
-
-def _slow(lg: MsgLog, name: str, comm: Any, peer: Any, tag: Any, dt: float) -> None:
-    """Record a completed operation that took longer than ``slow_after`` (rare path: the call site is read here)."""
-    lg.push("slow", (name, comm._ml_id, _world(comm, peer), tag, dt, time.time(), call_site(sys._getframe(2))))
 
 
 def _failed(lg: MsgLog, name: str, comm: Any, exc: FailureError) -> None:
@@ -243,32 +242,22 @@ def _failed(lg: MsgLog, name: str, comm: Any, exc: FailureError) -> None:
     lg.push("fail", (time.time(), name, comm._ml_id, world, call_site(sys._getframe(2))))
 
 
-def _count_send(lg: MsgLog, cid: str, dest: Any, tag: Any, t: float) -> None:
-    ent = lg.sent.get((cid, dest))
-    if ent is None:
-        lg.sent[(cid, dest)] = [1, tag, t]
-    else:
-        ent[0] += 1
-        ent[1] = tag
-        ent[2] = t
+def _count(counts: list[int], rank: Any) -> None:
+    if rank.__class__ is int and 0 <= rank < len(counts):
+        counts[rank] += 1
 
 
-def _wrap_p2p(name: str, fn: Callable, kind: str, spec: tuple) -> Callable:
-    # The hot path of every monitored call: kept to attribute stores and one clock read on each side.
-    ppos, pkey, tpos, tkey = spec
-    is_send = name in _P2P_SEND
-    both = name in _P2P_BOTH          # Sendrecv sends too: dest is argument 1, sendtag 2
-    deftag = 0 if is_send else -1
+def _wrap_p2p(name: str, fn: Callable) -> Callable:
+    # The hot path of every monitored call: a tuple, two stores, one clock read, one increment.
+    kind, ppos, pkey, _tpos, _tkey, _deftag = _SPEC[name]
+    send, both = name in _SENDS, name in _BOTH
     now = time.monotonic
 
     def call(self, *a, **k):  # type: ignore[no-untyped-def]
         lg = _LOG
         if lg.cur is not None:
             return fn(self, *a, **k)
-        peer = a[ppos] if len(a) > ppos else k.get(pkey, -1)
-        tag = a[tpos] if len(a) > tpos else k.get(tkey, deftag)
-        t0 = now()
-        lg.cur = (name, kind, self, peer, tag, a[0] if a else None, None, t0)
+        lg.cur = (name, self, a, k, now())
         try:
             out = fn(self, *a, **k)
         except FailureError as exc:
@@ -276,25 +265,18 @@ def _wrap_p2p(name: str, fn: Callable, kind: str, spec: tuple) -> Callable:
             raise
         finally:
             lg.cur = None
-        lg.t_exit = t1 = now()
-        if is_send:
-            key = (self._ml_id, peer)
-            ent = lg.sent.get(key)
-            if ent is None:
-                lg.sent[key] = [1, tag, t0]
-            else:
-                ent[0] += 1
-                ent[1] = tag
-                ent[2] = t0
+        # the call succeeded, so the peer is a valid rank, or negative (ANY_SOURCE, PROC_NULL)
+        peer = a[ppos] if len(a) > ppos else k.get(pkey, -1)
+        if send:
+            if peer >= 0:
+                self._ml_sent[peer] += 1
         else:
+            if peer >= 0:
+                self._ml_recvd[peer] += 1
             if both:
-                _count_send(lg, self._ml_id, a[1] if len(a) > 1 else k.get("dest", -1),
-                            a[2] if len(a) > 2 else k.get("sendtag", 0), t0)
-            if peer.__class__ is int and peer >= 0:
-                key = (self._ml_id, peer)
-                lg.recvd[key] = lg.recvd.get(key, 0) + 1
-        if t1 - t0 > lg.slow_after:
-            _slow(lg, name, self, peer, tag, t1 - t0)
+                dest = a[1] if len(a) > 1 else k.get("dest", -1)
+                if dest >= 0:
+                    self._ml_sent[dest] += 1
         return out
     call.__name__ = name
     call.__doc__ = fn.__doc__
@@ -302,40 +284,31 @@ def _wrap_p2p(name: str, fn: Callable, kind: str, spec: tuple) -> Callable:
 
 
 def _wrap_nonblocking(name: str, fn: Callable, spec: tuple) -> Callable:
-    ppos, pkey, tpos, tkey = spec
-    is_send = name.lower() == "isend"
-
+    ppos, pkey, is_send = spec
     wname = "Wait(" + name + ")"
-    now = time.monotonic
 
     def call(self, *a, **k):  # type: ignore[no-untyped-def]
         req = fn(self, *a, **k)
         if _LOG.cur is not None:
             return req
-        peer = a[ppos] if len(a) > ppos else k.get(pkey, -1)
-        tag = a[tpos] if len(a) > tpos else k.get(tkey, 0 if is_send else -1)
         if is_send:
-            _count_send(_LOG, self._ml_id, peer, tag, now())
-        return _MonReq(req, self, wname, peer, tag)
+            _count(self._ml_sent, a[ppos] if len(a) > ppos else k.get(pkey, -1))
+        return _MonReq(req, self, wname, a, k)
     call.__name__ = name
     call.__doc__ = fn.__doc__
     return call
 
 
-def _wrap_coll(name: str, fn: Callable, spec: tuple | None) -> Callable:
+def _wrap_coll(name: str, fn: Callable) -> Callable:
     child = _CHILDREN.get(name)
-
-    rpos, rkey = spec if spec is not None else (None, None)
     now = time.monotonic
 
     def call(self, *a, **k):  # type: ignore[no-untyped-def]
         lg = _LOG
         if lg.cur is not None:
             return fn(self, *a, **k)
-        root = -1 if rpos is None else (a[rpos] if len(a) > rpos else k.get(rkey, 0))
         self._ml_seq += 1
-        t0 = now()
-        lg.cur = (name, "coll", self, root, None, a[0] if a else None, self._ml_seq, t0)
+        lg.cur = (name, self, a, k, now())
         try:
             out = fn(self, *a, **k)
         except FailureError as exc:
@@ -343,19 +316,13 @@ def _wrap_coll(name: str, fn: Callable, spec: tuple | None) -> Callable:
             raise
         finally:
             lg.cur = None
-        lg.t_exit = t1 = now()
-        if child is not None and isinstance(out, Comm):
+        if child is not None:
             self._ml_kids += 1
-            suffix = f".{child}{self._ml_kids}"
-            if child == "s":
-                color = _arg(a, k, 0, "color", 0)
-                suffix += f"c{color}"
-            _adopt(out, self._ml_id + suffix)
-        elif child is not None:
-            self._ml_kids += 1
-        dt = t1 - t0
-        if dt > lg.slow_after:
-            _slow(lg, name, self, root, None, dt)
+            if isinstance(out, Comm):
+                suffix = f".{child}{self._ml_kids}"
+                if child == "s":
+                    suffix += f"c{a[0] if a else k.get('color', 0)}"
+                _adopt(out, self._ml_id + suffix)
         return out
     call.__name__ = name
     call.__doc__ = fn.__doc__
@@ -365,38 +332,45 @@ def _wrap_coll(name: str, fn: Callable, spec: tuple | None) -> Callable:
 class _MonReq(Request):
     """A request whose ``Wait`` is recorded like a blocking receive/send."""
 
-    __slots__ = ("_r", "_comm", "_name", "_peer", "_tag")
+    __slots__ = ("_r", "_comm", "_name", "_a", "_k")
 
-    def __init__(self, req: Request, comm: Comm, name: str, peer: Any, tag: Any) -> None:
-        self._r, self._comm, self._name, self._peer, self._tag = req, comm, name, peer, tag
+    def __init__(self, req: Request, comm: Comm, name: str, a: tuple, k: dict) -> None:
+        self._r, self._comm, self._name, self._a, self._k = req, comm, name, a, k
 
     def Test(self) -> bool:
-        return self._r.Test()
+        done = self._r.Test()
+        if done and self._name in _RECV_WAITS:
+            self._received()
+        return done
 
     def Wait(self) -> None:
         lg = _LOG
         if lg is None or lg.cur is not None:
             self._r.Wait()
-            return
-        t0 = time.monotonic()
-        lg.cur = (self._name, "p2p", self._comm, self._peer, self._tag, None, None, t0)
-        try:
-            self._r.Wait()
-        except FailureError as exc:
-            _failed(lg, self._name, self._comm, exc)
-            raise
-        finally:
-            lg.cur = None
-        lg.t_exit = t1 = time.monotonic()
-        dt = t1 - t0
-        if self._name in _RECV_WAITS and isinstance(self._peer, int) and self._peer >= 0:
-            key = (self._comm._ml_id, self._peer)
-            lg.recvd[key] = lg.recvd.get(key, 0) + 1
-        if dt > lg.slow_after:
-            _slow(lg, self._name, self._comm, self._peer, self._tag, dt)
+        else:
+            lg.cur = (self._name, self._comm, self._a, self._k, time.monotonic())
+            try:
+                self._r.Wait()
+            except FailureError as exc:
+                _failed(lg, self._name, self._comm, exc)
+                raise
+            finally:
+                lg.cur = None
+        if self._name in _RECV_WAITS:
+            self._received()
+
+    def _received(self) -> None:
+        if self._k is not None:      # count a completed receive once
+            spec = _SPEC[self._name]
+            _count(self._comm._ml_recvd, self._a[spec[1]] if len(self._a) > spec[1] else self._k.get(spec[2], -1))
+            self._k = None
+            self._a = ()
 
     def test(self) -> tuple[bool, Any]:
-        return self._r.test()
+        done, value = self._r.test()
+        if done and self._name in _RECV_WAITS:
+            self._received()
+        return done, value
 
     def wait(self) -> Any:
         self.Wait()
@@ -421,13 +395,12 @@ def _monitored(cls: type) -> type:
     if sub is not None:
         return sub
     ns: dict[str, Any] = {"_ml_monitored": True, "__doc__": cls.__doc__}
-    for table in (_P2P_SEND, _P2P_RECV, _P2P_BOTH):
-        for name, spec in table.items():
-            ns[name] = _wrap_p2p(name, getattr(cls, name), "p2p", spec)
+    for name in _SENDS + _RECVS + _BOTH:
+        ns[name] = _wrap_p2p(name, getattr(cls, name))
     for name, spec in _NONBLOCKING.items():
         ns[name] = _wrap_nonblocking(name, getattr(cls, name), spec)
-    for name, spec in _COLLECTIVES.items():
-        ns[name] = _wrap_coll(name, getattr(cls, name), spec)
+    for name in _COLLECTIVES:
+        ns[name] = _wrap_coll(name, getattr(cls, name))
     sub = type(cls.__name__, (cls,), ns)
     sub.__module__ = cls.__module__
     _CLASSES[cls] = sub

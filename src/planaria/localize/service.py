@@ -32,6 +32,7 @@ from typing import Any
 
 import msgpack
 
+from planaria.comm import msglog
 from planaria.localize import iowatch
 from planaria.localize.records import MAX_PROBE_PAYLOAD, ErrorRecord
 from planaria.localize.thresholds import Thresholds
@@ -49,7 +50,6 @@ class Service:
                  is_dead: Callable[[], bool] = lambda: False, tick: float = TICK,
                  step: Callable[[], int | None] = lambda: None) -> None:
         from mpi4py import MPI
-        from planaria.comm import msglog
         from planaria.localize.rules import RuleBase
         from planaria.localize.topology import responsible
         self.MPI = MPI
@@ -73,7 +73,9 @@ class Service:
         self._sends: list[tuple[Any, bytes, float]] = []
         self._analysed: set[tuple] = set()
         self._emitted: dict[tuple, int] = {}
-        self._recvd: dict[tuple[int, int], int] = {}   # (waiting rank, peer) -> receives it had completed from the peer
+        self._recvd: dict[tuple[int, int], int] = {}
+        self._watch: list | None = None        # [call tuple, start, op map once slower than slow_after]
+        self._last_in_mpi = time.monotonic()   # (waiting rank, peer) -> receives it had completed from the peer
         self._cursor = {"slow": 0, "io": 0, "fail": 0}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="planaria-localize", daemon=True)
@@ -220,7 +222,7 @@ class Service:
             op["site"] = _short(lg.site())
         else:
             out["where"] = _short(lg.site())
-            out["idle"] = round(time.monotonic() - lg.t_exit, 3)
+            out["idle"] = round(time.monotonic() - self._last_in_mpi, 3)
         out["op"] = op
         out["colls"] = dict(list(lg.colls().items())[:8])
         out["ioerrors"] = len(lg.ioerrors)
@@ -248,9 +250,35 @@ class Service:
             self._stop.wait(self.tick)
 
     # -- detection (as the rank that waits) ------------------------------------------
+    def _track(self) -> None:
+        """Follow the application's current call from tick to tick: when it was last in MPI, and
+        receives that lasted longer than ``slow_after`` (message-performance anomalies, found here
+        rather than on the hot path; durations are known to the tick)."""
+        lg = self.log
+        cur = lg.cur
+        now = time.monotonic()
+        if cur is not None:
+            self._last_in_mpi = now
+        w = self._watch
+        if w is not None and w[0] is not cur:
+            op = w[2]
+            if op is not None and op["name"] in _RECEIVES and op["peer"] is not None:
+                lg.push("slow", (op["name"], op["comm"], op["peer"], op["tag"], now - w[1], time.time(), op["site"]))
+            self._watch = w = None
+        if cur is not None:
+            if w is None:
+                self._watch = w = [cur, cur[4], None]
+            if w[2] is None and now - cur[4] > lg.slow_after:
+                op = msglog.describe(cur)
+                op["site"] = lg.site()
+                w[2] = op
+
     def _check_timers(self) -> None:
         lg = self.log
-        op = lg.current() if lg is not None else None
+        if lg is None:
+            return
+        self._track()
+        op = lg.current()
         if op is None:
             return
         if op["since"] < min(self.th.p2p, self.th.coll):
