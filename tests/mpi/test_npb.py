@@ -68,3 +68,13 @@ def test_detect_driver_pairs_launches_off_and_on() -> None:
         assert sorted(row["pair_ratios"]) == pytest.approx(expect)
         assert row["ratio_median"] == pytest.approx(sum(expect) / 2)
     assert out["overall"]["pairs"] == 4
+
+
+@pytest.mark.timeout(120)
+def test_detect_within_one_job_switches_detection_between_runs() -> None:
+    """--within-job: one launch per kernel, runs alternate off,on / on,off, every run verified."""
+    out = detect.run(["halo"], ranks=2, klass="S", pairs=2, backend="ulfm", timeout=60, within=True)
+    assert out["within_job"] is True
+    assert [(ln["pair"], ln["mode"]) for ln in out["launches"]] == [(0, "off"), (0, "on"), (1, "on"), (1, "off")]
+    assert all(ln["verified"] and ln["time_s"] > 0 for ln in out["launches"])
+    assert len(out["rows"][0]["pair_ratios"]) == 2

@@ -810,11 +810,47 @@ def rank_main(args: argparse.Namespace) -> int:
             print(f"planaria.bench.npb: {errors[0]}", file=sys.stderr)
         return 2
     serial = {"auto": None, "on": True, "off": False}[args.serial_check]
+    if args.alternate:
+        return _alternate(comm, args, serial)
     results = [run_kernel(comm, k, args.klass, serial) for k in args.kernels]
     if comm.rank == 0:
         emit({"benchmark": "npb", "ranks": comm.size, "backend": args.backend, "class": args.klass,
               "detect_env": os.environ.get("PLANARIA_DETECT"), "kernels": results}, args.out)
     return 0 if all(r["verified"] for r in results) else 1
+
+
+def schedule(pairs: int) -> list[tuple[int, str]]:
+    """Run order: (pair, mode) with off,on for even pairs and on,off for odd pairs."""
+    order: list[tuple[int, str]] = []
+    for i in range(pairs):
+        first, second = ("off", "on") if i % 2 == 0 else ("on", "off")
+        order += [(i, first), (i, second)]
+    return order
+
+
+def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
+    """Each kernel ``2 * alternate`` times in this job, detection switched off and on between runs."""
+    import planaria as pl
+    from planaria.bench._launch import emit
+    from planaria.runtime.bootstrap import set_detection
+    out, ok = [], True
+    for k in args.kernels:
+        runs = []
+        for pair, mode in schedule(args.alternate):
+            set_detection(mode == "on")
+            comm.Barrier()
+            r = run_kernel(comm, k, args.klass, serial)
+            ok = ok and r["verified"]
+            runs.append({"pair": pair, "mode": mode, "time_s": r["time_s"], "verified": r["verified"],
+                         "calls_per_rank": r["calls_per_rank"], "calls_per_s": r["calls_per_s"]})
+        set_detection(True)
+        out.append({"kernel": k, "class": args.klass, "ranks": comm.size, "runs": runs})
+    if comm.rank == 0:
+        emit({"benchmark": "npb", "ranks": comm.size, "backend": args.backend, "class": args.klass,
+              "detect_env": os.environ.get("PLANARIA_DETECT"), "alternate": args.alternate,
+              "kernels": out}, args.out)
+    pl.step(0)
+    return 0 if ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -826,6 +862,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default="auto", help="planaria backend: auto, ulfm or sim")
     p.add_argument("--serial-check", default="auto", choices=("auto", "on", "off"),
                    help="compare with a serial run on rank 0 (auto: class S only)")
+    p.add_argument("--alternate", type=int, default=0, metavar="PAIRS",
+                   help="run each kernel 2*PAIRS times in this job, detection off and on in turn "
+                        "(needs PLANARIA_DETECT=1)")
     p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)

@@ -53,6 +53,7 @@ def overhead(
     blocks: int = typer.Option(200, "--blocks", help="Timed blocks per variant (raw and planaria alternate)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per launch."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    detect: bool = typer.Option(False, "--detect", help="Run with run-time error detection on (PLANARIA_DETECT=1), as under planaria run: what detection adds per call."),
 ) -> None:
     """Median per-call time of planaria.Comm vs the raw mpi4py communicator (comm.mpi), and their ratio.
 
@@ -63,7 +64,7 @@ def overhead(
 
     def compute():  # type: ignore[no-untyped-def]
         return ob.run(parse_ranks(ranks), [b for b in backend.split(",") if b], iters, sr_iters, blocks,
-                        timeout, progress=_progress(json_out))
+                        timeout, progress=_progress(json_out), detect=detect)
     raise typer.Exit(run_and_show("overhead", compute, ob.show, json_out))
 
 
@@ -161,16 +162,21 @@ def detect(
     backend: str = typer.Option("ulfm", "--backend", help="ulfm (mpiexec --with-ft ulfm) or sim."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds allowed per launch."),
     json_out: bool = typer.Option(False, "--json", help="Print the full result (every launch) as JSON."),
+    within_job: bool = typer.Option(False, "--within-job", help="Compare inside one job per kernel: detection switched off and on between runs (no launch-to-launch spread)."),
 ) -> None:
     """Time of NPB-like kernels with run-time error detection on (PLANARIA_DETECT=1) vs off, and their ratio.
 
     Example: planaria bench detect --kernels cg,mg,ft,ep,is,halo --class W --pairs 7
+
+    With --within-job each kernel runs 2 x pairs times in one job and planaria's detection is
+    paused (message log off, probe service idle) for the 'off' runs.
     """
     from planaria.bench import detect as db
     from planaria.bench._launch import run_and_show
 
     def compute():  # type: ignore[no-untyped-def]
-        return db.run(kernels, ranks, klass, pairs, backend, timeout, progress=_progress(json_out))
+        return db.run(kernels, ranks, klass, pairs, backend, timeout, progress=_progress(json_out),
+                      within=within_job)
     raise typer.Exit(run_and_show("detect", compute, db.show, json_out))
 
 

@@ -208,6 +208,22 @@ def enable(comm: Comm, slow_after: float = float("inf")) -> MsgLog:
     return _LOG
 
 
+def set_active(active: bool) -> None:
+    """Switch recording on or off for every communicator known so far (their classes are swapped).
+
+    For measuring the cost of detection within one job; communicators created while recording
+    is off are not monitored later.
+    """
+    if _LOG is None:
+        return
+    for c in list(_LOG.comms.values()):
+        cls = type(c)
+        if active and not getattr(cls, "_ml_monitored", False):
+            c.__class__ = _monitored(cls)
+        elif not active and getattr(cls, "_ml_monitored", False):
+            c.__class__ = cls.__bases__[0]
+
+
 def _adopt(comm: Comm, cid: str) -> None:
     comm.__class__ = _monitored(type(comm))
     comm._ml_id = cid

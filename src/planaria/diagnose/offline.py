@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from planaria.graphs import cyclic_components
 from planaria.diagnose.state import NULL, ListTable, RankTable, columns
 
 RECV_NAMES = frozenset({"recv", "irecv", "probe", "iprobe", "mprobe", "improbe", "mrecv"})
@@ -615,7 +616,7 @@ class _Analysis:
         for i, rc in enumerate(causes):
             rc.waiters = int(count[i])
         # (c) group-level cycles: collectives waiting on ranks that wait on the collective (cross-op deadlock)
-        for scc in _sccs(edges):
+        for scc in cyclic_components(edges):
             causes.append(self._group_cycle_cause(scc, sum(int(basin[g]) for g in set().union(*map(anc_of, scc)))))
         # (d) collectives every member has entered, and mismatched collectives
         causes.extend(self._group_causes(basin, anc_of))
@@ -1037,49 +1038,6 @@ def _ancestors(edges: dict[int, set[int]]) -> dict[int, set[int]]:
                     stack.append(p)
         anc[g] = seen
     return anc
-
-
-def _sccs(edges: dict[int, set[int]]) -> list[list[int]]:
-    """Strongly connected components with a cycle (size > 1 or a self-loop), iterative Tarjan."""
-    nodes = sorted(set(edges) | {h for es in edges.values() for h in es})
-    adj = {v: sorted(edges.get(v, ())) for v in nodes}
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on: set[int] = set()
-    stack: list[int] = []
-    out = []
-    for root in nodes:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            v, i = work.pop()
-            if i == 0:
-                index[v] = low[v] = len(index)
-                stack.append(v)
-                on.add(v)
-            if i < len(adj[v]):
-                work.append((v, i + 1))
-                w = adj[v][i]
-                if w not in index:
-                    work.append((w, 0))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1 or v in edges.get(v, ()):
-                    out.append(sorted(comp))
-            if work:
-                u = work[-1][0]
-                low[u] = min(low[u], low[v])
-    return out
 
 
 def _uniq(a: np.ndarray, counts: bool = False) -> Any:

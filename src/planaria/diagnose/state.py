@@ -8,7 +8,7 @@ communicator membership table ``{comm_id: [world ranks in comm rank order] | Non
 
 ``"ranks"`` has two encodings; :func:`read_state` accepts both:
 
-* rows: a list of per-rank state records exactly as the spec (what collection nodes exchange);
+* rows: a list of per-rank state records exactly as documented in docs/diagnose.md (what collection nodes exchange);
 * columns (what :func:`write_state` writes by default): unpacking 196,608 small maps costs ~1.5 s, a few
   packed arrays a few ms, so the records are stored one packed little-endian array per field::
 

@@ -189,6 +189,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from planaria.graphs import cyclic_components
+
 from .records import (
     COLL_TIMEOUT,
     CONFIRMED,
@@ -522,54 +524,9 @@ def _wait_edge(rec: ErrorRecord) -> tuple[int, int] | None:
 def _cycle_nodes(edges: Iterable[tuple[int, int]]) -> list[list[int]]:
     """Strongly connected components with a cycle (size > 1 or a self loop), each sorted."""
     adj: dict[int, list[int]] = defaultdict(list)
-    for a, b in sorted(set(edges)):
+    for a, b in set(edges):
         adj[a].append(b)
-        adj.setdefault(b, [])
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on_stack: set[int] = set()
-    stack: list[int] = []
-    out: list[list[int]] = []
-    counter = 0
-    for start in sorted(adj):
-        if start in index:
-            continue
-        work = [(start, 0)]
-        while work:
-            v, i = work.pop()
-            if i == 0:
-                index[v] = low[v] = counter
-                counter += 1
-                stack.append(v)
-                on_stack.add(v)
-            recurse = False
-            succ = adj[v]
-            while i < len(succ):
-                w = succ[i]
-                i += 1
-                if w not in index:
-                    work.append((v, i))
-                    work.append((w, 0))
-                    recurse = True
-                    break
-                if w in on_stack:
-                    low[v] = min(low[v], index[w])
-            if recurse:
-                continue
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1 or v in adj[v]:
-                    out.append(sorted(comp))
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[v])
-    return sorted(out)
+    return cyclic_components(adj)
 
 
 def _one_cycle(nodes: list[int], edges: set[tuple[int, int]]) -> list[int]:

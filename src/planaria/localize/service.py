@@ -78,6 +78,7 @@ class Service:
         self._last_in_mpi = time.monotonic()   # (waiting rank, peer) -> receives it had completed from the peer
         self._cursor = {"slow": 0, "io": 0, "fail": 0}
         self._stop = threading.Event()
+        self.paused = False                    # set_detection(False): the thread idles
         self._thread = threading.Thread(target=self._run, name="planaria-localize", daemon=True)
 
     def start(self) -> Service:
@@ -238,6 +239,9 @@ class Service:
         while not self._stop.is_set():
             if self._is_dead():
                 return
+            if self.paused:
+                self._stop.wait(self.tick)
+                continue
             try:
                 self._receive()
                 self._poll_sends()

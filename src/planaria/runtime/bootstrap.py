@@ -88,6 +88,20 @@ def detection_enabled() -> bool:
     return os.environ.get("PLANARIA_DETECT", "0").strip().lower() not in ("0", "", "false", "no", "off")
 
 
+def set_detection(active: bool) -> None:
+    """Pause or resume run-time detection (message log and probe service) in this rank.
+
+    Meant for measuring what detection costs inside one job (``planaria bench detect
+    --within-job``); every rank must switch at the same point of the program.
+    """
+    if _RT.comm is None or not detection_enabled():
+        raise RuntimeError("detection is off for this job (PLANARIA_DETECT=1 starts it)")
+    from planaria.comm import msglog
+    msglog.set_active(active)
+    if _RT.localizer is not None:
+        _RT.localizer.paused = not active
+
+
 def _start_services(comm: Comm) -> None:
     role = "spare" if comm.rank >= _nworking(comm.size) else "initial"
     try:

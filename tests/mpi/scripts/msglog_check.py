@@ -34,4 +34,13 @@ assert sent == {str(right): 4} and recvd == {str(left): 4}, (sent, recvd)
 assert mine[4]["world"] is None and mine[4]["world.d1"] is None, mine[4]
 assert mine[4][f"world.s2c{rank % 2}"] == [r for r in range(size) if r % 2 == rank % 2], mine[4]
 assert lg.current() is None
+from planaria.runtime.bootstrap import set_detection
+set_detection(False)                      # within-job overhead measurement: plain classes, service idle
+assert not getattr(type(comm), "_ml_monitored", False) and not getattr(type(d), "_ml_monitored", False)
+comm.Sendrecv(np.ones(4), dest=right, sendtag=7, recvbuf=buf, source=left, recvtag=7)
+assert lg.p2p_counts() == (sent, recvd)   # nothing recorded while off
+set_detection(True)
+assert getattr(type(comm), "_ml_monitored", False)
+comm.Sendrecv(np.ones(4), dest=right, sendtag=8, recvbuf=buf, source=left, recvtag=8)
+assert lg.p2p_counts()[0] == {str(right): 5}
 print(f"OK msglog {rank}", flush=True)
