@@ -6,6 +6,8 @@ has its own --timeout and the driver kills it after the diagnosis.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from planaria.bench import localize
@@ -99,3 +101,41 @@ def test_diagnose_cli_bad_job_is_one_line(tmp_path):
                          text=True, env=env, timeout=60)
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "nosuchjob" in res.stderr
+
+
+@pytest.fixture
+def two_hosts(tmp_path):
+    import os
+    import sys
+    from pathlib import Path
+
+    from planaria.launch import netns
+    ok, reason = netns.available()
+    if not ok:
+        pytest.skip(f"network namespaces unavailable: {reason}")
+    if not (Path(sys.executable).parent / "mpiexec").exists():
+        pytest.skip(f"no mpiexec next to {sys.executable}")
+    prefix = "pll-"
+    netns.remove_orphaned(prefix)
+    names = (f"{prefix}{os.getpid()}-h1", f"{prefix}{os.getpid()}-h2")
+    state_root = tmp_path / "hosts"
+    hs = netns.create_hosts(names, "10.213.13.0/24", workdir=state_root / names[0], replace=True)
+    try:
+        yield hs, state_root
+    finally:
+        hs.destroy()
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(180)
+def test_repeated_io_errors_name_the_host(two_hosts, tmp_path):
+    """Ranks 2 and 3 run on the second host; their I/O errors are reported as that host's fault."""
+    hs, state_root = two_hosts
+    res = localize.run_case("ioerr", home=tmp_path / "home", timeout=90, netns=",".join(hs.names),
+                            hosts_dir=str(state_root))
+    assert res["ok"], f"{res['problems']}\n{res['text']}"
+    import json
+    ranks = json.loads((Path(res["job"]) / "summary.json").read_text())["ranks"]
+    host_of = {r["rank"]: r["host"] for r in ranks}
+    assert host_of[2] == host_of[3] != host_of[0], host_of
+    assert f"host {host_of[2]}: repeated I/O errors" in res["text"], res["text"]

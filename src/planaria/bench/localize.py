@@ -116,17 +116,26 @@ def _first_incident(job: Path, since: float) -> float | None:
     return None
 
 
-def run_case(name: str, home: Path | None = None, backend: str = "ulfm", timeout: float = 90.0) -> dict[str, Any]:
-    """Run scenario ``name`` once; the result holds the report, the checks and the times."""
+def run_case(name: str, home: Path | None = None, backend: str = "ulfm", timeout: float = 90.0,
+             netns: str | None = None, hosts_dir: str | None = None) -> dict[str, Any]:
+    """Run scenario ``name`` once; the result holds the report, the checks and the times.
+
+    ``netns``: run on the test hosts ``NAME1,NAME2`` made by ``planaria hosts up`` (state in
+    ``hosts_dir``), two ranks on each.
+    """
     case = CASES[name]
     home = Path(home or tempfile.mkdtemp(prefix="planaria-localize-"))
     home.mkdir(parents=True, exist_ok=True)
     extra = {}
     if name == "ioerr":
         extra["FAULTY_DIR"] = str(home)
+    if hosts_dir:
+        extra["PLANARIA_HOSTS_DIR"] = str(hosts_dir)
     env = _env(home, extra)
     cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "4", "--backend", backend,
            "--timeout", str(timeout), "--detect-timeouts", DETECT, "--no-diagnose-on-timeout"]
+    if netns:
+        cmd += ["--netns", netns]
     for spec in case.inject:
         cmd += ["--inject", spec]
     cmd += ["--", sys.executable, "-m", "planaria.bench.faulty", name]
