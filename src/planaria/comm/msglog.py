@@ -113,6 +113,16 @@ class MsgLog:
             out[cid] = None if (c.size == nworld and ranks == list(range(nworld))) else ranks
         return out
 
+    def members_of(self, cid: str) -> list[int]:
+        """World ranks of the members of communicator ``cid`` (empty when unknown or very large)."""
+        c = self.comms.get(cid)
+        if c is None or c.size > MEMBERS_MAX:
+            return []
+        try:
+            return [int(c._world_of(r)) for r in range(c.size)]
+        except Exception:  # noqa: BLE001 - freed
+            return []
+
     def _per_peer(self, attr: str) -> list[tuple[str, int, int]]:
         out = []
         for cid, c in list(self.comms.items()):

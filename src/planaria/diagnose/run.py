@@ -48,6 +48,10 @@ def build_state(table: dict[int, dict[str, Any]], part: dict[str, Any], job: str
             "missing": missing, "collect": part.get("collect", {}), "known": known}
 
 
+PYSPY_MAX_RANKS = 16      # unreachable ranks read from outside per diagnosis, at most
+PYSPY_BUDGET = 15.0       # seconds spent on them, at most (each py-spy dump is bounded too)
+
+
 def _read_unresponsive(part: dict[str, Any], table: dict[int, dict[str, Any]], rounds: int,
                        interval: float) -> dict[str, Any]:
     """Ranks the tree could not reach but whose process lives on this machine: read them with py-spy."""
@@ -56,7 +60,10 @@ def _read_unresponsive(part: dict[str, Any], table: dict[int, dict[str, Any]], r
     from planaria.diagnose import pyspy
     here = socket.gethostname()
     extra = []
-    for r in part.get("missing") or []:
+    deadline = time.monotonic() + PYSPY_BUDGET
+    for r in (part.get("missing") or [])[:PYSPY_MAX_RANKS]:
+        if time.monotonic() > deadline:
+            break
         info = table.get(int(r)) or {}
         if info.get("state") not in ("starting", "running") or info.get("host") not in (here, None):
             continue

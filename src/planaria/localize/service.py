@@ -225,7 +225,10 @@ class Service:
             out["where"] = _short(lg.site())
             out["idle"] = round(time.monotonic() - self._last_in_mpi, 3)
         out["op"] = op
-        out["colls"] = dict(list(lg.colls().items())[:8])
+        colls = lg.colls()
+        out["colls"] = dict(list(colls.items())[:8])
+        if query.get("comm") in colls:            # the communicator the asker waits on, always
+            out["colls"][query["comm"]] = colls[query["comm"]]
         out["ioerrors"] = len(lg.ioerrors)
         src, recvd = query.get("src"), query.get("recvd")
         if isinstance(src, int) and isinstance(recvd, int):
@@ -289,9 +292,7 @@ class Service:
             return
         key = (op["name"], op["comm"], op["seq"], round(time.monotonic() - op["since"], 1))
         same_host = op["peer"] is None or self.hosts[op["peer"]] == self.hosts[self.rank]
-        members = lg.members().get(op["comm"], [])
-        if members is None:
-            members = list(range(self.size))
+        members = lg.members_of(op["comm"])
         if op["kind"] == "coll" and members:
             same_host = len({self.hosts[m] for m in members if m < len(self.hosts)}) <= 1
         limit = self.th.limit(op["kind"], same_host, len(members) or 2)
@@ -337,7 +338,7 @@ class Service:
             if not silent and not late:
                 self._record(None, "coll-timeout", "detected", op, {"collective": seq, "note": "every member has arrived"})
         for m in others:
-            self.status(m, one(m))
+            self.status(m, one(m), query={"comm": op["comm"]})
 
     def _check_logs(self) -> None:
         lg = self.log
