@@ -39,17 +39,42 @@ from planaria.localize.thresholds import Thresholds
 
 PING, PONG, STATUS, STATUS_REPLY, VOTE, VOTE_REPLY, REPORT = range(30001, 30008)
 TICK = 0.05
+HOST_BYTES = 64
 _COLL_STATUS_MAX = 64
 _RECEIVES = ("Recv", "recv", "Sendrecv", "sendrecv", "Wait(Irecv)", "Wait(irecv)")      # collectives on larger communicators are not status-probed member by member
+
+
+def service_comm() -> tuple[Any, list[str]] | None:
+    """The service communicator (a duplicate of COMM_WORLD) and every rank's host name; None if that fails.
+
+    Collective over COMM_WORLD: called in ``world()`` before fault injection can fire, so no
+    failure can interrupt it. Buffer forms only (mpi4py's pickle collectives can hang after a
+    failure).
+    """
+    import numpy as np
+    from mpi4py import MPI
+    try:
+        svc = MPI.COMM_WORLD.Dup()
+        svc.Set_errhandler(MPI.ERRORS_RETURN)
+        mine = np.zeros(HOST_BYTES, dtype=np.uint8)
+        name = socket.gethostname().encode("utf-8")[:HOST_BYTES]
+        mine[:len(name)] = np.frombuffer(name, dtype=np.uint8)
+        every = np.zeros((svc.Get_size(), HOST_BYTES), dtype=np.uint8)
+        svc.Allgather(mine, every)
+    except MPI.Exception:
+        return None
+    hosts = [bytes(row).rstrip(b"\0").decode("utf-8", "replace") for row in every]
+    return svc, hosts
 
 
 class Service:
     """Localization service of one rank (start with ``start``; one per process)."""
 
     def __init__(self, rank: int, size: int, thresholds: Thresholds, report: Callable[[dict[str, Any]], None],
-                 is_dead: Callable[[], bool] = lambda: False, tick: float = TICK,
+                 svc: Any, hosts: list[str], is_dead: Callable[[], bool] = lambda: False, tick: float = TICK,
                  step: Callable[[], int | None] = lambda: None) -> None:
         from mpi4py import MPI
+
         from planaria.localize.rules import RuleBase
         from planaria.localize.topology import responsible
         self.MPI = MPI
@@ -60,12 +85,8 @@ class Service:
         self._is_dead = is_dead
         self._step = step
         self.log = msglog.log()
-        self.svc = MPI.COMM_WORLD.Dup()
-        self.svc.Set_errhandler(MPI.ERRORS_RETURN)
-        try:
-            self.hosts: list[str] = list(self.svc.allgather(socket.gethostname()))
-        except MPI.Exception:
-            self.hosts = [socket.gethostname()] * size
+        self.svc = svc
+        self.hosts = list(hosts)
         self.responsible = [responsible(r, self.hosts) for r in range(size)]
         self.rules = RuleBase.default(hosts=self.hosts, rank=rank)
         self._ids = itertools.count(1)

@@ -72,12 +72,14 @@ def world(backend: str = "auto") -> Comm:
     detect = detection_enabled()
     if detect:
         from planaria.comm import msglog
+        from planaria.localize.service import service_comm
         from planaria.localize.thresholds import ENV_VAR, Thresholds
         thresholds = Thresholds.parse(os.environ.get(ENV_VAR))
         msglog.enable(comm, slow_after=thresholds.slow_after())
+        svc = service_comm()       # collective: before fault injection can fire
     _start_services(comm)
     if detect:
-        _start_localizer(comm, thresholds)
+        _start_localizer(comm, thresholds, svc)
     atexit.register(finalize)
     sys.excepthook = _excepthook
     return comm
@@ -139,11 +141,13 @@ def _start_services(comm: Comm) -> None:
     inj.start_timers()
 
 
-def _start_localizer(comm: Comm, thresholds: Any) -> None:
+def _start_localizer(comm: Comm, thresholds: Any, svc: Any) -> None:
     """I/O error recording and the probe service thread (run-time fault localization)."""
     from planaria.localize import iowatch
     from planaria.localize.service import Service
     iowatch.install()
+    if svc is None:            # the service communicator could not be made: no probes, the log still works
+        return
 
     def report(incident: dict[str, Any]) -> None:
         kind = "localize-error" if "error" in incident else "incident"
@@ -151,8 +155,8 @@ def _start_localizer(comm: Comm, thresholds: Any) -> None:
             _RT.agent.report(kind, incident=incident, by=comm.rank)
         else:
             sys.stderr.write(f"planaria: rank {comm.rank}: {kind}: {incident.get('verdict') or incident}\n")
-    _RT.localizer = Service(comm.rank, comm.size, thresholds, report, is_dead=lambda: _RT.dead,
-                            step=current_step).start()
+    _RT.localizer = Service(comm.rank, comm.size, thresholds, report, svc[0], svc[1],
+                            is_dead=lambda: _RT.dead, step=current_step).start()
 
 
 def _nworking(size: int) -> int:
