@@ -17,6 +17,11 @@ gets the fill value, and so does every cell whose 3x3 window touches a nodata
 (or NaN) cell.  The fill value is ``nodata``, or NaN when ``nodata`` is None.
 (``gdaldem`` itself always writes -9999 as its output nodata.)
 
+Arithmetic is float64 throughout.  ``gdaldem`` adds the window values in
+float32, so on float DEMs with large elevations the two differ by up to ~1e-4
+degrees; on integer (e.g. 16-bit) DEMs they agree to gdaldem's float32 output
+rounding.
+
 Each output value is computed from its own 9 inputs with a fixed sequence of
 elementwise operations, so it does not depend on the slab it was computed in.
 See :mod:`planaria.terrain.window` for the ``rows``/halo contract.
