@@ -310,6 +310,10 @@ def test_bad_files_give_one_line_value_errors(tmp_path):
     _one_line_error(tmp_path / "missing.npz", "no such file")
     (tmp_path / "dem.asc").write_text("1 2\n")
     _one_line_error(tmp_path / "dem.asc", "unsupported")
+    with pytest.raises(ValueError, match="unsupported"):
+        write_dem(tmp_path / "out.asc", Dem(np.ones((2, 2))))
+    with pytest.raises(ValueError, match="cell_size"):
+        Dem(np.ones((2, 2)), cell_size=(1.0, float("nan")))
     if HAVE_RASTERIO:
         (tmp_path / "bad.tif").write_bytes(b"II*\x00garbage\nmore")
         _one_line_error(tmp_path / "bad.tif", "cannot read GeoTIFF")

@@ -20,7 +20,7 @@ import io
 import math
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +31,19 @@ from planaria.launch.fsutil import atomic_write
 _TIFF = (".tif", ".tiff")
 
 
-@dataclass
+@dataclass(eq=False)
 class Dem:
-    """A digital elevation model: ``data[row, col]``, row 0 at the north."""
+    """A digital elevation model: ``data[row, col]``, row 0 at the north.
+
+    ``cell_size`` is ``(dx, dy)``: dx along columns, dy along rows.  Integer
+    data is converted to float64; float data keeps its dtype.  Instances
+    compare by identity (the data is an array).
+    """
 
     data: np.ndarray
     nodata: float | None = None
     cell_size: tuple[float, float] = (1.0, 1.0)
-    profile: dict[str, Any] | None = field(default=None, compare=False)
+    profile: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         data = np.asarray(self.data)
@@ -129,9 +134,9 @@ def _read_tiff(p: Path) -> Dem:
             nodata = src.nodata
             tr = src.transform
             profile = dict(src.profile)
-    except ValueError:
-        raise
     except Exception as exc:  # noqa: BLE001 - rasterio raises its own error types
+        if isinstance(exc, ValueError) and str(exc).startswith(f"{p}:"):
+            raise
         raise _bad(p, f"cannot read GeoTIFF: {_one_line(exc)}") from None
     if tr.b != 0 or tr.d != 0:
         raise _bad(p, "rotated or sheared geotransforms are not supported")
