@@ -1,6 +1,7 @@
 """planaria.terrain: Horn slope, cut depth, the row-slab contract and DEM I/O."""
 from __future__ import annotations
 
+import importlib.util
 import math
 import shutil
 import subprocess
@@ -12,12 +13,7 @@ from hypothesis import strategies as st
 
 from planaria.terrain import Dem, cut_depth, halo, kernels, read_dem, slab_bounds, slope_degrees, write_dem
 
-try:
-    import rasterio  # noqa: F401
-
-    HAVE_RASTERIO = True
-except ImportError:  # pragma: no cover - rasterio is a dependency
-    HAVE_RASTERIO = False
+HAVE_RASTERIO = importlib.util.find_spec("rasterio") is not None
 
 needs_rasterio = pytest.mark.skipif(not HAVE_RASTERIO, reason="rasterio is not installed (GeoTIFF I/O)")
 
