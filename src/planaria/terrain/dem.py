@@ -1,0 +1,221 @@
+"""The :class:`Dem` raster and its readers/writers.
+
+Formats, chosen by extension:
+
+* ``.npy`` -- the 2-D elevation array only (cell size (1, 1), no nodata).
+* ``.npz`` -- key ``data`` (2-D array), optional ``nodata`` (scalar) and
+  ``cell_size`` (two positive numbers, (dx, dy)).
+* ``.tif`` / ``.tiff`` -- GeoTIFF, band 1, read and written through rasterio
+  (imported lazily).  ``profile`` keeps the georeferencing (CRS, transform,
+  ...) so that a DEM read and written back is placed where it was.
+
+Writes are atomic (temporary file in the same directory, fsync, rename).
+Any unreadable or malformed input raises ValueError with one line naming the
+file and the problem.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planaria.launch.fsutil import atomic_write
+
+_TIFF = (".tif", ".tiff")
+
+
+@dataclass(eq=False)
+class Dem:
+    """A digital elevation model: ``data[row, col]``, row 0 at the north.
+
+    ``cell_size`` is ``(dx, dy)``: dx along columns, dy along rows.  Integer
+    data is converted to float64; float data keeps its dtype.  Instances
+    compare by identity (the data is an array).
+    """
+
+    data: np.ndarray
+    nodata: float | None = None
+    cell_size: tuple[float, float] = (1.0, 1.0)
+    profile: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        data = np.asarray(self.data)
+        if data.ndim != 2:
+            raise ValueError(f"DEM data must be 2-D, got shape {data.shape}")
+        if not (np.issubdtype(data.dtype, np.integer) or np.issubdtype(data.dtype, np.floating)):
+            raise ValueError(f"DEM data must be numeric, got dtype {data.dtype}")
+        if not np.issubdtype(data.dtype, np.floating):
+            data = data.astype(np.float64)
+        self.data = data
+        try:
+            dx, dy = (float(v) for v in self.cell_size)
+        except (TypeError, ValueError):
+            raise ValueError(f"cell_size must be two numbers, got {self.cell_size!r}") from None
+        if not (dx > 0 and dy > 0 and math.isfinite(dx) and math.isfinite(dy)):
+            raise ValueError(f"cell_size must be positive and finite, got {self.cell_size!r}")
+        self.cell_size = (dx, dy)
+        if self.nodata is not None:
+            self.nodata = float(self.nodata)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.data.shape  # type: ignore[return-value]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _bad(path: Path, problem: str) -> ValueError:
+    return ValueError(f"{path}: {' '.join(problem.split())}")
+
+
+def read_dem(path: str | os.PathLike[str]) -> Dem:
+    """Read a DEM from ``.npy``, ``.npz`` or GeoTIFF."""
+    p = Path(path)
+    ext = p.suffix.lower()
+    if ext not in (".npy", ".npz", *_TIFF):
+        raise _bad(p, f"unsupported DEM format {ext or '(no extension)'!r} (use .npy, .npz, .tif)")
+    if not p.is_file():
+        raise _bad(p, "no such file")
+    if ext in _TIFF:
+        return _read_tiff(p)
+    try:
+        loaded = np.load(p, allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - any load failure is bad input
+        raise _bad(p, f"cannot read {ext} file: {_one_line(exc)}") from None
+    try:
+        if ext == ".npy":
+            if not isinstance(loaded, np.ndarray):
+                raise _bad(p, "not a .npy array")
+            return Dem(loaded)
+        with loaded:
+            if "data" not in loaded.files:
+                raise _bad(p, f"missing key 'data' (keys: {', '.join(loaded.files) or 'none'})")
+            data = loaded["data"]
+            nodata = None
+            if "nodata" in loaded.files:
+                nd = loaded["nodata"]
+                if nd.size != 1:
+                    raise _bad(p, f"'nodata' must be a scalar, got shape {nd.shape}")
+                nodata = float(nd.reshape(()))
+            cell = (1.0, 1.0)
+            if "cell_size" in loaded.files:
+                cs = loaded["cell_size"]
+                if cs.shape != (2,):
+                    raise _bad(p, f"'cell_size' must hold two numbers, got shape {cs.shape}")
+                cell = (cs[0], cs[1])
+            return Dem(data, nodata, cell)
+    except ValueError as exc:
+        msg = str(exc)
+        if msg.startswith(f"{p}:"):
+            raise
+        raise _bad(p, msg) from None
+
+
+def _read_tiff(p: Path) -> Dem:
+    try:
+        import rasterio
+    except ImportError:
+        raise _bad(p, "reading GeoTIFF needs rasterio, which is not installed") from None
+    try:
+        with rasterio.open(p) as src:
+            if src.count < 1:
+                raise _bad(p, "GeoTIFF has no bands")
+            data = src.read(1)
+            nodata = src.nodata
+            tr = src.transform
+            profile = dict(src.profile)
+    except Exception as exc:  # noqa: BLE001 - rasterio raises its own error types
+        if isinstance(exc, ValueError) and str(exc).startswith(f"{p}:"):
+            raise
+        raise _bad(p, f"cannot read GeoTIFF: {_one_line(exc)}") from None
+    if tr.b != 0 or tr.d != 0:
+        raise _bad(p, "rotated or sheared geotransforms are not supported")
+    try:
+        return Dem(data, nodata, (abs(tr.a), abs(tr.e)), profile)
+    except ValueError as exc:
+        raise _bad(p, str(exc)) from None
+
+
+def write_dem(path: str | os.PathLike[str], dem: Dem) -> Path:
+    """Write ``dem`` atomically; the format follows the extension."""
+    p = Path(path)
+    ext = p.suffix.lower()
+    if ext == ".npy":
+        buf = io.BytesIO()
+        np.save(buf, dem.data, allow_pickle=False)
+        return atomic_write(p, buf.getvalue())
+    if ext == ".npz":
+        arrays: dict[str, np.ndarray] = {
+            "data": dem.data,
+            "cell_size": np.asarray(dem.cell_size, dtype=np.float64),
+        }
+        if dem.nodata is not None:
+            arrays["nodata"] = np.asarray(dem.nodata, dtype=np.float64)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        return atomic_write(p, buf.getvalue())
+    if ext in _TIFF:
+        return _write_tiff(p, dem)
+    raise _bad(p, f"unsupported DEM format {ext or '(no extension)'!r} (use .npy, .npz, .tif)")
+
+
+def _write_tiff(p: Path, dem: Dem) -> Path:
+    try:
+        import rasterio
+        from rasterio.transform import Affine
+    except ImportError:
+        raise _bad(p, "writing GeoTIFF needs rasterio, which is not installed") from None
+    rows, cols = dem.data.shape
+    profile: dict[str, Any] = dict(dem.profile or {})
+    if "transform" not in profile:
+        dx, dy = dem.cell_size
+        profile["transform"] = Affine(dx, 0.0, 0.0, 0.0, -dy, 0.0)
+    profile.update(
+        driver="GTiff",
+        height=rows,
+        width=cols,
+        count=1,
+        dtype=dem.data.dtype.name,
+        nodata=dem.nodata,
+    )
+    if profile.get("tiled") and (rows < 16 or cols < 16):
+        # GTiff tiles are at least 16x16; a small raster is written in strips
+        profile["tiled"] = False
+        profile.pop("blockxsize", None)
+        profile.pop("blockysize", None)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp.tif", dir=str(p.parent))
+    os.close(fd)
+    try:
+        with rasterio.open(tmp, "w", **profile) as dst:
+            dst.write(dem.data, 1)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, Exception) and not isinstance(exc, (OSError, ValueError)):
+            raise _bad(p, f"cannot write GeoTIFF: {_one_line(exc)}") from None
+        raise
+    try:
+        dfd = os.open(str(p.parent), os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+    return p

@@ -1,0 +1,79 @@
+"""Slope in degrees by Horn's 3x3 method, as ``gdaldem slope`` (scale 1).
+
+For the window::
+
+    a b c
+    d e f
+    g h i
+
+with ``cell_size = (dx, dy)`` (dx along columns, dy along rows)::
+
+    dz/dx = ((c + 2f + i) - (a + 2d + g)) / (8 dx)
+    dz/dy = ((g + 2h + i) - (a + 2b + c)) / (8 dy)
+    slope = degrees(atan(sqrt(dz/dx^2 + dz/dy^2)))
+
+Edge policy (GDAL's default, without ``-compute_edges``): the one-cell border
+gets the fill value, and so does every cell whose 3x3 window touches a nodata
+(or NaN) cell.  The fill value is ``nodata``, or NaN when ``nodata`` is None.
+(``gdaldem`` itself always writes -9999 as its output nodata.)
+
+Arithmetic is float64 throughout.  ``gdaldem`` adds the window values in
+float32, so on float DEMs with large elevations the two differ by up to ~1e-4
+degrees; on integer (e.g. 16-bit) DEMs they agree to gdaldem's float32 output
+rounding.
+
+Each output value is computed from its own 9 inputs with a fixed sequence of
+elementwise operations, so it does not depend on the slab it was computed in.
+See :mod:`planaria.terrain.window` for the ``rows``/halo contract.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from planaria.terrain.window import run_window_kernel
+
+WINDOW = 3
+
+
+def _check_cell_size(cell_size: tuple[float, float]) -> tuple[float, float]:
+    try:
+        dx, dy = (float(cell_size[0]), float(cell_size[1]))
+    except (TypeError, IndexError, ValueError):
+        raise ValueError(f"cell_size must be (dx, dy), got {cell_size!r}") from None
+    if not (dx > 0 and dy > 0 and math.isfinite(dx) and math.isfinite(dy)):
+        raise ValueError(f"cell_size must be positive and finite, got {cell_size!r}")
+    return dx, dy
+
+
+def slope_degrees(
+    z: np.ndarray,
+    cell_size: tuple[float, float] = (1.0, 1.0),
+    nodata: float | None = None,
+    rows: tuple[int, int] | None = None,
+    dtype: np.dtype | type = np.float64,
+) -> np.ndarray:
+    """Slope (degrees) of ``z``; with ``rows=(r0, r1)``, ``z`` is the slab
+    ``slab_bounds(r0, r1, H, 3)`` and only those output rows are returned."""
+    dx, dy = _check_cell_size(cell_size)
+
+    def core(w: np.ndarray, h: int) -> np.ndarray:
+        n, m = w.shape
+        r = n - 2
+        c = m - 2
+        A = w[0:r, 0:c]
+        B = w[0:r, 1 : c + 1]
+        C = w[0:r, 2 : c + 2]
+        D = w[1 : r + 1, 0:c]
+        F = w[1 : r + 1, 2 : c + 2]
+        G = w[2 : r + 2, 0:c]
+        H = w[2 : r + 2, 1 : c + 1]
+        I = w[2 : r + 2, 2 : c + 2]  # noqa: E741
+        dzdx = ((C + 2.0 * F + I) - (A + 2.0 * D + G)) / (8.0 * dx)
+        dzdy = ((G + 2.0 * H + I) - (A + 2.0 * B + C)) / (8.0 * dy)
+        key = np.ascontiguousarray(np.sqrt(dzdx * dzdx + dzdy * dzdy))
+        return np.degrees(np.arctan(key))
+
+    return run_window_kernel(z, WINDOW, nodata, rows, core, dtype)

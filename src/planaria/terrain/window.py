@@ -1,0 +1,104 @@
+"""Row-slab contract shared by the window kernels.
+
+A kernel with an odd ``window`` (3 for slope, 11 for cut depth) needs
+``h = halo(window) = (window - 1) // 2`` input rows above and below each output
+row.  Cells closer than ``h`` to any raster edge get the fill value (the
+nodata value, or NaN when there is none), as ``gdaldem`` does without
+``-compute_edges``.
+
+To compute only the output rows ``r0 .. r1-1`` (absolute row indices of the
+full raster with ``H`` rows), pass ``rows=(r0, r1)`` and, as input, the slab of
+full rows ``[s0, s1)`` with ``(s0, s1) = slab_bounds(r0, r1, H, window)``, i.e.
+``s0 = max(r0 - h, 0)`` and ``s1 = min(r1 + h, H)``.  The kernel returns an
+array of ``r1 - r0`` rows, bit-identical to rows ``r0 .. r1-1`` of the
+whole-raster result.  The kernel recognises the bottom edge of the raster by
+the slab being shorter than ``r1 + h - s0`` rows (it then knows
+``H = s0 + len(slab)``); a slab that is longer, or too short to hold the
+requested rows, is rejected with ValueError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+
+def halo(window: int) -> int:
+    """Rows (and columns) of context needed on each side for an odd ``window``."""
+    if window < 1 or window % 2 == 0:
+        raise ValueError(f"window must be a positive odd integer, got {window}")
+    return (window - 1) // 2
+
+
+def slab_bounds(r0: int, r1: int, total_rows: int, window: int) -> tuple[int, int]:
+    """Input rows ``[s0, s1)`` a kernel needs to compute output rows ``[r0, r1)``."""
+    if not 0 <= r0 <= r1 <= total_rows:
+        raise ValueError(f"rows ({r0}, {r1}) outside a raster of {total_rows} rows")
+    h = halo(window)
+    return max(r0 - h, 0), min(r1 + h, total_rows)
+
+
+def invalid_mask(z: np.ndarray, nodata: float | None) -> np.ndarray:
+    """True where ``z`` is NaN or equal to ``nodata``."""
+    bad = np.isnan(z)
+    if nodata is not None and not np.isnan(nodata):
+        bad |= z == nodata
+    return bad
+
+
+def run_window_kernel(
+    z: np.ndarray,
+    window: int,
+    nodata: float | None,
+    rows: tuple[int, int] | None,
+    core: Callable[[np.ndarray, int], np.ndarray],
+    dtype: np.dtype | type = np.float64,
+) -> np.ndarray:
+    """Apply ``core`` to every full window of ``z`` under the slab contract.
+
+    ``core(zz, h)`` receives a float64 array with invalid cells already
+    replaced by 0 and returns the ``(n - 2h, m - 2h)`` interior values.  Windows
+    touching an invalid cell and the ``h``-cell border get the fill value.
+    """
+    z = np.asarray(z)
+    if z.ndim != 2:
+        raise ValueError(f"expected a 2-D elevation array, got shape {z.shape}")
+    if not np.issubdtype(z.dtype, np.number) or np.issubdtype(z.dtype, np.complexfloating):
+        raise ValueError(f"expected a real numeric elevation array, got dtype {z.dtype}")
+    h = halo(window)
+    n, m = z.shape
+    if rows is None:
+        r0, r1, s0, total = 0, n, 0, n
+    else:
+        r0, r1 = (int(rows[0]), int(rows[1]))
+        if not 0 <= r0 <= r1:
+            raise ValueError(f"bad output rows {rows}")
+        s0 = max(r0 - h, 0)
+        full = r1 + h - s0
+        if n > full or n < r1 - s0:
+            raise ValueError(
+                f"slab of {n} rows does not match rows ({r0}, {r1}) with halo {h}: "
+                f"expected {full} rows (fewer only at the bottom edge, at least {r1 - s0})"
+            )
+        total = s0 + n if n < full else None  # None: bottom edge not in sight
+    fill = np.nan if nodata is None else float(nodata)
+    out = np.full((r1 - r0, m), fill, dtype=dtype)
+    a = max(r0, h)
+    b = r1 if total is None else min(r1, total - h)
+    if b <= a or m < window:
+        return out
+    zz = z[a - h - s0 : b + h - s0]
+    bad = invalid_mask(zz, nodata)
+    zf = np.where(bad, 0.0, zz.astype(np.float64, copy=False))
+    vals = core(zf, h)
+    # any invalid cell in the window -> fill (separable OR, fixed order)
+    badr = bad[: bad.shape[0] - 2 * h].copy()
+    for k in range(1, 2 * h + 1):
+        badr |= bad[k : k + badr.shape[0]]
+    badw = badr[:, : m - 2 * h].copy()
+    for k in range(1, 2 * h + 1):
+        badw |= badr[:, k : k + badw.shape[1]]
+    vals = np.where(badw, fill, vals)
+    out[a - r0 : b - r0, h : m - h] = vals
+    return out
