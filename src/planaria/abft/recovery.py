@@ -13,10 +13,12 @@ of block b refers to whoever holds it. ``plan`` maps the statuses to actions:
 
 The reassignment target is the live, non-excluded worker with the fewest blocks, counting
 the assignments made earlier in the same plan; ties go to the lowest rank. Blocks are
-handled in block order, so the plan is deterministic. An excluded worker is never a
-target. If none is left, ``NoLiveWorkerError`` is raised. Other blocks that an excluded
-worker held and that were verified CORRECT keep their results, and only their ownership
-moves. Their future recomputation goes elsewhere.
+handled in block order, so the plan is deterministic. All exclusions in a plan are decided
+before any target is chosen, so an excluded worker is never a target. A block due for an
+in-place retry whose owner another block's failure excludes is moved as well. If no live
+worker is left, ``NoLiveWorkerError`` is raised. Other blocks that an excluded worker holds
+and that were verified CORRECT keep their results and their owner in this plan. If such a
+block fails later, it is moved, because its owner is excluded.
 
 Masters: both hold F and the block table PNeigh. ``cross_check`` compares them. Algorithm 1
 step (3) says that a master silent for longer than TMaxLat is failed and the other one's
@@ -80,6 +82,10 @@ def plan(
     excl = set(excluded)
     tries = {b: 0 for b in assign} | dict(attempts or {})
     actions: list[Action] = []
+    # phase 1: decide who recomputes in place and which owners are excluded, so that no
+    # block is reassigned to a worker that a later block in this plan excludes
+    moving: list[int] = []
+    in_place: list[int] = []
     for b in sorted(fs):
         s = fs[b]
         if s not in STATUSES:
@@ -87,14 +93,31 @@ def plan(
         if s == CORRECT:
             continue
         owner = assign[b]
-        in_place = (s == TRANSIENT and tries.get(b, 0) == 0
-                    and owner in alive and owner not in excl)
-        if in_place:
+        usable = owner in alive and owner not in excl
+        if s == TRANSIENT and tries.get(b, 0) == 0 and usable:
+            in_place.append(b)
+        else:
+            moving.append(b)
+    newly_excluded: dict[int, int] = {}  # worker -> first block that excluded it
+    for b in moving:
+        owner = assign[b]
+        if owner not in excl:
+            excl.add(owner)
+            newly_excluded[owner] = b
+    # a transient retry on a worker excluded by another block's failure moves as well
+    for b in list(in_place):
+        if assign[b] in excl:
+            in_place.remove(b)
+            moving.append(b)
+    # phase 2: actions in block order
+    moving_set = set(moving)
+    for b in sorted(in_place + moving):
+        owner = assign[b]
+        if b not in moving_set:
             actions.append(Action("recompute", b, owner))
             tries[b] = 1
         else:
-            if owner not in excl:
-                excl.add(owner)
+            if newly_excluded.get(owner) == b:
                 actions.append(Action("exclude", b, owner))
             target = _pick(alive, excl, {k: w for k, w in assign.items() if k != b}, b)
             assign[b] = target
