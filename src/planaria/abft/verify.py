@@ -47,7 +47,8 @@ Corner cases the paper leaves open, and what this module decides
 3. First and last workers are covered by one comparison each: worker 0 only by its check
    row, worker N-1 only by its first row. ``edge_checks[w] = ok`` (a master's
    recomputation of w's covered row compared with w's own) adds a verdict for worker w:
-   False marks w TRANSIENT, True clears it in an ambiguity at that boundary.
+   False marks w TRANSIENT. True settles an undecidable boundary with no usable next
+   boundary (case 1) in w's favour, and it never clears a flag set by another boundary.
 4. Two adjacent faulty workers k, k+1, each wrong in both covered rows, give mismatches
    at k-1, k, k+1. Flags are *sticky* here: a CORRECT verdict from one boundary never
    clears a flag set by another. So both are flagged. In the paper's sequential loop a
