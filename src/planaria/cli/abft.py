@@ -1,0 +1,133 @@
+"""``planaria abft slope|cutdepth``: N-ABFT terrain analysis on N workers and two masters (paper 002).
+
+Runs :mod:`planaria.abft.runtime` with N+2 ranks under ``planaria run`` (failures are tracked
+in the job directory as for any job), then prints the report. The report is also kept as
+``<out>.abft.json``.
+
+Exit status: 0 every block was verified correct and the output written; 3 it was not
+(no live worker left, or the job ended without a report); 2 usage error.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from planaria.abft.runtime import KINDS
+
+app = typer.Typer(name="abft", help="Fault-tolerant terrain analysis (N-ABFT, two masters verify N workers).",
+                  no_args_is_help=True, add_completion=False)
+
+
+def _usage(msg: str) -> None:
+    typer.echo(f"planaria abft: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, backend: str,
+         timeout: float, as_json: bool, force: list[str], inject: list[str]) -> None:
+    from planaria.launch.runner import RunOptions, run_job
+
+    if n < 1:
+        _usage(f"-n must be at least 1 (got {n})")
+    if not 0.0 <= error_rate <= 1.0:
+        _usage(f"--error-rate must be in [0, 1] (got {error_rate})")
+    if backend not in ("ulfm", "sim", "auto"):
+        _usage(f"unknown --backend {backend!r} (expected ulfm or sim)")
+    if timeout <= 0:
+        _usage(f"--timeout must be positive (got {timeout})")
+    if not Path(dem).is_file():
+        _usage(f"--dem {dem}: no such file")
+    for item in force:
+        kind, _, rank = item.partition(":")
+        if kind not in KINDS or not rank.isdigit() or not 2 <= int(rank) < n + 2:
+            _usage(f"--force {item!r}: expected KIND:RANK, KIND in {', '.join(KINDS)}, RANK in 2..{n + 1}")
+    try:
+        from planaria.terrain import read_dem
+        rows = read_dem(dem).data.shape[0]
+    except ValueError as exc:
+        _usage(str(exc))
+    if rows < n:
+        _usage(f"{rows} rows cannot be split over {n} workers")
+    out_p = Path(out).resolve()
+    report_p = Path(str(out_p) + ".abft.json")
+    report_p.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "planaria.abft.runtime", "--kernel", kernel, "--dem", str(Path(dem).resolve()),
+           "--out", str(out_p), "--error-rate", str(error_rate), "--seed", str(seed), "--report", str(report_p)]
+    for item in force:
+        cmd += ["--force", item]
+    opts = RunOptions(command=cmd, nprocs=n + 2, backend=backend, inject=list(inject), timeout=timeout,
+                      json=as_json, emit_summary=False, detect=False, diagnose_on_timeout=False)
+    code = run_job(opts)
+    report = None
+    if report_p.is_file():
+        report = json.loads(report_p.read_text())
+    if report is None:
+        if as_json:
+            typer.echo(json.dumps({"ok": False, "error": "the job ended without a report", "job_exit": code}))
+        else:
+            typer.echo(f"planaria abft: the job ended without a report (job exit status {code})", err=True)
+        raise typer.Exit(3)
+    report["job_exit"] = code
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        _print(report, out_p)
+    raise typer.Exit(0 if report.get("ok") else 3)
+
+
+def _print(r: dict, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title=f"N-ABFT {r.get('kernel')} on {r.get('workers')} workers, {r.get('shape')}")
+    t.add_column("round")
+    t.add_column("block")
+    t.add_column("worker")
+    t.add_column("status")
+    t.add_column("detail")
+    for e in r.get("errors", []):
+        t.add_row(str(e["round"]), str(e["block"]), str(e["worker"]),
+                  {0: "unrecoverable", 1: "transient"}.get(e["status"], str(e["status"])), str(e["error"]))
+    if r.get("errors"):
+        con.print(t)
+    else:
+        con.print("no errors detected")
+    for a in r.get("recoveries", []):
+        src = f" (from worker {a['source']})" if a.get("source") is not None else ""
+        con.print(f"round {a['round']}: {a['action']} block {a['block']} on worker {a['worker']}{src}")
+    tm = r.get("timings", {})
+    con.print(f"rounds {r.get('rounds')}, finisher {r.get('finisher')}, replica agreed {r.get('replica_agreed')}; "
+              f"compute {tm.get('compute', 0):.3f}s verification {tm.get('verification', 0):.4f}s "
+              f"recovery {tm.get('recovery', 0):.4f}s")
+    if r.get("ok"):
+        con.print(f"[green]every block verified[/green]; output {out}")
+    else:
+        con.print(f"[red]not verified[/red]: {r.get('fatal', 'see the report')}")
+
+
+def _command(kernel: str):
+    def cmd(
+        dem: str = typer.Option(..., "--dem", help="Input DEM (.npy, .npz, GeoTIFF)."),
+        n: int = typer.Option(..., "-n", help="Number of workers N (N+2 ranks are launched)."),
+        out: str = typer.Option(..., "--out", help="Output raster (same formats)."),
+        error_rate: float = typer.Option(0.0, "--error-rate", help="Probability that a worker suffers one injected fault."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the injected faults."),
+        backend: str = typer.Option("ulfm", "--backend", help="Failure backend: ulfm or sim."),
+        timeout: float = typer.Option(600.0, "--timeout", help="Stop the job after S seconds."),
+        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+        force: list[str] = typer.Option([], "--force", help=f"Force a fault KIND:RANK ({', '.join(KINDS)}). Repeatable."),
+        inject: list[str] = typer.Option([], "--inject", help="planaria run fault plan, e.g. 'kill:rank=3,iter=1'."),
+    ) -> None:
+        _run(kernel, dem, n, out, error_rate, seed, backend, timeout, as_json, force, inject)
+    cmd.__doc__ = f"{kernel} with N-ABFT: the result equals the serial one when every block verifies."
+    return cmd
+
+
+app.command("slope")(_command("slope"))
+app.command("cutdepth")(_command("cutdepth"))
