@@ -1,0 +1,113 @@
+"""`planaria abft` end to end on 4 workers + 2 masters: every fault kind ends in the serial result bit for bit."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.mpi.mpijob import REPO, root_env
+
+pytestmark = [pytest.mark.mpi]
+
+N = 4
+
+
+def _dem(path: Path) -> Path:
+    from planaria.terrain import Dem, write_dem
+    rng = np.random.default_rng(1)
+    y, x = np.mgrid[0:120, 0:80]
+    z = 100 + 10 * np.sin(y / 9.0) + 5 * np.cos(x / 7.0) + rng.normal(0, 0.5, (120, 80))
+    z[:, 40] = -9999.0          # a NoData column: every covered row sees NoData (wrong-NoData faults show)
+    z[5, 5] = np.nan
+    z[60:63, 20:22] = np.nan
+    write_dem(path, Dem(z, nodata=-9999.0, cell_size=(10.0, 10.0)))
+    return path
+
+
+def _serial(dem: Path, kernel: str) -> np.ndarray:
+    from planaria.terrain import kernels, read_dem
+    d = read_dem(dem)
+    return kernels[kernel][0](d.data, cell_size=d.cell_size, nodata=d.nodata)
+
+
+def _abft(tmp: Path, kernel: str, *args: str, timeout: float = 100) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    dem = tmp / "dem.npz"
+    if not dem.exists():
+        _dem(dem)
+    out = tmp / f"out-{kernel}.npz"
+    out.unlink(missing_ok=True)
+    env = root_env()
+    env["PLANARIA_HOME"] = str(tmp / "home")
+    env["PYTHONPATH"] = str(REPO / "src")
+    cmd = [sys.executable, "-m", "planaria.cli.main", "abft", kernel, "--dem", str(dem), "-n", str(N),
+           "--out", str(out), "--json", "--timeout", "90", *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
+    report = json.loads(res.stdout[res.stdout.index("{"):]) if "{" in res.stdout else {}
+    return res, report, out
+
+
+def _assert_serial(tmp: Path, kernel: str, out: Path) -> None:
+    from planaria.terrain import read_dem
+    got = read_dem(out).data
+    assert np.array_equal(got, _serial(tmp / "dem.npz", kernel), equal_nan=True)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kernel", ["slope", "cutdepth"])
+def test_clean_run_equals_serial(tmp_path, kernel: str) -> None:
+    res, rep, out = _abft(tmp_path, kernel)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert rep["ok"] and rep["errors"] == [] and rep["recoveries"] == [] and rep["rounds"] == 1
+    assert rep["replica_agreed"] is True
+    _assert_serial(tmp_path, kernel, out)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind,rank,kernel", [
+    ("crash", 3, "slope"), ("silent", 2, "cutdepth"), ("silent", 5, "slope"), ("nodata", 4, "slope"),
+    ("nodata", 5, "cutdepth"), ("readerror", 2, "cutdepth"), ("memory", 5, "slope"),
+])
+def test_forced_fault_is_located_and_recovered(tmp_path, kind: str, rank: int, kernel: str) -> None:
+    res, rep, out = _abft(tmp_path, kernel, "--force", f"{kind}:{rank}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert rep["ok"]
+    _assert_serial(tmp_path, kernel, out)
+    blamed = {e["worker"]: e["status"] for e in rep["errors"] if e["round"] == 0}
+    if kind in ("silent", "nodata"):
+        assert blamed.get(rank) == 1 and rank in rep["located"]
+        assert {"action": "recompute", "block": rank - 2, "worker": rank} in \
+            [{k: a[k] for k in ("action", "block", "worker")} for a in rep["recoveries"]]
+    else:
+        assert blamed == {rank: 0}
+        acts = [(a["action"], a["block"]) for a in rep["recoveries"]]
+        assert ("exclude", rank - 2) in acts and ("reassign", rank - 2) in acts
+        assert rep["final_owners"][str(rank - 2)] != rank
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kernel,seed", [("slope", 1), ("slope", 7), ("cutdepth", 3)])
+def test_random_faults_end_correct(tmp_path, kernel: str, seed: int) -> None:
+    res, rep, out = _abft(tmp_path, kernel, "--error-rate", "0.2", "--seed", str(seed))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert rep["ok"]
+    _assert_serial(tmp_path, kernel, out)
+
+
+@pytest.mark.timeout(120)
+def test_replica_takes_over_when_primary_dies(tmp_path) -> None:
+    res, rep, out = _abft(tmp_path, "slope", "--inject", "kill:rank=0,iter=11", "--force", "silent:3")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert rep["ok"] and rep["finisher"] == "replica" and rep.get("takeover") is True
+    _assert_serial(tmp_path, "slope", out)
+
+
+@pytest.mark.timeout(60)
+def test_bad_options_exit_2(tmp_path) -> None:
+    res, _, _ = _abft(tmp_path, "slope", "--error-rate", "3")
+    assert res.returncode == 2 and "--error-rate" in res.stderr
+    res, _, _ = _abft(tmp_path, "slope", "--force", "crash:9")
+    assert res.returncode == 2 and "--force" in res.stderr
