@@ -68,8 +68,8 @@ def test_clean_run_equals_serial(tmp_path, kernel: str) -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind,rank,kernel", [
-    ("crash", 3, "slope"), ("silent", 2, "cutdepth"), ("silent", 5, "slope"), ("nodata", 4, "slope"),
-    ("nodata", 5, "cutdepth"), ("readerror", 2, "cutdepth"), ("memory", 5, "slope"),
+    ("crash", 3, "slope"), ("silent", 2, "cutdepth"), ("nodata", 5, "slope"), ("readerror", 4, "cutdepth"),
+    ("memory", 5, "slope"),
 ])
 def test_forced_fault_is_located_and_recovered(tmp_path, kind: str, rank: int, kernel: str) -> None:
     res, rep, out = _abft(tmp_path, kernel, "--force", f"{kind}:{rank}")
@@ -89,11 +89,11 @@ def test_forced_fault_is_located_and_recovered(tmp_path, kind: str, rank: int, k
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kernel,seed", [("slope", 1), ("slope", 7), ("cutdepth", 3)])
+@pytest.mark.parametrize("kernel,seed", [("slope", 7), ("cutdepth", 3)])
 def test_random_faults_end_correct(tmp_path, kernel: str, seed: int) -> None:
     res, rep, out = _abft(tmp_path, kernel, "--error-rate", "0.2", "--seed", str(seed))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert rep["ok"]
+    assert rep["ok"] and rep["errors"]  # these seeds give 1 (seed 7) and 3 (seed 3) faulty workers
     _assert_serial(tmp_path, kernel, out)
 
 
