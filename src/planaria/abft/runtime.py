@@ -52,6 +52,20 @@ first computation only (a transient fault):
 ``--inject`` plans of ``planaria run`` also work: workers call ``planaria.step(k)`` with
 k = 0 (start), 1 (compute), 2 (send) and the masters k = 10 + round.
 
+Known limits:
+
+* Every rank reads the whole DEM with :func:`planaria.terrain.read_dem` and slices its
+  slab (``read_dem`` has no windowed read yet); fine for test sizes, not for 540 MB.
+* With ``ambiguous="both"`` a fault in worker 0's check row also recomputes worker 1 (a
+  lone mismatch names both neighbours; the edge check only adds worker 0's own verdict).
+* The replica takes over when it hears nothing from the primary for TMaxLat (heartbeats
+  every 0.5 s while the primary waits for workers). A primary busy for longer than that
+  in one step (e.g. writing a huge raster) would be taken over spuriously; both would
+  then write the same bytes (atomic renames). After a takeover, the report holds the
+  errors and recoveries the replica saw itself, not the primary's earlier rounds.
+* The masters' own data (results, F) is not checked against memory corruption; only
+  the final F/owners/digest cross-check between the masters.
+
 Rank 0 (or the replica when it took over) writes the output with
 :func:`planaria.terrain.write_dem` (atomic; GeoTIFF keeps its profile) and the JSON report.
 Exit status: 0 every block verified, 3 no live worker left, 2 usage error.
