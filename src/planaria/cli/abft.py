@@ -10,10 +10,8 @@ Exit status: 0 every block was verified correct and the output written; 3 it was
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
