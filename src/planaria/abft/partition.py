@@ -17,12 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-def halo(m: int) -> int:
-    """Halo half-width h = (M-1)//2 of an M x M window (M odd, >= 1)."""
-    if m < 1 or m % 2 == 0:
-        raise ValueError(f"window size must be odd and >= 1, got {m}")
-    return (m - 1) // 2
+from planaria.terrain.window import halo  # h = (M-1)//2 of an M x M window
 
 
 def nrow(m: int) -> int:
