@@ -103,15 +103,20 @@ def median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else float("nan")
 
 
+def parse_counts(spec: str, what: str = "rank", example: str = "4,8,16", minimum: int = 2) -> list[int]:
+    """``"4,8,16"`` -> [4, 8, 16]; ValueError (one line) unless every entry is an integer >= ``minimum``."""
+    try:
+        counts = [int(x) for x in spec.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ValueError(f"bad {what} list {spec!r} (expected e.g. {example})") from None
+    if not counts or any(n < minimum for n in counts):
+        raise ValueError(f"bad {what} list {spec!r}: every entry must be >= {minimum}")
+    return counts
+
+
 def parse_ranks(spec: str) -> list[int]:
     """``"4,8,16"`` -> [4, 8, 16]."""
-    try:
-        ranks = [int(x) for x in spec.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise ValueError(f"bad rank list {spec!r} (expected e.g. 4,8,16)") from None
-    if not ranks or any(n < 2 for n in ranks):
-        raise ValueError(f"bad rank list {spec!r}: every entry must be >= 2")
-    return ranks
+    return parse_counts(spec)
 
 
 def command_line() -> str:

@@ -26,13 +26,7 @@ DEFAULT_HOSTS = [171, 683, 2731, 10923, 32768]   # ~1k, 4k, 16k, 64k, 196k proce
 
 def parse_hosts(spec: str) -> list[int]:
     """``"171,683"`` -> [171, 683]; every entry >= 2."""
-    try:
-        hosts = [int(x) for x in spec.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise ValueError(f"bad host list {spec!r} (expected e.g. 171,683,2731)") from None
-    if not hosts or any(h < 2 for h in hosts):
-        raise ValueError(f"bad host list {spec!r}: every entry must be >= 2")
-    return hosts
+    return _launch.parse_counts(spec, "host", "171,683,2731")
 
 
 def _check(report: Any, truth: dict[str, Any]) -> str | None:

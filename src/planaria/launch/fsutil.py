@@ -24,12 +24,17 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
         except OSError:
             pass
         raise
+    fsync_dir(target.parent)
+    return target
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a rename in directory ``path`` durable (best effort: some file systems refuse)."""
     try:
-        dfd = os.open(str(target.parent), os.O_RDONLY)
+        dfd = os.open(str(path), os.O_RDONLY)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
     except OSError:
         pass
-    return target

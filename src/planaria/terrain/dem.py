@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from planaria.launch.fsutil import atomic_write
+from planaria.launch.fsutil import atomic_write, fsync_dir
 
 _TIFF = (".tif", ".tiff")
 
@@ -210,12 +210,5 @@ def _write_tiff(p: Path, dem: Dem) -> Path:
         if isinstance(exc, Exception) and not isinstance(exc, (OSError, ValueError)):
             raise _bad(p, f"cannot write GeoTIFF: {_one_line(exc)}") from None
         raise
-    try:
-        dfd = os.open(str(p.parent), os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    fsync_dir(p.parent)
     return p
