@@ -69,3 +69,23 @@ def run_demo(home: Path, *args: str, timeout: float = 150) -> tuple[subprocess.C
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     report = json.loads(res.stdout[res.stdout.index("{"):]) if "{" in res.stdout else {}
     return res, report
+
+
+def two_test_hosts(tmp_path: Path, prefix: str, subnet: str):  # type: ignore[no-untyped-def]
+    """Generator for a fixture: two network-namespace hosts (skips where they cannot be made); yields (hosts, state root)."""
+    import pytest
+
+    from planaria.launch import netns
+    ok, reason = netns.available()
+    if not ok:
+        pytest.skip(f"network namespaces unavailable: {reason}")
+    if not (Path(sys.executable).parent / "mpiexec").exists():
+        pytest.skip(f"no mpiexec next to {sys.executable}")
+    netns.remove_orphaned(prefix)
+    names = (f"{prefix}{os.getpid()}-h1", f"{prefix}{os.getpid()}-h2")
+    state_root = tmp_path / "hosts"
+    hs = netns.create_hosts(names, subnet, workdir=state_root / names[0], replace=True)
+    try:
+        yield hs, state_root
+    finally:
+        hs.destroy()

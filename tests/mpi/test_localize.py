@@ -105,25 +105,8 @@ def test_diagnose_cli_bad_job_is_one_line(tmp_path):
 
 @pytest.fixture
 def two_hosts(tmp_path):
-    import os
-    import sys
-    from pathlib import Path
-
-    from planaria.launch import netns
-    ok, reason = netns.available()
-    if not ok:
-        pytest.skip(f"network namespaces unavailable: {reason}")
-    if not (Path(sys.executable).parent / "mpiexec").exists():
-        pytest.skip(f"no mpiexec next to {sys.executable}")
-    prefix = "pll-"
-    netns.remove_orphaned(prefix)
-    names = (f"{prefix}{os.getpid()}-h1", f"{prefix}{os.getpid()}-h2")
-    state_root = tmp_path / "hosts"
-    hs = netns.create_hosts(names, "10.213.13.0/24", workdir=state_root / names[0], replace=True)
-    try:
-        yield hs, state_root
-    finally:
-        hs.destroy()
+    from tests.mpi.mpijob import two_test_hosts
+    yield from two_test_hosts(tmp_path, "pll-", "10.213.13.0/24")
 
 
 @pytest.mark.netns

@@ -22,6 +22,7 @@ import pytest
 
 from planaria.checkpoint import FileStore
 from planaria.launch import netns
+from tests.mpi.mpijob import two_test_hosts
 
 pytestmark = [pytest.mark.mpi, pytest.mark.netns]
 
@@ -33,19 +34,7 @@ STEPS, EVERY, PAUSE = 120, 5, 0.05
 
 @pytest.fixture
 def hosts(tmp_path):
-    ok, reason = netns.available()
-    if not ok:
-        pytest.skip(f"network namespaces unavailable: {reason}")
-    if not (BINDIR / "mpiexec").exists():
-        pytest.skip(f"no mpiexec next to {sys.executable}")
-    netns.remove_orphaned(PREFIX)
-    names = (f"{PREFIX}{os.getpid()}-h1", f"{PREFIX}{os.getpid()}-h2")
-    state_root = tmp_path / "hosts"
-    hs = netns.create_hosts(names, "10.213.11.0/24", workdir=state_root / names[0], replace=True)
-    try:
-        yield hs, state_root
-    finally:
-        hs.destroy()
+    yield from two_test_hosts(tmp_path, PREFIX, "10.213.11.0/24")
 
 
 def _kill_host(hs: netns.HostSet, name: str) -> list[int]:
