@@ -12,12 +12,13 @@ from tests.mpi.mpijob import SCRIPTS, root_env
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(150)]
 
 
-def run_app(tmp_path, backend: str, n: int, spares: int, kills: list[str], steps: int = 50):
+def run_app(tmp_path, backend: str, n: int, spares: int, kills: list[str], steps: int = 50,
+            extra: tuple[str, ...] = ()):
     cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", str(n), "--spares", str(spares),
            "--backend", backend, "--timeout", "90"]
     for k in kills:
         cmd += ["--inject", k]
-    cmd += ["--", sys.executable, str(SCRIPTS / "resilient_app.py"), str(steps), "5"]
+    cmd += ["--", sys.executable, str(SCRIPTS / "resilient_app.py"), str(steps), "5", *extra]
     env = root_env()
     env["PLANARIA_HOME"] = str(tmp_path)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
@@ -63,3 +64,15 @@ def test_failures_during_recovery_and_checkpoint_are_survived(tmp_path, backend:
     assert sorted(working) == list(range(6)) and all(r["ok"] for r in working.values()), results
     assert {working[k]["role"] for k in (0, 2, 5)} == {"recovered"}
     assert working[1]["recoveries"][0]["attempts"] >= 2      # the recovery itself was hit
+
+
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_failures_in_the_protected_epilogue_are_survived(tmp_path, backend: str) -> None:
+    """Ranks 0 and 3 die on entering ``finish`` (after the last step): a spare takes each, ``finish`` reruns."""
+    kills = ["kill:rank=0,phase=finish", "kill:rank=3,phase=finish"]
+    res, results = run_app(tmp_path, backend, 5, 2, kills, steps=20, extra=("stop", "finish"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    assert sorted(working) == list(range(5)) and all(r["ok"] for r in working.values()), results
+    assert {working[k]["role"] for k in (0, 3)} == {"recovered"}
+    assert all(rec["version"] == 20 for rec in working[1]["recoveries"]), working[1]["recoveries"]

@@ -163,25 +163,34 @@ def main(argv: list[str] | None = None) -> int:
         if i % 10 == 0:
             timeline.append((time.time(), i))
 
+    def finish(comm: pl.Comm, state: dict[str, np.ndarray]) -> int:
+        """Gather the field and every rank's record; rank 0 compares and writes the report."""
+        elapsed = time.time() - t_start
+        lo, hi = bounds(cells, comm.size, comm.rank)
+        final = comm.gather((lo, state["u"][1:-1]), root=0)
+        mine = {"recoveries": [r.__dict__ | {"total_s": r.total_s} for r in res.recoveries],
+                "checkpoints": res.checkpoint_times, "role": res.role, "world": world.rank, "timeline": timeline}
+        everyone = comm.gather(mine, root=0)
+        if comm.rank != 0:
+            return 0
+        return _report(jobdir, args, comm, final, everyone, elapsed, t_start, cells, every, nwork,
+                       res, world.backend)
+
     t_start = time.time()
     try:
-        state = res.run(init, step, args.steps)
+        code = res.run(init, step, args.steps, finish=finish)
     except (SparesExhausted, Unrecoverable) as e:
         # Every survivor writes the same report (atomic rename: one complete file wins).
         _write(jobdir, {"outcome": "spares exhausted" if isinstance(e, SparesExhausted) else "unrecoverable",
                         "message": str(e), "ranks": nwork, "spares": res.spares, "backend": world.backend})
         return 3
-    if state is None:                      # a spare that was never needed
-        return 0
-    comm = res.comm
-    elapsed = time.time() - t_start
-    lo, hi = bounds(cells, comm.size, comm.rank)
-    final = comm.gather((lo, state["u"][1:-1]), root=0)
-    mine = {"recoveries": [r.__dict__ | {"total_s": r.total_s} for r in res.recoveries],
-            "checkpoints": res.checkpoint_times, "role": res.role, "world": world.rank, "timeline": timeline}
-    everyone = comm.gather(mine, root=0)
-    if comm.rank != 0:
-        return 0
+    return 0 if code is None else code      # None: a spare that was never needed
+
+
+def _report(jobdir: str, args: argparse.Namespace, comm: pl.Comm, final: list, everyone: list[dict[str, Any]],
+            elapsed: float, t_start: float, cells: int, every: int, nwork: int, res: Resilient,
+            backend: str) -> int:
+    """Rank 0: assemble the field, compare it with the serial run, write demo.json; 0 if equal."""
     field = np.empty(cells)
     for blo, block in final:
         field[blo:blo + len(block)] = block
@@ -199,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
               "restart": int(os.environ.get("PLANARIA_RESTART", "0") or 0), "cells": cells, "steps": args.steps, "every": every,
               "checkpoint": args.checkpoint, "ranks": nwork, "ranks_end": comm.size, "spares": res.spares,
               "when_exhausted": args.when_exhausted,
-              "backend": world.backend, "elapsed_s": elapsed, "t_start": t_start,
+              "backend": backend, "elapsed_s": elapsed, "t_start": t_start,
               "checkpoint_s": {"count": len(longest["checkpoints"]),
                                "median": float(np.median(cks)) if cks else None, "max": max(cks, default=None)},
               "checkpoint_bytes_per_rank": (args.cells_per_rank + 2) * 8,

@@ -44,7 +44,7 @@ __all__ = [
 ENV_VAR = "PLANARIA_INJECT"
 
 
-PHASES = ("checkpoint", "recover")
+PHASES = ("checkpoint", "recover", "finish")
 """Phases a kill can be tied to (``kill:rank=R,phase=NAME``)."""
 
 
@@ -265,7 +265,7 @@ def _set(obj: object, name: str, value: Any) -> None:
 class Kill(Fault):
     """Kill ``rank`` at iteration ``iteration``, ``time`` seconds after the start, or on entering ``phase``.
 
-    With ``phase`` (``checkpoint`` or ``recover``, announced by the application or the recovery
+    With ``phase`` (``checkpoint``, ``recover`` or ``finish``, announced by the application or the recovery
     driver through ``planaria.phase``), ``iteration`` if given means "not before iteration I".
     """
 

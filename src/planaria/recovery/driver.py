@@ -122,8 +122,15 @@ class Resilient:
         return self._lay.logical
 
     def run(self, init: Callable[[Comm], State], step: Callable[[Comm, State, int], None],
-            steps: int) -> State | None:
-        """Run ``steps`` steps; returns this rank's final state (None on a spare never used)."""
+            steps: int, finish: Callable[[Comm, State], Any] | None = None) -> Any:
+        """Run ``steps`` steps; returns this rank's final state (None on a spare never used).
+
+        ``finish(comm, state) -> result`` is an epilogue (gathering the result, writing a report)
+        run under the same protection as the steps: a failure inside it, or before every rank
+        has come out of it, is recovered from the final checkpoint and ``finish`` runs again on
+        the repaired communicator. When given, ``run`` returns its result instead of the state.
+        Spares are released only once ``finish`` has succeeded everywhere.
+        """
         lay = self._lay
         self._init = init
         try:                                  # a failure may strike from the very first call
@@ -149,6 +156,13 @@ class Resilient:
                         self._save(i, state)
                     if lay.world.is_revoked():
                         raise pl.RevokedError("world revoked (a spare failed or recovery started elsewhere)")
+                result = state
+                if finish is not None:
+                    pl.phase("finish")
+                    result = finish(self.comm, state)
+                    # Uniform exit: a failure anywhere in the epilogue makes this raise at every
+                    # rank, so none leaves while the others recover (the last step is checkpointed).
+                    self.comm.agree(True)
                 break
             except FailureError as err:
                 resumed = self._recover(err, i)
@@ -156,7 +170,7 @@ class Resilient:
                     return None
                 i, state = resumed
         self._release_spares()
-        return state
+        return result
 
     # -- internals ---------------------------------------------------------------------------
     def _resume_from_store(self) -> tuple[int, State] | None:
@@ -201,8 +215,10 @@ class Resilient:
             time.sleep(0.02)
 
     def _release_spares(self) -> None:
+        """Every working rank tells every spare it is done: one message is enough for a spare,
+        so a working rank that dies on its way out cannot leave the spares waiting."""
         lay = self._lay
-        if lay.logical != 0:
+        if lay.logical is None:
             return
         for r in self._spare_world_ranks:
             try:

@@ -15,6 +15,7 @@ from planaria.recovery.driver import Resilient, SparesExhausted
 steps = int(sys.argv[1])
 every = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 mode = sys.argv[3] if len(sys.argv) > 3 else "stop"
+with_finish = len(sys.argv) > 4 and sys.argv[4] == "finish"
 
 res = Resilient(MemoryStore(copies=1), every=every, on_exhausted=mode)
 
@@ -28,8 +29,13 @@ def step(comm, state, i):
     state["trace"][i] = comm.allreduce(1)          # working ranks present at this step
 
 
+def finish(comm, state):
+    """The protected epilogue: every working rank's x, summed (a collective a failure can hit)."""
+    return {"sum": comm.allreduce(float(state["x"][0])), "x": state["x"], "size": comm.size}
+
+
 try:
-    state = res.run(init, step, steps)
+    state = res.run(init, step, steps, finish=finish if with_finish else None)
 except SparesExhausted as e:
     print(f"EXHAUSTED {res.world.rank}: {e}", flush=True)
     sys.exit(0)
@@ -39,6 +45,8 @@ if state is None:
 else:
     expect = L + sum(range(steps)) * (L + 1)
     ok = bool(np.all(state["x"] == expect))
+    if with_finish:
+        ok = ok and state["sum"] == sum(k + sum(range(steps)) * (k + 1) for k in range(state["size"]))
     print("RESULT " + json.dumps({"world": pl.world().rank, "role": res.role, "logical": L, "ok": ok,
                                   "recoveries": [r.__dict__ | {"total_s": r.total_s} for r in res.recoveries]}),
           flush=True)
