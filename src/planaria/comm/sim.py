@@ -28,6 +28,7 @@ from typing import Any
 from mpi4py import MPI
 
 from planaria.comm.base import Comm, Request
+from planaria.comm import errors as _errors
 from planaria.comm.errors import ProcFailedError, RevokedError
 
 CTL_TAG = 32001
@@ -215,6 +216,8 @@ class SimComm(Comm):
         dead = self._dead()
         if not dead:
             return
+        if _errors._observers:
+            _errors.saw_failed(self._world_of(r) for r in dead)
         if peer is None:                      # collective: any dead member breaks it
             self._orphan(req)
             raise ProcFailedError(dead)
