@@ -106,6 +106,8 @@ elif mode == "tools":
         pl.step(i)
         if i % 10 == 0:
             print(f"tick {rank} {i}", flush=True)
+            if ev.lookup("stop"):             # the test publishes stop=1 when it is done
+                break
         i += 1
         time.sleep(0.05)
     print(f"done {rank}", flush=True)
