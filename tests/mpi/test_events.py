@@ -184,3 +184,19 @@ def test_tools_against_a_running_job_and_refusals(tmp_path):
     killed = [e for e in evs if e["type"] == "event" and e["affected"] == [2]]
     assert len(killed) == 1 and killed[0]["name"] == "PMIX_ERR_PROC_KILLED_BY_CMD"
     assert [e["action"] for e in evs if e["type"] == "ctl"] == ["pause", "resume", "signal", "kill"]
+
+
+@pytest.mark.timeout(90)
+def test_bench_events_tiny(tmp_path):
+    env = root_env()
+    res = subprocess.run([sys.executable, "-m", "planaria.cli.main", "bench", "events", "--ranks", "3",
+                          "--count", "30", "--burst", "200", "--local", "50", "--json"],
+                         capture_output=True, text=True, timeout=80, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    r = out["result"]
+    assert r["ranks"] == 3 and r["missing_events"] == 0 and r["burst_complete"]
+    assert r["local"]["n"] == 50 and r["controller"]["n"] == 90 and r["controller_all_ranks"]["n"] == 30
+    assert 0 < r["local"]["p50_ms"] <= r["local"]["p99_ms"]
+    assert 0 < r["controller"]["p50_ms"] <= r["controller"]["p99_ms"] <= r["controller"]["max_ms"]
+    assert r["events_per_s"] > 0 and out["goal"]["limit_ms"] == 1.0

@@ -181,6 +181,8 @@ class Controller:
         ctx = self._ctx = zmq.Context()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 200000)     # a ROUTER drops what exceeds it: bursts of events
+        sock.setsockopt(zmq.RCVHWM, 200000)
         try:
             sock.bind(self.requested)
             self.uri = sock.getsockopt_string(zmq.LAST_ENDPOINT)

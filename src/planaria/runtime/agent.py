@@ -272,7 +272,8 @@ class Agent:
     def _run(self) -> None:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 1000)
-        sock.setsockopt(zmq.SNDHWM, 10000)
+        sock.setsockopt(zmq.SNDHWM, 100000)
+        sock.setsockopt(zmq.RCVHWM, 100000)
         tree = self._bind_tree()
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
