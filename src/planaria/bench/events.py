@@ -3,9 +3,10 @@
 Three figures from one ``planaria run`` job of N ranks on this machine (detection off):
 - in process: rank 0 notifies a ``proc_local`` event and waits for its own handler (the chain
   runs on the events thread); latency = perf_counter at the handler minus at ``notify``;
-- through the controller: rank 0 notifies a job-range event every ``pace`` ms; each rank's
-  handler (run by its agent thread) records wall-clock time minus the notify time (one host,
-  one clock); reported over all (event, rank) pairs and as the time until the last rank had it;
+- through the controller: rank 0 notifies a job-range event every ``pace`` ms (after its own
+  handler ran); each rank's handler (run by its agent thread) records wall-clock time minus the
+  notify time (one host, one clock); reported over all (event, rank) pairs and as the time until
+  the last rank had it. Ranks wait in ``threading.Event.wait``, never in an MPI call, meanwhile;
 - throughput: rank 0 notifies ``burst`` job-range events back to back; events per second =
   burst / (time the slowest rank ran its last handler - time of the first notify).
 """
@@ -65,11 +66,14 @@ def rank_main(args: argparse.Namespace) -> None:
     # 2. through the controller, paced
     lat: dict[int, float] = {}
     mine = threading.Event()
+    all_paced = threading.Event()
 
     def on_paced(e: Any, r: Any) -> Any:
         lat[int(e.info["seq"])] = time.time() - e.t
         if e.source == rank:
             mine.set()
+        if len(lat) == args.count:
+            all_paced.set()
         return ev.COMPLETE
     ev.register(U1, on_paced, name="bench-paced")
     # 3. burst
@@ -92,7 +96,10 @@ def rank_main(args: argparse.Namespace) -> None:
             ev.notify(U1, info={"seq": i}, cache=False)
             mine.wait(5)
             time.sleep(args.pace / 1e3)
-    time.sleep(0.5)
+    # wait asleep, not in an MPI call: Open MPI busy-polls, and spinning ranks would take the
+    # cores the agents need (the figure would measure that, not the relay)
+    all_paced.wait(max(10.0, args.count * (args.pace + 20.0) / 1e3))
+    time.sleep(0.2)
     comm.barrier()
     t_first = time.time()
     if rank == 0:
