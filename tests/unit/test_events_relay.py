@@ -34,7 +34,7 @@ def test_merger_one_event_per_burst_most_specific_code():
 
 def test_merger_nature_precedence():
     for kinds, code in ((["exited"], codes.PROC_TERM_WO_SYNC), (["exited", "killed-by-cmd"], codes.PROC_KILLED_BY_CMD),
-                        (["unreachable"], codes.PROC_ABORTED)):
+                        (["unreachable"], codes.PROC_ABORTED), (["aborted", "unreachable"], codes.PROC_ABORTED)):
         m = FaultMerger()
         for k in kinds:
             m.add(1, k, 0.0)

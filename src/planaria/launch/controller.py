@@ -368,8 +368,11 @@ class Controller:
         self._update_table(msg, now)
         if mtype == "fail" and isinstance(msg.get("rank"), int):
             with self._lock:
-                self.merger.add(msg["rank"], "signal", now, signal=int(_signal.SIGKILL),
-                                reason=str(msg.get("reason") or ""))
+                if (self.ranks.get(msg["rank"]) or {}).get("backend") == "sim":   # a zombie, not killed
+                    self.merger.add(msg["rank"], "aborted", now, reason=str(msg.get("reason") or ""))
+                else:                    # fail-stop: the rank SIGKILLs itself after this report
+                    self.merger.add(msg["rank"], "signal", now, signal=int(_signal.SIGKILL),
+                                    reason=str(msg.get("reason") or ""))
         elif mtype == "failed-seen":
             with self._lock:
                 for r in msg.get("ranks") or ():

@@ -14,6 +14,7 @@ _NATURE = {
     "killed-by-cmd": (codes.PROC_KILLED_BY_CMD, 4),
     "signal": (codes.PROC_ABORTED_BY_SIG, 3),
     "exited": (codes.PROC_TERM_WO_SYNC, 2),
+    "aborted": (codes.PROC_ABORTED, 1),       # reported its own failure and lives on (sim zombie)
     "lost-connection": (codes.PROC_ABORTED, 1),
     "unreachable": (codes.PROC_ABORTED, 0),
 }
