@@ -231,6 +231,26 @@ def test_event_wire_roundtrip():
     assert Event.from_wire(e.to_wire()) == e
 
 
+def test_late_registrant_replay_runs_on_the_events_thread():
+    import threading
+
+    import planaria.events as ev
+    from planaria.events import local
+    seen = []
+    done = threading.Event()
+    local._L.registry.dispatch(_ev(code=ev.user_code(8), id=10_001, info={"v": 1}))
+
+    def h(e, r):
+        seen.append((e.info["v"], threading.current_thread().name))
+        done.set()
+    hid = ev.register(ev.user_code(8), h, name="t-late-thread")
+    try:
+        assert done.wait(5)
+        assert seen == [(1, "planaria-events")]
+    finally:
+        ev.deregister(hid)
+
+
 def test_local_notify_runs_off_the_calling_thread():
     import threading
 

@@ -3,7 +3,8 @@ through which the runtime's agent relays events to and from the controller.
 
 Without a controller (outside ``planaria run``) every event stays in the process and its chain
 runs on a small dispatcher thread; under ``planaria run`` the agent thread runs the chain for
-events the controller forwards. Either way handlers never run on the application thread.
+events the controller forwards, and cached events reach a late registrant on the dispatcher
+thread. Either way handlers never run on the application thread.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ class _Local:
         self.abort: Callable[[str, Event], None] | None = None
         self.policy = (os.environ.get(POLICY_ENV, "none") or "none").strip().lower()
         self.aborted: Event | None = None
-        self._q: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[Event | Callable[[], Any] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.registry.register(None, self._default, name=DEFAULT_HANDLER, last=True, replay=False)
@@ -65,7 +66,8 @@ class _Local:
             self.abort(reason, ev)
         return COMPLETE, {"action": "abort", "reason": reason}
 
-    def local_dispatch(self, ev: Event) -> None:
+    def local_dispatch(self, ev: Event | Callable[[], Any]) -> None:
+        """Run an event's chain (or a replay) on the events thread."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="planaria-events", daemon=True)
@@ -77,7 +79,10 @@ class _Local:
             ev = self._q.get()
             if ev is None:
                 return
-            self.registry.dispatch(ev)
+            if isinstance(ev, Event):
+                self.registry.dispatch(ev)
+            else:
+                ev()
 
 
 _L = _Local()
@@ -128,10 +133,13 @@ def register(codes: int | Iterable[int] | None, handler: Handler, *, name: str |
     only events naming one of these ranks. Cached events that match are replayed to it at once.
     """
     rng = None if range is None and not ranks else parse_range(range or "job", ranks)
-    return _L.registry.register(codes, handler, name=name, first=first, last=last,
-                                first_in_category=first_in_category, last_in_category=last_in_category,
-                                before=before, after=after, prepend=prepend, append=append, range=rng,
-                                affected=affected)
+    rid = _L.registry.register(codes, handler, name=name, first=first, last=last,
+                               first_in_category=first_in_category, last_in_category=last_in_category,
+                               before=before, after=after, prepend=prepend, append=append, range=rng,
+                               affected=affected, replay=False)
+    if _L.registry.cache:                 # cached events reach it on the events thread, not this one
+        _L.local_dispatch(lambda: _L.registry.replay(rid))
+    return rid
 
 
 def deregister(handler_id: int) -> bool:
@@ -165,6 +173,9 @@ def notify(code: int | str, source: int | None = None, range: str | int | Range 
 def _need_controller(what: str) -> Callable[[dict[str, Any], float], dict[str, Any] | None]:
     if _L.request is None:
         raise EventsUnavailable(f"{what} needs the job's controller (run under 'planaria run')")
+    if threading.current_thread().name.startswith("planaria-agent"):
+        # the agent thread runs handlers and is the one that would carry the answer
+        raise RuntimeError(f"{what} cannot wait inside an event handler; hand it to another thread")
     return _L.request
 
 

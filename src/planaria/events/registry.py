@@ -179,12 +179,24 @@ class Registry:
                 setattr(self, slot, reg)
             else:
                 self._place(reg, self._lists[cat], first_in_category, last_in_category, before, after, append)
-            replayed = list(self.cache) if replay else []
-        for ev in replayed:
-            if reg.matches(ev, self.me, self.host) and self._key(ev) not in reg.seen:
-                reg.seen.add(self._key(ev))
-                self._call(reg, ev, [])
+        if replay:
+            self.replay(rid)
         return rid
+
+    def replay(self, rid: int) -> int:
+        """Give handler ``rid`` the cached events that match it and it has not seen (each on its
+        own, no chain); returns how many it got."""
+        with self._lock:
+            reg = next((r for r in self.chain() if r.id == rid), None)
+            if reg is None:
+                return 0
+            todo = [ev for ev in self.cache
+                    if reg.matches(ev, self.me, self.host) and self._key(ev) not in reg.seen]
+            for ev in todo:
+                reg.seen.add(self._key(ev))
+        for ev in todo:
+            self._call(reg, ev, [])
+        return len(todo)
 
     def _place(self, reg: Registration, lst: list[Registration], fic: bool, lic: bool,
                before: str | None, after: str | None, append: bool) -> None:

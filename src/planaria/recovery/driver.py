@@ -335,21 +335,21 @@ class Resilient:
 
 
 RESILIENT_HANDLER = "planaria-resilient"
+_handler_id: list[int] = []          # the registered resilient handler (one per process)
 
 
 def _claim_failure_events(driver: Resilient) -> None:
     """Register the resilient event handler (PMIx-style, ahead of the default abort): a process
-    failure is this driver's to recover from, so the chain stops before the default handler."""
+    failure is this driver's to recover from, so the chain stops before the default handler.
+    A newer driver in the same process takes the handler over."""
     from planaria import events
 
     def handler(ev: Any, results: Any) -> Any:
         driver.failure_events.append(ev)
         return events.COMPLETE, {"action": "ulfm-recovery"}
-    old = getattr(events.registry(), "_resilient_id", None)
-    if old is not None:
-        events.deregister(old)
-    events.registry()._resilient_id = events.register(events.PROC_FAILED_CODES, handler,  # type: ignore[attr-defined]
-                                                      name=RESILIENT_HANDLER)
+    while _handler_id:
+        events.deregister(_handler_id.pop())
+    _handler_id.append(events.register(events.PROC_FAILED_CODES, handler, name=RESILIENT_HANDLER))
 
 
 def _split(world: Comm, color: int | None, key: int) -> Comm | None:

@@ -62,6 +62,9 @@ if mode == "events":
     time.sleep(1.0)
     late = []
     ev.register(U(2), lambda e, r: late.append(e.info.get("for")), name="late")
+    t_late = time.time()
+    while not late and time.time() - t_late < 5:     # the replay runs on the events thread
+        time.sleep(0.01)
     comm.barrier()
     print("RESULT " + json.dumps({"rank": rank, "order": order, "seen_by_E": seen.get("E"),
                                   "ranges": sorted(c for c, _ in got), "only1": sorted(only1),
