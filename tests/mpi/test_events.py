@@ -164,15 +164,28 @@ def test_tools_against_a_running_job_and_refusals(tmp_path):
         xml = _cli(tmp_path, "attach", "latest", "--xml", "--ranks", "1", "--for", "1").stdout.splitlines()
         assert xml[0].startswith("<job ") and xml[-1] == "</job>"
         assert all(ln.startswith('<stdout rank="1">') for ln in xml[1:-1]) and len(xml) > 2
+        # an attached tool sees relayed events and leaves when the job ends
+        watcher = subprocess.Popen([sys.executable, "-m", "planaria.cli.main", "attach", "latest", "--events",
+                                    "--no-history", "--channels", "stderr"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+        time.sleep(1.5)
         # kill a rank: announced once as killed by command
         assert _cli(tmp_path, "ctl", "latest", "kill", "--ranks", "2").returncode == 0
         time.sleep(1.0)
         assert _cli(tmp_path, "publish", "latest", "stop=1").returncode == 0
         out, err = job.communicate(timeout=40)
+        seen, _ = watcher.communicate(timeout=20)
+        assert watcher.returncode == 0
+        assert "PMIX_ERR_PROC_KILLED_BY_CMD from rm affected=[2]" in seen, seen
+        assert seen.strip().splitlines()[-1].startswith("[event") and "PMIX_EVENT_JOB_END" in seen
     finally:
         if job.poll() is None:
             os.killpg(job.pid, 9)
             job.communicate()
+        w = locals().get("watcher")
+        if w is not None and w.poll() is None:
+            w.kill()
+            w.communicate()
     assert "[1] LOOKUP 1 42" in out, out[-2000:]
     evs = _events(jd)
     refused = [e for e in evs if e["type"] == "refused"]

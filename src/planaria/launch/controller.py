@@ -218,7 +218,7 @@ class Controller:
             self._tick(sock, force=True)
             self._drain_outbox(sock)
         finally:
-            sock.close(0)
+            sock.close(200)   # let the last messages (job end to attached tools) leave
             ctx.term()
 
     def _poll_ms(self) -> int:
