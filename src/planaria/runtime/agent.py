@@ -194,7 +194,8 @@ class Agent:
             r, w = os.pipe()
             os.dup2(r, 0)
             os.close(r)
-            self._stdin_w = w
+            os.set_blocking(w, False)      # never block the agent: text beyond the pipe's buffer
+            self._stdin_w = w              # (64 KiB unread by the rank) is dropped
         try:
             if data:
                 os.write(self._stdin_w, data.encode("utf-8"))
