@@ -36,6 +36,8 @@ def test_range_targets():
     job = ranges.parse_range("job")
     assert ranges.targets(job, 0, hosts) == {0, 1, 2, 3}
     assert ranges.targets(ranges.parse_range("local"), 2, hosts) == {2, 3}
+    assert ranges.targets(ranges.parse_range("local"), None, hosts, source_host="a") == {0, 1}
+    assert ranges.targets(ranges.parse_range("local"), None, hosts) == set()
     assert ranges.targets(ranges.parse_range("custom", [1, 3, 9]), 0, hosts) == {1, 3}
     assert ranges.targets(ranges.parse_range("proc_local"), 1, hosts) == {1}
     assert ranges.targets(ranges.parse_range("rm"), 1, hosts) == set()

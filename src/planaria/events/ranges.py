@@ -73,17 +73,20 @@ def parse_range(text: str | int | Range, ranks: Iterable[int] | None = None) -> 
     return Range(kind, rk)
 
 
-def targets(rng: Range, source: int | None, hosts: Mapping[int, str | None]) -> set[int]:
-    """The ranks an event from ``source`` (None: controller or tool) reaches; ``hosts``: rank -> host of live ranks."""
+def targets(rng: Range, source: int | None, hosts: Mapping[int, str | None],
+            source_host: str | None = None) -> set[int]:
+    """The ranks an event from ``source`` (None: controller or tool, on ``source_host``) reaches;
+    ``hosts``: rank -> host of live ranks."""
     everyone = set(hosts)
     if rng.kind in (JOB, SESSION, GLOBAL):
         return everyone
     if rng.kind == CUSTOM:
         return everyone & set(rng.ranks)
     if rng.kind == LOCAL:
-        if source is None or source not in hosts:
+        where = hosts.get(source) if source is not None else source_host
+        if where is None:
             return set()
-        return {r for r, h in hosts.items() if h == hosts[source]}
+        return {r for r, h in hosts.items() if h == where}
     if rng.kind == PROC_LOCAL:
         return {source} & everyone if source is not None else set()
     return set()                   # RM: the controller alone

@@ -38,7 +38,7 @@ import msgpack
 import zmq
 
 from planaria.events import codes as ev_codes
-from planaria.events.ranges import GLOBAL, SESSION, Range, targets
+from planaria.events.ranges import SESSION, Range, targets
 from planaria.launch.jobdir import JobDir
 from planaria.launch.relay import FaultMerger, KVStore
 
@@ -289,7 +289,7 @@ class Controller:
                 live_src[source] = self.ranks[source].get("host")
             else:
                 live_src = live
-        tg = targets(rng, source, live_src) & set(live) if rng.kind != GLOBAL else set(live)
+        tg = targets(rng, source, live_src, source_host if source is not None else self.host) & set(live)
         ev = {"code": int(code), "source": source, "range": rng.to_wire(), "info": info,
               "affected": sorted(int(r) for r in affected or ()), "id": next(self._eids),
               "t": now if t is None else t, "source_host": source_host, "origin": origin,
