@@ -100,6 +100,29 @@ def checkpoint(
     raise typer.Exit(run_and_show("checkpoint", compute, cb.show, json_out))
 
 
+@app.command("events")
+def events(
+    ranks: int = typer.Option(8, "--ranks", help="Ranks in the job."),
+    count: int = typer.Option(500, "--count", help="Paced job-range events through the controller."),
+    pace: float = typer.Option(2.0, "--pace", help="Milliseconds between paced events."),
+    burst: int = typer.Option(2000, "--burst", help="Events sent back to back for the throughput."),
+    local: int = typer.Option(1000, "--local", help="In-process (proc_local) events."),
+    repeat: int = typer.Option(1, "--repeat", help="Separate launches; the job with the median p50 is shown."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds allowed per launch."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """notify -> handler latency (p50, p99) in process and through the controller, and events per second.
+
+    Example: planaria bench events --ranks 8 --count 500 --burst 2000
+    """
+    from planaria.bench import events as eb
+    from planaria.bench._launch import run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        return eb.run(ranks, count, pace, burst, local, repeat, timeout, progress=_progress(json_out))
+    raise typer.Exit(run_and_show("events", compute, eb.show, json_out))
+
+
 @app.command("recovery")
 def recovery(
     ranks: int = typer.Option(8, "--ranks", help="Working ranks; logical rank 1 is killed."),

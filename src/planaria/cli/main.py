@@ -18,11 +18,13 @@ def _register() -> None:
     """Import verb modules; each adds its commands to ``app``."""
     from planaria.cli import demo as _demo  # noqa: F401
     from planaria.cli import abft, bench, diagnose, hosts, run as _run  # noqa: F401
+    from planaria.cli import tools
 
     app.command("diagnose")(diagnose.diagnose)
     app.add_typer(hosts.app, name="hosts")
     app.add_typer(bench.app, name="bench")
     app.add_typer(abft.app, name="abft")
+    tools.register(app)
 
 
 def main() -> None:

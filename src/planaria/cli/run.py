@@ -28,6 +28,7 @@ def run(
     detect: bool = typer.Option(True, "--detect/--no-detect", help="Run-time error detection in every rank: message timers, ping/status/vote probes, incidents in the job directory."),
     detect_timeouts: Optional[str] = typer.Option(None, "--detect-timeouts", help="Message timer thresholds in seconds, e.g. p2p=10,coll=20,remote=1.5,slow=0.25,probe=1 (see docs/localize.md)."),
     diagnose_on_timeout: bool = typer.Option(True, "--diagnose-on-timeout/--no-diagnose-on-timeout", help="Before a --timeout kill, collect every rank's state and write a diagnosis."),
+    default_handler: str = typer.Option("none", "--default-handler", help="What the ranks' default event handler does with a process-failure event no other handler completed: abort (end the job cleanly, exit 1) or none (see docs/events.md)."),
 ) -> None:
     """Run an MPI program (the command after --) with failure tracking.
 
@@ -55,7 +56,8 @@ def run(
     still answer, at most N times; --timeout bounds all attempts together.
 
     Exit status (of the last attempt): 0 finished; the survivors' exit code if non-zero; 1 no rank
-    finished; 2 usage or launch error; 124 --timeout; 130 interrupted (Ctrl-C).
+    finished (or the default event handler aborted the job); 2 usage or launch error; 124 --timeout;
+    130 interrupted (Ctrl-C).
     """
     from planaria.launch.runner import RunOptions, run_job
 
@@ -66,7 +68,7 @@ def run(
                       inject=list(inject), timeout=timeout, hosts=hosts, json=json_out,
                       mpiexec_args=list(mpiexec_arg), control=control, restart=restart,
                       reinject=reinject, netns=netns, detect=detect, detect_timeouts=detect_timeouts,
-                      diagnose_on_timeout=diagnose_on_timeout)
+                      diagnose_on_timeout=diagnose_on_timeout, default_handler=default_handler)
     raise typer.Exit(run_job(opts))
 
 

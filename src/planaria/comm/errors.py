@@ -1,7 +1,29 @@
 """Failure exceptions raised by every planaria communicator, whatever the backend."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+_observers: list[Callable[[frozenset[int]], None]] = []
+
+
+def observe_failures(fn: Callable[[frozenset[int]], None]) -> None:
+    """Call ``fn(world_ranks)`` whenever a communicator reports failed processes (the runtime
+    relays these "undeliverable message" signals to the controller)."""
+    _observers.append(fn)
+
+
+def saw_failed(world_ranks: Iterable[int]) -> None:
+    """A backend found these world ranks failed; tell the observers (never raises)."""
+    if not _observers:
+        return
+    ranks = frozenset(int(r) for r in world_ranks)
+    if not ranks:
+        return
+    for fn in list(_observers):
+        try:
+            fn(ranks)
+        except Exception:  # noqa: BLE001 - observing must never change the error path
+            pass
 
 
 class FailureError(RuntimeError):

@@ -28,6 +28,7 @@ from typing import Any
 from mpi4py import MPI
 
 from planaria.comm.base import Comm, Request
+from planaria.comm import errors as _errors
 from planaria.comm.errors import ProcFailedError, RevokedError
 
 CTL_TAG = 32001
@@ -217,15 +218,21 @@ class SimComm(Comm):
             return
         if peer is None:                      # collective: any dead member breaks it
             self._orphan(req)
-            raise ProcFailedError(dead)
+            raise self._failed(dead)
         if peer == MPI.ANY_SOURCE:
             unacked = dead - self._acked
             if unacked:
                 self._orphan(req)
-                raise ProcFailedError(unacked)
+                raise self._failed(unacked)
         elif peer in dead:
             self._orphan(req)
-            raise ProcFailedError({peer})
+            raise self._failed({peer})
+
+    def _failed(self, ranks: set[int]) -> ProcFailedError:
+        """The error to raise; observers (the runtime's relay) hear of the failed world ranks."""
+        if _errors._observers:
+            _errors.saw_failed(self._world_of(r) for r in ranks)
+        return ProcFailedError(ranks)
 
     def _orphan(self, req: Any) -> None:
         if req is None:

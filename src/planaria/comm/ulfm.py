@@ -6,6 +6,7 @@ from typing import Any
 from mpi4py import MPI
 
 from planaria.comm.base import Comm, Request
+from planaria.comm import errors as _errors
 from planaria.comm.errors import ProcFailedError, RevokedError
 
 _FAILED_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING)
@@ -121,13 +122,23 @@ class UlfmComm(Comm):
         if cls == MPI.ERR_REVOKED:
             return RevokedError()
         if cls in _FAILED_CLASSES:
-            return ProcFailedError(self._known_failed())
+            failed = self._known_failed()
+            self._saw(failed)
+            return ProcFailedError(failed)
         failed = self._known_failed()
         if failed:
+            self._saw(failed)
             return ProcFailedError(failed, f"process failure ({e.Get_error_string()}): rank(s) {sorted(failed)} failed")
         if self._is_revoked_raw():
             return RevokedError()
         return e
+
+    def _saw(self, failed: set[int]) -> None:
+        if failed and _errors._observers:
+            try:
+                _errors.saw_failed(self._world_of(r) for r in failed)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
 
     def _is_revoked_raw(self) -> bool:
         try:

@@ -9,12 +9,25 @@ agent -> controller: ``hello`` {rank, pid, host, role, backend}, ``hb`` {rank, s
 ``diagnosed`` {state, report, ...} comes when the collection tree has answered or timed out).
 controller -> agent: ``ack`` {id} for any message with an ``id``, ``hbok`` {} for heartbeats,
 ``ps`` {ranks: [rank records], t0} for ``ps``. Replies carry ``tok`` too.
+
+Events and tools (docs/events.md, docs/tools.md): ``notify`` {code, source, range, info, affected}
+from a rank or a tool is relayed as ``event`` {event} to the ranks in range (and to subscribed
+tools); ``abort`` {reason} from a rank's default handler asks the launcher to end the job;
+``failed-seen`` {ranks} (a rank's communicator reported failed peers), ``fail``, lost pids and
+silent heartbeats are merged into one process-failed event (``planaria.launch.relay``).
+Tools: ``ctl`` {action, ranks, signal}, ``publish`` {data, replace}, ``lookup`` {keys, wait,
+timeout}, ``log`` {message}, ``subscribe`` {events, io, history} (renewed every second; the
+controller then sends ``event`` and ``io`` {rank, channel, text, t} messages), ``stdin``
+{ranks, data, eof} (forwarded to those ranks' agents).
 """
 from __future__ import annotations
 
 import hmac
+import itertools
 import os
 import queue
+import signal as _signal
+import socket
 import tempfile
 import threading
 import time
@@ -24,11 +37,18 @@ from typing import Any
 import msgpack
 import zmq
 
+from planaria.events import codes as ev_codes
+from planaria.events.ranges import SESSION, Range, targets
 from planaria.launch.jobdir import JobDir
+from planaria.launch.relay import FaultMerger, KVStore
 
 LOST_REASON = "killed or crashed (no report)"
 HEARTBEAT_SILENCE = 3.0
 ACTIVE = ("starting", "running")
+REACHABLE = ACTIVE + ("paused",)          # ranks events are forwarded to
+SUBSCRIPTION_TTL = 5.0                    # seconds a tool subscription lives without renewal
+IO_HISTORY = 500                          # output lines kept for tools that attach late
+_CTL_SIGNALS = {"kill": _signal.SIGKILL, "pause": _signal.SIGSTOP, "resume": _signal.SIGCONT}
 MAX_REFUSED_LOGGED = 1000
 _UNIX_PATH_MAX = 100
 
@@ -74,8 +94,17 @@ class Controller:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context | None = None
-        self._outbox: queue.Queue[tuple[bytes, dict[str, Any]]] = queue.Queue()
+        self._outbox: queue.Queue[tuple[bytes | None, dict[str, Any]]] = queue.Queue()
         self._diagnosing = threading.Lock()
+        self.idents: dict[int, bytes] = {}
+        self.merger = FaultMerger()
+        self.kv = KVStore()
+        self.subscribers: dict[bytes, dict[str, Any]] = {}
+        self.abort_request: dict[str, Any] | None = None
+        self.relayed = 0
+        self.host = socket.gethostname()
+        self._eids = itertools.count(1)
+        self._io_history: list[dict[str, Any]] = []
 
     # --- lifecycle -----------------------------------------------------
     def start(self, timeout: float = 10.0) -> str:
@@ -141,6 +170,9 @@ class Controller:
                     info.update(state="lost", fail_time=now, reason=LOST_REASON)
                     lost.append({"type": "lost", "rank": info["rank"], "pid": info.get("pid"),
                                  "reason": LOST_REASON, "t": now})
+                    silent = not (self.pid_check and info.get("pid"))
+                    self.merger.add(info["rank"], "lost-connection" if silent else "exited", now,
+                                    pid=info.get("pid"))
         for rec in lost:
             self.jobdir.append_event(rec)
 
@@ -149,6 +181,8 @@ class Controller:
         ctx = self._ctx = zmq.Context()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 200000)     # a ROUTER drops what exceeds it: bursts of events
+        sock.setsockopt(zmq.RCVHWM, 200000)
         try:
             sock.bind(self.requested)
             self.uri = sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -169,25 +203,123 @@ class Controller:
         next_sweep = time.time() + 0.5
         try:
             while not self._stop.is_set():
-                if poller.poll(100):
+                if poller.poll(self._poll_ms()):
                     while True:
                         try:
                             frames = sock.recv_multipart(zmq.NOBLOCK)
                         except zmq.Again:
                             break
                         self._handle(sock, frames)
-                while True:
-                    try:
-                        ident, reply = self._outbox.get_nowait()
-                    except queue.Empty:
-                        break
-                    self._reply(sock, ident, reply)
+                self._drain_outbox(sock)
+                self._tick(sock)
                 if time.time() >= next_sweep:
                     self.sweep()
                     next_sweep = time.time() + 0.5
+            self._tick(sock, force=True)
+            self._drain_outbox(sock)
         finally:
-            sock.close(0)
+            sock.close(200)   # let the last messages (job end to attached tools) leave
             ctx.term()
+
+    def _poll_ms(self) -> int:
+        due = [d for d in (self.merger.next_due(), self.kv.next_deadline()) if d is not None]
+        if not due:
+            return 100
+        return max(0, min(100, int((min(due) - time.time()) * 1000) + 1))
+
+    def _drain_outbox(self, sock: zmq.Socket) -> None:
+        while True:
+            try:
+                ident, reply = self._outbox.get_nowait()
+            except queue.Empty:
+                return
+            if ident is not None:
+                self._reply(sock, ident, reply)
+            elif reply.get("type") == "io":
+                self._to_subscribers(sock, reply, "io")
+            elif reply.get("type") == "emit":
+                self._emit(sock, reply["code"], None, Range(reply.get("range", SESSION)),
+                           reply.get("info") or {}, reply.get("affected") or (), "rm")
+
+    def _tick(self, sock: zmq.Socket, force: bool = False) -> None:
+        """Emit a merged failure event whose window has passed; answer due lookups; expire tools."""
+        now = time.time()
+        with self._lock:
+            merged = self.merger.take(now, force=force)
+        if merged is not None:
+            self._emit(sock, merged["code"], None, Range(), merged["info"], merged["affected"], "rm")
+        for ident, reply in self.kv.ready(now):
+            self._reply(sock, ident, reply)
+        if self.subscribers:
+            for ident in [i for i, sub in self.subscribers.items() if sub["until"] < now]:
+                del self.subscribers[ident]
+
+    def _send_packed(self, sock: zmq.Socket, ident: bytes, payload: bytes) -> bool:
+        try:
+            sock.send_multipart([ident, payload], zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError:
+            return False
+
+    def _to_subscribers(self, sock: zmq.Socket, msg: dict[str, Any], what: str) -> None:
+        subs = [i for i, sub in self.subscribers.items() if sub.get(what)]
+        if not subs:
+            return
+        if what == "events" and msg.get("event"):
+            wanted = [i for i in subs if self.subscribers[i].get("codes") is None
+                      or msg["event"]["code"] in self.subscribers[i]["codes"]]
+            subs = wanted
+        msg["tok"] = self.secret.decode("utf-8")
+        payload = msgpack.packb(msg, use_bin_type=True, default=str)
+        for ident in subs:
+            self._send_packed(sock, ident, payload)
+
+    def _emit(self, sock: zmq.Socket, code: int, source: int | None, rng: Range, info: dict[str, Any],
+              affected: Any, origin: str, t: float | None = None, source_host: str | None = None,
+              cache: bool = True) -> dict[str, Any]:
+        """Forward one event to the ranks in range (and to subscribed tools); log it."""
+        now = time.time()
+        with self._lock:
+            live = {r: v.get("host") for r, v in self.ranks.items()
+                    if v["state"] in REACHABLE and r in self.idents}
+            if source is not None and source_host is None and source in self.ranks:
+                source_host = self.ranks[source].get("host")
+            if source is not None and source not in live and source in self.ranks:
+                live_src = dict(live)
+                live_src[source] = self.ranks[source].get("host")
+            else:
+                live_src = live
+        tg = targets(rng, source, live_src, source_host if source is not None else self.host) & set(live)
+        ev = {"code": int(code), "source": source, "range": rng.to_wire(), "info": info,
+              "affected": sorted(int(r) for r in affected or ()), "id": next(self._eids),
+              "t": now if t is None else t, "source_host": source_host, "origin": origin,
+              "cache": cache}
+        payload = msgpack.packb({"type": "event", "event": ev, "tok": self.secret.decode("utf-8")},
+                                use_bin_type=True, default=str)
+        for r in sorted(tg):
+            self._send_packed(sock, self.idents[r], payload)
+        self._to_subscribers(sock, {"type": "event", "event": ev}, "events")
+        self.relayed += 1
+        self.jobdir.append_event({"type": "event", "t": now, "id": ev["id"], "code": ev["code"],
+                                  "name": ev_codes.name_of(ev["code"]), "source": source,
+                                  "origin": origin, "range": rng.name, "targets": sorted(tg),
+                                  "affected": ev["affected"], "info": info})
+        return ev
+
+    def notify(self, code: int, info: dict[str, Any] | None = None, affected: Any = (),
+               range_kind: int = SESSION) -> None:
+        """Raise an event from the controller itself (e.g. job end); sent by the server thread."""
+        self._outbox.put((None, {"type": "emit", "code": int(code), "info": info or {},
+                                 "affected": list(affected), "range": range_kind}))
+
+    def io(self, rank: int, channel: str, text: str) -> None:
+        """One line of a rank's output, for attached tools (kept in a bounded history)."""
+        rec = {"type": "io", "rank": rank, "channel": channel, "text": text, "t": time.time()}
+        self._io_history.append(rec)
+        if len(self._io_history) > IO_HISTORY:
+            del self._io_history[:len(self._io_history) - IO_HISTORY]
+        if self.subscribers:
+            self._outbox.put((None, rec))
 
     def _refuse(self, ident: bytes, why: str, mtype: Any = None) -> None:
         self.refused += 1
@@ -228,7 +360,27 @@ class Controller:
             threading.Thread(target=self._diagnose_for, args=(ident, msg), daemon=True,
                              name="planaria-diagnose").start()
             return
+        if mtype in ("hello", "hb") and isinstance(msg.get("rank"), int):
+            self.idents[msg["rank"]] = ident
+        if mtype in self._TOOL_TYPES:
+            self._tool(sock, ident, mtype, msg, now)
+            return
         self._update_table(msg, now)
+        if mtype == "fail" and isinstance(msg.get("rank"), int):
+            with self._lock:
+                if (self.ranks.get(msg["rank"]) or {}).get("backend") == "sim":   # a zombie, not killed
+                    self.merger.add(msg["rank"], "aborted", now, reason=str(msg.get("reason") or ""))
+                else:                    # fail-stop: the rank SIGKILLs itself after this report
+                    self.merger.add(msg["rank"], "signal", now, signal=int(_signal.SIGKILL),
+                                    reason=str(msg.get("reason") or ""))
+        elif mtype == "failed-seen":
+            with self._lock:
+                for r in msg.get("ranks") or ():
+                    if isinstance(r, int) and r != msg.get("rank"):
+                        self.merger.add(r, "unreachable", now, by=msg.get("rank"))
+        elif mtype == "abort" and self.abort_request is None:
+            self.abort_request = {"rank": msg.get("rank"), "reason": str(msg.get("reason") or "abort"),
+                                  "event": msg.get("event"), "t": now}
         if mtype != "hb":
             rec = dict(msg)
             rec.setdefault("t", now)
@@ -238,6 +390,114 @@ class Controller:
             self._reply(sock, ident, {"type": "ack", "id": msg["id"]})
         elif mtype == "hb":
             self._reply(sock, ident, {"type": "hbok"})
+
+    _TOOL_TYPES = frozenset({"notify", "ctl", "publish", "lookup", "subscribe", "stdin"})
+
+    def _tool(self, sock: zmq.Socket, ident: bytes, mtype: str, msg: dict[str, Any], now: float) -> None:
+        """Requests of tools (and of ranks' event API): relay, job control, key-values, I/O."""
+        mid = msg.get("id")
+        reply: dict[str, Any] | None = {"type": mtype}
+        if mtype == "notify":
+            try:
+                code = ev_codes.parse_code(msg.get("code"))
+                rng = Range.from_wire(msg.get("range"))
+            except (ValueError, TypeError) as exc:
+                reply["error"] = str(exc)
+            else:
+                src = msg.get("source") if isinstance(msg.get("source"), int) else None
+                ev = self._emit(sock, code, src, rng, dict(msg.get("info") or {}), msg.get("affected") or (),
+                                "rank" if isinstance(msg.get("rank"), int) else "tool", t=msg.get("t"),
+                                source_host=msg.get("source_host"), cache=bool(msg.get("cache", True)))
+                reply["event"] = ev["id"]
+            if mid is None and isinstance(msg.get("rank"), int):
+                reply = None                 # a rank's notify is fire-and-forget
+        elif mtype == "ctl":
+            reply.update(self._ctl(msg, now))
+        elif mtype == "publish":
+            stored, err = self.kv.publish(msg.get("data") or {}, bool(msg.get("replace")), msg.get("rank"))
+            reply.update(stored=stored, error=err)
+            if stored:
+                self.jobdir.append_event({"type": "publish", "t": now, "rank": msg.get("rank"), "keys": stored})
+        elif mtype == "lookup":
+            keys = [str(k) for k in msg.get("keys") or ()]
+            found = self.kv.lookup(keys)
+            if msg.get("wait") and len(found) < len(keys):
+                timeout = min(max(float(msg.get("timeout") or 0.0), 0.0), 3600.0)
+                self.kv.wait(ident, mid, keys, now + timeout)
+                return
+            reply.update(data=found, missing=[k for k in keys if k not in found])
+        elif mtype == "subscribe":
+            if msg.get("cancel"):
+                self.subscribers.pop(ident, None)
+            else:
+                new = ident not in self.subscribers
+                cs = msg.get("codes")
+                self.subscribers[ident] = {"until": now + SUBSCRIPTION_TTL, "io": bool(msg.get("io")),
+                                           "events": bool(msg.get("events")),
+                                           "codes": None if cs is None else {int(c) for c in cs}}
+                if new and msg.get("history") and msg.get("io"):
+                    for rec in list(self._io_history):
+                        self._reply(sock, ident, dict(rec))
+        elif mtype == "stdin":
+            sent = []
+            payload = msgpack.packb({"type": "stdin", "data": str(msg.get("data") or ""),
+                                     "eof": bool(msg.get("eof")), "tok": self.secret.decode("utf-8")},
+                                    use_bin_type=True)
+            with self._lock:
+                want = msg.get("ranks")
+                ranks = sorted(r for r, v in self.ranks.items() if v["state"] in REACHABLE
+                               and (want is None or r in want))
+            for r in ranks:
+                if r in self.idents and self._send_packed(sock, self.idents[r], payload):
+                    sent.append(r)
+            reply["ranks"] = sent
+        if reply is not None:
+            if mid is not None:
+                reply["id"] = mid
+            self._reply(sock, ident, reply)
+
+    def _ctl(self, msg: dict[str, Any], now: float) -> dict[str, Any]:
+        """kill | signal | pause | resume the given ranks (all when none named)."""
+        action = str(msg.get("action") or "")
+        if action == "signal":
+            try:
+                sig = _parse_signal(msg.get("signal"))
+            except ValueError as exc:
+                return {"error": str(exc)}
+        elif action in _CTL_SIGNALS:
+            sig = _CTL_SIGNALS[action]
+        else:
+            return {"error": f"unknown action {action!r} (kill, signal, pause, resume)"}
+        want = msg.get("ranks")
+        done: list[int] = []
+        errors: dict[str, str] = {}
+        with self._lock:
+            rows = {r: dict(v) for r, v in self.ranks.items() if want is None or r in want}
+        for r in sorted(set(want or ()) - set(rows)):
+            errors[str(r)] = "no such rank"
+        for r, info in sorted(rows.items()):
+            pid = info.get("pid")
+            if info["state"] not in REACHABLE or not pid:
+                errors[str(r)] = f"not running ({info['state']})"
+                continue
+            try:
+                os.kill(int(pid), sig)
+            except OSError as exc:
+                errors[str(r)] = exc.strerror or str(exc)
+                continue
+            done.append(r)
+            with self._lock:
+                row = self.ranks[r]
+                if action == "pause":
+                    row["state"] = "paused"
+                elif action == "resume" and row["state"] == "paused":
+                    row["state"], row["last_hb"] = "running", now
+                elif action == "kill":
+                    row.update(state="lost", fail_time=now, reason="killed by command (planaria ctl)")
+                    self.merger.add(r, "killed-by-cmd", now, signal=int(sig))
+        self.jobdir.append_event({"type": "ctl", "t": now, "action": action, "signal": int(sig),
+                                  "ranks": done, "errors": errors})
+        return {"action": action, "signal": int(sig), "ranks": done, "errors": errors}
 
     def _update_table(self, msg: dict[str, Any], now: float) -> None:
         mtype = msg.get("type")
@@ -298,3 +558,17 @@ class Controller:
         with self._diagnosing:
             return collect_and_analyze(self.jobdir, self.table(), self.secret.decode("utf-8"),
                                        k=k, hop=hop, rounds=rounds, interval=interval)
+
+
+def _parse_signal(value: Any) -> int:
+    """``TERM``, ``SIGTERM``, ``15`` -> 15; ValueError otherwise."""
+    if isinstance(value, int):
+        return value
+    text = str(value or "").strip().upper()
+    if text.isdigit():
+        return int(text)
+    name = text if text.startswith("SIG") else "SIG" + text
+    sig = getattr(_signal, name, None)
+    if not isinstance(sig, _signal.Signals):
+        raise ValueError(f"unknown signal {value!r}")
+    return int(sig)

@@ -178,7 +178,7 @@ def build_mpiexec_cmd(
         argv += ["--host", ",".join(f"{h}:{s}" for h, s in host_list)]
     if nprocs > slots:
         argv.append("--oversubscribe")
-    argv += ["--output", "tag"]
+    argv += ["--output", "tag", "--stdin", "none"]   # stdin reaches ranks only through planaria attach
     if ssh_agent:
         argv += ["--prtemca", "plm_ssh_agent", ssh_agent]
     for name in sorted(k for k in env if k.startswith("PLANARIA_")):

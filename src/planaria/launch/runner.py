@@ -70,6 +70,7 @@ class RunOptions:
     detect: bool = True         # run-time error detection in every rank (message log, timers, probes)
     detect_timeouts: str | None = None   # thresholds, see planaria.localize.thresholds
     diagnose_on_timeout: bool = True   # collect and analyze the global state before a --timeout kill
+    default_handler: str = "none"      # what the ranks' default event handler does with a fault: abort | none
 
 
 def _err(msg: str) -> None:
@@ -124,12 +125,16 @@ class _Output:
         self._lock = threading.Lock()
         self._json = json_mode
         self.watch = _RuntimeWatch()
+        self.sink: Any = None          # the controller's io(rank, channel, text), for attached tools
 
     def pump(self, stream: Any, is_err: bool) -> None:
         """Copy every line of ``stream`` (until EOF)."""
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
             rank, kind, text = tag_line(line)
+            sink = self.sink
+            if sink is not None and rank is not None:
+                sink(rank, kind, text)
             if rank is None:
                 with self._lock:
                     self.watch.feed(line)
@@ -513,6 +518,9 @@ def run_job(opts: RunOptions) -> int:
     if not opts.command:
         _err("no command given (usage: planaria run -n N -- python script.py)")
         return EXIT_USAGE
+    if opts.default_handler not in ("abort", "none"):
+        _err(f"--default-handler must be abort or none (got {opts.default_handler!r})")
+        return EXIT_USAGE
     if opts.backend not in BACKENDS:
         _err(f"unknown backend {opts.backend!r} (choose ulfm, sim or auto)")
         return EXIT_USAGE
@@ -686,6 +694,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         "PLANARIA_RESTART": str(number - 1),
         "PLANARIA_DETECT": "1" if opts.detect else "0",
         "PLANARIA_DETECT_TIMEOUTS": opts.detect_timeouts or "",
+        "PLANARIA_EVENTS_DEFAULT": opts.default_handler,
     }
     try:
         argv, env = build_mpiexec_cmd(command, total, backend=backend, hosts=layout.hosts_arg(opts),
@@ -716,6 +725,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
                                attempt_hosts=att.hosts,
                                env={k: v for k, v in penv.items() if k != "PLANARIA_SECRET_FILE"})
     out.watch = _RuntimeWatch()
+    out.sink = controller.io
     try:
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
@@ -744,6 +754,9 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         if interrupted.is_set():
             outcome = "interrupted"
             break
+        if controller.abort_request is not None:
+            outcome = "aborted"
+            break
         if deadline is not None and time.time() > deadline:
             outcome = "timeout"
             break
@@ -751,6 +764,8 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         _diagnose_now(controller, out, "timeout")
     if outcome != "finished":
         why = ("interrupted (Ctrl-C)" if outcome == "interrupted"
+               else f"aborted by rank {controller.abort_request.get('rank')}'s {controller.abort_request['reason']}"
+               if outcome == "aborted" and controller.abort_request is not None
                else f"timeout after {opts.timeout:g} s")
         _err(f"{why}: stopping the job")
         _kill_all(proc, controller)
@@ -768,15 +783,24 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         controller.sweep()
     controller.sweep(final=True, final_ok=final_ok)
     table = controller.table()
+    if outcome == "aborted" and controller.abort_request is not None:
+        for info in table.values():      # ranks the abort took down, not failures of their own
+            if info["state"] == "lost" and (info.get("fail_time") or 0) >= controller.abort_request["t"]:
+                info["reason"] = "ended by the job abort (default event handler)"
     if outcome == "finished" and not final_ok:
         # nothing of this attempt may keep running (and writing checkpoints) into the next one
         _kill_all(proc, controller)
+    out.sink = None
+    from planaria.events.codes import JOB_END
+    controller.notify(JOB_END, {"outcome": outcome, "mpiexec_rc": mpiexec_rc, "attempt": number})
     controller.stop()
 
     if outcome == "timeout":
         status = EXIT_TIMEOUT
     elif outcome == "interrupted":
         status = EXIT_INTERRUPTED
+    elif outcome == "aborted":
+        status = EXIT_FAILED
     else:
         status = exit_status(table, mpiexec_rc)
         finished = sum(1 for info in table.values() if info["state"] == "finished")

@@ -115,6 +115,8 @@ class Resilient:
         self.recoveries: list[Recovery] = []
         self._has_state = logical is not None     # False on a spare until it has restored a state
         self.checkpoint_times: list[float] = []
+        self.failure_events: list[Any] = []       # process-failure events the resilient handler completed
+        _claim_failure_events(self)
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -330,6 +332,24 @@ class Resilient:
                                         any(l is None for l in logical), version, t1 - t0, t2 - t1,
                                         time.perf_counter() - t2, attempts, comm.size, continued=True))
         return version, state
+
+
+RESILIENT_HANDLER = "planaria-resilient"
+_handler_id: list[int] = []          # the registered resilient handler (one per process)
+
+
+def _claim_failure_events(driver: Resilient) -> None:
+    """Register the resilient event handler (PMIx-style, ahead of the default abort): a process
+    failure is this driver's to recover from, so the chain stops before the default handler.
+    A newer driver in the same process takes the handler over."""
+    from planaria import events
+
+    def handler(ev: Any, results: Any) -> Any:
+        driver.failure_events.append(ev)
+        return events.COMPLETE, {"action": "ulfm-recovery"}
+    while _handler_id:
+        events.deregister(_handler_id.pop())
+    _handler_id.append(events.register(events.PROC_FAILED_CODES, handler, name=RESILIENT_HANDLER))
 
 
 def _split(world: Comm, color: int | None, key: int) -> Comm | None:

@@ -2,8 +2,11 @@
 
 A daemon thread owns the ZeroMQ sockets: a DEALER to the controller and a ROUTER on which
 the collection tree (``planaria.diagnose.collect``) reaches this rank. Other threads hand
-messages over queues; a collection request runs in its own short-lived thread so that
-heartbeats continue while stacks are sampled and children are waited for.
+messages over queues (and wake the agent through a pipe, so a message leaves at once); a
+collection request runs in its own short-lived thread so that heartbeats continue while
+stacks are sampled and children are waited for. Events the controller forwards run this
+rank's handler chain on the agent thread (``planaria.events``); stdin pushed by a tool is
+written to a pipe that replaces the rank's file descriptor 0 on the first push.
 """
 from __future__ import annotations
 
@@ -48,6 +51,11 @@ class Agent:
         self._closed = False
         self.dead: str | None = None          # set when this rank has failed (sim zombies keep their agent)
         self._replies: queue.Queue[tuple[bytes, dict[str, Any]]] = queue.Queue()
+        self._answers: dict[str, dict[str, Any]] = {}
+        self._stdin_w: int | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self.endpoint: str | None = None
         self._ctx = zmq.Context()
         self._thread = threading.Thread(target=self._run, name=f"planaria-agent-{rank}", daemon=True)
@@ -90,12 +98,38 @@ class Agent:
             with self._lock:
                 self._pending[mid] = ev
         self._queue.put(msg)
+        self._wake()
         if ev is None:
             return True
         ok = ev.wait(timeout)
         with self._lock:
             self._pending.pop(msg["id"], None)
+            self._answers.pop(msg["id"], None)
         return ok
+
+    def request(self, msg: dict[str, Any], timeout: float = 5.0) -> dict[str, Any] | None:
+        """Send ``msg`` and return the controller's reply to it (None after ``timeout`` s)."""
+        if self._closed:
+            return None
+        msg = dict(msg)
+        mid = f"{self.rank}-{os.getpid()}-{next(self._ids)}"
+        msg["id"] = mid
+        msg.setdefault("rank", self.rank)
+        ev = threading.Event()
+        with self._lock:
+            self._pending[mid] = ev
+        self._queue.put(msg)
+        self._wake()
+        ev.wait(timeout)
+        with self._lock:
+            self._pending.pop(mid, None)
+            return self._answers.pop(mid, None)
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"w")
+        except OSError:          # pipe full (the agent is already due to drain) or closed
+            pass
 
     def close(self, timeout: float = 1.0) -> None:
         """Flush queued messages, stop the thread (bounded); nothing further is sent."""
@@ -132,11 +166,44 @@ class Agent:
         if not isinstance(msg, dict) or msg.get("tok") != self._secret:
             return
         self.last_reply = time.monotonic()
-        if msg.get("type") == "ack":
+        mtype = msg.get("type")
+        if mtype == "event":
+            from planaria.events.local import deliver
+            try:
+                deliver(msg.get("event") or {})
+            except Exception:  # noqa: BLE001 - a bad event must never stop the agent
+                pass
+            return
+        if mtype == "stdin":
+            self._push_stdin(str(msg.get("data") or ""), bool(msg.get("eof")))
+            return
+        mid = msg.get("id")
+        if mid is not None:
             with self._lock:
-                ev = self._pending.get(msg.get("id"))
+                ev = self._pending.get(mid)
+                if ev is not None and mtype != "ack":
+                    self._answers[mid] = msg
             if ev is not None:
                 ev.set()
+
+    def _push_stdin(self, data: str, eof: bool) -> None:
+        """Feed text to this rank's standard input (fd 0 becomes a pipe on the first push)."""
+        if self._stdin_w is None:
+            if not data and eof:
+                return
+            r, w = os.pipe()
+            os.dup2(r, 0)
+            os.close(r)
+            os.set_blocking(w, False)      # never block the agent: text beyond the pipe's buffer
+            self._stdin_w = w              # (64 KiB unread by the rank) is dropped
+        try:
+            if data:
+                os.write(self._stdin_w, data.encode("utf-8"))
+            if eof:
+                os.close(self._stdin_w)
+                self._stdin_w = -1
+        except OSError:
+            pass
 
     # --- collection tree ------------------------------------------------
     def _bind_tree(self) -> zmq.Socket | None:
@@ -206,12 +273,14 @@ class Agent:
     def _run(self) -> None:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 1000)
-        sock.setsockopt(zmq.SNDHWM, 10000)
+        sock.setsockopt(zmq.SNDHWM, 100000)
+        sock.setsockopt(zmq.RCVHWM, 100000)
         tree = self._bind_tree()
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         if tree is not None:
             poller.register(tree, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
         try:
             sock.connect(self.uri)
             self._send(sock, {"type": "hello", "rank": self.rank, "size": self.size,
@@ -220,11 +289,18 @@ class Agent:
                               "ep": self.endpoint})
             self.last_reply = time.monotonic()
             next_hb = time.monotonic() + self.heartbeat
+            last_turn = time.monotonic()
             while not self._stop.is_set():
                 self._drain(sock)
                 if tree is not None:
                     self._send_replies(tree)
                 ready = dict(poller.poll(_POLL_MS))
+                if self._wake_r in ready:
+                    try:
+                        os.read(self._wake_r, 4096)
+                    except OSError:
+                        pass
+                    self._drain(sock)
                 if tree is not None and tree in ready:
                     self._on_tree(tree)
                 if sock in ready:
@@ -234,6 +310,10 @@ class Agent:
                         except zmq.Again:
                             break
                 now = time.monotonic()
+                if now - last_turn > 2.0:
+                    # this process was stopped (SIGSTOP, a debugger): the controller was not silent
+                    self.last_reply = now
+                last_turn = now
                 if now >= next_hb:
                     self._send(sock, {"type": "hb", "rank": self.rank, "step": self.step,
                                       "t": time.time()})

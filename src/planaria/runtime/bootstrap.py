@@ -111,6 +111,8 @@ def _start_services(comm: Comm) -> None:
         _RT.agent = Agent.from_env(comm.rank, comm.size, role, _RT.backend)
     except ImportError:
         _RT.agent = None
+    if _RT.agent is not None:
+        _connect_events(_RT.agent)
     from planaria.inject.plan import Plan
     plan = Plan.from_env()
     if not plan.faults:
@@ -139,6 +141,28 @@ def _start_services(comm: Comm) -> None:
         from planaria.comm.sim import sim_state
         sim_state().check = inj.check
     inj.start_timers()
+
+
+def _connect_events(agent: Any) -> None:
+    """Relay this rank's events through its agent; report failed peers its communicators see."""
+    from planaria.comm.errors import observe_failures
+    from planaria.events import local as events_local
+
+    def send(msg: dict[str, Any]) -> bool:
+        return agent.report(msg.pop("type"), **msg)
+
+    def abort(reason: str, ev: Any) -> None:
+        agent.report("abort", reason=reason, event=ev.to_wire())
+
+    events_local.install(agent.rank, send, agent.request, abort)
+    reported: set[int] = set()
+
+    def seen(ranks: frozenset[int]) -> None:
+        new = ranks - reported
+        if new:
+            reported.update(new)
+            agent.report("failed-seen", ranks=sorted(new))
+    observe_failures(seen)
 
 
 def _start_localizer(comm: Comm, thresholds: Any, svc: Any) -> None:

@@ -1,0 +1,213 @@
+"""This process's side of event notification: its registry, the default handler, and the hooks
+through which the runtime's agent relays events to and from the controller.
+
+Without a controller (outside ``planaria run``) every event stays in the process and its chain
+runs on a small dispatcher thread; under ``planaria run`` the agent thread runs the chain for
+events the controller forwards, and cached events reach a late registrant on the dispatcher
+thread. Either way handlers never run on the application thread.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from planaria.events import codes as _codes
+from planaria.events.ranges import PROC_LOCAL, Range, parse_range
+from planaria.events.registry import (
+    COMPLETE,
+    NO_ACTION,
+    Event,
+    Handler,
+    Registry,
+    Result,
+)
+
+DEFAULT_HANDLER = "planaria-default"
+POLICY_ENV = "PLANARIA_EVENTS_DEFAULT"        # abort | none
+CACHE_ENV = "PLANARIA_EVENTS_CACHE"
+
+
+class EventsUnavailable(RuntimeError):
+    """A call that needs the job's controller outside ``planaria run``."""
+
+
+class _Local:
+    def __init__(self) -> None:
+        try:
+            limit = int(os.environ.get(CACHE_ENV, "64") or 64)
+        except ValueError:
+            limit = 64
+        self.registry = Registry(None, socket.gethostname(), cache_limit=limit)
+        self.send: Callable[[dict[str, Any]], bool] | None = None
+        self.request: Callable[[dict[str, Any], float], dict[str, Any] | None] | None = None
+        self.abort: Callable[[str, Event], None] | None = None
+        self.policy = (os.environ.get(POLICY_ENV, "none") or "none").strip().lower()
+        self.aborted: Event | None = None
+        self._q: queue.SimpleQueue[Event | Callable[[], Any] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.registry.register(None, self._default, name=DEFAULT_HANDLER, last=True, replay=False)
+
+    # the default handler: abort the job on a fault no earlier handler completed
+    def _default(self, ev: Event, results: list[Result]) -> Any:
+        if self.policy != "abort" or ev.code not in _codes.FAULT_CODES:
+            return NO_ACTION
+        if self.aborted is not None:
+            return COMPLETE, {"action": "abort", "already": True}
+        self.aborted = ev
+        reason = (f"default event handler: {ev.name} (affected ranks {sorted(ev.affected)}) "
+                  f"not completed by any other handler")
+        if self.abort is not None:
+            self.abort(reason, ev)
+        return COMPLETE, {"action": "abort", "reason": reason}
+
+    def local_dispatch(self, ev: Event | Callable[[], Any]) -> None:
+        """Run an event's chain (or a replay) on the events thread."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="planaria-events", daemon=True)
+                self._thread.start()
+        self._q.put(ev)
+
+    def _run(self) -> None:
+        while True:
+            ev = self._q.get()
+            if ev is None:
+                return
+            if isinstance(ev, Event):
+                self.registry.dispatch(ev)
+            else:
+                ev()
+
+
+_L = _Local()
+
+
+def registry() -> Registry:
+    """This process's handler registry."""
+    return _L.registry
+
+
+def install(rank: int, send: Callable[[dict[str, Any]], bool],
+            request: Callable[[dict[str, Any], float], dict[str, Any] | None],
+            abort: Callable[[str, Event], None], policy: str | None = None) -> None:
+    """Connect this process to its controller (called by the runtime when the agent starts)."""
+    _L.registry.me = int(rank)
+    _L.send, _L.request, _L.abort = send, request, abort
+    if policy is not None:
+        set_default_action(policy)
+
+
+def set_default_action(action: str) -> None:
+    """What the default handler does with an uncompleted fault event: ``"abort"`` the job or ``"none"``."""
+    action = action.strip().lower()
+    if action not in ("abort", "none"):
+        raise ValueError(f"default action must be 'abort' or 'none', not {action!r}")
+    _L.policy = action
+
+
+def default_action() -> str:
+    """The default handler's current action (``abort`` or ``none``)."""
+    return _L.policy
+
+
+def deliver(msg: dict[str, Any]) -> list[Result]:
+    """Run the local chain for an event the controller forwarded (in the calling thread: the agent's)."""
+    return _L.registry.dispatch(Event.from_wire(msg))
+
+
+def register(codes: int | Iterable[int] | None, handler: Handler, *, name: str | None = None,
+             first: bool = False, last: bool = False, first_in_category: bool = False,
+             last_in_category: bool = False, before: str | None = None, after: str | None = None,
+             prepend: bool = False, append: bool = False, range: str | int | Range | None = None,
+             ranks: Iterable[int] | None = None, affected: Iterable[int] | None = None) -> int:
+    """Register ``handler(event, results) -> Status | (Status, dict) | None`` for ``codes`` (None: all).
+
+    Ordering attributes follow PMIx (see ``planaria.events.registry``); ``range`` filters by
+    the event's source (``proc_local``, ``local``, ``custom`` with ``ranks``); ``affected`` keeps
+    only events naming one of these ranks. Cached events that match are replayed to it at once.
+    """
+    rng = None if range is None and not ranks else parse_range(range or "job", ranks)
+    rid = _L.registry.register(codes, handler, name=name, first=first, last=last,
+                               first_in_category=first_in_category, last_in_category=last_in_category,
+                               before=before, after=after, prepend=prepend, append=append, range=rng,
+                               affected=affected, replay=False)
+    if _L.registry.cache:                 # cached events reach it on the events thread, not this one
+        _L.local_dispatch(lambda: _L.registry.replay(rid))
+    return rid
+
+
+def deregister(handler_id: int) -> bool:
+    """Remove a handler by the id ``register`` returned."""
+    return _L.registry.deregister(handler_id)
+
+
+def notify(code: int | str, source: int | None = None, range: str | int | Range = "job",
+           info: dict[str, Any] | None = None, *, ranks: Iterable[int] | None = None,
+           affected: Iterable[int] | None = None, cache: bool = True) -> bool:
+    """Raise event ``code`` (PMIx name or number) from this rank to the processes in ``range``.
+
+    ``proc_local`` events (and every event outside ``planaria run``) run this process's chain
+    only; other ranges go through the controller, which forwards to the ranks in range.
+    Returns True once the event is handed over (delivery is asynchronous).
+    """
+    rng = parse_range(range, ranks)
+    me = _L.registry.me
+    ev = Event(code=_codes.parse_code(code), source=me if source is None else int(source), range=rng,
+               info=dict(info or {}), affected=frozenset(int(r) for r in affected or ()),
+               t=time.time(), source_host=_L.registry.host, cache=cache)
+    if rng.kind == PROC_LOCAL or _L.send is None:
+        _L.local_dispatch(ev)
+        return True
+    msg = ev.to_wire()
+    msg["type"] = "notify"
+    msg["rank"] = me
+    return bool(_L.send(msg))
+
+
+def _need_controller(what: str) -> Callable[[dict[str, Any], float], dict[str, Any] | None]:
+    if _L.request is None:
+        raise EventsUnavailable(f"{what} needs the job's controller (run under 'planaria run')")
+    if threading.current_thread().name.startswith("planaria-agent"):
+        # the agent thread runs handlers and is the one that would carry the answer
+        raise RuntimeError(f"{what} cannot wait inside an event handler; hand it to another thread")
+    return _L.request
+
+
+def publish(data: dict[str, Any] | None = None, *, replace: bool = False, timeout: float = 5.0,
+            **kv: Any) -> list[str]:
+    """Publish key-values in the job's store (PMIx_Publish); returns the keys stored.
+
+    A key already published is refused (KeyError) unless ``replace``.
+    """
+    items = dict(data or {}) | kv
+    reply = _need_controller("publish")({"type": "publish", "data": items, "replace": replace}, timeout)
+    if reply is None:
+        raise TimeoutError(f"no answer from the controller within {timeout:g} s")
+    if reply.get("error"):
+        raise KeyError(reply["error"])
+    return list(reply.get("stored") or [])
+
+
+def lookup(keys: str | Iterable[str], *, wait: bool = False, timeout: float = 5.0) -> dict[str, Any]:
+    """Values of ``keys`` in the job's store (PMIx_Lookup); with ``wait`` block until all are
+    published or ``timeout`` s passed. Missing keys are absent from the result."""
+    ks = [keys] if isinstance(keys, str) else list(keys)
+    reply = _need_controller("lookup")({"type": "lookup", "keys": ks, "wait": wait,
+                                        "timeout": timeout}, timeout + 2.0)
+    if reply is None:
+        raise TimeoutError(f"no answer from the controller within {timeout + 2.0:g} s")
+    return dict(reply.get("data") or {})
+
+
+def log(message: str, **fields: Any) -> bool:
+    """Append a record to the job record (``events.jsonl``, type ``log``) (PMIx_Log with the job-record channel)."""
+    if _L.send is None:
+        raise EventsUnavailable("log needs the job's controller (run under 'planaria run')")
+    return bool(_L.send({"type": "log", "rank": _L.registry.me, "message": str(message),
+                         "fields": fields, "t": time.time()}))

@@ -1,0 +1,119 @@
+"""Controller-side parts of event relay: merging low-level failure signals into one
+"process failed" event, and the job's key-value store with waiting lookups (pure, no sockets)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from planaria.events import codes
+
+MERGE_WINDOW = 0.05          # seconds: signals about failures this close together become one event
+
+# low-level signal -> (code it suggests, precedence: the most specific nature wins)
+_NATURE = {
+    "killed-by-cmd": (codes.PROC_KILLED_BY_CMD, 4),
+    "signal": (codes.PROC_ABORTED_BY_SIG, 3),
+    "exited": (codes.PROC_TERM_WO_SYNC, 2),
+    "aborted": (codes.PROC_ABORTED, 1),       # reported its own failure and lives on (sim zombie)
+    "lost-connection": (codes.PROC_ABORTED, 1),
+    "unreachable": (codes.PROC_ABORTED, 0),
+}
+
+
+@dataclass
+class FaultMerger:
+    """Collects signals (process exited, killed by signal, lost connection, undeliverable message)
+    and emits one event per burst naming every affected rank; a rank is announced once."""
+
+    window: float = MERGE_WINDOW
+    announced: set[int] = field(default_factory=set)
+    _pending: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    _due: float | None = None
+    absorbed: int = 0                    # signals about ranks already announced
+
+    def add(self, rank: int, kind: str, now: float, **detail: Any) -> bool:
+        """Record one signal; False when ``rank`` was already announced (the signal is merged away)."""
+        if kind not in _NATURE:
+            raise ValueError(f"unknown failure signal {kind!r}")
+        if rank in self.announced:
+            self.absorbed += 1
+            return False
+        self._pending.setdefault(rank, []).append({"kind": kind, "t": now, **detail})
+        if self._due is None:
+            self._due = now + self.window
+        return True
+
+    def next_due(self) -> float | None:
+        """When the pending burst is to be emitted (None: nothing pending)."""
+        return self._due
+
+    def take(self, now: float, force: bool = False) -> dict[str, Any] | None:
+        """The merged event once the window has passed: {code, affected, info}; None otherwise."""
+        if self._due is None or (now < self._due and not force):
+            return None
+        pending, self._pending, self._due = self._pending, {}, None
+        best = max((_NATURE[c["kind"]] for cs in pending.values() for c in cs), key=lambda x: x[1])
+        self.announced.update(pending)
+        causes = {str(r): cs for r, cs in sorted(pending.items())}
+        sig = next((c.get("signal") for cs in pending.values() for c in cs if c.get("signal")), None)
+        info: dict[str, Any] = {"causes": causes, "nature": codes.name_of(best[0])}
+        if sig is not None:
+            info["signal"] = sig
+        return {"code": best[0], "affected": sorted(pending), "info": info}
+
+
+@dataclass
+class _Waiter:
+    ident: bytes
+    mid: Any
+    keys: list[str]
+    deadline: float
+
+
+class KVStore:
+    """Published key-values of one job (PMIx_Publish/PMIx_Lookup) with bounded waiting lookups."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+        self.owner: dict[str, Any] = {}
+        self._waiters: list[_Waiter] = []
+
+    def publish(self, items: dict[str, Any], replace: bool = False, owner: Any = None) -> tuple[list[str], str | None]:
+        """Store ``items``; (stored keys, error). Nothing is stored when a key exists and not ``replace``."""
+        if not isinstance(items, dict) or not items:
+            return [], "nothing to publish"
+        clash = sorted(k for k in items if k in self.data) if not replace else []
+        if clash:
+            return [], f"already published: {', '.join(clash)} (replace to overwrite)"
+        for k, v in items.items():
+            self.data[str(k)] = v
+            self.owner[str(k)] = owner
+        return sorted(str(k) for k in items), None
+
+    def lookup(self, keys: list[str]) -> dict[str, Any]:
+        """The published values of ``keys`` (missing ones left out)."""
+        return {k: self.data[k] for k in keys if k in self.data}
+
+    def wait(self, ident: bytes, mid: Any, keys: list[str], deadline: float) -> None:
+        """Answer later: when every key is there or at ``deadline``."""
+        self._waiters.append(_Waiter(ident, mid, list(keys), deadline))
+
+    def next_deadline(self) -> float | None:
+        """The earliest waiting deadline."""
+        return min((w.deadline for w in self._waiters), default=None)
+
+    def ready(self, now: float) -> list[tuple[bytes, dict[str, Any]]]:
+        """Replies for waiters that are satisfied or timed out."""
+        out, keep = [], []
+        for w in self._waiters:
+            found = self.lookup(w.keys)
+            if len(found) == len(w.keys) or now >= w.deadline:
+                reply: dict[str, Any] = {"type": "lookup", "data": found,
+                                         "missing": [k for k in w.keys if k not in found]}
+                if w.mid is not None:
+                    reply["id"] = w.mid
+                out.append((w.ident, reply))
+            else:
+                keep.append(w)
+        self._waiters = keep
+        return out
