@@ -389,11 +389,30 @@ class Executor:
                   "argv": sys.argv})
         if self.bconf is not None:
             lat, bw = self.measure_links()
-        if self.is_balancer:
-            status = self.balance(lat, bw)
-        else:
-            status = self.work(main, args, kwargs)
+        try:
+            if self.is_balancer:
+                status = self.balance(lat, bw)
+            else:
+                status = self.work(main, args, kwargs)
+        except Exception as e:
+            # a peer died (ProcFailedError) or the runtime broke: leave a complete trace, then let it propagate
+            from planaria.comm.errors import FailureError
+            self.rec({"k": "abort", "t": time.time(), "error": type(e).__name__, "message": str(e),
+                      "failed_ranks": sorted(getattr(e, "ranks", ()) or ()) if isinstance(e, FailureError) else []})
+            self.dump_unfinished()
+            self.rec({"k": "exit", "status": "aborted", "t": time.time(), "done": self.done, "errors": self.errors})
+            if self.tw is not None:
+                self.tw.close()
+            raise
         return self.conclude(status)
+
+    def dump_unfinished(self) -> list[_CF]:
+        """Write every CF of this rank that has not finished, with the DFs it awaits."""
+        unfinished = [s for s in self.cfs.values() if s.state != "done"]
+        for st in unfinished:
+            self.rec({"k": "unfinished", "cf": st.spec.id, "state": st.state,
+                      "awaits": sorted(st.missing), "t": time.time()})
+        return unfinished
 
     def work(self, main: Code, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         self.pool: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -516,18 +535,15 @@ class Executor:
                 self.verdict = "timeout"
             if not got:
                 time.sleep(0.0002)
-        self.moves = model.moves
+        self.planned = model.moves
         return self.verdict
 
     # -- the end ------------------------------------------------------------------------------
     def conclude(self, status: str) -> RunResult:
         """Dump unfinished CFs with the DFs they await, flush the trace, agree on the totals."""
-        unfinished = [s for s in self.cfs.values() if s.state != "done"]
-        for st in unfinished:
-            self.rec({"k": "unfinished", "cf": st.spec.id, "state": st.state,
-                      "awaits": sorted(st.missing), "t": time.time()})
+        unfinished = self.dump_unfinished()
         local = {"done": self.done, "unfinished": len(unfinished), "errors": self.errors,
-                 "moves": self.moves, "sent": self.sent, "recv": self.recvd}
+                 "moves": self.moves, "planned": getattr(self, "planned", 0), "sent": self.sent, "recv": self.recvd}
         if status == "finished" and self.errors:
             status = "failed"
         self.rec({"k": "exit", "status": status, "t": time.time(), **local})

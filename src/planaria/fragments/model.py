@@ -297,7 +297,14 @@ def source_line(file: str, line: int) -> str:
                     break
         except (tokenize.TokenError, SyntaxError, IndentationError):
             pass
-    return text.rstrip(";")
+    text = text.rstrip(";")
+    # the CF's expression without its recommendations (``f(x).at(2).delete(x)`` -> ``f(x)``)
+    import re
+    while True:
+        m = re.search(r"\.(at|delete)\([^()]*(\([^()]*\)[^()]*)*\)$", text)
+        if not m:
+            return text
+        text = text[:m.start()]
 
 
 class SubContext:

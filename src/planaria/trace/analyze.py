@@ -214,7 +214,8 @@ def analyze(records: list[dict[str, Any]], all_hung: bool = False) -> dict[str, 
         return {"cfs": group_ids, "instances": len(group_ids), "code": cf.get("code"), "expr": cf.get("expr"),
                 "file": cf.get("file"), "line": cf.get("line"), "kind": cf.get("kind"),
                 "stack": frames(cf), "awaited": awaited,
-                "state": (unfinished.get(group_ids[0]) or {}).get("state", "lost"),
+                "state": (unfinished.get(group_ids[0]) or {}).get(
+                    "state", "running when its rank died" if group_ids[0] in started else "lost with its rank"),
                 "rank": cf.get("rank")}
 
     def grouped(ids: list[str]) -> list[dict[str, Any]]:
@@ -316,7 +317,9 @@ def render_text(rep: dict[str, Any]) -> str:
                 lines.append("  awaits no DF: it was running or ready when the run stopped")
 
     if rep["root_causes"]:
-        hung_block("Following CFs appear to be the root cause of the system hang:", rep["root_causes"])
+        title = ("Following CFs appear to be the root cause of the system hang:" if rep["status"] == "hung"
+                 else f"Following CFs never finished (run {rep['status']}); root causes:")
+        hung_block(title, rep["root_causes"])
     if rep.get("cycle_without_root") or rep["cycles"]:
         lines.append("")
         lines.append("Dependency cycle(s) among hung CFs (each waits for a DF another one would set):")
