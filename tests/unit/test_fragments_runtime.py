@@ -131,3 +131,29 @@ def test_trace_flushes_at_threshold_before_exit(tmp_path):
     with open(tmp_path / "trace-r3.jsonl", "a") as fh:
         fh.write('{"k": "torn')                       # a writer killed mid-line
     assert [r["i"] for r in read_traces(tmp_path)] == list(range(len(on_disk)))
+
+
+@fr.atomic
+def fill(vec: fr.Name, n: int):
+    for i in range(n):
+        vec[i].set(i * i)
+
+
+@fr.atomic
+def total(vals: list, out: fr.Name):
+    out.set(sum(vals))
+
+
+@fr.sub
+def fill_main(n: int):
+    v, t = fr.dfs("v t")
+    fill(v, n)                      # one CF sets a whole indexed DF element by element
+    total([v[i] for i in range(n)], t)
+    collect([t])
+
+
+def test_one_cf_may_set_elements_of_an_indexed_output(tmp_path):
+    SINK.clear()
+    res = fr.run(fill_main, 5, comm=None, trace_dir=str(tmp_path))
+    assert res.status == "finished" and SINK == [[0 + 1 + 4 + 9 + 16]]
+    assert not [r for r in read_traces(tmp_path) if r["k"] == "error"]

@@ -355,8 +355,9 @@ class Executor:
             self.rec({"k": "end", "cf": cf_id, "t0": t0, "t": t1, "ok": False})
         else:
             if kind == "atomic":
+                outs = spec.output_refs()
                 for _d, (ref, v) in result[1].items():
-                    if ref.id not in {r.id for r in spec.output_refs()}:
+                    if not any(o.base == ref.base and ref.index[:len(o.index)] == o.index for o in outs):
                         self.rec({"k": "error", "kind": "not_an_output", "cf": cf_id, "df": ref.id,
                                   "message": f"{spec.expr} set {ref!r}, which it was not given as an output"})
                     self.set_df(ref, v, cf_id)
