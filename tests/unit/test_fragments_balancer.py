@@ -26,7 +26,8 @@ def test_weights_follow_figure_3():
     m.ready(0, "g1-4", "g1")
     m.ready(0, "g1-5", "g1")
     assert m.load(0) == pytest.approx(2 * 2.5 + 3 * 1.9)
-    assert m.weight(1, "g1") == pytest.approx((10 + 9) / 10)   # nothing done on worker 1: mean over all
+    assert m.weight(1, "g1") == pytest.approx(2.5)              # a group's mean holds on every process
+    assert m.weight(1, "g3") == pytest.approx(1.9)              # nothing done on worker 1: mean over all
 
 
 def test_thresholds_gate_the_plan():

@@ -1,9 +1,9 @@
 """Centralized dynamic load balancer (paper 003 §6): the load model and the balancing plan (pure).
 
 The balancer rank hears "ready" (CF id, code-block group, input size) and "done" (CF id,
-group, duration) from the workers. A CF's weight is the mean duration of finished CFs of its
-group on its process, else the mean of every finished CF on that process (else the mean over
-all processes, else 1.0 before anything finished). After each message: if fewer than
+group, duration) from the workers. A CF's weight is the mean duration of the finished CFs of its
+group (the balancer groups CFs by code block, over all processes), else the mean of every CF
+finished on its process (else the mean over all processes, else 1.0 before anything finished). After each message: if fewer than
 JOBS_LEFT_THRESHOLD CFs are outstanding, stop; find the least (H1) and most (H2) loaded
 workers; if (H2 - H1) / H2 < JOBS_DIFFERENCE_RATIO, stop; else move ready CFs from the most
 loaded to the least loaded in decreasing weight, each counted as WEIGHT - SIZE/SPEED - LATENCY
@@ -91,9 +91,11 @@ class LoadModel:
 
     # -- weights -----------------------------------------------------------------------------
     def weight(self, worker: int, group: str) -> float:
-        g = self.done_group[worker].get(group)
-        if g and g[1]:
-            return g[0] / g[1]
+        """Mean duration of the group's finished CFs, else of every CF finished on ``worker``, else overall, else 1.0."""
+        gs = sum(d[group][0] for d in self.done_group if group in d)
+        gc = sum(d[group][1] for d in self.done_group if group in d)
+        if gc:
+            return gs / gc
         s, c = self.done_all[worker]
         if c:
             return s / c
