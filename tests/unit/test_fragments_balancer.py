@@ -128,3 +128,18 @@ def test_ring_waits_for_messages_in_flight_and_reports_hangs():
     vis = [members[r].visit(tok, sent=1 if r == 0 else 0, recv=1 if r == 1 else 0, unfinished=2 if r == 1 else 0)
            for r in [1, 2, 0] * 2]
     assert vis[-1] == "hung" and all(v is None for v in vis[:-1])
+
+
+def test_the_mean_cap_blocks_moves_with_few_cfs_and_the_donor_cap_does_not():
+    paper = LoadModel(8, BalancerConfig(2, 0.2))
+    donor = LoadModel(8, BalancerConfig(2, 0.2, receiver_cap="donor"))
+    for m in (paper, donor):
+        for i in range(3):
+            m.ready(0, f"c{i}", "g")
+    assert paper.plan() == []                     # mean 3/8 < one CF: every receiver would exceed it
+    moves = donor.plan()
+    assert [ids for _s, _d, ids in moves] == [["c2"], ["c1"]]
+    assert sorted(donor.load(w) for w in range(8))[-3:] == [1.0, 1.0, 1.0]
+    assert donor.plan() == []                     # balanced: no ping-pong
+    with pytest.raises(ValueError):
+        BalancerConfig(receiver_cap="max")

@@ -5,6 +5,7 @@ random tasks of the layer before, all CFs created on worker 0; durations are rea
 calls, so on a 2-core machine shared by 9 processes the figure measures scheduling, not
 arithmetic. *matmul*: block matrix multiplication with real numpy work (one BLAS thread per rank).
 Modes: ``balancer`` (all CFs created on worker 0, the §6 balancer on one extra rank moves them),
+``balancer-donor`` (the same with ``receiver_cap="donor"``),
 ``static`` (round-robin placement ``.at(i % P)``, no balancer), ``dask`` (Dask distributed
 LocalCluster, P single-threaded worker processes, the same graph and durations submitted from one
 client). Ideal makespan = max(total work / P, critical path). Also: tracing overhead in time and
@@ -57,6 +58,48 @@ def critical_path(dur: list[float], deps: list[list[int]]) -> float:
 def ideal_makespan(dur: list[float], deps: list[list[int]], workers: int) -> float:
     """A lower bound on any schedule's makespan: max(total work / P, critical path)."""
     return max(sum(dur) / workers, critical_path(dur, deps))
+
+
+def list_schedule(dur: list[float], deps: list[list[int]], workers: int, priority: str = "fifo") -> float:
+    """Makespan of a zero-overhead greedy list schedule (a free worker takes a ready task at once).
+
+    ``fifo``: tasks in the order they became ready (what a runtime that knows no durations can do);
+    ``critical``: the ready task with the longest path to the end first (an oracle knowing durations).
+    """
+    import heapq
+    n = len(dur)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i, ds in enumerate(deps):
+        for j in ds:
+            children[j].append(i)
+    bottom = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        bottom[i] = dur[i] + max((bottom[c] for c in children[i]), default=0.0)
+    waiting = [len(set(ds)) for ds in deps]
+    ready: list[tuple[float, int]] = []
+    seq = 0
+
+    def push(i: int) -> None:
+        nonlocal seq
+        heapq.heappush(ready, ((-bottom[i], i) if priority == "critical" else (seq, i)))
+        seq += 1
+    for i in range(n):
+        if waiting[i] == 0:
+            push(i)
+    running: list[tuple[float, int]] = []
+    now, free = 0.0, workers
+    while ready or running:
+        while ready and free:
+            _k, i = heapq.heappop(ready)
+            heapq.heappush(running, (now + dur[i], i))
+            free -= 1
+        now, i = heapq.heappop(running)
+        free += 1
+        for c in children[i]:
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                push(c)
+    return now
 
 
 # ---------------------------------------------------------------------------- the fragment programs
@@ -134,11 +177,12 @@ def _peak_rss_mb() -> float:
 def rank_main(args: argparse.Namespace) -> None:
     import planaria as pl
     comm = pl.world()
-    balancer = args.mode == "balancer"
+    balancer = args.mode.startswith("balancer")
     workers = comm.size - 1 if balancer else comm.size
     static = args.mode == "static"
     trace_dir = os.path.join(args.scratch, "trace") if args.trace else None
-    bconf = fr.BalancerConfig(args.jobs_left, args.ratio) if balancer else None
+    bconf = fr.BalancerConfig(args.jobs_left, args.ratio, "donor" if args.mode == "balancer-donor" else "mean") \
+        if balancer else None
     comm.barrier()
     t0 = time.perf_counter()
     if args.graph == "irregular":
@@ -162,7 +206,7 @@ def rank_main(args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------------------------- driver side
 def _job(workers: int, mode: str, graph: str, opts: dict[str, Any], trace: bool, timeout: float) -> dict[str, Any]:
-    nprocs = workers + (1 if mode == "balancer" else 0)
+    nprocs = workers + (1 if mode.startswith("balancer") else 0)
     argv = ["--graph", graph, "--mode", mode, "--timeout", str(timeout)] + (["--trace"] if trace else [])
     for k, v in opts.items():
         argv += [f"--{k.replace('_', '-')}", str(v)]
@@ -210,8 +254,8 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
     """Every (graph, mode, P) cell: median wall of ``repeat`` launches, speedup vs 1 worker, efficiency vs ideal."""
     say = progress or (lambda _m: None)
     for m in modes:
-        if m not in ("balancer", "static", "dask"):
-            raise ValueError(f"unknown mode {m!r} (balancer, static, dask)")
+        if m not in ("balancer", "balancer-donor", "static", "dask"):
+            raise ValueError(f"unknown mode {m!r} (balancer, balancer-donor, static, dask)")
     for g in graphs:
         if g not in ("irregular", "matmul"):
             raise ValueError(f"unknown graph {g!r} (irregular, matmul)")
@@ -225,7 +269,7 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
             if mode == "dask" and graph != "irregular":
                 continue
             for p in workers:
-                m = "static" if (mode == "balancer" and p < 2) else mode
+                m = "static" if (mode.startswith("balancer") and p < 2) else mode
                 walls, extra = [], {}
                 for rep in range(repeat):
                     say(f"{graph} {m} P={p} run {rep + 1}/{repeat}")
@@ -240,6 +284,8 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
                 if graph == "irregular":
                     row["ideal_s"] = ideal_makespan(ig["dur"], ig["deps"], p)
                     row["efficiency"] = row["ideal_s"] / row["wall_s"]
+                    row["greedy_fifo_s"] = list_schedule(ig["dur"], ig["deps"], p, "fifo")
+                    row["greedy_critical_s"] = list_schedule(ig["dur"], ig["deps"], p, "critical")
                 rows.append(row)
     for row in rows:   # speedup against the same graph and mode on 1 worker (static for the balancer)
         base = next((r for r in rows if r["graph"] == row["graph"] and r["workers"] == 1
@@ -308,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Fragmented programs: speedup/efficiency with the balancer on and off, vs Dask; tracing overhead.")
     p.add_argument("--workers", default="1,2,4,8", help="worker counts, e.g. 1,2,4,8")
     p.add_argument("--graphs", default="irregular,matmul", help="irregular,matmul")
-    p.add_argument("--modes", default="balancer,static,dask", help="balancer,static,dask")
+    p.add_argument("--modes", default="balancer,balancer-donor,static,dask", help="balancer,balancer-donor,static,dask")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--tasks", type=int, default=96)
     p.add_argument("--layers", type=int, default=4)

@@ -18,6 +18,7 @@ def run(
     balancer: bool = typer.Option(False, "--balancer/--no-balancer", help="Dedicate one extra rank to the centralized dynamic load balancer."),
     jobs_left: int = typer.Option(2, "--jobs-left-threshold", help="JOBS_LEFT_THRESHOLD: fewest outstanding CFs for which the balancer acts."),
     ratio: float = typer.Option(0.2, "--jobs-difference-ratio", help="JOBS_DIFFERENCE_RATIO (0..1): least (H2-H1)/H2 between the most and least loaded workers that triggers a move."),
+    cap: str = typer.Option("mean", "--receiver-cap", help="mean: the paper's rule (a receiver ends at most at the mean load); donor: at most at the donor's load after the move (moves work even when few CFs are outstanding)."),
     threads: int = typer.Option(2, "--threads", help="CFs run at once on each worker rank."),
     trace_dir: Optional[str] = typer.Option(None, "--trace-dir", help="Where the per-rank traces go (default: <job dir>/trace)."),
     trace: bool = typer.Option(True, "--trace/--no-trace", help="Write traces (needed by 'planaria trace analyze')."),
@@ -55,6 +56,8 @@ def run(
         problem = "--balancer needs at least 2 workers (-n 2)"
     elif not 0.0 <= ratio <= 1.0:
         problem = f"--jobs-difference-ratio must be in [0, 1], got {ratio}"
+    elif cap not in ("mean", "donor"):
+        problem = f"--receiver-cap must be mean or donor, got {cap!r}"
     elif jobs_left < 0 or threads < 1 or flush_bytes < 0:
         problem = "--jobs-left-threshold and --trace-flush-bytes must be >= 0, --threads >= 1"
     if problem:
@@ -64,6 +67,7 @@ def run(
         "PLANARIA_BALANCER": "1" if balancer else "0",
         "PLANARIA_JOBS_LEFT_THRESHOLD": str(jobs_left),
         "PLANARIA_JOBS_DIFFERENCE_RATIO": repr(ratio),
+        "PLANARIA_BALANCER_CAP": cap,
         "PLANARIA_FRAGMENT_THREADS": str(threads),
         "PLANARIA_TRACE": "1" if trace else "0",
         "PLANARIA_TRACE_FLUSH_BYTES": str(flush_bytes),

@@ -8,6 +8,9 @@ JOBS_LEFT_THRESHOLD CFs are outstanding, stop; find the least (H1) and most (H2)
 workers; if (H2 - H1) / H2 < JOBS_DIFFERENCE_RATIO, stop; else move ready CFs from the most
 loaded to the least loaded in decreasing weight, each counted as WEIGHT - SIZE/SPEED - LATENCY
 (skipped when that is not positive), never pushing the receiver above the mean load; repeat.
+``receiver_cap="donor"`` (an extension, not the paper's) lets the receiver go up to the donor's
+load after the move instead: with few outstanding CFs the mean is below one CF's weight and the
+paper's rule forbids every move, leaving idle workers idle.
 """
 from __future__ import annotations
 
@@ -22,8 +25,11 @@ class BalancerConfig:
 
     jobs_left_threshold: int = 2
     jobs_difference_ratio: float = 0.2
+    receiver_cap: str = "mean"      # "mean": §6 (receiver stays <= the mean load); "donor": <= the donor's load after the move
 
     def __post_init__(self) -> None:
+        if self.receiver_cap not in ("mean", "donor"):
+            raise ValueError("receiver_cap must be 'mean' (the paper's rule) or 'donor'")
         if self.jobs_left_threshold < 0:
             raise ValueError("JOBS_LEFT_THRESHOLD must be >= 0")
         if not 0.0 <= self.jobs_difference_ratio <= 1.0:
@@ -34,7 +40,8 @@ class BalancerConfig:
         """Read PLANARIA_JOBS_LEFT_THRESHOLD / PLANARIA_JOBS_DIFFERENCE_RATIO (set by the CLI)."""
         d = cls()
         return cls(int(os.environ.get("PLANARIA_JOBS_LEFT_THRESHOLD", d.jobs_left_threshold)),
-                   float(os.environ.get("PLANARIA_JOBS_DIFFERENCE_RATIO", d.jobs_difference_ratio)))
+                   float(os.environ.get("PLANARIA_JOBS_DIFFERENCE_RATIO", d.jobs_difference_ratio)),
+                   os.environ.get("PLANARIA_BALANCER_CAP", d.receiver_cap))
 
 
 @dataclass
@@ -133,16 +140,18 @@ class LoadModel:
             mean = sum(loads) / self.workers
             cands = [(self.weight(p2, j.group), j.seq, cf, j) for cf, j in self.jobs[p2].items() if j.movable]
             cands.sort(key=lambda t: (-t[0], -t[1]))
-            recv_load, sent = h1, []
+            recv_load, donor_load, sent = h1, h2, []
             for w, _seq, cf, j in cands:
                 cost = self.transfer(p2, p1, j.size)
                 new_w = w - cost
                 if new_w <= 0:
                     continue
                 w_recv = self.weight(p1, j.group)      # the receiver's own estimate of this CF
-                if recv_load + w_recv + cost > mean + 1e-12:
+                cap = mean if self.config.receiver_cap == "mean" else donor_load - w
+                if recv_load + w_recv + cost > cap + 1e-12:
                     continue
                 recv_load += w_recv + cost
+                donor_load -= w
                 sent.append(cf)
             if not sent:
                 continue

@@ -30,7 +30,7 @@ from planaria.trace.writer import DEFAULT_FLUSH_BYTES, TraceWriter
 TAG = 7301
 PING_TAG = 7302
 _WORK = frozenset({"put", "get", "val", "cf", "del"})
-_PING_SIZES = (8, 1 << 16, 1 << 20)
+_PING_SIZES = (8, 1 << 14, 1 << 18)
 
 
 @dataclass
@@ -89,7 +89,7 @@ class Executor:
     def __init__(self, comm: Any = None, *, threads: int = 2, trace_dir: str | None = None,
                  trace: bool = True, flush_bytes: int = DEFAULT_FLUSH_BYTES,
                  balancer: BalancerConfig | bool | None = None, timeout: float | None = None,
-                 idle_hold: float = 0.002) -> None:
+                 idle_hold: float = 0.0005) -> None:
         self.comm = comm
         self.rank = comm.rank if comm is not None else 0
         self.size = comm.size if comm is not None else 1
@@ -448,6 +448,8 @@ class Executor:
                     self.stop_all("timeout")
                     break
                 idle = not self.ready and self.running == 0 and self.completions.empty()
+                if not idle:
+                    idle_since = None
                 if idle and self.token is not None:
                     now = time.time()
                     idle_since = idle_since or now
@@ -552,7 +554,7 @@ class Executor:
             self.tw.close()       # before the collective: rank 0 may read every trace right after it
         if self.comm is not None and self.size > 1:
             # quiesce: a few rounds of polling so late small messages are matched before the collective
-            t_end = time.time() + 0.05
+            t_end = time.time() + 0.005
             while time.time() < t_end:
                 _drain_only(self)
                 time.sleep(0.002)
