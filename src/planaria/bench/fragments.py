@@ -14,6 +14,7 @@ peak memory (trace on vs off, same job otherwise).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -174,6 +175,19 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def local_main(args: argparse.Namespace) -> None:
+    """One process, no MPI: the irregular graph on ``threads`` pool threads (the tracing cost per CF without MPI noise)."""
+    g = irregular_graph(args.tasks, args.layers, args.mean_ms / 1000.0, args.sigma, args.seed)
+    trace_dir = os.path.join(args.scratch, "trace") if args.trace else None
+    t0 = time.perf_counter()
+    res = fr.run(graph_main, g["dur"], g["deps"], 1, False, comm=None, threads=args.threads, trace_dir=trace_dir,
+                 trace=args.trace, timeout=args.timeout * 0.8, report=False)
+    wall = time.perf_counter() - t0
+    tb = sum(os.path.getsize(os.path.join(trace_dir, f)) for f in os.listdir(trace_dir)) if trace_dir else 0
+    _launch.emit({"wall_s": wall, "status": res.status, "cfs": res.cfs_done, "peak_rss_mb": [_peak_rss_mb()],
+                  "check": list(RESULTS), "trace_bytes": tb}, args.out)
+
+
 def rank_main(args: argparse.Namespace) -> None:
     import planaria as pl
     comm = pl.world()
@@ -302,21 +316,42 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
             "graph_matmul": {"nb": nb, "bs": bs}, "rows": rows, "tracing": overhead}
 
 
+def _local_job(opts: dict[str, Any], trace: bool, timeout: float) -> dict[str, Any]:
+    """One process without MPI (``--local``): wall and peak RSS of the irregular graph."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="planaria-bench-") as tmp:
+        cmd = [sys.executable, "-m", MODULE, "--local", "--scratch", tmp, "--timeout", str(timeout)] + \
+              (["--trace"] if trace else [])
+        for k, v in opts.items():
+            cmd += [f"--{k.replace('_', '-')}", str(v)]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_launch.job_env())
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith(_launch.RESULT_PREFIX)), None)
+    if line is None:
+        raise _launch.BenchError(f"local run gave no result: {res.stderr[-2000:]}")
+    return json.loads(line[len(_launch.RESULT_PREFIX):])
+
+
 def tracing_overhead(workers: int, repeat: int, gopt: dict[str, Any], jobs_left: int, ratio: float,
                      timeout: float, say: Callable[[str], None]) -> dict[str, Any]:
-    """Trace on vs off, alternating launches: the sleep graph with the balancer, and a fine-grained graph (1 ms tasks)."""
+    """Trace on vs off, alternating launches: the sleep graph with the balancer on ranks, and a
+    fine-grained graph (1000 tasks of 1 ms) in one process without MPI, where the per-CF cost shows."""
     out: dict[str, Any] = {}
     fine = {**gopt, "tasks": 1000, "layers": 10, "mean_ms": 1.0}
-    for name, opts in (("irregular", gopt), ("fine", fine)):
+    for name, opts in (("irregular", gopt), ("fine-local", fine)):
         on, off, mem_on, mem_off, tb = [], [], [], [], 0
         for rep in range(repeat):
             for trace in (False, True):
                 say(f"tracing overhead {name} trace={'on' if trace else 'off'} run {rep + 1}/{repeat}")
-                r = _job(workers, "balancer", "irregular", {**opts, "jobs_left": jobs_left, "ratio": ratio}, trace, timeout)
+                if name == "fine-local":
+                    r = _local_job(opts, trace, timeout)
+                else:
+                    r = _job(workers, "balancer", "irregular", {**opts, "jobs_left": jobs_left, "ratio": ratio},
+                             trace, timeout)
                 (on if trace else off).append(r["wall_s"])
                 (mem_on if trace else mem_off).append(max(r["peak_rss_mb"]))
                 tb = max(tb, r["trace_bytes"]) if trace else tb
-        out[name] = {"tasks": opts["tasks"], "mean_ms": opts["mean_ms"], "workers": workers,
+        out[name] = {"tasks": opts["tasks"], "mean_ms": opts["mean_ms"], "workers": 1 if name == "fine-local" else workers,
                      "wall_off_s": _launch.median(off), "wall_on_s": _launch.median(on),
                      "time_overhead": _launch.median(on) / _launch.median(off) - 1,
                      "peak_rss_off_mb": _launch.median(mem_off), "peak_rss_on_mb": _launch.median(mem_on),
@@ -371,7 +406,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="balancer", help=argparse.SUPPRESS)
     p.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     _launch.add_common_args(p, timeout=180.0)
+    p.add_argument("--local", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.local:
+        local_main(args)
+        return 0
     if args.rank:
         rank_main(args)
         return 0
