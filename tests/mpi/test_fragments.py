@@ -56,19 +56,27 @@ def test_hang_on_ranks_ends_with_a_report(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_balancer_spreads_cfs_created_on_one_rank(tmp_path):
-    res = mpiexec(4, [PROG, "balance", str(tmp_path)], ft=True, env=ENV, timeout=45)
-    assert res.code == 0, res.err[-2000:]
-    st = _status(res.out)
-    assert {r["status"] for r in st.values()} == {"finished"}
+    # through the CLI: the program passes no balancer, `planaria fragments run --balancer` turns it on
+    env = root_env()
+    env.update(ENV, PLANARIA_HOME=str(tmp_path))
+    cmd = [sys.executable, "-m", "planaria.cli.main", "fragments", "run", "-n", "3", "--balancer",
+           "--jobs-difference-ratio", "0.25", "--threads", "1", "--timeout", "45", "--",
+           sys.executable, PROG, "nobalance", "-"]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=55)
+    assert res.returncode == 0, res.stderr[-2000:]
+    st = _status(res.stdout)
+    assert {r["status"] for r in st.values()} == {"finished"} and sorted(st) == [0, 1, 2, 3]
     done = [int(st[r]["local_done"]) for r in range(3)]
     assert int(st[3]["local_done"]) == 0                # rank 3 is the balancer
     assert sum(done) == 25 and sum(1 for d in done if d > 0) == 3
     # serial work is 6 x 0.2 + 18 x 0.05 = 2.1 s, all created on worker 0
     assert float(st[0]["elapsed"]) < 0.75 * 2.1
-    recs = read_traces(tmp_path)
+    (job,) = list((tmp_path / "jobs").iterdir())
+    recs = read_traces(job / "trace")
     assert any(r["k"] == "links" and all(b > 0 for b in r["bandwidth"]) for r in recs)
     moves = [r for r in recs if r["k"] == "move"]
     assert moves and int(st[0]["moves"]) == len(moves)
+    assert {r["threads"] for r in recs if r["k"] == "run"} == {1}
 
 
 @pytest.mark.timeout(60)
