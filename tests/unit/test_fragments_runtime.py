@@ -157,3 +157,27 @@ def test_one_cf_may_set_elements_of_an_indexed_output(tmp_path):
     res = fr.run(fill_main, 5, comm=None, trace_dir=str(tmp_path))
     assert res.status == "finished" and SINK == [[0 + 1 + 4 + 9 + 16]]
     assert not [r for r in read_traces(tmp_path) if r["k"] == "error"]
+
+
+@fr.atomic
+def stuck(out: fr.Name, seconds: float):
+    time.sleep(seconds)
+    out.set(1)
+
+
+@fr.sub
+def stuck_main():
+    s = fr.df("s")
+    stuck(s, 30.0)
+    put(fr.df("u"), s)      # awaits s
+
+
+def test_a_cf_that_never_returns_ends_the_run_at_its_timeout(tmp_path):
+    t = time.perf_counter()
+    res = fr.run(stuck_main, comm=None, trace_dir=str(tmp_path), timeout=0.5, report=False)
+    assert time.perf_counter() - t < 3 and res.status == "timeout" and res.unfinished == 2
+    from planaria.trace.analyze import analyze_dir
+    rep = analyze_dir(tmp_path, all_hung=True)
+    assert rep["status"] == "timeout"
+    assert {h["expr"]: h["state"] for h in rep["all_hung"]} == {"stuck(s, 30.0)": "running", "put(fr.df(\"u\"), s)": "waiting"}
+    assert [h["expr"] for h in rep["root_causes"]] == ["stuck(s, 30.0)"]
