@@ -286,7 +286,7 @@ class Executor:
         self.running += 1
         spec = st.spec
         ins = [r.id for r in spec.input_refs()]
-        self.rec({"k": "start", "cf": spec.id, "t": time.time(), "in": ins})
+        self.rec({"k": "start", "cf": spec.id, "t": time.time()})     # inputs are in the CF's record
         values = self.values
         self.pool.put((spec, {d: values[d] for d in ins}))
 

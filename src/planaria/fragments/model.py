@@ -240,10 +240,18 @@ class CFSpec:
 
     # -- inputs and outputs --------------------------------------------------------------------
     def input_refs(self) -> list[DFRef]:
-        return [r for p, a in self.args.items() if p not in self.code.names for r in refs_in(a)]
+        ins = self.__dict__.get("_ins")
+        if ins is None:       # arguments never change after the spawn: compute once
+            ins = self.__dict__["_ins"] = [r for p, a in self.args.items() if p not in self.code.names
+                                           for r in refs_in(a)]
+        return ins
 
     def output_refs(self) -> list[DFRef]:
-        return [r for p, a in self.args.items() if p in self.code.names for r in refs_in(a)]
+        outs = self.__dict__.get("_outs")
+        if outs is None:
+            outs = self.__dict__["_outs"] = [r for p, a in self.args.items() if p in self.code.names
+                                             for r in refs_in(a)]
+        return outs
 
     @property
     def expr(self) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_FLUSH_BYTES = 256 * 1024
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=repr, check_circular=False).encode
 
 
 def trace_path(directory: str | os.PathLike[str], rank: int) -> Path:
@@ -37,7 +38,7 @@ class TraceWriter:
 
     def write(self, rec: dict[str, Any]) -> None:
         """Buffer one record; append the buffer to the file once it reaches the threshold."""
-        line = json.dumps(rec, separators=(",", ":"), default=repr) + "\n"
+        line = _ENCODE(rec) + "\n"
         with self._lock:
             if self._fd < 0:
                 return
