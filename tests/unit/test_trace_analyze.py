@@ -160,3 +160,26 @@ def test_index_ranges_cover_exactly(ix):
     covered = [i for lo, hi in rngs for i in range(lo[0], hi[0] + 1)]
     assert sorted(covered) == sorted(ix)                 # nothing lost, nothing invented
     assert all(b[0][0] > a[1][0] + 1 for a, b in zip(rngs, rngs[1:]))   # maximal runs
+
+
+@fr.atomic
+def show(v: int):
+    pass
+
+
+@fr.sub
+def late_reader_main():
+    x = fr.df("x")
+    put(x, 1)
+    show(x).delete(x)
+    copy(fr.df("y"), x).at(0)        # may run after the delete: then it waits forever
+
+
+def test_a_read_after_delete_is_named(tmp_path):
+    # one thread: show(x) runs first and deletes x, so copy(y, x), ready by then, finds x gone and waits
+    res = fr.run(late_reader_main, comm=None, trace_dir=str(tmp_path), threads=1, report=False)
+    assert res.status == "hung" and res.unfinished == 1
+    rep = analyze_dir(tmp_path)
+    (rc,) = rep["root_causes"]
+    assert rc["expr"] == 'copy(fr.df("y"), x)' and rc["awaited"][0]["deleted"]
+    assert "was deleted by a delete recommendation" in rep["text"]

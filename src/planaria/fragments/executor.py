@@ -282,10 +282,16 @@ class Executor:
             self.send(dest, ("cf", spec, {}, "place"))
 
     def start(self, st: _CF) -> None:
-        st.state = "running"
-        self.running += 1
         spec = st.spec
         ins = [r.id for r in spec.input_refs()]
+        gone = {d for d in ins if d not in self.values}
+        if gone:   # an input was deleted (a delete recommendation) after this CF became ready: it waits again
+            st.state, st.missing = "waiting", gone
+            for d in gone:
+                self.waiters.setdefault(d, []).append(spec.id)
+            return
+        st.state = "running"
+        self.running += 1
         self.rec({"k": "start", "cf": spec.id, "t": time.time()})     # inputs are in the CF's record
         values = self.values
         self.pool.put((spec, {d: values[d] for d in ins}))

@@ -309,6 +309,9 @@ def render_text(rep: dict[str, Any]) -> str:
                 lines.append(f"  Awaited DFs {a['local']} ({alias}{a['decl']} declared in sub {a['decl_in']} "
                              f"{_where(a.get('decl_file'), a.get('decl_line'))}): {rngs}"
                              + (f" ({decl})" if alias else ""))
+                if a["deleted"]:
+                    lines.append(f"  note: {a['decl']} was deleted by a delete recommendation before this CF read it "
+                                 f"({', '.join(a['deleted'][:4])})")
                 for w in a["maybe_set_at"][:3]:
                     lines.append(f"  Maybe it should have been initialized here: {w['expr']} {_where(w['file'], w['line'])}"
                                  f" (it set {len(w['dfs'])} other element(s))")
