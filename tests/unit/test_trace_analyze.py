@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,9 @@ def test_listing1_uninitialized_vector_elements(tmp_path):
     assert rc["instances"] == 2 and rc["expr"] == "set_(result[i], v1[i] + v2[i])"
     assert rc["file"] == str(src) and rc["line"] == _line_of(src, "set_(result[i], v1[i] + v2[i])")
     assert [f["expr"] for f in rc["stack"]][1] == "vec_sum(x, y, size, s)"
+    # the loop around the spawn is read back from the source, as luna_trace prints "in for i = 0..size-1"
+    assert rc["loops"] == [{"loop": "for i in range(size)", "line": rc["line"] - 1}]
+    assert f"in for i in range(size) [{os.path.relpath(src)}:{rc['line'] - 1}]" in rep["text"]
     (aw,) = rc["awaited"]
     assert (aw["local"], aw["decl"], aw["decl_in"]) == ("v2", "y", "main")
     assert [(r["local"], r["decl"]) for r in aw["ranges"]] == [("v2[8]..v2[9]", "y[8]..y[9]")]

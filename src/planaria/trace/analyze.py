@@ -212,6 +212,7 @@ def analyze(records: list[dict[str, Any]], all_hung: bool = False) -> dict[str, 
                 "maybe_set_at": writer_sites(base, set(group_ids)),
             })
         return {"cfs": group_ids, "instances": len(group_ids), "code": cf.get("code"), "expr": cf.get("expr"),
+                "loops": [{"loop": h, "line": ln} for h, ln in enclosing_loops(cf.get("file"), cf.get("line"))],
                 "file": cf.get("file"), "line": cf.get("line"), "kind": cf.get("kind"),
                 "stack": frames(cf), "awaited": awaited,
                 "state": (unfinished.get(group_ids[0]) or {}).get(
@@ -278,11 +279,43 @@ def _cf_order(c: str) -> tuple[int, int]:
 
 
 # -- text -------------------------------------------------------------------------------------------
+_LOOPS: dict[str, list[tuple[int, int, str]]] = {}
+
+
+def enclosing_loops(file: str | None, line: int | None) -> list[tuple[str, int]]:
+    """Loops around ``file:line`` in the source (innermost first): ("for i in range(size)", line).
+
+    Python loops are not fragments, so the call history cannot record them; the analyzer reads
+    them back from the source, as LuNA's luna_trace prints "in for i = 0..size-1".
+    """
+    if not file or not line:
+        return []
+    if file not in _LOOPS:
+        import ast
+        import linecache
+        spans: list[tuple[int, int, str]] = []
+        try:
+            src = "".join(linecache.getlines(file))
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+                    head = linecache.getline(file, node.lineno).strip().rstrip(":")
+                    spans.append((node.lineno, node.end_lineno or node.lineno, head))
+        except (SyntaxError, ValueError, OSError):
+            spans = []
+        _LOOPS[file] = spans
+    hits = [(a, b, h) for a, b, h in _LOOPS[file] if a < line <= b]
+    hits.sort(key=lambda t: -t[0])
+    return [(h, a) for a, _b, h in hits]
+
+
 def _stack_lines(stack: list[dict[str, Any]], indent: str) -> list[str]:
-    """Call history, innermost first: 'in sub f(...) [def]' then 'in f(args) [call site]'."""
+    """Call history, innermost first: loops around the call, 'in sub f(...) [def]', 'in f(args) [call site]'."""
     out = []
     for i in range(len(stack) - 2, -1, -1):
         caller = stack[i]
+        inner = stack[i + 1]
+        for head, ln in enclosing_loops(inner.get("file"), inner.get("line")):
+            out.append(f"{indent}in {head} {_where(inner.get('file'), ln)}")
         out.append(f"{indent}in {caller['sig']} {_where(caller.get('def_file'), caller.get('def_line'))}")
         if i > 0:
             out.append(f"{indent}in {caller['expr']} {_where(caller.get('file'), caller.get('line'))}")
