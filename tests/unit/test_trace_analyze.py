@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import planaria.fragments as fr
 from planaria.trace.analyze import analyze_dir, index_ranges
@@ -187,3 +187,39 @@ def test_a_read_after_delete_is_named(tmp_path):
     (rc,) = rep["root_causes"]
     assert rc["expr"] == 'copy(fr.df("y"), x)' and rc["awaited"][0]["deleted"]
     assert "was deleted by a delete recommendation" in rep["text"]
+
+
+@fr.atomic
+def node(out: fr.Name, deps: list):
+    out.set(1 + sum(deps))
+
+
+@fr.sub
+def dag_main(deps: list, dropped: list):
+    v = fr.df("v")
+    for i, ds in enumerate(deps):
+        if i not in dropped:
+            node(v[i], [v[j] for j in ds])
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_random_dags_hang_exactly_below_missing_writers(data, tmp_path_factory):
+    n = data.draw(st.integers(1, 14))
+    deps = [sorted(data.draw(st.sets(st.integers(0, i - 1), max_size=3))) if i else [] for i in range(n)]
+    dropped = sorted(data.draw(st.sets(st.integers(0, n - 1), max_size=2)))
+    hung: set[int] = set()
+    for i in range(n):                       # deps point backwards: one pass settles it
+        if i not in dropped and any(j in dropped or j in hung for j in deps[i]):
+            hung.add(i)
+    roots = {i for i in hung if not any(j in hung for j in deps[i])}
+    d = tmp_path_factory.mktemp("dag")
+    res = fr.run(dag_main, deps, dropped, comm=None, trace_dir=str(d), threads=2, report=False)
+    assert res.status == ("hung" if hung else "finished")
+    assert res.unfinished == len(hung) and res.cfs_done == 1 + n - len(dropped) - len(hung)
+    rep = analyze_dir(d)
+    assert rep["hung"] == len(hung)
+    got_roots = {int(x["ranges"][0]["from"][0]) for rc in rep["root_causes"] for x in rc["awaited"]}
+    assert got_roots <= set(dropped)         # root causes await only DFs nobody was going to set
+    assert sum(rc["instances"] for rc in rep["root_causes"]) == len(roots)
+    assert rep["cycles"] == []
