@@ -256,3 +256,36 @@ def localize(
         raise typer.Exit(2)
     lb.show(result, json_out)
     raise typer.Exit(0 if result["ok"] else 1)
+
+
+@app.command("fragments")
+def fragments(
+    workers: str = typer.Option("1,2,4,8", "--workers", help="Worker-rank counts, comma-separated (the balancer adds one rank)."),
+    graphs: str = typer.Option("irregular,matmul", "--graphs", help="irregular (sleep-based skewed DAG), matmul (numpy blocks)."),
+    modes: str = typer.Option("balancer,balancer-donor,static,dask", "--modes", help="balancer (all CFs created on worker 0, the paper's rule), balancer-donor (receiver capped by the donor's load), static (round-robin .at), dask (LocalCluster)."),
+    repeat: int = typer.Option(2, "--repeat", help="Launches per cell; the median is reported."),
+    tasks: int = typer.Option(96, "--tasks", help="Tasks of the irregular graph."),
+    mean_ms: float = typer.Option(40.0, "--mean-ms", help="Mean task duration (sleep) of the irregular graph, ms."),
+    sigma: float = typer.Option(1.0, "--sigma", help="Log-normal sigma of the durations (skew)."),
+    nb: int = typer.Option(4, "--nb", help="Blocks per matrix side (matmul)."),
+    bs: int = typer.Option(300, "--bs", help="Block size (matmul)."),
+    jobs_left: int = typer.Option(2, "--jobs-left-threshold", help="Balancer JOBS_LEFT_THRESHOLD."),
+    ratio: float = typer.Option(0.2, "--jobs-difference-ratio", help="Balancer JOBS_DIFFERENCE_RATIO (0..1)."),
+    overhead_repeat: int = typer.Option(3, "--overhead-repeat", help="Trace on/off launch pairs for the tracing overhead (0: skip)."),
+    timeout: float = typer.Option(180.0, "--timeout", help="Seconds allowed per launch."),
+    json_out: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
+) -> None:
+    """Speedup and efficiency (ideal makespan = max(work/P, critical path)) of fragmented programs, balancer on/off, vs Dask.
+
+    Example: planaria bench fragments --workers 1,2,4,8 --repeat 2
+    """
+    from planaria.bench import fragments as fb
+    from planaria.bench._launch import parse_counts, run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        if not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"--jobs-difference-ratio must be in [0, 1], got {ratio}")
+        return fb.run(parse_counts(workers, "worker", "1,2,4,8", minimum=1), [g for g in graphs.split(",") if g],
+                      [m for m in modes.split(",") if m], repeat, tasks, 4, mean_ms, sigma, 1, nb, bs, jobs_left, ratio,
+                      4, overhead_repeat, timeout, progress=_progress(json_out))
+    raise typer.Exit(run_and_show("fragments", compute, fb.show, json_out))

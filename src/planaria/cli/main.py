@@ -17,14 +17,15 @@ app = typer.Typer(
 def _register() -> None:
     """Import verb modules; each adds its commands to ``app``."""
     from planaria.cli import demo as _demo  # noqa: F401
-    from planaria.cli import abft, bench, diagnose, hosts, run as _run  # noqa: F401
-    from planaria.cli import tools
+    from planaria.cli import abft, bench, diagnose, fragments, hosts, run as _run, tools, trace  # noqa: F401
 
     app.command("diagnose")(diagnose.diagnose)
     app.add_typer(hosts.app, name="hosts")
     app.add_typer(bench.app, name="bench")
     app.add_typer(abft.app, name="abft")
     tools.register(app)
+    app.add_typer(trace.app, name="trace")
+    app.add_typer(fragments.app, name="fragments")
 
 
 def main() -> None:

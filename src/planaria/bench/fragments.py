@@ -1,0 +1,429 @@
+"""Fragmented programs at scale: speedup and efficiency against the ideal makespan, balancer on/off, Dask.
+
+Two graphs. *irregular*: layers of tasks with skewed (log-normal) durations, each task after two
+random tasks of the layer before, all CFs created on worker 0; durations are real ``time.sleep``
+calls, so on a 2-core machine shared by 9 processes the figure measures scheduling, not
+arithmetic. *matmul*: block matrix multiplication with real numpy work (one BLAS thread per rank).
+Modes: ``balancer`` (all CFs created on worker 0, the §6 balancer on one extra rank moves them),
+``balancer-donor`` (the same with ``receiver_cap="donor"``),
+``static`` (round-robin placement ``.at(i % P)``, no balancer), ``dask`` (Dask distributed
+LocalCluster, P single-threaded worker processes, the same graph and durations submitted from one
+client). Ideal makespan = max(total work / P, critical path). Also: tracing overhead in time and
+peak memory (trace on vs off, same job otherwise).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+import planaria.fragments as fr
+from planaria.bench import _launch
+
+MODULE = "planaria.bench.fragments"
+RESULTS: list[Any] = []
+
+
+# ------------------------------------------------------------------------------------- graphs (pure)
+def irregular_graph(tasks: int = 96, layers: int = 4, mean_s: float = 0.04, sigma: float = 1.0,
+                    seed: int = 1) -> dict[str, Any]:
+    """Layered DAG: ``tasks`` tasks in ``layers`` layers, log-normal durations with mean ``mean_s``."""
+    rng = np.random.default_rng(seed)
+    dur = rng.lognormal(0.0, sigma, tasks)
+    dur = dur / dur.mean() * mean_s
+    per = max(1, tasks // layers)
+    deps: list[list[int]] = []
+    for i in range(tasks):
+        layer = min(i // per, layers - 1)
+        if layer == 0:
+            deps.append([])
+        else:
+            lo, hi = (layer - 1) * per, min(layer * per, tasks)
+            deps.append(sorted({int(x) for x in rng.integers(lo, hi, 2)}))
+    return {"dur": [round(float(d), 6) for d in dur], "deps": deps}
+
+
+def critical_path(dur: list[float], deps: list[list[int]]) -> float:
+    """Longest dependency chain (deps point to lower indices)."""
+    finish: list[float] = []
+    for i, d in enumerate(dur):
+        finish.append(d + max((finish[j] for j in deps[i]), default=0.0))
+    return max(finish) if finish else 0.0
+
+
+def ideal_makespan(dur: list[float], deps: list[list[int]], workers: int) -> float:
+    """A lower bound on any schedule's makespan: max(total work / P, critical path)."""
+    return max(sum(dur) / workers, critical_path(dur, deps))
+
+
+def list_schedule(dur: list[float], deps: list[list[int]], workers: int, priority: str = "fifo") -> float:
+    """Makespan of a zero-overhead greedy list schedule (a free worker takes a ready task at once).
+
+    ``fifo``: tasks in the order they became ready (what a runtime that knows no durations can do);
+    ``critical``: the ready task with the longest path to the end first (an oracle knowing durations).
+    """
+    import heapq
+    n = len(dur)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i, ds in enumerate(deps):
+        for j in ds:
+            children[j].append(i)
+    bottom = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        bottom[i] = dur[i] + max((bottom[c] for c in children[i]), default=0.0)
+    waiting = [len(set(ds)) for ds in deps]
+    ready: list[tuple[float, int]] = []
+    seq = 0
+
+    def push(i: int) -> None:
+        nonlocal seq
+        heapq.heappush(ready, ((-bottom[i], i) if priority == "critical" else (seq, i)))
+        seq += 1
+    for i in range(n):
+        if waiting[i] == 0:
+            push(i)
+    running: list[tuple[float, int]] = []
+    now, free = 0.0, workers
+    while ready or running:
+        while ready and free:
+            _k, i = heapq.heappop(ready)
+            heapq.heappush(running, (now + dur[i], i))
+            free -= 1
+        now, i = heapq.heappop(running)
+        free += 1
+        for c in children[i]:
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                push(c)
+    return now
+
+
+# ---------------------------------------------------------------------------- the fragment programs
+@fr.atomic
+def task(out: fr.Name, seconds: float, deps: list):
+    time.sleep(seconds)
+    out.set(seconds)
+
+
+@fr.atomic
+def gather(vals: list):
+    RESULTS.append(float(sum(vals)))
+
+
+@fr.sub
+def graph_main(dur: list, deps: list, workers: int, static: bool):
+    r = fr.df("r")
+    for i, d in enumerate(dur):
+        cf = task(r[i], d, [r[j] for j in deps[i]])
+        if static:
+            cf.at(i % workers)
+    gather([r[i] for i in range(len(dur))]).at(0)
+
+
+@fr.atomic
+def make_block(out: fr.Name, seed: int, bs: int):
+    out.set(np.random.default_rng(seed).standard_normal((bs, bs)))
+
+
+@fr.atomic
+def block_mul(out: fr.Name, a: np.ndarray, b: np.ndarray):
+    out.set(a @ b)
+
+
+@fr.atomic
+def block_sum(out: fr.Name, parts: list):
+    out.set(np.sum(parts, axis=0))
+
+
+@fr.atomic
+def check_matmul(blocks: list, nb: int, bs: int):
+    a = np.block([[np.random.default_rng(1000 + i * nb + k).standard_normal((bs, bs)) for k in range(nb)]
+                  for i in range(nb)])
+    b = np.block([[np.random.default_rng(2000 + k * nb + j).standard_normal((bs, bs)) for j in range(nb)]
+                  for k in range(nb)])
+    c = np.block([[blocks[i * nb + j] for j in range(nb)] for i in range(nb)])
+    RESULTS.append(float(np.max(np.abs(c - a @ b))))
+
+
+@fr.sub
+def matmul_main(nb: int, bs: int, workers: int, static: bool):
+    A, B, P, C = fr.dfs("A B P C")
+
+    def at(cf: Any, i: int) -> None:
+        if static:
+            cf.at(i % workers)
+    for i in range(nb):
+        for k in range(nb):
+            at(make_block(A[i][k], 1000 + i * nb + k, bs), i * nb + k)
+            at(make_block(B[i][k], 2000 + i * nb + k, bs), i * nb + k + 1)
+    for i in range(nb):
+        for j in range(nb):
+            for k in range(nb):
+                at(block_mul(P[i][j][k], A[i][k], B[k][j]), i * nb + j)
+            at(block_sum(C[i][j], [P[i][j][k] for k in range(nb)]), i * nb + j)
+    check_matmul([C[i][j] for i in range(nb) for j in range(nb)], nb, bs).at(0)
+
+
+# ------------------------------------------------------------------------------------------ rank side
+def _peak_rss_mb() -> float:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def local_main(args: argparse.Namespace) -> None:
+    """One process, no MPI: the irregular graph on ``threads`` pool threads (the tracing cost per CF without MPI noise)."""
+    g = irregular_graph(args.tasks, args.layers, args.mean_ms / 1000.0, args.sigma, args.seed)
+    trace_dir = os.path.join(args.scratch, "trace") if args.trace else None
+    t0 = time.perf_counter()
+    res = fr.run(graph_main, g["dur"], g["deps"], 1, False, comm=None, threads=args.threads, trace_dir=trace_dir,
+                 trace=args.trace, timeout=args.timeout * 0.8, report=False)
+    wall = time.perf_counter() - t0
+    tb = sum(os.path.getsize(os.path.join(trace_dir, f)) for f in os.listdir(trace_dir)) if trace_dir else 0
+    _launch.emit({"wall_s": wall, "status": res.status, "cfs": res.cfs_done, "peak_rss_mb": [_peak_rss_mb()],
+                  "check": list(RESULTS), "trace_bytes": tb}, args.out)
+
+
+def rank_main(args: argparse.Namespace) -> None:
+    import planaria as pl
+    comm = pl.world()
+    balancer = args.mode.startswith("balancer")
+    workers = comm.size - 1 if balancer else comm.size
+    static = args.mode == "static"
+    trace_dir = os.path.join(args.scratch, "trace") if args.trace else None
+    bconf = fr.BalancerConfig(args.jobs_left, args.ratio, "donor" if args.mode == "balancer-donor" else "mean") \
+        if balancer else None
+    comm.barrier()
+    t0 = time.perf_counter()
+    if args.graph == "irregular":
+        g = irregular_graph(args.tasks, args.layers, args.mean_ms / 1000.0, args.sigma, args.seed)
+        res = fr.run(graph_main, g["dur"], g["deps"], workers, static, comm=comm, threads=1, trace_dir=trace_dir,
+                     trace=args.trace, balancer=bconf, timeout=args.timeout * 0.8, report=False)
+    else:
+        res = fr.run(matmul_main, args.nb, args.bs, workers, static, comm=comm, threads=1, trace_dir=trace_dir,
+                     trace=args.trace, balancer=bconf, timeout=args.timeout * 0.8, report=False)
+    wall = time.perf_counter() - t0
+    rss = comm.allgather(_peak_rss_mb())
+    checks = comm.allgather(list(RESULTS))
+    trace_bytes = 0
+    if trace_dir and comm.rank == 0:
+        trace_bytes = sum(os.path.getsize(os.path.join(trace_dir, f)) for f in os.listdir(trace_dir))
+    if comm.rank == 0:
+        _launch.emit({"wall_s": wall, "status": res.status, "cfs": res.cfs_done, "moves": res.balancer_moves,
+                      "peak_rss_mb": rss, "check": [c for cs in checks for c in cs], "trace_bytes": trace_bytes},
+                     args.out)
+
+
+# ---------------------------------------------------------------------------------------- driver side
+def _job(workers: int, mode: str, graph: str, opts: dict[str, Any], trace: bool, timeout: float) -> dict[str, Any]:
+    nprocs = workers + (1 if mode.startswith("balancer") else 0)
+    argv = ["--graph", graph, "--mode", mode, "--timeout", str(timeout)] + (["--trace"] if trace else [])
+    for k, v in opts.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    la = _launch.launch(nprocs, MODULE, argv, ft=True, timeout=timeout, env=env)
+    r = dict(la.result)
+    if r.get("status") != "finished":
+        raise _launch.BenchError(f"{graph}/{mode}/{workers}: run ended {r.get('status')}")
+    return r
+
+
+def _dask_irregular(g: dict[str, Any], workers: int) -> float:
+    """Makespan of the same DAG and sleeps on a Dask LocalCluster (P single-threaded worker processes)."""
+    import logging
+
+    from dask.distributed import Client, LocalCluster
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        client.run(lambda: None)              # every worker is up before the clock starts
+        t0 = time.perf_counter()
+        futs: list[Any] = []
+        for i, d in enumerate(g["dur"]):
+            futs.append(client.submit(_dask_task, d, *[futs[j] for j in g["deps"][i]], pure=False, key=f"t{i}"))
+        total = client.submit(_dask_sum, futs, pure=False).result()
+        wall = time.perf_counter() - t0
+    if abs(total - sum(g["dur"])) > 1e-6:
+        raise _launch.BenchError("dask run returned a wrong sum")
+    return wall
+
+
+def _dask_task(seconds: float, *deps: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def _dask_sum(vals: list[float]) -> float:
+    return float(sum(vals))
+
+
+def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2, tasks: int = 96, layers: int = 4,
+        mean_ms: float = 40.0, sigma: float = 1.0, seed: int = 1, nb: int = 4, bs: int = 300,
+        jobs_left: int = 2, ratio: float = 0.2, overhead_workers: int = 4, overhead_repeat: int = 3,
+        timeout: float = 180.0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every (graph, mode, P) cell: median wall of ``repeat`` launches, speedup vs 1 worker, efficiency vs ideal."""
+    say = progress or (lambda _m: None)
+    for m in modes:
+        if m not in ("balancer", "balancer-donor", "static", "dask"):
+            raise ValueError(f"unknown mode {m!r} (balancer, balancer-donor, static, dask)")
+    for g in graphs:
+        if g not in ("irregular", "matmul"):
+            raise ValueError(f"unknown graph {g!r} (irregular, matmul)")
+    gopts = {"irregular": {"tasks": tasks, "layers": layers, "mean_ms": mean_ms, "sigma": sigma, "seed": seed},
+             "matmul": {"nb": nb, "bs": bs}}
+    ig = irregular_graph(tasks, layers, mean_ms / 1000.0, sigma, seed)
+    rows: list[dict[str, Any]] = []
+    for graph in graphs:
+        opts = {**gopts[graph], "jobs_left": jobs_left, "ratio": ratio}
+        for mode in modes:
+            if mode == "dask" and graph != "irregular":
+                continue
+            for p in workers:
+                m = "static" if (mode.startswith("balancer") and p < 2) else mode
+                walls, extra = [], {}
+                for rep in range(repeat):
+                    say(f"{graph} {m} P={p} run {rep + 1}/{repeat}")
+                    if m == "dask":
+                        walls.append(_dask_irregular(ig, p))
+                    else:
+                        r = _job(p, m, graph, opts, False, timeout)
+                        walls.append(r["wall_s"])
+                        extra = {"moves": r["moves"], "check": r["check"]}
+                row = {"graph": graph, "mode": mode, "workers": p, "wall_s": _launch.median(walls),
+                       "walls": [round(w, 4) for w in walls], **extra}
+                if graph == "irregular":
+                    row["ideal_s"] = ideal_makespan(ig["dur"], ig["deps"], p)
+                    row["efficiency"] = row["ideal_s"] / row["wall_s"]
+                    row["greedy_fifo_s"] = list_schedule(ig["dur"], ig["deps"], p, "fifo")
+                    row["greedy_critical_s"] = list_schedule(ig["dur"], ig["deps"], p, "critical")
+                rows.append(row)
+    for row in rows:   # speedup against the same graph and mode on 1 worker (static for the balancer)
+        base = next((r for r in rows if r["graph"] == row["graph"] and r["workers"] == 1
+                     and r["mode"] == row["mode"]), None)
+        row["speedup"] = base["wall_s"] / row["wall_s"] if base else None
+    overhead = None
+    if overhead_repeat > 0 and "irregular" in graphs:
+        overhead = tracing_overhead(overhead_workers, overhead_repeat, gopts["irregular"], jobs_left, ratio, timeout, say)
+    return {"bench": "fragments", "command": _launch.command_line(), "loadavg": _launch.loadavg(),
+            "cpus": os.cpu_count(), "graph_irregular": {"tasks": tasks, "layers": layers, "mean_ms": mean_ms,
+                                                        "sigma": sigma, "seed": seed,
+                                                        "total_work_s": sum(ig["dur"]),
+                                                        "critical_path_s": critical_path(ig["dur"], ig["deps"])},
+            "graph_matmul": {"nb": nb, "bs": bs}, "rows": rows, "tracing": overhead}
+
+
+def _local_job(opts: dict[str, Any], trace: bool, timeout: float) -> dict[str, Any]:
+    """One process without MPI (``--local``): wall and peak RSS of the irregular graph."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="planaria-bench-") as tmp:
+        cmd = [sys.executable, "-m", MODULE, "--local", "--scratch", tmp, "--timeout", str(timeout)] + \
+              (["--trace"] if trace else [])
+        for k, v in opts.items():
+            cmd += [f"--{k.replace('_', '-')}", str(v)]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_launch.job_env())
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith(_launch.RESULT_PREFIX)), None)
+    if line is None:
+        raise _launch.BenchError(f"local run gave no result: {res.stderr[-2000:]}")
+    return json.loads(line[len(_launch.RESULT_PREFIX):])
+
+
+def tracing_overhead(workers: int, repeat: int, gopt: dict[str, Any], jobs_left: int, ratio: float,
+                     timeout: float, say: Callable[[str], None]) -> dict[str, Any]:
+    """Trace on vs off, alternating launches: the sleep graph with the balancer on ranks, and a
+    fine-grained graph (1000 tasks of 1 ms) in one process without MPI, where the per-CF cost shows."""
+    out: dict[str, Any] = {}
+    fine = {**gopt, "tasks": 1000, "layers": 10, "mean_ms": 1.0}
+    for name, opts in (("irregular", gopt), ("fine-local", fine)):
+        on, off, mem_on, mem_off, tb = [], [], [], [], 0
+        for rep in range(repeat):
+            for trace in (False, True):
+                say(f"tracing overhead {name} trace={'on' if trace else 'off'} run {rep + 1}/{repeat}")
+                if name == "fine-local":
+                    r = _local_job(opts, trace, timeout)
+                else:
+                    r = _job(workers, "balancer", "irregular", {**opts, "jobs_left": jobs_left, "ratio": ratio},
+                             trace, timeout)
+                (on if trace else off).append(r["wall_s"])
+                (mem_on if trace else mem_off).append(max(r["peak_rss_mb"]))
+                tb = max(tb, r["trace_bytes"]) if trace else tb
+        out[name] = {"tasks": opts["tasks"], "mean_ms": opts["mean_ms"], "workers": 1 if name == "fine-local" else workers,
+                     "wall_off_s": _launch.median(off), "wall_on_s": _launch.median(on),
+                     "time_overhead": _launch.median(on) / _launch.median(off) - 1,
+                     "peak_rss_off_mb": _launch.median(mem_off), "peak_rss_on_mb": _launch.median(mem_on),
+                     "memory_overhead": _launch.median(mem_on) / _launch.median(mem_off) - 1,
+                     "trace_bytes": tb, "walls_on": on, "walls_off": off}
+    return out
+
+
+def table(result: dict[str, Any]) -> Any:
+    from rich.table import Table
+    t = Table(title="fragmented programs: median wall per (graph, mode, workers)")
+    for c in ("graph", "mode", "P", "wall s", "ideal s", "speedup", "efficiency", "moves"):
+        t.add_column(c, justify="right")
+    for r in result["rows"]:
+        t.add_row(r["graph"], r["mode"], str(r["workers"]), f"{r['wall_s']:.3f}",
+                  f"{r['ideal_s']:.3f}" if "ideal_s" in r else "-",
+                  f"{r['speedup']:.2f}" if r.get("speedup") else "-",
+                  f"{r['efficiency']:.2f}" if "efficiency" in r else "-", str(r.get("moves", "-")))
+    return t
+
+
+def show(result: dict[str, Any], as_json: bool) -> None:
+    _launch.show(result, as_json, table)
+    if not as_json and result.get("tracing"):
+        for name, o in result["tracing"].items():
+            print(f"tracing overhead ({name}: {o['tasks']} tasks, mean {o['mean_ms']} ms, P={o['workers']}): "
+                  f"time {o['time_overhead'] * 100:+.1f}% ({o['wall_off_s']:.3f} -> {o['wall_on_s']:.3f} s), "
+                  f"peak RSS {o['memory_overhead'] * 100:+.1f}% ({o['peak_rss_off_mb']:.1f} -> {o['peak_rss_on_mb']:.1f} MB), "
+                  f"trace {o['trace_bytes'] / 1024:.0f} KiB")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="python benchmarks/fragments.py",
+                                description="Fragmented programs: speedup/efficiency with the balancer on and off, vs Dask; tracing overhead.")
+    p.add_argument("--workers", default="1,2,4,8", help="worker counts, e.g. 1,2,4,8")
+    p.add_argument("--graphs", default="irregular,matmul", help="irregular,matmul")
+    p.add_argument("--modes", default="balancer,balancer-donor,static,dask", help="balancer,balancer-donor,static,dask")
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--tasks", type=int, default=96)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--mean-ms", type=float, default=40.0)
+    p.add_argument("--sigma", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--nb", type=int, default=4)
+    p.add_argument("--bs", type=int, default=300)
+    p.add_argument("--jobs-left", type=int, default=2)
+    p.add_argument("--ratio", type=float, default=0.2)
+    p.add_argument("--overhead-repeat", type=int, default=3)
+    p.add_argument("--overhead-workers", type=int, default=4)
+    p.add_argument("--graph", default="irregular", help=argparse.SUPPRESS)
+    p.add_argument("--mode", default="balancer", help=argparse.SUPPRESS)
+    p.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
+    _launch.add_common_args(p, timeout=180.0)
+    p.add_argument("--local", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.local:
+        local_main(args)
+        return 0
+    if args.rank:
+        rank_main(args)
+        return 0
+
+    def compute() -> dict[str, Any]:
+        return run(_launch.parse_counts(args.workers, "worker", "1,2,4,8", minimum=1),
+                   [g for g in args.graphs.split(",") if g], [m for m in args.modes.split(",") if m],
+                   args.repeat, args.tasks, args.layers, args.mean_ms, args.sigma, args.seed, args.nb, args.bs,
+                   args.jobs_left, args.ratio, args.overhead_workers, args.overhead_repeat, args.timeout,
+                   progress=_launch.progress_printer(args.json))
+    return _launch.run_and_show("fragments", compute, show, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

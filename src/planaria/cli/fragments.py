@@ -1,0 +1,79 @@
+"""``planaria fragments run``: launch a fragmented program (planaria.fragments.run) with its runtime options."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import typer
+
+app = typer.Typer(help="Run fragmented programs (planaria.fragments) on MPI ranks.", no_args_is_help=True)
+_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+@app.command("run", context_settings=_SETTINGS)
+def run(
+    ctx: typer.Context,
+    workers: int = typer.Option(..., "-n", "--workers", help="Worker ranks (with --balancer one more rank is started)."),
+    balancer: bool = typer.Option(False, "--balancer/--no-balancer", help="Dedicate one extra rank to the centralized dynamic load balancer."),
+    jobs_left: int = typer.Option(2, "--jobs-left-threshold", help="JOBS_LEFT_THRESHOLD: fewest outstanding CFs for which the balancer acts."),
+    ratio: float = typer.Option(0.2, "--jobs-difference-ratio", help="JOBS_DIFFERENCE_RATIO (0..1): least (H2-H1)/H2 between the most and least loaded workers that triggers a move."),
+    cap: str = typer.Option("mean", "--receiver-cap", help="mean: the paper's rule (a receiver ends at most at the mean load); donor: at most at the donor's load after the move (moves work even when few CFs are outstanding)."),
+    threads: int = typer.Option(2, "--threads", help="CFs run at once on each worker rank."),
+    trace_dir: Optional[str] = typer.Option(None, "--trace-dir", help="Where the per-rank traces go (default: <job dir>/trace)."),
+    trace: bool = typer.Option(True, "--trace/--no-trace", help="Write traces (needed by 'planaria trace analyze')."),
+    flush_bytes: int = typer.Option(256 * 1024, "--trace-flush-bytes", help="Append a rank's buffered trace to its file at this size."),
+    timeout: float = typer.Option(3600.0, "--timeout", help="Stop the job after S seconds (exit 124)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the job summary as JSON on stdout."),
+) -> None:
+    """Launch PROGRAM (after --) on ranks; it calls planaria.fragments.run(main) and picks these options up.
+
+    A run ends by itself when every CF finished, or when the remaining CFs all wait for data that
+    no CF will produce (hung): rank 0 then prints the analyzer's report, and
+    'planaria trace analyze <job dir>' prints it again (--all, --json).
+
+    Examples:
+
+      planaria fragments run -n 4 -- python prog.py
+
+      planaria fragments run -n 8 --balancer --jobs-difference-ratio 0.3 -- python prog.py
+
+      planaria trace analyze .planaria/jobs/<id>
+
+    Same as 'planaria run -n N -- python prog.py' with PLANARIA_BALANCER, PLANARIA_JOBS_LEFT_THRESHOLD,
+    PLANARIA_JOBS_DIFFERENCE_RATIO, PLANARIA_FRAGMENT_THREADS, PLANARIA_TRACE_DIR, PLANARIA_TRACE and
+    PLANARIA_TRACE_FLUSH_BYTES set (the program may override them in its fr.run call).
+    """
+    command = list(ctx.args)
+    if command and command[0] == "--":
+        command = command[1:]
+    problem = None
+    if not command:
+        problem = "give the program after --, e.g. -- python prog.py"
+    elif workers < 1:
+        problem = "-n must be at least 1"
+    elif balancer and workers < 2:
+        problem = "--balancer needs at least 2 workers (-n 2)"
+    elif not 0.0 <= ratio <= 1.0:
+        problem = f"--jobs-difference-ratio must be in [0, 1], got {ratio}"
+    elif cap not in ("mean", "donor"):
+        problem = f"--receiver-cap must be mean or donor, got {cap!r}"
+    elif jobs_left < 0 or threads < 1 or flush_bytes < 0:
+        problem = "--jobs-left-threshold and --trace-flush-bytes must be >= 0, --threads >= 1"
+    if problem:
+        print(f"planaria fragments run: {problem}", file=sys.stderr)
+        raise typer.Exit(2)
+    os.environ.update({
+        "PLANARIA_BALANCER": "1" if balancer else "0",
+        "PLANARIA_JOBS_LEFT_THRESHOLD": str(jobs_left),
+        "PLANARIA_JOBS_DIFFERENCE_RATIO": repr(ratio),
+        "PLANARIA_BALANCER_CAP": cap,
+        "PLANARIA_FRAGMENT_THREADS": str(threads),
+        "PLANARIA_TRACE": "1" if trace else "0",
+        "PLANARIA_TRACE_FLUSH_BYTES": str(flush_bytes),
+    })
+    if trace_dir:
+        os.environ["PLANARIA_TRACE_DIR"] = os.path.abspath(trace_dir)
+    from planaria.launch.runner import RunOptions, run_job
+    opts = RunOptions(command=command, nprocs=workers + (1 if balancer else 0), timeout=timeout, json=json_out)
+    raise typer.Exit(run_job(opts))

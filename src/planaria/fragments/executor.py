@@ -1,0 +1,590 @@
+"""Run a fragmented program on this process's rank: CFs run where placed once their inputs exist.
+
+One thread per rank (the loop) owns all MPI traffic and the CF tables; a pool of ``threads``
+worker threads runs CF bodies. DF values live at a *home* rank (hash of the DF id): writers
+send ``put``, readers send ``get`` (answered once the value exists) and cache the value.
+A token ring (``termination.py``) ends the run and tells "finished" from "hung"; with a
+balancer (``balancer.py``) the last rank runs the load model instead of CFs.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import queue
+import sys
+import threading
+import time
+import traceback
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from planaria.fragments.balancer import BalancerConfig, LoadModel
+from planaria.fragments.model import (CFSpec, Code, DFRef, FragmentError, Out, SubContext, resolve,
+                                      type_ok)
+from planaria.fragments.termination import RingMember, Token
+from planaria.trace.writer import DEFAULT_FLUSH_BYTES, TraceWriter
+
+TAG = 7301
+PING_TAG = 7302
+_WORK = frozenset({"put", "get", "val", "cf", "del"})
+_PING_SIZES = (8, 1 << 14, 1 << 18)
+
+
+@dataclass
+class RunResult:
+    """How the run ended, seen from this rank (status agreed by all ranks)."""
+
+    status: str                        # "finished" | "hung" | "failed" | "timeout"
+    rank: int
+    workers: int
+    elapsed: float
+    cfs_done: int                      # on all ranks
+    unfinished: int                    # on all ranks
+    errors: int                        # on all ranks
+    balancer_moves: int = 0
+    trace_dir: str | None = None
+    local: dict[str, Any] = field(default_factory=dict)   # this rank's counters
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "finished"
+
+
+@dataclass
+class _CF:
+    spec: CFSpec
+    missing: set[str]
+    state: str = "waiting"            # waiting | ready | running | done
+
+
+def _sizeof(v: Any) -> int:
+    nb = getattr(v, "nbytes", None)
+    if isinstance(nb, int):
+        return nb
+    if isinstance(v, (int, float, bool)) or v is None:
+        return 8
+    try:
+        return len(pickle.dumps(v, pickle.HIGHEST_PROTOCOL))
+    except Exception:
+        return 64
+
+
+def _tname(v: Any) -> str:
+    t = type(v)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+class _Failure(Exception):
+    def __init__(self, rec: dict[str, Any]) -> None:
+        super().__init__(rec.get("message", ""))
+        self.rec = rec
+
+
+class Executor:
+    """The per-rank runtime. ``comm`` may be None (one process, no MPI)."""
+
+    def __init__(self, comm: Any = None, *, threads: int = 2, trace_dir: str | None = None,
+                 trace: bool = True, flush_bytes: int = DEFAULT_FLUSH_BYTES,
+                 balancer: BalancerConfig | bool | None = None, timeout: float | None = None,
+                 idle_hold: float = 0.0005) -> None:
+        self.comm = comm
+        self.rank = comm.rank if comm is not None else 0
+        self.size = comm.size if comm is not None else 1
+        if balancer is True:
+            balancer = BalancerConfig.from_env()
+        self.bconf: BalancerConfig | None = balancer if isinstance(balancer, BalancerConfig) and self.size >= 3 else None
+        self.nworkers = self.size - 1 if self.bconf else self.size
+        self.brank = self.size - 1 if self.bconf else None
+        self.is_balancer = self.bconf is not None and self.rank == self.brank
+        self.threads = max(1, int(threads))
+        self.timeout, self.idle_hold = timeout, idle_hold
+        self.trace_dir = trace_dir
+        self.tw = TraceWriter(trace_dir, self.rank, flush_bytes) if (trace and trace_dir) else None
+        self._ids = itertools.count()
+        self.cfs: dict[str, _CF] = {}
+        self.ready: deque[str] = deque()
+        self.values: dict[str, Any] = {}
+        self.home_pending: dict[str, set[int]] = {}
+        self.waiters: dict[str, list[str]] = {}
+        self.requested: set[str] = set()
+        self.completions: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.running = 0
+        self.sent = self.recvd = 0
+        self.done = self.errors = 0
+        self.outbox: list[Any] = []
+        self.ring = RingMember(self.rank, self.nworkers)
+        self.token: Token | None = Token.start(self.nworkers) if self.rank == 0 else None
+        self.verdict: str | None = None
+        self.moves = 0
+        self.t0 = time.time()
+
+    # -- ids, placement, tracing ------------------------------------------------------------
+    def new_id(self) -> str:
+        return f"{self.rank}.{next(self._ids)}"
+
+    def home(self, df_id: str) -> int:
+        return zlib.crc32(df_id.encode()) % self.nworkers
+
+    def rec(self, rec: dict[str, Any]) -> None:
+        if self.tw is not None:
+            rec["rank"] = self.rank
+            self.tw.write(rec)
+
+    # -- messages ------------------------------------------------------------------------------
+    def send(self, dest: int, msg: tuple[Any, ...]) -> None:
+        if msg[0] in _WORK:
+            self.sent += 1
+        if dest == self.rank:
+            self.handle(msg)
+            return
+        self.outbox.append(self.comm.isend(msg, dest, TAG))
+
+    def poll(self) -> bool:
+        """Receive and handle every pending message; reap finished sends. True if anything came."""
+        if self.comm is None or self.size == 1:
+            return False
+        got = False
+        while True:
+            req = self.comm.irecv(tag=TAG)
+            done, msg = req.test()
+            if not done:
+                break
+            got = True
+            self.handle(msg)
+        if self.outbox:
+            self.outbox = [r for r in self.outbox if not r.Test()]
+        return got
+
+    def handle(self, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind in _WORK:
+            self.recvd += 1
+            self.ring.touch()
+        if kind == "put":
+            _, d, v, writer = msg
+            if d in self.values:
+                self.rec({"k": "error", "kind": "multiple_init", "df": d, "cf": writer,
+                          "message": f"DF {d} assigned again"})
+            else:
+                self.store(d, v)
+        elif kind == "get":
+            _, d, who = msg
+            if d in self.values:
+                self.send(who, ("val", d, self.values[d]))
+            else:
+                self.home_pending.setdefault(d, set()).add(who)
+        elif kind == "val":
+            _, d, v = msg
+            self.arrive(d, v)
+        elif kind == "cf":
+            _, spec, vals, why = msg
+            for d, v in vals.items():
+                self.values[d] = v
+            self.add(spec, moved=(why == "move"))
+        elif kind == "del":
+            self.values.pop(msg[1], None)
+        elif kind == "tok":
+            self.token = msg[1]
+        elif kind == "stop":
+            self.verdict = msg[1]
+        elif kind == "move":
+            self.move_out(msg[1], msg[2])
+        else:  # pragma: no cover - protocol error
+            raise FragmentError(f"unknown fragments message {kind!r}")
+
+    # -- DFs ---------------------------------------------------------------------------------
+    def store(self, d: str, v: Any) -> None:
+        """At the home rank: keep the first value; answer pending requests."""
+        self.values[d] = v
+        for who in sorted(self.home_pending.pop(d, ())):
+            self.send(who, ("val", d, v))
+        self.arrive(d, v)
+
+    def arrive(self, d: str, v: Any) -> None:
+        self.values[d] = v
+        for cf in self.waiters.pop(d, ()):
+            st = self.cfs.get(cf)
+            if st is None or st.state != "waiting":
+                continue
+            st.missing.discard(d)
+            if not st.missing:
+                self.make_ready(st)
+
+    def set_df(self, ref: DFRef, v: Any, writer: str) -> None:
+        d = ref.id
+        self.rec({"k": "set", "df": d, "base": ref.base, "name": ref.decl, "cf": writer, "type": _tname(v),
+                  "t": time.time()})
+        h = self.home(d)
+        if h == self.rank:
+            if d in self.values:
+                self.rec({"k": "error", "kind": "multiple_init", "df": d, "cf": writer,
+                          "message": f"DF {ref.decl}{d[len(ref.base):]} assigned again"})
+                return
+            self.store(d, v)
+        else:
+            self.arrive(d, v)
+            self.send(h, ("put", d, v, writer))
+
+    # -- CFs -----------------------------------------------------------------------------------
+    def add(self, spec: CFSpec, moved: bool = False) -> None:
+        """A CF arrives at the rank where it runs: request its inputs, or make it ready."""
+        missing = {r.id for r in spec.input_refs() if r.id not in self.values}
+        st = _CF(spec, missing)
+        self.cfs[spec.id] = st
+        if moved:
+            self.rec({"k": "arrive", "cf": spec.id, "t": time.time()})
+        for d in missing:
+            self.waiters.setdefault(d, []).append(spec.id)
+            h = self.home(d)
+            if h != self.rank and d not in self.requested:
+                self.requested.add(d)
+                self.send(h, ("get", d, self.rank))
+        if not missing:
+            self.make_ready(st)
+
+    def make_ready(self, st: _CF) -> None:
+        st.state = "ready"
+        self.ready.append(st.spec.id)
+        self.ring.touch()
+        if self.brank is not None:
+            size = sum(_sizeof(self.values.get(r.id)) for r in st.spec.input_refs())
+            self.send(self.brank, ("ready", self.rank, st.spec.id, st.spec.group, size))
+
+    def move_out(self, dest: int, ids: list[str]) -> None:
+        """Balancer order: ship these CFs, if still ready here, with their input values to ``dest``."""
+        moved, stuck = [], []
+        keep = set(ids)
+        for cf in ids:
+            st = self.cfs.get(cf)
+            if st is None or st.state != "ready":
+                stuck.append(cf)
+                continue
+            vals = {r.id: self.values[r.id] for r in st.spec.input_refs()}
+            st.state = "moved"
+            del self.cfs[cf]
+            self.rec({"k": "move", "cf": cf, "to": dest, "t": time.time()})
+            self.send(dest, ("cf", st.spec, vals, "move"))
+            moved.append(cf)
+        if moved:
+            self.ready = deque(c for c in self.ready if c not in keep or c in self.cfs)
+            self.moves += len(moved)
+        self.send(self.brank, ("moved", self.rank, dest, moved, stuck))
+
+    def spawn(self, spec: CFSpec) -> None:
+        self.rec(spec.record())
+        dest = spec.place % self.nworkers if spec.place is not None else self.rank
+        if dest == self.rank:
+            self.add(spec)
+        else:
+            self.send(dest, ("cf", spec, {}, "place"))
+
+    def start(self, st: _CF) -> None:
+        spec = st.spec
+        ins = [r.id for r in spec.input_refs()]
+        gone = {d for d in ins if d not in self.values}
+        if gone:   # an input was deleted (a delete recommendation) after this CF became ready: it waits again
+            st.state, st.missing = "waiting", gone
+            for d in gone:
+                self.waiters.setdefault(d, []).append(spec.id)
+            return
+        st.state = "running"
+        self.running += 1
+        self.rec({"k": "start", "cf": spec.id, "t": time.time()})     # inputs are in the CF's record
+        values = self.values
+        self.pool.put((spec, {d: values[d] for d in ins}))
+
+    def _pool_thread(self) -> None:
+        """A daemon worker thread (a CF that never returns cannot keep the process alive)."""
+        while True:
+            item = self.pool.get()
+            if item is None:
+                return
+            self._run_body(*item)
+
+    def _run_body(self, spec: CFSpec, vals: dict[str, Any]) -> None:
+        """In a pool thread: run the CF's code; report (outputs, spawned, declared) or the failure."""
+        t0 = time.time()
+        try:
+            code = spec.code
+            args: dict[str, Any] = {}
+            outs: dict[str, tuple[DFRef, Any]] = {}
+            for p, a in spec.args.items():
+                if p in code.names:
+                    if not isinstance(a, DFRef):
+                        raise FragmentError(f"{spec.expr}: parameter {p} is a Name and needs a DF, got {a!r}")
+                    args[p] = Out(a, outs) if code.kind == "atomic" else a.named(p)
+                    continue
+                v = resolve(a, lambda r: vals[r.id])
+                ann = code.annotations.get(p)
+                if ann is not None and not type_ok(v, ann):
+                    refs = _refs(a)
+                    raise _Failure({"k": "error", "kind": "type_mismatch", "cf": spec.id, "param": p,
+                                    "expected": ann.__name__, "got": _tname(v), "value": repr(v)[:80],
+                                    "df": [r.info() for r in refs],
+                                    "message": f"parameter {p} expects {ann.__name__}, got {_tname(v)} {repr(v)[:40]}"})
+                args[p] = v
+            if code.kind == "atomic":
+                code.fn(**args)
+                result: Any = ("atomic", outs)
+            else:
+                ctx = SubContext(spec, self.new_id, self.nworkers, self.rank)
+                with ctx:
+                    code.fn(**args)
+                result = ("sub", ctx.spawned, ctx.declared)
+            self.completions.put((spec.id, (result, t0, time.time())))
+        except _Failure as f:
+            self.completions.put((spec.id, (("error", f.rec), t0, time.time())))
+        except BaseException as e:  # the user's code failed: record where, keep the runtime going
+            tb = traceback.extract_tb(e.__traceback__)
+            where = tb[-1] if tb else None
+            self.completions.put((spec.id, (("error", {
+                "k": "error", "kind": "exception", "cf": spec.id, "exc": type(e).__name__, "message": str(e),
+                "file": where.filename if where else None, "line": where.lineno if where else None,
+                "traceback": "".join(traceback.format_exception(e))[-2000:]}), t0, time.time())))
+
+    def finish(self, cf_id: str, payload: Any) -> None:
+        (result, t0, t1) = payload
+        st = self.cfs.get(cf_id)
+        self.running -= 1
+        self.ring.touch()
+        if st is None:
+            return
+        st.state = "done"
+        spec = st.spec
+        kind = result[0]
+        if kind == "error":
+            self.errors += 1
+            self.rec(result[1])
+            self.rec({"k": "end", "cf": cf_id, "t0": t0, "t": t1, "ok": False})
+        else:
+            if kind == "atomic":
+                outs = spec.output_refs()
+                for _d, (ref, v) in result[1].items():
+                    if not any(o.base == ref.base and ref.index[:len(o.index)] == o.index for o in outs):
+                        self.rec({"k": "error", "kind": "not_an_output", "cf": cf_id, "df": ref.id,
+                                  "message": f"{spec.expr} set {ref!r}, which it was not given as an output"})
+                    self.set_df(ref, v, cf_id)
+                self.rec({"k": "end", "cf": cf_id, "t0": t0, "t": t1, "ok": True,
+                          "out": [ref.id for ref, _v in result[1].values()]})
+            else:
+                for d in result[2]:
+                    self.rec(d)
+                self.rec({"k": "end", "cf": cf_id, "t0": t0, "t": t1, "ok": True, "spawned": len(result[1])})
+                for child in result[1]:
+                    self.spawn(child)
+        self.done += 1
+        del self.cfs[cf_id]
+        for d in spec.deletes:
+            self.rec({"k": "delete", "df": d, "cf": cf_id, "t": t1})
+            self.values.pop(d, None)
+            h = self.home(d)
+            if h != self.rank:
+                self.send(h, ("del", d))
+        if self.brank is not None:
+            self.send(self.brank, ("done", self.rank, cf_id, spec.group, t1 - t0))
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self, main: Code, args: tuple[Any, ...], kwargs: dict[str, Any],
+            site: tuple[str, int] | None = None) -> RunResult:
+        """Run ``main`` (spawned on worker 0) to the end; ``site`` is the caller's file:line for the call history."""
+        self.site = site or (main.file, main.line)
+        self.rec({"k": "run", "t": self.t0, "rank": self.rank, "size": self.size, "workers": self.nworkers,
+                  "balancer": self.brank, "threads": self.threads, "pid": os.getpid(),
+                  "argv": sys.argv})
+        if self.bconf is not None:
+            lat, bw = self.measure_links()
+        try:
+            if self.is_balancer:
+                status = self.balance(lat, bw)
+            else:
+                status = self.work(main, args, kwargs)
+        except Exception as e:
+            # a peer died (ProcFailedError) or the runtime broke: leave a complete trace, then let it propagate
+            from planaria.comm.errors import FailureError
+            self.rec({"k": "abort", "t": time.time(), "error": type(e).__name__, "message": str(e),
+                      "failed_ranks": sorted(getattr(e, "ranks", ()) or ()) if isinstance(e, FailureError) else []})
+            self.dump_unfinished()
+            self.rec({"k": "exit", "status": "aborted", "t": time.time(), "done": self.done, "errors": self.errors})
+            if self.tw is not None:
+                self.tw.close()
+            raise
+        return self.conclude(status)
+
+    def dump_unfinished(self) -> list[_CF]:
+        """Write every CF of this rank that has not finished, with the DFs it awaits."""
+        unfinished = [s for s in self.cfs.values() if s.state != "done"]
+        for st in unfinished:
+            self.rec({"k": "unfinished", "cf": st.spec.id, "state": st.state,
+                      "awaits": sorted(st.missing), "t": time.time()})
+        return unfinished
+
+    def work(self, main: Code, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        self.pool: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for i in range(self.threads):
+            threading.Thread(target=self._pool_thread, name=f"cf-r{self.rank}-{i}", daemon=True).start()
+        try:
+            if self.rank == 0:
+                from planaria.fragments.model import source_line
+                root = CFSpec(self.new_id(), main, main.bind(args, kwargs), [], None, f"{main.qualname}@root")
+                root.stack = [{"expr": source_line(*self.site) or f"{main.qualname}(...)", "file": self.site[0],
+                               "line": self.site[1], "sig": main.signature, "def_file": main.file,
+                               "def_line": main.line}]
+                self.spawn(root)
+            deadline = self.t0 + self.timeout if self.timeout else None
+            idle_since: float | None = None
+            while self.verdict is None:
+                busy = self.poll()
+                while True:
+                    try:
+                        cf, payload = self.completions.get_nowait()
+                    except queue.Empty:
+                        break
+                    self.finish(cf, payload)
+                    busy = True
+                while self.ready and self.running < self.threads:
+                    cf = self.ready.popleft()
+                    st = self.cfs.get(cf)
+                    if st is not None and st.state == "ready":
+                        self.start(st)
+                        busy = True
+                if deadline is not None and time.time() > deadline:
+                    self.stop_all("timeout")
+                    break
+                idle = not self.ready and self.running == 0 and self.completions.empty()
+                if not idle:
+                    idle_since = None
+                if idle and self.token is not None:
+                    now = time.time()
+                    idle_since = idle_since or now
+                    if now - idle_since < self.idle_hold and self.nworkers > 1:
+                        time.sleep(self.idle_hold / 4)
+                    else:
+                        tok, self.token = self.token, None
+                        idle_since = None
+                        unfinished = sum(1 for s in self.cfs.values() if s.state != "done")
+                        verdict = self.ring.visit(tok, self.sent, self.recvd, unfinished)
+                        if verdict is not None:
+                            self.stop_all(verdict)
+                            break
+                        if self.nworkers == 1:
+                            self.token = tok
+                        else:
+                            self.send(self.ring.next(), ("tok", tok))
+                    continue
+                if not busy:
+                    try:
+                        cf, payload = self.completions.get(timeout=0.0005 if self.size > 1 else 0.05)
+                        self.finish(cf, payload)
+                    except queue.Empty:
+                        pass
+        finally:
+            for _ in range(self.threads):
+                self.pool.put(None)
+        return self.verdict or "finished"
+
+    def stop_all(self, verdict: str) -> None:
+        self.verdict = verdict
+        for r in range(self.size):
+            if r != self.rank:
+                self.send(r, ("stop", verdict))
+
+    # -- balancer rank -----------------------------------------------------------------------
+    def measure_links(self) -> tuple[list[float], list[float]]:
+        """Ping-pong messages of a few sizes between the balancer and each worker: latency (s) and bandwidth (B/s)."""
+        lat, bw = [0.0] * self.nworkers, [float("inf")] * self.nworkers
+        if self.is_balancer:
+            for w in range(self.nworkers):
+                rtts = []
+                for n in _PING_SIZES:
+                    payload = b"x" * n
+                    t = time.perf_counter()
+                    self.comm.send(payload, w, PING_TAG)
+                    self.comm.recv(w, PING_TAG)
+                    rtts.append(time.perf_counter() - t)
+                lat[w] = rtts[0] / 2
+                big = max(rtts[-1] / 2 - lat[w], 1e-9)
+                bw[w] = _PING_SIZES[-1] / big
+            self.rec({"k": "links", "latency": lat, "bandwidth": bw})
+        else:
+            for _ in _PING_SIZES:
+                self.comm.send(self.comm.recv(self.brank, PING_TAG), self.brank, PING_TAG)
+        return lat, bw
+
+    def balance(self, lat: list[float], bw: list[float]) -> str:
+        model = LoadModel(self.nworkers, self.bconf, lat, bw)
+        deadline = self.t0 + self.timeout if self.timeout else None
+        self._model = model
+        while self.verdict is None:
+            got = False
+            while True:
+                req = self.comm.irecv(tag=TAG)
+                done, msg = req.test()
+                if not done:
+                    break
+                got = True
+                kind = msg[0]
+                if kind == "ready":
+                    model.ready(msg[1], msg[2], msg[3], msg[4])
+                elif kind == "done":
+                    model.done(msg[1], msg[2], msg[3], msg[4])
+                elif kind == "moved":
+                    model.unmovable(msg[1], msg[4])
+                elif kind == "stop":
+                    self.verdict = msg[1]
+                if kind in ("ready", "done", "moved"):
+                    for src, dst, ids in model.plan():
+                        self.rec({"k": "plan", "src": src, "dst": dst, "cfs": ids, "t": time.time()})
+                        self.outbox.append(self.comm.isend(("move", dst, ids), src, TAG))
+            if self.outbox:
+                self.outbox = [r for r in self.outbox if not r.Test()]
+            if deadline is not None and time.time() > deadline + 5:
+                self.verdict = "timeout"
+            if not got:
+                time.sleep(0.0002)
+        self.planned = model.moves
+        return self.verdict
+
+    # -- the end ------------------------------------------------------------------------------
+    def conclude(self, status: str) -> RunResult:
+        """Dump unfinished CFs with the DFs they await, flush the trace, agree on the totals."""
+        unfinished = self.dump_unfinished()
+        local = {"done": self.done, "unfinished": len(unfinished), "errors": self.errors,
+                 "moves": self.moves, "planned": getattr(self, "planned", 0), "sent": self.sent, "recv": self.recvd}
+        if status == "finished" and self.errors:
+            status = "failed"
+        self.rec({"k": "exit", "status": status, "t": time.time(), **local})
+        if self.tw is not None:
+            self.tw.close()       # before the collective: rank 0 may read every trace right after it
+        if self.comm is not None and self.size > 1:
+            # quiesce: a few rounds of polling so late small messages are matched before the collective
+            t_end = time.time() + 0.005
+            while time.time() < t_end:
+                _drain_only(self)
+                time.sleep(0.002)
+            alls = self.comm.allgather(local)
+        else:
+            alls = [local]
+        tot = {k: sum(a[k] for a in alls) for k in local}
+        if status == "finished" and tot["errors"]:
+            status = "failed"
+        return RunResult(status, self.rank, self.nworkers, time.time() - self.t0, tot["done"],
+                         tot["unfinished"], tot["errors"], tot["moves"], self.trace_dir, local)
+
+
+def _drain_only(ex: Executor) -> None:
+    """Receive and drop messages after the stop (the program is over); reap sends."""
+    while True:
+        req = ex.comm.irecv(tag=TAG)
+        done, _msg = req.test()
+        if not done:
+            break
+    if ex.outbox:
+        ex.outbox = [r for r in ex.outbox if not r.Test()]
+
+
+def _refs(a: Any) -> list[DFRef]:
+    from planaria.fragments.model import refs_in
+    return refs_in(a)

@@ -1,0 +1,57 @@
+"""Termination and hang detection (paper 003 §3): a counter token travels a ring of worker ranks.
+
+A rank passes the token only when it has no work: no CF running and none ready. CFs waiting
+for input DFs count as idle, so a program whose remaining CFs all wait for data stops too --
+as *hung*. The counter is reset on a rank that had work since the token's last visit and
+incremented on an idle one; after 2 x N consecutive idle visits the holder decides. The token
+also carries each rank's cumulative counts of work messages sent and received (Mattern's
+counting), so a message still in flight when the counter runs out blocks the decision.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Token:
+    """The ring token: idle-visit counter plus per-rank message counts and unfinished CFs."""
+
+    count: int
+    sent: list[int]
+    recv: list[int]
+    unfinished: list[int]
+    rounds: int = 0
+
+    @classmethod
+    def start(cls, n: int) -> Token:
+        return cls(0, [0] * n, [0] * n, [0] * n)
+
+
+@dataclass
+class RingMember:
+    """One rank's side of the ring: remembers whether it had work since the token last left it."""
+
+    me: int
+    n: int
+    active: bool = True          # had work since the last visit (start: yes)
+    history: list[int] = field(default_factory=list)
+
+    def touch(self) -> None:
+        """Call when the rank had work (a CF became ready or ran, a work message arrived)."""
+        self.active = True
+
+    def visit(self, tok: Token, sent: int, recv: int, unfinished: int) -> str | None:
+        """Update the token on an idle rank; return None (pass it on), "finished" or "hung"."""
+        if self.active:
+            tok.count = 0
+            self.active = False
+        tok.count += 1
+        tok.sent[self.me], tok.recv[self.me], tok.unfinished[self.me] = sent, recv, unfinished
+        if self.me == 0:
+            tok.rounds += 1
+        if tok.count >= 2 * self.n and sum(tok.sent) == sum(tok.recv):
+            return "finished" if sum(tok.unfinished) == 0 else "hung"
+        return None
+
+    def next(self) -> int:
+        return (self.me + 1) % self.n

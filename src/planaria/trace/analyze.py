@@ -1,0 +1,392 @@
+"""Post-mortem analysis of fragmented-program traces (paper 003 §5, the ``luna_trace`` utility).
+
+From the merged per-rank records: hung CFs (never finished) with expression, file:line and
+call history; the DFs each awaits, as index ranges with local and declared names; where the
+missing values probably should have been set (other elements of the same DF and the code that
+wrote them); root causes (hung CFs that depend on no other hung CF) or dependency cycles;
+DFs initialized more than once with all writers; type mismatches and exceptions in CFs.
+"""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any
+
+from planaria.trace.writer import read_traces
+
+
+def analyze_dir(directory: str | os.PathLike[str], all_hung: bool = False) -> dict[str, Any]:
+    return analyze(read_traces(directory), all_hung=all_hung)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _where(file: str | None, line: int | None) -> str:
+    if not file:
+        return "[?]"
+    try:
+        rel = os.path.relpath(file)
+        file = file if rel.startswith("..") else rel
+    except ValueError:
+        pass
+    return f"[{file}:{line}]"
+
+
+def _stack_key(cf: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple((f.get("file"), f.get("line")) for f in cf.get("stack") or [])
+
+
+def index_ranges(indices: list[list[Any]]) -> list[tuple[list[Any], list[Any]]]:
+    """Compress index tuples into runs that differ by one in the last position: [[8],[9],[11]] -> [([8],[9]), ([11],[11])]."""
+    ints, other = [], []
+    for ix in indices:
+        (ints if ix and all(isinstance(i, int) and not isinstance(i, bool) for i in ix) else other).append(list(ix))
+    ints = sorted({tuple(i) for i in ints})
+    out: list[tuple[list[Any], list[Any]]] = []
+    for ix in ints:
+        if out and len(out[-1][1]) == len(ix) and tuple(out[-1][1][:-1]) == ix[:-1] and out[-1][1][-1] + 1 == ix[-1]:
+            out[-1] = (out[-1][0], list(ix))
+        else:
+            out.append((list(ix), list(ix)))
+    out.extend((ix, ix) for ix in other)
+    return out
+
+
+def _fmt_ix(name: str, ix: list[Any]) -> str:
+    return name + "".join(f"[{i}]" for i in ix)
+
+
+def _fmt_range(name: str, lo: list[Any], hi: list[Any]) -> str:
+    return _fmt_ix(name, lo) if lo == hi else f"{_fmt_ix(name, lo)}..{_fmt_ix(name, hi)}"
+
+
+def _covers(out: dict[str, Any], df_id: str, base: str, index: list[Any]) -> bool:
+    """Whether an output DF reference (possibly a whole indexed DF) covers the DF ``df_id``."""
+    if out.get("id") == df_id:
+        return True
+    oix = out.get("index") or []
+    return out.get("base") == base and len(oix) <= len(index) and list(index[:len(oix)]) == list(oix)
+
+
+def _sccs(nodes: list[str], edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(edges.get(nxt, ())))))
+                elif nxt in on:
+                    low[v] = min(low[v], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                out.append(sorted(comp))
+    return out
+
+
+# -- the analysis ---------------------------------------------------------------------------------
+def analyze(records: list[dict[str, Any]], all_hung: bool = False) -> dict[str, Any]:
+    """The report as a dict (``text`` is added by :func:`render_text`)."""
+    cfs: dict[str, dict[str, Any]] = {}
+    dfdecl: dict[str, dict[str, Any]] = {}
+    sets: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    set_by_base: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    ended: dict[str, dict[str, Any]] = {}
+    started: set[str] = set()
+    unfinished: dict[str, dict[str, Any]] = {}
+    errors: list[dict[str, Any]] = []
+    exits: list[dict[str, Any]] = []
+    ranks: set[int] = set()
+    deletes: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        k = r.get("k")
+        if "rank" in r:
+            ranks.add(r["rank"])
+        if k == "cf":
+            cfs[r["id"]] = r
+        elif k == "df":
+            dfdecl[r["id"]] = r
+        elif k == "set":
+            sets[r["df"]].append(r)
+            set_by_base[r.get("base", r["df"])].append(r)
+        elif k == "start":
+            started.add(r["cf"])
+        elif k == "end":
+            ended[r["cf"]] = r
+        elif k == "unfinished":
+            unfinished[r["cf"]] = r
+        elif k == "error":
+            errors.append(r)
+        elif k == "exit":
+            exits.append(r)
+        elif k == "delete":
+            deletes[r["df"]].append(r)
+
+    # hung CFs: created and never ended (dumped at exit, or lost with a killed rank)
+    hung_ids = [c for c in cfs if c not in ended]
+    awaits: dict[str, list[str]] = {}
+    for c in hung_ids:
+        if c in unfinished:
+            awaits[c] = list(unfinished[c].get("awaits") or [])
+        else:
+            awaits[c] = [i["id"] for i in cfs[c].get("in", []) if i["id"] not in sets]
+    in_info: dict[str, dict[str, dict[str, Any]]] = {c: {i["id"]: i for i in cfs[c].get("in", [])} for c in hung_ids}
+
+    # dependency graph among hung CFs: A -> B when A awaits a DF that B would write
+    edges: dict[str, set[str]] = {c: set() for c in hung_ids}
+    by_base: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for c in hung_ids:
+        for o in cfs[c].get("out", []):
+            by_base[o.get("base", o["id"])].append((c, o))
+    for a in hung_ids:
+        for d in awaits[a]:
+            info = in_info[a].get(d, {})
+            base, ix = info.get("base", d), info.get("index", [])
+            for b, o in by_base.get(base, []):
+                if b != a and _covers(o, d, base, ix):
+                    edges[a].add(b)
+    roots = [c for c in hung_ids if not edges[c]]
+    cycles = [comp for comp in _sccs(hung_ids, edges) if len(comp) >= 2]
+    no_root_cycle = bool(hung_ids) and not roots and len(hung_ids) >= 2
+
+    def frames(cf: dict[str, Any]) -> list[dict[str, Any]]:
+        return list(cf.get("stack") or [])
+
+    def writer_sites(base: str, exclude: set[str]) -> list[dict[str, Any]]:
+        groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for s in set_by_base.get(base, []):
+            w = cfs.get(s["cf"])
+            if w is None:
+                continue
+            key = (w.get("file"), w.get("line")) + _stack_key(w)
+            g = groups.setdefault(key, {"expr": w.get("expr"), "file": w.get("file"), "line": w.get("line"),
+                                        "stack": frames(w), "dfs": []})
+            g["dfs"].append(s["df"])
+        return list(groups.values())
+
+    def describe(group_ids: list[str]) -> dict[str, Any]:
+        cf = cfs[group_ids[0]]
+        aw: dict[tuple[str, str, str, str], list[list[Any]]] = defaultdict(list)
+        for c in group_ids:
+            for d in awaits[c]:
+                info = in_info[c].get(d) or {"id": d, "base": d, "decl": d, "decl_in": "?", "local": d, "index": []}
+                aw[(info.get("base", d), info.get("local", d), info.get("decl", d), info.get("decl_in", "?"))].append(
+                    info.get("index", []))
+        awaited = []
+        for (base, local, decl, decl_in), ixs in aw.items():
+            rngs = index_ranges(ixs)
+            decl_rec = dfdecl.get(base, {})
+            awaited.append({
+                "base": base, "local": local, "decl": decl, "decl_in": decl_in,
+                "decl_file": decl_rec.get("file"), "decl_line": decl_rec.get("line"),
+                "ranges": [{"from": lo, "to": hi, "local": _fmt_range(local, lo, hi), "decl": _fmt_range(decl, lo, hi)}
+                           for lo, hi in rngs],
+                "deleted": sorted(d for d in deletes if d == base or d.startswith(base + "[")),
+                "maybe_set_at": writer_sites(base, set(group_ids)),
+            })
+        return {"cfs": group_ids, "instances": len(group_ids), "code": cf.get("code"), "expr": cf.get("expr"),
+                "loops": [{"loop": h, "line": ln} for h, ln in enclosing_loops(cf.get("file"), cf.get("line"))],
+                "file": cf.get("file"), "line": cf.get("line"), "kind": cf.get("kind"),
+                "stack": frames(cf), "awaited": awaited,
+                "state": (unfinished.get(group_ids[0]) or {}).get(
+                    "state", "running when its rank died" if group_ids[0] in started else "lost with its rank"),
+                "rank": cf.get("rank")}
+
+    def grouped(ids: list[str]) -> list[dict[str, Any]]:
+        groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
+        for c in ids:
+            cf = cfs[c]
+            groups[(cf.get("file"), cf.get("line"), cf.get("code")) + _stack_key(cf)].append(c)
+        return [describe(sorted(v, key=_cf_order)) for v in groups.values()]
+
+    multi = []
+    for d, ss in sets.items():
+        writers = sorted({s["cf"] for s in ss}, key=_cf_order)
+        if len(writers) >= 2:
+            multi.append({"df": d, "name": ss[0].get("name", d) + d[len(ss[0].get("base", d)):],
+                          "deleted_between": bool(deletes.get(d)),
+                          "writers": [{"cf": w, "expr": cfs.get(w, {}).get("expr"), "file": cfs.get(w, {}).get("file"),
+                                       "line": cfs.get(w, {}).get("line"), "stack": frames(cfs.get(w, {}))}
+                                      for w in writers]})
+
+    mismatches, exceptions = [], []
+    for e in errors:
+        cf = cfs.get(e.get("cf"), {})
+        base = {"cf": e.get("cf"), "expr": cf.get("expr"), "file": cf.get("file"), "line": cf.get("line"),
+                "stack": frames(cf), "message": e.get("message")}
+        if e.get("kind") == "type_mismatch":
+            dfs = []
+            for info in e.get("df") or []:
+                ws = [{"cf": s["cf"], "expr": cfs.get(s["cf"], {}).get("expr"), "file": cfs.get(s["cf"], {}).get("file"),
+                       "line": cfs.get(s["cf"], {}).get("line"), "type": s.get("type")} for s in sets.get(info["id"], [])]
+                dfs.append({**info, "set_by": ws})
+            mismatches.append({**base, "param": e.get("param"), "expected": e.get("expected"), "got": e.get("got"),
+                               "value": e.get("value"), "dfs": dfs})
+        elif e.get("kind") == "exception":
+            exceptions.append({**base, "exc": e.get("exc"), "at_file": e.get("file"), "at_line": e.get("line")})
+    statuses = sorted({x.get("status") for x in exits if x.get("status")})
+    missing_exit = sorted(ranks - {x.get("rank") for x in exits})
+    report = {
+        "status": statuses[0] if len(statuses) == 1 else ("/".join(statuses) or "unknown"),
+        "ranks": sorted(ranks), "ranks_without_exit": missing_exit,
+        "cfs": len(cfs), "finished": len(ended), "hung": len(hung_ids),
+        "root_causes": grouped(roots),
+        "all_hung": grouped(hung_ids) if all_hung else None,
+        "cycles": [[{"cf": c, "expr": cfs[c].get("expr"), "file": cfs[c].get("file"), "line": cfs[c].get("line")}
+                    for c in comp] for comp in cycles],
+        "cycle_without_root": no_root_cycle,
+        "multiple_init": multi,
+        "type_mismatches": mismatches,
+        "exceptions": exceptions,
+    }
+    report["text"] = render_text(report)
+    return report
+
+
+def _cf_order(c: str) -> tuple[int, int]:
+    try:
+        a, b = c.split(".", 1)
+        return int(a), int(b)
+    except ValueError:
+        return (1 << 30, 0)
+
+
+# -- text -------------------------------------------------------------------------------------------
+_LOOPS: dict[str, list[tuple[int, int, str]]] = {}
+
+
+def enclosing_loops(file: str | None, line: int | None) -> list[tuple[str, int]]:
+    """Loops around ``file:line`` in the source (innermost first): ("for i in range(size)", line).
+
+    Python loops are not fragments, so the call history cannot record them; the analyzer reads
+    them back from the source, as LuNA's luna_trace prints "in for i = 0..size-1".
+    """
+    if not file or not line:
+        return []
+    if file not in _LOOPS:
+        import ast
+        import linecache
+        spans: list[tuple[int, int, str]] = []
+        try:
+            src = "".join(linecache.getlines(file))
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+                    head = linecache.getline(file, node.lineno).strip().rstrip(":")
+                    spans.append((node.lineno, node.end_lineno or node.lineno, head))
+        except (SyntaxError, ValueError, OSError):
+            spans = []
+        _LOOPS[file] = spans
+    hits = [(a, b, h) for a, b, h in _LOOPS[file] if a < line <= b]
+    hits.sort(key=lambda t: -t[0])
+    return [(h, a) for a, _b, h in hits]
+
+
+def _stack_lines(stack: list[dict[str, Any]], indent: str) -> list[str]:
+    """Call history, innermost first: loops around the call, 'in sub f(...) [def]', 'in f(args) [call site]'."""
+    out = []
+    for i in range(len(stack) - 2, -1, -1):
+        caller = stack[i]
+        inner = stack[i + 1]
+        for head, ln in enclosing_loops(inner.get("file"), inner.get("line")):
+            out.append(f"{indent}in {head} {_where(inner.get('file'), ln)}")
+        out.append(f"{indent}in {caller['sig']} {_where(caller.get('def_file'), caller.get('def_line'))}")
+        if i > 0:
+            out.append(f"{indent}in {caller['expr']} {_where(caller.get('file'), caller.get('line'))}")
+    return out
+
+
+def render_text(rep: dict[str, Any]) -> str:
+    lines: list[str] = [f"run status: {rep['status']}; {rep['cfs']} CFs, {rep['finished']} finished, {rep['hung']} never finished"]
+    if rep.get("ranks_without_exit"):
+        lines.append(f"ranks whose trace has no exit record (killed?): {rep['ranks_without_exit']}")
+
+    def hung_block(title: str, items: list[dict[str, Any]]) -> None:
+        lines.append("")
+        lines.append(title)
+        for h in items:
+            lines.append("")
+            inst = f" ({h['instances']} instances)" if h["instances"] > 1 else ""
+            lines.append(f"{h['expr']} {_where(h['file'], h['line'])} never finished{inst} [{h['state']}]")
+            lines.extend(_stack_lines(h["stack"], "    "))
+            for a in h["awaited"]:
+                rngs = ", ".join(r["local"] for r in a["ranges"])
+                decl = ", ".join(r["decl"] for r in a["ranges"])
+                alias = f"where {a['local']} is {a['decl']}, " if a["local"] != a["decl"] else ""
+                lines.append(f"  Awaited DFs {a['local']} ({alias}{a['decl']} declared in sub {a['decl_in']} "
+                             f"{_where(a.get('decl_file'), a.get('decl_line'))}): {rngs}"
+                             + (f" ({decl})" if alias else ""))
+                if a["deleted"]:
+                    lines.append(f"  note: {a['decl']} was deleted by a delete recommendation before this CF read it "
+                                 f"({', '.join(a['deleted'][:4])})")
+                for w in a["maybe_set_at"][:3]:
+                    lines.append(f"  Maybe it should have been initialized here: {w['expr']} {_where(w['file'], w['line'])}"
+                                 f" (it set {len(w['dfs'])} other element(s))")
+                    lines.extend(_stack_lines(w["stack"], "      "))
+            if not h["awaited"]:
+                lines.append("  awaits no DF: it was running or ready when the run stopped")
+
+    if rep["root_causes"]:
+        title = ("Following CFs appear to be the root cause of the system hang:" if rep["status"] == "hung"
+                 else f"Following CFs never finished (run {rep['status']}); root causes:")
+        hung_block(title, rep["root_causes"])
+    if rep.get("cycle_without_root") or rep["cycles"]:
+        lines.append("")
+        lines.append("Dependency cycle(s) among hung CFs (each waits for a DF another one would set):")
+        for comp in rep["cycles"]:
+            lines.append("  " + " -> ".join(f"{c['expr']} {_where(c['file'], c['line'])}" for c in comp))
+    if rep.get("all_hung"):
+        hung_block("All hung CFs:", rep["all_hung"])
+    if rep["multiple_init"]:
+        lines.append("")
+        lines.append("Following DFs are initialized multiple times:")
+        for m in rep["multiple_init"]:
+            note = " (deleted in between, so the runtime did not notice)" if m["deleted_between"] else ""
+            lines.append(f"  {m['name']}{note} in")
+            for w in m["writers"]:
+                lines.append(f"    {w['expr']} {_where(w['file'], w['line'])}")
+    if rep["type_mismatches"]:
+        lines.append("")
+        lines.append("Type mismatches:")
+        for t in rep["type_mismatches"]:
+            lines.append(f"  {t['expr']} {_where(t['file'], t['line'])}: parameter {t['param']} expects {t['expected']}, "
+                         f"got {t['got']} {t['value']}")
+            for d in t["dfs"]:
+                for w in d["set_by"]:
+                    lines.append(f"    DF {d['local']} (declared {d['decl']} in sub {d['decl_in']}) was set as {w['type']} "
+                                 f"by {w['expr']} {_where(w['file'], w['line'])}")
+    if rep["exceptions"]:
+        lines.append("")
+        lines.append("CFs that raised:")
+        for e in rep["exceptions"]:
+            lines.append(f"  {e['expr']} {_where(e['file'], e['line'])}: {e['exc']}: {e['message']} "
+                         f"{_where(e.get('at_file'), e.get('at_line'))}")
+    if not (rep["root_causes"] or rep["cycles"] or rep["multiple_init"] or rep["type_mismatches"] or rep["exceptions"]):
+        lines.append("no hung CFs, no multiply initialized DFs, no type mismatches")
+    return "\n".join(lines) + "\n"

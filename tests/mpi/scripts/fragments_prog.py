@@ -1,0 +1,100 @@
+"""Fragmented programs on real ranks: placement, DFs fetched across ranks, hangs, the balancer, a killed rank.
+
+    mpiexec -n 4 python fragments_prog.py MODE TRACE_DIR
+"""
+import os
+import signal
+import sys
+import time
+
+import planaria.fragments as fr
+
+RESULTS = []
+
+
+@fr.atomic
+def put(x: fr.Name, v: int):
+    x.set(v)
+
+
+@fr.atomic
+def square_plus(out: fr.Name, a: int, b: int):
+    out.set(a * a + b)
+
+
+@fr.atomic
+def report(vals: list, where: list):
+    import planaria as pl
+    RESULTS.append(sum(vals))
+    print(f"RESULT {sum(vals)} on {pl.world().rank} inputs from {sorted(set(where))}", flush=True)
+
+
+@fr.atomic
+def where_am_i(out: fr.Name):
+    import planaria as pl
+    out.set(pl.world().rank)
+
+
+@fr.sub
+def spread_main(k: int):
+    n = fr.workers()
+    a, b, w = fr.dfs("a b w")
+    for i in range(k):
+        put(a[i], i).at(i)                         # a[i] set on worker i % n
+        square_plus(b[i], a[i], a[(i + 1) % k]).at(i + 1)   # read there and on the next worker
+        where_am_i(w[i]).at(i + 2)
+    report([b[i] for i in range(k)], [w[i] for i in range(k)]).at(n - 1)
+
+
+@fr.sub
+def hang_main(k: int):
+    x, y = fr.dfs("x y")
+    for i in range(k - 2):                         # x[k-2], x[k-1] are never set
+        put(x[i], i).at(i)
+    for i in range(k):
+        square_plus(y[i], x[i], 1).at(i + 1)
+
+
+@fr.atomic
+def work(out: fr.Name, seconds: float):
+    time.sleep(seconds)
+    out.set(seconds)
+
+
+@fr.sub
+def skewed_main(k: int):
+    r = fr.df("r")
+    for i in range(k):                             # all created on worker 0; every 4th is long
+        work(r[i], 0.2 if i % 4 == 0 else 0.05)
+
+
+@fr.atomic
+def die(out: fr.Name, v: int):
+    time.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@fr.sub
+def kill_main(k: int):
+    z = fr.df("z")
+    for i in range(k):
+        put(z[i], i).at(i)
+    die(fr.df("never"), z[0]).at(1)
+
+
+if __name__ == "__main__":
+    mode, trace_dir = sys.argv[1], (sys.argv[2] if sys.argv[2] != "-" else None)   # "-": $PLANARIA_JOB_DIR/trace
+    import planaria as pl
+    comm = pl.world()
+    t = time.time()
+    if mode == "spread":
+        res = fr.run(spread_main, 12, trace_dir=trace_dir, threads=2, timeout=30)
+    elif mode == "hang":
+        res = fr.run(hang_main, 10, trace_dir=trace_dir, timeout=30)
+    elif mode in ("balance", "nobalance"):
+        res = fr.run(skewed_main, 24, trace_dir=trace_dir, threads=1, timeout=30,
+                     balancer=fr.BalancerConfig(2, 0.2) if mode == "balance" else None)
+    elif mode == "kill":
+        res = fr.run(kill_main, 6, trace_dir=trace_dir, flush_bytes=1, timeout=30)
+    print(f"STATUS {comm.rank} {res.status} done={res.cfs_done} unfinished={res.unfinished} "
+          f"moves={res.balancer_moves} local_done={res.local['done']} elapsed={time.time() - t:.2f}", flush=True)

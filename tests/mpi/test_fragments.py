@@ -1,0 +1,101 @@
+"""Fragmented programs on real ranks: DFs across ranks, a hang ends with a report, the balancer, a killed rank."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planaria.trace.analyze import analyze_dir
+from planaria.trace.writer import read_traces
+from tests.mpi.mpijob import SCRIPTS, mpiexec, root_env
+
+pytestmark = pytest.mark.mpi
+PROG = str(SCRIPTS / "fragments_prog.py")
+ENV = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+
+
+def _status(out: str) -> dict[int, dict[str, str]]:
+    rows = {}
+    for m in re.finditer(r"STATUS (\d+) (\w+) (.*)", out):
+        rows[int(m.group(1))] = {"status": m.group(2), **dict(kv.split("=") for kv in m.group(3).split())}
+    return rows
+
+
+@pytest.mark.timeout(60)
+def test_dfs_fetched_across_ranks(tmp_path):
+    res = mpiexec(3, [PROG, "spread", str(tmp_path)], ft=True, env=ENV, timeout=45)
+    assert res.code == 0, res.err[-2000:]
+    st = _status(res.out)
+    assert sorted(st) == [0, 1, 2] and {r["status"] for r in st.values()} == {"finished"}
+    assert all(int(r["local_done"]) > 0 for r in st.values())          # every rank ran CFs
+    # b[i] = a[i]^2 + a[i+1] with a[i] = i set on rank i % 3 and read on rank (i + 1) % 3
+    assert re.search(r"RESULT 572 on 2 inputs from \[0, 1, 2\]", res.out)
+    recs = read_traces(tmp_path)
+    assert {r["rank"] for r in recs} == {0, 1, 2}
+    rep = analyze_dir(tmp_path)
+    assert rep["status"] == "finished" and rep["hung"] == 0 and rep["finished"] == 38
+
+
+@pytest.mark.timeout(60)
+def test_hang_on_ranks_ends_with_a_report(tmp_path):
+    res = mpiexec(4, [PROG, "hang", str(tmp_path)], ft=True, env=ENV, timeout=45)
+    assert res.code == 0, res.err[-2000:]
+    st = _status(res.out)
+    assert {r["status"] for r in st.values()} == {"hung"} and len(st) == 4
+    assert all(float(r["elapsed"]) < 10 for r in st.values())
+    assert "Following CFs appear to be the root cause of the system hang" in res.err
+    (rc,) = analyze_dir(tmp_path)["root_causes"]
+    assert rc["expr"] == "square_plus(y[i], x[i], 1)" and rc["instances"] == 2
+    assert [r["decl"] for r in rc["awaited"][0]["ranges"]] == ["x[8]..x[9]"]
+    assert rc["awaited"][0]["maybe_set_at"][0]["expr"] == "put(x[i], i)"
+
+
+@pytest.mark.timeout(60)
+def test_balancer_spreads_cfs_created_on_one_rank(tmp_path):
+    # through the CLI: the program passes no balancer, `planaria fragments run --balancer` turns it on
+    env = root_env()
+    env.update(ENV, PLANARIA_HOME=str(tmp_path))
+    cmd = [sys.executable, "-m", "planaria.cli.main", "fragments", "run", "-n", "3", "--balancer",
+           "--jobs-difference-ratio", "0.25", "--threads", "1", "--timeout", "45", "--",
+           sys.executable, PROG, "nobalance", "-"]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=55)
+    assert res.returncode == 0, res.stderr[-2000:]
+    st = _status(res.stdout)
+    assert {r["status"] for r in st.values()} == {"finished"} and sorted(st) == [0, 1, 2, 3]
+    done = [int(st[r]["local_done"]) for r in range(3)]
+    assert int(st[3]["local_done"]) == 0                # rank 3 is the balancer
+    assert sum(done) == 25 and sum(1 for d in done if d > 0) == 3
+    # serial work is 6 x 0.2 + 18 x 0.05 = 2.1 s, all created on worker 0
+    assert float(st[0]["elapsed"]) < 0.75 * 2.1
+    (job,) = list((tmp_path / "jobs").iterdir())
+    recs = read_traces(job / "trace")
+    assert any(r["k"] == "links" and all(b > 0 for b in r["bandwidth"]) for r in recs)
+    moves = [r for r in recs if r["k"] == "move"]
+    assert moves and int(st[0]["moves"]) == len(moves)
+    assert {r["threads"] for r in recs if r["k"] == "run"} == {1}
+
+
+@pytest.mark.timeout(60)
+def test_killed_rank_keeps_its_flushed_trace(tmp_path):
+    env = root_env()
+    env.update(ENV, PLANARIA_HOME=str(tmp_path))
+    cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "3", "--timeout", "40", "--",
+           sys.executable, PROG, "kill", "-"]
+    subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=55)
+    (job,) = list((tmp_path / "jobs").iterdir())
+    files = sorted(p.name for p in (job / "trace").iterdir())
+    assert files == ["trace-r0.jsonl", "trace-r1.jsonl", "trace-r2.jsonl"]
+    killed = [r for r in read_traces(job / "trace") if r.get("rank") == 1]
+    assert any(r["k"] == "start" for r in killed) and not any(r["k"] == "exit" for r in killed)
+    out = subprocess.run([sys.executable, "-m", "planaria.cli.main", "trace", "analyze", str(job), "--json"],
+                         env=env, capture_output=True, text=True, timeout=30)
+    import json
+    rep = json.loads(out.stdout)
+    assert rep["ranks_without_exit"] == [1]
+    assert [h["expr"] for h in rep["root_causes"]] == ['die(fr.df("never"), z[0])']
+    assert rep["root_causes"][0]["state"] == "running when its rank died"
+    assert os.path.getsize(job / "trace" / "trace-r1.jsonl") > 0

@@ -1,0 +1,145 @@
+"""The §6 load model and plan, and the token-ring termination rule (pure logic)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from planaria.fragments.balancer import BalancerConfig, LoadModel
+from planaria.fragments.termination import RingMember, Token
+
+
+def test_weights_follow_figure_3():
+    m = LoadModel(2)
+    for i, d in enumerate([1.0, 3.0, 4.0]):
+        m.ready(0, f"g1-{i}", "g1")
+        m.done(0, f"g1-{i}", "g1", d)
+    for i in range(6):
+        m.ready(0, f"g2-{i}", "g2")
+        m.done(0, f"g2-{i}", "g2", 1.5)
+    assert m.weight(0, "g1") == pytest.approx(8 / 3)
+    m.ready(0, "g1-3", "g1")
+    m.done(0, "g1-3", "g1", 2.0)
+    assert m.weight(0, "g1") == pytest.approx(2.5)
+    assert m.weight(0, "g3") == pytest.approx((4 * 2.5 + 6 * 1.5) / 10)   # 1.9: no g3 done -> process mean
+    for i in range(3):
+        m.ready(0, f"g3-{i}", "g3")
+    m.ready(0, "g1-4", "g1")
+    m.ready(0, "g1-5", "g1")
+    assert m.load(0) == pytest.approx(2 * 2.5 + 3 * 1.9)
+    assert m.weight(1, "g1") == pytest.approx(2.5)              # a group's mean holds on every process
+    assert m.weight(1, "g3") == pytest.approx(1.9)              # nothing done on worker 1: mean over all
+
+
+def test_thresholds_gate_the_plan():
+    m = LoadModel(2, BalancerConfig(jobs_left_threshold=5, jobs_difference_ratio=0.5))
+    for i in range(4):
+        m.ready(0, f"c{i}", "g")
+    assert m.plan() == []                      # 4 outstanding < JOBS_LEFT_THRESHOLD
+    m.ready(0, "c4", "g")
+    assert m.plan() == [(0, 1, ["c4", "c3"])]  # newest first among equal weights, receiver up to the mean 2.5
+    m2 = LoadModel(2, BalancerConfig(jobs_left_threshold=0, jobs_difference_ratio=0.5))
+    for i in range(3):
+        m2.ready(0, f"a{i}", "g")
+    for i in range(2):
+        m2.ready(1, f"b{i}", "g")
+    assert m2.plan() == []                     # (3 - 2) / 3 < 0.5
+
+
+def test_transfer_cost_can_forbid_a_move():
+    m = LoadModel(2, BalancerConfig(0, 0.1), latency=[0.0, 0.0], bandwidth=[100.0, 100.0])
+    for i in range(4):
+        m.ready(0, f"s{i}", "g", size=10)      # 0.1 s to ship, weight 1 s
+    m.ready(0, "big", "g", size=1000)         # 10 s to ship, weight 1 s: NEW_WEIGHT < 0, never moved
+    assert m.plan() == [(0, 1, ["s3", "s2"])]  # receiver: 2 x (1 + 0.1) <= mean 2.5; a third would exceed it
+    m0 = LoadModel(2, BalancerConfig(0, 0.1))
+    for i in range(4):
+        m0.ready(0, f"s{i}", "g", size=10)
+    m0.ready(0, "big", "g", size=1000)
+    assert m0.plan() == [(0, 1, ["big", "s3"])]   # free links: the newest go first
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 6), st.lists(st.tuples(st.integers(0, 5), st.sampled_from("abc"), st.floats(0.01, 5.0)),
+                                   min_size=1, max_size=60),
+       st.floats(0.0, 1.0), st.integers(0, 10))
+def test_plan_invariants(workers, jobs, ratio, threshold):
+    m = LoadModel(workers, BalancerConfig(threshold, ratio))
+    # the same history on every worker, so weights differ per group but not per worker (loads are conserved)
+    for w in range(workers):
+        for g, d in (("a", 0.5), ("b", 2.0), ("c", 1.0)):
+            m.ready(w, f"h{g}{w}", g)
+            m.done(w, f"h{g}{w}", g, d)
+    for i, (w, g, _d) in enumerate(jobs):
+        m.ready(w % workers, f"j{i}", g)
+    before = [m.load(w) for w in range(workers)]
+    mean = sum(before) / workers
+    total = m.outstanding()
+    moves = m.plan()
+    after = [m.load(w) for w in range(workers)]
+    if total < threshold:
+        assert moves == []
+    assert m.outstanding() == total                                    # moves never lose or invent CFs
+    assert sum(after) == pytest.approx(sum(before), rel=1e-9, abs=1e-9)
+    receivers = {d for _s, d, _ids in moves}
+    for d in receivers:
+        assert after[d] <= mean + 1e-6 or after[d] <= before[d] + 1e-9  # receivers end at most at the mean
+    assert max(after) <= max(before) + 1e-9
+    for s, _d, ids in moves:                                            # decreasing weight order
+        ws = [m.weight(s, m.jobs[_d][c].group) for c in ids]
+        assert ws == sorted(ws, reverse=True)
+
+
+def _circulate(members, tok, start, busy_visits=()):
+    """Pass the token around idle members; return (verdict, visits)."""
+    i, visits = start, 0
+    while True:
+        if visits in busy_visits:
+            members[i].touch()
+        v = members[i].visit(tok, 0, 0, 0)
+        visits += 1
+        if v is not None:
+            return v, visits
+        i = members[i].next()
+
+
+@given(st.integers(1, 8), st.sets(st.integers(0, 30), max_size=5))
+def test_ring_decides_after_two_idle_rounds(n, busy):
+    members = [RingMember(r, n, active=False) for r in range(n)]
+    verdict, visits = _circulate(members, Token.start(n), 0, busy)
+    # a visit on a rank that had work resets the counter and counts as 1; the holder decides at 2n
+    v = 0
+    while True:
+        lb = max((b for b in busy if b <= v), default=None)
+        if (v + 1 if lb is None else v - lb + 1) >= 2 * n:
+            break
+        v += 1
+    assert verdict == "finished" and visits == v + 1
+
+
+def test_ring_waits_for_messages_in_flight_and_reports_hangs():
+    n = 3
+    members = [RingMember(r, n, active=False) for r in range(n)]
+    tok = Token.start(n)
+    assert members[0].visit(tok, sent=1, recv=0, unfinished=0) is None
+    for _ in range(10):                         # a message still in flight: never decides
+        for r in (1, 2, 0):
+            assert members[r].visit(tok, sent=1 if r == 0 else 0, recv=0, unfinished=0) is None
+    members[1].touch()                          # it arrives: rank 1 had work
+    vis = [members[r].visit(tok, sent=1 if r == 0 else 0, recv=1 if r == 1 else 0, unfinished=2 if r == 1 else 0)
+           for r in [1, 2, 0] * 2]
+    assert vis[-1] == "hung" and all(v is None for v in vis[:-1])
+
+
+def test_the_mean_cap_blocks_moves_with_few_cfs_and_the_donor_cap_does_not():
+    paper = LoadModel(8, BalancerConfig(2, 0.2))
+    donor = LoadModel(8, BalancerConfig(2, 0.2, receiver_cap="donor"))
+    for m in (paper, donor):
+        for i in range(3):
+            m.ready(0, f"c{i}", "g")
+    assert paper.plan() == []                     # mean 3/8 < one CF: every receiver would exceed it
+    moves = donor.plan()
+    assert [ids for _s, _d, ids in moves] == [["c2"], ["c1"]]
+    assert sorted(donor.load(w) for w in range(8))[-3:] == [1.0, 1.0, 1.0]
+    assert donor.plan() == []                     # balanced: no ping-pong
+    with pytest.raises(ValueError):
+        BalancerConfig(receiver_cap="max")

@@ -1,0 +1,41 @@
+"""The benchmark's graphs and bounds (pure), and the CLI's one-line errors."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, strategies as st
+
+from planaria.bench.fragments import critical_path, ideal_makespan, irregular_graph
+
+
+@given(st.integers(1, 200), st.integers(1, 8), st.integers(0, 50))
+def test_irregular_graph_is_a_dag_with_the_asked_mean(tasks, layers, seed):
+    g = irregular_graph(tasks, layers, 0.04, 1.0, seed)
+    assert len(g["dur"]) == len(g["deps"]) == tasks
+    assert all(j < i for i, ds in enumerate(g["deps"]) for j in ds)
+    assert sum(g["dur"]) / tasks == pytest.approx(0.04, rel=1e-3)
+    assert g == irregular_graph(tasks, layers, 0.04, 1.0, seed)        # deterministic
+
+
+@given(st.lists(st.floats(0.001, 1.0), min_size=1, max_size=30), st.integers(1, 8), st.randoms())
+def test_ideal_makespan_bounds(dur, workers, rnd):
+    deps = [sorted({rnd.randrange(i) for _ in range(2)}) if i else [] for i in range(len(dur))]
+    cp = critical_path(dur, deps)
+    assert max(dur) <= cp + 1e-12 <= sum(dur) + 1e-9
+    ideal = ideal_makespan(dur, deps, workers)
+    assert ideal >= sum(dur) / workers - 1e-12 and ideal >= cp - 1e-12
+    assert ideal_makespan(dur, [[] for _ in dur], 1) == pytest.approx(sum(dur))
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["fragments", "run", "-n", "1", "--balancer", "--", "python", "x.py"], "at least 2 workers"),
+    (["fragments", "run", "-n", "2", "--jobs-difference-ratio", "1.5", "--", "python", "x.py"], "[0, 1]"),
+    (["fragments", "run", "-n", "2"], "after --"),
+    (["bench", "fragments", "--workers", "0"], "worker list"),
+    (["bench", "fragments", "--modes", "nope", "--workers", "1"], "unknown mode"),
+])
+def test_cli_bad_input_is_one_line_exit_2(args, needle):
+    res = subprocess.run([sys.executable, "-m", "planaria.cli.main", *args], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1

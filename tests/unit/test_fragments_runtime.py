@@ -1,0 +1,183 @@
+"""The fragment program model and the single-process executor: results, hangs, errors, traces."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import planaria.fragments as fr
+from planaria.trace.writer import read_traces
+
+
+@fr.atomic
+def put(x: fr.Name, v: int):
+    x.set(v)
+
+
+@fr.atomic
+def add(out: fr.Name, a: int, b: int):
+    out.set(a + b)
+
+
+SINK: list = []
+
+
+@fr.atomic
+def collect(v: list):
+    SINK.append(v)          # CF arguments are values (copies), so results leave through the rank's memory
+
+
+@fr.sub
+def fib_main(n: int):
+    f = fr.df("f")
+    put(f[0], 0)
+    put(f[1], 1)
+    for i in range(2, n + 1):
+        add(f[i], f[i - 1], f[i - 2])
+    collect([f[i] for i in range(n + 1)])
+
+
+def test_fibonacci_runs_out_of_order_and_finishes(tmp_path):
+    SINK.clear()
+    res = fr.run(fib_main, 12, comm=None, threads=3, trace_dir=str(tmp_path))
+    assert res.status == "finished" and res.unfinished == 0 and res.errors == 0
+    assert SINK == [[0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144]]
+    recs = read_traces(tmp_path)
+    kinds = {r["k"] for r in recs}
+    assert {"run", "cf", "df", "start", "end", "set", "exit"} <= kinds
+    cf_ids = [r["id"] for r in recs if r["k"] == "cf"]
+    assert len(cf_ids) == len(set(cf_ids)) == res.cfs_done == 1 + 2 + 11 + 1
+    # every set names its writer and the DF's type fixed at that assignment
+    sets = [r for r in recs if r["k"] == "set"]
+    assert all(r["type"] == "int" and r["cf"] in cf_ids for r in sets)
+
+
+@fr.atomic
+def slow_put(x: fr.Name, v: int, delay: float):
+    time.sleep(delay)
+    x.set(v)
+
+
+@fr.sub
+def parallel_main(k: int, delay: float):
+    xs = fr.df("xs")
+    for i in range(k):
+        slow_put(xs[i], i, delay)
+
+
+def test_several_cfs_run_at_once_on_one_rank(tmp_path):
+    t = time.perf_counter()
+    res = fr.run(parallel_main, 8, 0.1, comm=None, threads=4, trace_dir=str(tmp_path))
+    wall = time.perf_counter() - t
+    assert res.status == "finished"
+    assert wall < 0.8 * 8 * 0.1           # serial would be 0.8 s; four threads take ~0.2 s
+    ends = [r for r in read_traces(tmp_path) if r["k"] == "end" and r.get("out")]
+    overlapping = sum(1 for a in ends for b in ends if a is not b and a["t0"] < b["t"] and b["t0"] < a["t"])
+    assert overlapping > 0
+
+
+@fr.sub
+def never_main():
+    a = fr.df("a")
+    put(fr.df("b"), 1)
+    add(fr.df("c"), a, 1)
+
+
+def test_hang_is_detected_not_waited_for(tmp_path):
+    t = time.perf_counter()
+    res = fr.run(never_main, comm=None, trace_dir=str(tmp_path), report=False)
+    assert time.perf_counter() - t < 5
+    assert res.status == "hung" and res.unfinished == 1
+    dumped = [r for r in read_traces(tmp_path) if r["k"] == "unfinished"]
+    assert len(dumped) == 1 and dumped[0]["awaits"] and dumped[0]["awaits"][0].endswith(":a#0")
+
+
+@fr.atomic
+def boom(v: int):
+    raise ValueError(f"bad value {v}")
+
+
+@fr.sub
+def boom_main():
+    x = fr.df("x")
+    put(x, 7)
+    boom(x)
+
+
+def test_exception_in_a_cf_is_recorded_with_its_line(tmp_path):
+    res = fr.run(boom_main, comm=None, trace_dir=str(tmp_path), report=False)
+    assert res.status == "failed" and res.errors == 1
+    err = [r for r in read_traces(tmp_path) if r["k"] == "error"][0]
+    assert err["kind"] == "exception" and err["exc"] == "ValueError" and "bad value 7" in err["message"]
+    assert err["file"].endswith("test_fragments_runtime.py") and err["line"] > 0
+
+
+def test_spawning_outside_a_sub_is_an_error():
+    with pytest.raises(fr.FragmentError):
+        put(None, 1)
+    with pytest.raises(fr.FragmentError):
+        fr.run(put, comm=None)
+
+
+def test_trace_flushes_at_threshold_before_exit(tmp_path):
+    from planaria.trace.writer import TraceWriter
+    tw = TraceWriter(tmp_path, 3, flush_bytes=200)
+    for i in range(10):
+        tw.write({"k": "x", "i": i, "pad": "y" * 30})
+    # flushed chunks are on disk while the writer is still open (what a kill would leave)
+    on_disk = [json.loads(ln) for ln in (tmp_path / "trace-r3.jsonl").read_text().splitlines()]
+    assert tw.flushes >= 2 and 0 < len(on_disk) < 10 and [r["i"] for r in on_disk] == list(range(len(on_disk)))
+    with open(tmp_path / "trace-r3.jsonl", "a") as fh:
+        fh.write('{"k": "torn')                       # a writer killed mid-line
+    assert [r["i"] for r in read_traces(tmp_path)] == list(range(len(on_disk)))
+
+
+@fr.atomic
+def fill(vec: fr.Name, n: int):
+    for i in range(n):
+        vec[i].set(i * i)
+
+
+@fr.atomic
+def total(vals: list, out: fr.Name):
+    out.set(sum(vals))
+
+
+@fr.sub
+def fill_main(n: int):
+    v, t = fr.dfs("v t")
+    fill(v, n)                      # one CF sets a whole indexed DF element by element
+    total([v[i] for i in range(n)], t)
+    collect([t])
+
+
+def test_one_cf_may_set_elements_of_an_indexed_output(tmp_path):
+    SINK.clear()
+    res = fr.run(fill_main, 5, comm=None, trace_dir=str(tmp_path))
+    assert res.status == "finished" and SINK == [[0 + 1 + 4 + 9 + 16]]
+    assert not [r for r in read_traces(tmp_path) if r["k"] == "error"]
+
+
+@fr.atomic
+def stuck(out: fr.Name, seconds: float):
+    time.sleep(seconds)
+    out.set(1)
+
+
+@fr.sub
+def stuck_main():
+    s = fr.df("s")
+    stuck(s, 30.0)
+    put(fr.df("u"), s)      # awaits s
+
+
+def test_a_cf_that_never_returns_ends_the_run_at_its_timeout(tmp_path):
+    t = time.perf_counter()
+    res = fr.run(stuck_main, comm=None, trace_dir=str(tmp_path), timeout=0.5, report=False)
+    assert time.perf_counter() - t < 3 and res.status == "timeout" and res.unfinished == 2
+    from planaria.trace.analyze import analyze_dir
+    rep = analyze_dir(tmp_path, all_hung=True)
+    assert rep["status"] == "timeout"
+    assert {h["expr"]: h["state"] for h in rep["all_hung"]} == {"stuck(s, 30.0)": "running", "put(fr.df(\"u\"), s)": "waiting"}
+    assert [h["expr"] for h in rep["root_causes"]] == ["stuck(s, 30.0)"]
