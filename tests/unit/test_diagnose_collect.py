@@ -2,7 +2,6 @@
 import time
 
 import msgpack
-import pytest
 import zmq
 from hypothesis import given, strategies as st
 

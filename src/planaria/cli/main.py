@@ -16,8 +16,10 @@ app = typer.Typer(
 
 def _register() -> None:
     """Import verb modules; each adds its commands to ``app``."""
-    from planaria.cli import demo as _demo  # noqa: F401
-    from planaria.cli import abft, bench, diagnose, fragments, hosts, run as _run, tools, trace  # noqa: F401
+    from planaria.cli import demo, run    # these two add their commands to ``app`` on import
+    from planaria.cli import abft, bench, diagnose, fragments, hosts, tools, trace
+
+    del demo, run
 
     app.command("diagnose")(diagnose.diagnose)
     app.add_typer(hosts.app, name="hosts")
