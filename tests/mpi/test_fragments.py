@@ -99,3 +99,15 @@ def test_killed_rank_keeps_its_flushed_trace(tmp_path):
     assert [h["expr"] for h in rep["root_causes"]] == ['die(fr.df("never"), z[0])']
     assert rep["root_causes"][0]["state"] == "running when its rank died"
     assert os.path.getsize(job / "trace" / "trace-r1.jsonl") > 0
+
+
+@pytest.mark.timeout(60)
+def test_cli_exit_status_tells_a_hung_program(tmp_path):
+    """`planaria fragments run` exits 1 for a hung program (every rank exits normally after the hang report)."""
+    env = root_env()
+    env["PLANARIA_HOME"] = str(tmp_path)
+    cmd = [sys.executable, "-m", "planaria.cli.main", "fragments", "run", "-n", "2", "--timeout", "40", "--",
+           sys.executable, PROG, "hang", "-"]   # traces in the job directory
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=55)
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "planaria fragments run: the program hung" in res.stderr

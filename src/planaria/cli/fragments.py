@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Optional
 
 import typer
@@ -43,6 +44,10 @@ def run(
     Same as 'planaria run -n N -- python prog.py' with PLANARIA_BALANCER, PLANARIA_JOBS_LEFT_THRESHOLD,
     PLANARIA_JOBS_DIFFERENCE_RATIO, PLANARIA_FRAGMENT_THREADS, PLANARIA_TRACE_DIR, PLANARIA_TRACE and
     PLANARIA_TRACE_FLUSH_BYTES set (the program may override them in its fr.run call).
+
+    Exit status: 0 finished; 1 the program hung or failed (read from the ranks' traces in the job
+    directory; with --no-trace or a trace directory chosen by the program only the job's own
+    status counts); 2 usage error; 124 --timeout.
     """
     command = list(ctx.args)
     if command and command[0] == "--":
@@ -76,4 +81,37 @@ def run(
         os.environ["PLANARIA_TRACE_DIR"] = os.path.abspath(trace_dir)
     from planaria.launch.runner import RunOptions, run_job
     opts = RunOptions(command=command, nprocs=workers + (1 if balancer else 0), timeout=timeout, json=json_out)
-    raise typer.Exit(run_job(opts))
+    started = time.time()
+    code = run_job(opts)
+    if code == 0 and trace:
+        status = _run_status(trace_dir, started)
+        if status not in (None, "finished"):
+            print(f"planaria fragments run: the program {status} (report above; "
+                  f"'planaria trace analyze' explains it again)", file=sys.stderr)
+            code = 1
+    raise typer.Exit(code)
+
+
+def _run_status(trace_dir: str | None, since: float) -> str | None:
+    """The worst status the ranks' traces end with (hung, failed, timeout) for this run; None if unknown.
+
+    A hung program exits normally on every rank (the runtime detected the hang and stopped), so
+    the job's exit status alone would say "finished".
+    """
+    from planaria.launch.jobdir import jobs_root
+    from planaria.trace.writer import read_traces
+    if trace_dir is None:
+        root = jobs_root()
+        jobs = sorted(p for p in root.glob("*/trace") if p.is_dir() and p.stat().st_mtime >= since - 1) \
+            if root.is_dir() else []
+        if not jobs:
+            return None
+        trace_dir = str(jobs[-1])
+    try:
+        statuses = {r.get("status") for r in read_traces(trace_dir) if r.get("k") == "exit"}
+    except FileNotFoundError:
+        return None
+    for worst in ("failed", "hung", "timeout"):
+        if worst in statuses:
+            return worst
+    return "finished" if statuses else None
