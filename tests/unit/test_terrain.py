@@ -348,3 +348,33 @@ def test_slope_agrees_with_gdaldem(tmp_path, with_nodata):
     assert (ref[ours_fill] == gdal_nodata).all()
     assert (ref[~ours_fill] != gdal_nodata).all()
     np.testing.assert_allclose(ours[~ours_fill], ref[~ours_fill], atol=1e-4, rtol=0)
+
+
+# ---------------------------------------------------------------- windowed reads
+
+
+@pytest.mark.parametrize("ext", [".npy", ".npz", ".tif"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int16])
+def test_windowed_reads_equal_slices_of_full_reads(tmp_path, ext, dtype):
+    from planaria.terrain import dem_info, read_dem_rows
+
+    if ext == ".tif" and not HAVE_RASTERIO:
+        pytest.skip("rasterio is not installed (GeoTIFF I/O)")
+    rng = np.random.default_rng(11)
+    z = (random_dem(rng, 37, 23, offset=500.0)).astype(dtype)
+    nodata = -9999.0 if ext != ".npy" else None
+    if nodata is not None:
+        z[4, 5] = nodata
+    path = tmp_path / f"dem{ext}"
+    write_dem(path, Dem(z, nodata, (30.0, 25.0) if ext != ".npy" else (1.0, 1.0)))
+    full = read_dem(path)
+    info = dem_info(path)
+    assert info.shape == full.shape and info.nodata == full.nodata and info.cell_size == full.cell_size
+    assert info.dtype == full.data.dtype.name
+    for r0, r1 in [(0, 37), (0, 1), (5, 19), (36, 37), (20, 20)]:
+        part = read_dem_rows(path, r0, r1)
+        assert part.data.dtype == full.data.dtype and part.data.flags.writeable
+        assert np.array_equal(part.data, full.data[r0:r1])
+        assert part.nodata == full.nodata and part.cell_size == full.cell_size
+    with pytest.raises(ValueError, match="outside a raster of 37 rows"):
+        read_dem_rows(path, 30, 38)
