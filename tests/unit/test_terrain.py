@@ -378,3 +378,24 @@ def test_windowed_reads_equal_slices_of_full_reads(tmp_path, ext, dtype):
         assert part.nodata == full.nodata and part.cell_size == full.cell_size
     with pytest.raises(ValueError, match="outside a raster of 37 rows"):
         read_dem_rows(path, 30, 38)
+
+
+@pytest.mark.parametrize("ext", [".npy", ".npz", ".tif"])
+def test_write_dem_rows_equals_write_dem(tmp_path, ext):
+    from planaria.terrain import write_dem_rows
+
+    if ext == ".tif" and not HAVE_RASTERIO:
+        pytest.skip("rasterio is not installed (GeoTIFF I/O)")
+    z = random_dem(np.random.default_rng(5), 29, 18, offset=100.0)
+    z[3, 3] = -9999.0
+    whole, streamed = tmp_path / f"whole{ext}", tmp_path / f"streamed{ext}"
+    write_dem(whole, Dem(z, -9999.0, (2.0, 3.0)))
+    cuts = [0, 7, 8, 20, 29]
+    write_dem_rows(streamed, z.shape, z.dtype, ((a, z[a:b]) for a, b in zip(cuts, cuts[1:])), -9999.0, (2.0, 3.0))
+    a, b = read_dem(whole), read_dem(streamed)
+    assert np.array_equal(a.data, b.data) and a.data.dtype == b.data.dtype
+    if ext != ".npy":
+        assert (a.nodata, a.cell_size) == (b.nodata, b.cell_size)
+    with pytest.raises(ValueError, match="end at row 20"):
+        write_dem_rows(tmp_path / f"short{ext}", z.shape, z.dtype, [(0, z[:20])], cell_size=(2.0, 3.0))
+    assert not (tmp_path / f"short{ext}").exists() and not list(tmp_path.glob(".*tmp*"))

@@ -28,6 +28,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -304,6 +305,107 @@ def _write_tiff(p: Path, dem: Dem) -> Path:
     try:
         with rasterio.open(tmp, "w", **profile) as dst:
             dst.write(dem.data, 1)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, Exception) and not isinstance(exc, (OSError, ValueError)):
+            raise _bad(p, f"cannot write GeoTIFF: {_one_line(exc)}") from None
+        raise
+    fsync_dir(p.parent)
+    return p
+
+
+def write_dem_rows(
+    path: str | os.PathLike[str],
+    shape: tuple[int, int],
+    dtype: np.dtype | type | str,
+    row_blocks: Iterable[tuple[int, np.ndarray]],
+    nodata: float | None = None,
+    cell_size: tuple[float, float] = (1.0, 1.0),
+    profile: dict[str, Any] | None = None,
+) -> Path:
+    """Write a raster given as row blocks ``(r0, rows)`` that tile ``[0, H)`` in order, atomically.
+
+    ``.npy`` and GeoTIFF are streamed one block at a time (a block may be a memory map), so the
+    raster is never held whole; ``.npz`` is concatenated in memory first (zip members cannot be
+    streamed here).
+    """
+    p = Path(path)
+    ext = p.suffix.lower()
+    dt = np.dtype(dtype)
+    rows_total, cols = (int(shape[0]), int(shape[1]))
+
+    def blocks() -> Iterable[tuple[int, np.ndarray]]:
+        nxt = 0
+        for r0, rows in row_blocks:
+            if r0 != nxt or rows.ndim != 2 or rows.shape[1] != cols:
+                raise ValueError(f"{p}: row block at {r0} (shape {rows.shape}) does not continue at row {nxt} "
+                                 f"of a {rows_total} x {cols} raster")
+            nxt = r0 + rows.shape[0]
+            yield r0, rows
+        if nxt != rows_total:
+            raise ValueError(f"{p}: row blocks end at row {nxt}, expected {rows_total}")
+
+    if ext == ".npz":
+        parts = [np.asarray(rows, dtype=dt) for _, rows in blocks()]
+        data = np.concatenate(parts, axis=0) if parts else np.empty((0, cols), dt)
+        return write_dem(p, Dem(data, nodata, cell_size, profile))
+    if ext == ".npy":
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp.npy", dir=str(p.parent))
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.lib.format.write_array_header_1_0(
+                    fh, {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False,
+                         "shape": (rows_total, cols)})
+                for _, rows in blocks():
+                    np.ascontiguousarray(rows, dtype=dt).tofile(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, p)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        fsync_dir(p.parent)
+        return p
+    if ext in _TIFF:
+        return _write_tiff_rows(p, (rows_total, cols), dt, blocks(), nodata, cell_size, profile)
+    raise _bad(p, f"unsupported DEM format {ext or '(no extension)'!r} (use .npy, .npz, .tif)")
+
+
+def _write_tiff_rows(p: Path, shape: tuple[int, int], dt: np.dtype, blocks: Iterable[tuple[int, np.ndarray]],
+                     nodata: float | None, cell_size: tuple[float, float], profile: dict[str, Any] | None) -> Path:
+    try:
+        import rasterio
+        from rasterio.transform import Affine
+        from rasterio.windows import Window
+    except ImportError:
+        raise _bad(p, "writing GeoTIFF needs rasterio, which is not installed") from None
+    rows, cols = shape
+    prof: dict[str, Any] = dict(profile or {})
+    if "transform" not in prof:
+        dx, dy = cell_size
+        prof["transform"] = Affine(dx, 0.0, 0.0, 0.0, -dy, 0.0)
+    prof.update(driver="GTiff", height=rows, width=cols, count=1, dtype=dt.name, nodata=nodata)
+    if prof.get("tiled") and (rows < 16 or cols < 16):
+        prof["tiled"] = False
+        prof.pop("blockxsize", None)
+        prof.pop("blockysize", None)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp.tif", dir=str(p.parent))
+    os.close(fd)
+    try:
+        with rasterio.open(tmp, "w", **prof) as dst:
+            for r0, part in blocks:
+                dst.write(np.asarray(part, dtype=dt), 1, window=Window(0, r0, cols, part.shape[0]))
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
