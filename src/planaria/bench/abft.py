@@ -224,7 +224,8 @@ def throughput(rows: int, cols: int, repeat: int, scratch: Path) -> dict[str, An
         gout.unlink(missing_ok=True)
         subprocess.run([gd, "slope", "-q", str(tif), str(gout)], check=True, timeout=3600)
     t_gd = _best(gdal, repeat)
-    ver = subprocess.run([gd, "--version"], capture_output=True, text=True).stdout.strip()
+    info = shutil.which("gdalinfo")
+    ver = subprocess.run([info, "--version"], capture_output=True, text=True).stdout.strip() if info else "unknown"
     g = read_dem(gout).data.astype(np.float64)
     o = read_dem(ours_out).data
     both = np.isfinite(o) & (o != -9999.0) & (g != -9999.0)
