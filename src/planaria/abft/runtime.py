@@ -80,9 +80,10 @@ Known limits:
 * With ``ambiguous="both"`` a fault in worker 0's check row also recomputes worker 1 (a
   lone mismatch names both neighbours; the edge check only adds worker 0's own verdict).
 * The replica takes over when it hears nothing from the primary for TMaxLat (heartbeats
-  every 0.5 s while the primary waits for workers). A primary busy for longer than that
-  in one step (e.g. writing a huge raster) would be taken over spuriously; both would
-  then write the same bytes (atomic renames). After a takeover, the report holds the
+  every 0.5 s while the primary waits for workers; while it writes the output it announces
+  a grace of TMaxLat + 1 s per 50 MB of output and beats before every block). A primary
+  busy for longer than that in one step would be taken over spuriously; both would then
+  write the same bytes (atomic renames). After a takeover, the report holds the
   errors and recoveries the replica saw itself, not the primary's earlier rounds.
 * The masters' own data (results, F) is not checked against memory corruption; only
   the final F/owners/digest cross-check between the masters. The digest covers what both
@@ -316,6 +317,7 @@ class Master:
         self.report["timings"]["edge_rows"] = time.perf_counter() - t
         self.other_dead = False
         self.last_heard = time.monotonic()
+        self.grace = TMAXLAT  # silence allowed from the primary (longer while it writes the output)
         self.final_from_primary: Any = None
 
     def _edge_rows(self) -> dict[int, np.ndarray]:
@@ -444,9 +446,11 @@ class Master:
                 elif msg[0] == "final":
                     self.final_from_primary = msg
                     return
+                if msg[0] == "writing":
+                    self.grace = msg[1]  # kept to the end: the write (and its fsync) is the last step
         except FailureError:
             self.last_heard = -1e9
-        if time.monotonic() - self.last_heard > TMAXLAT:
+        if time.monotonic() - self.last_heard > max(TMAXLAT, self.grace):
             self.other_dead = True
             self.role = "replica"
             self.report["takeover"] = True
@@ -497,6 +501,11 @@ class Master:
             rnd += 1
         return self.finish(ok=True)
 
+    def _tell_replica(self, msg: tuple) -> None:
+        if self.role == "primary" and not self.other_dead:
+            self.other_dead |= not _send(self.comm, msg, 1, T_MASTER, self.keep)
+            self.last_heard = time.monotonic()
+
     def digest(self) -> str:
         """What both masters received: owners, part names, first/check rows, block digests."""
         h = hashlib.blake2b(digest_size=16)
@@ -511,9 +520,17 @@ class Master:
         return h.hexdigest()
 
     def write_output(self) -> None:
-        """Stream the verified parts of blocks 0..N-1 into the output, one block at a time."""
+        """Stream the verified parts of blocks 0..N-1 into the output, one block at a time.
+
+        The primary first tells the replica how long the write may keep it silent (a grace of
+        TMaxLat + 1 s per 50 MB, then a heartbeat before every block), so that writing a large
+        raster does not look like a dead primary."""
+        nbytes = self.info.shape[0] * self.info.shape[1] * 8
+        self._tell_replica(("writing", TMAXLAT + nbytes / 50e6))
+
         def blocks():  # type: ignore[no-untyped-def]
             for b, blk in enumerate(self.blocks):
+                self._tell_replica(("beat",))
                 part = np.load(self._payload(b)["part"], mmap_mode="r")
                 yield blk.r0, part
         write_dem_rows(self.args.out, self.info.shape, np.float64, blocks(), nodata=self.info.nodata,
