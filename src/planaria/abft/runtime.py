@@ -27,7 +27,8 @@ against a deadline, so a dead or hung peer never blocks a master):
   answers ``("ack", agreed)`` (tag 17).
 
 Timeouts (Algorithm 1 step 1): TMaxLat = 5 s for start/finish messages and between the
-masters; TMaxC = max(20 s, 2e-6 s per output cell x window^2 / 9) per block computation.
+masters (a task queued behind another on the same worker is due to start TMaxLat after the
+worker's previous result); TMaxC = max(20 s, 2e-6 s per output cell x window^2 / 9) per block computation.
 Both floors are generous because the ranks share few cores. On real ULFM a crashed worker
 is noticed at once (the pending ``irecv`` raises ProcFailedError); the deadlines catch hung
 workers.
@@ -359,6 +360,11 @@ class Master:
             self.started[t] = time.monotonic()
         elif kind == "result":
             self.results[t] = (msg[4], msg[5])
+            # the worker's next queued task (duplicate mode: two per worker) starts only now
+            now = time.monotonic()
+            for t2, w2 in self.assign.items():
+                if w2 == w and t2 not in self.results and t2 not in self.started:
+                    self.issued[t2] = now
 
     def pending(self) -> list[int]:
         return [t for t in range(self.ntask) if t not in self.results]
