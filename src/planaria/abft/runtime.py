@@ -27,8 +27,8 @@ against a deadline, so a dead or hung peer never blocks a master):
   answers ``("ack", agreed)`` (tag 17).
 
 Timeouts (Algorithm 1 step 1): TMaxLat = 5 s for start/finish messages and between the
-masters (a task queued behind another on the same worker is due to start TMaxLat after the
-worker's previous result); TMaxC = max(20 s, 2e-6 s per output cell x window^2 / 9) per block computation.
+masters (a task queued behind another on the same worker has no start deadline while the
+worker is busy with a started task, and is due TMaxLat after the worker's previous result); TMaxC = max(20 s, 2e-6 s per output cell x window^2 / 9) per block computation.
 Both floors are generous because the ranks share few cores. On real ULFM a crashed worker
 is noticed at once (the pending ``irecv`` raises ProcFailedError); the deadlines catch hung
 workers.
@@ -379,12 +379,14 @@ class Master:
             if self.role == "replica-passive":
                 return {}
             now = time.monotonic()
+            # a worker busy with a started task does not start its next queued one yet
+            busy = {self.assign[t] for t in self.started if t not in self.results}
             for t in self.pending():
                 if t in f0:
                     continue
                 w = self.assign[t]
                 st = self.started.get(t)
-                late = (st is None and now > self.issued[t] + TMAXLAT) or (
+                late = (st is None and w not in busy and now > self.issued[t] + TMAXLAT) or (
                     st is not None and now > st + tmaxc(self.blocks[t % self.n], self.width, self.window) + TMAXLAT)
                 if w in self.dead or late:
                     f0[t] = UNRECOVERABLE
