@@ -195,10 +195,10 @@ def _best(fn: Any, repeat: int) -> list[float]:
     return ts
 
 
-def throughput(rows: int, cols: int, repeat: int, scratch: Path) -> dict[str, Any]:
+def throughput(rows: int, cols: int, repeat: int, scratch: Path, seed: int = 0) -> dict[str, Any]:
     """Cells/s of our kernels (kernel only, and read + slope + write GeoTIFF) and of ``gdaldem slope``."""
     from planaria.terrain import Dem, cut_depth, read_dem, slope_degrees, write_dem
-    tif = synthetic_dem(scratch / "dem.tif", rows, cols)
+    tif = synthetic_dem(scratch / "dem.tif", rows, cols, seed)
     cells = rows * cols
     dem = read_dem(tif)
     res: dict[str, Any] = {"rows": rows, "cols": cols, "cells": cells, "repeat": repeat, "input": "float32 GeoTIFF"}
@@ -266,7 +266,7 @@ def run(rows: int = 2000, cols: int = 1890, workers: int = 4, repeat: int = 5, k
     scratch.mkdir(parents=True, exist_ok=True)
     try:
         if "overhead" in ps:
-            dem = scratch / f"dem-{rows}x{cols}.npy"
+            dem = scratch / f"dem-{rows}x{cols}-seed{seed}.npy"
             if not dem.is_file():
                 t0 = time.perf_counter()
                 synthetic_dem(dem, rows, cols, seed)
@@ -280,7 +280,7 @@ def run(rows: int = 2000, cols: int = 1890, workers: int = 4, repeat: int = 5, k
         if "throughput" in ps:
             if progress:
                 progress(f"abft throughput: {rows} x {cols}, {repeat} runs each")
-            result["throughput"] = throughput(rows, cols, repeat, scratch)
+            result["throughput"] = throughput(rows, cols, repeat, scratch, seed)
     finally:
         if own:
             shutil.rmtree(scratch, ignore_errors=True)
