@@ -111,3 +111,38 @@ def test_bad_options_exit_2(tmp_path) -> None:
     assert res.returncode == 2 and "--error-rate" in res.stderr
     res, _, _ = _abft(tmp_path, "slope", "--force", "crash:9")
     assert res.returncode == 2 and "--force" in res.stderr
+
+
+@pytest.mark.timeout(120)
+def test_plain_mode_on_geotiff_equals_serial(tmp_path) -> None:
+    """Plain mode (no check rows) on a GeoTIFF: windowed reads, streamed GeoTIFF output, same raster."""
+    pytest.importorskip("rasterio")
+    from planaria.terrain import Dem, read_dem, write_dem
+    d = read_dem(_dem(tmp_path / "dem.npz"))
+    write_dem(tmp_path / "dem.tif", Dem(d.data.astype(np.float32), d.nodata, d.cell_size))
+    out = tmp_path / "plain.tif"
+    env = root_env()
+    env["PLANARIA_HOME"] = str(tmp_path / "home")
+    env["PYTHONPATH"] = str(REPO / "src")
+    cmd = [sys.executable, "-m", "planaria.cli.main", "abft", "slope", "--dem", str(tmp_path / "dem.tif"), "-n", str(N),
+           "--out", str(out), "--json", "--timeout", "90", "--mode", "plain"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=100, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rep = json.loads(res.stdout[res.stdout.index("{"):])
+    assert rep["mode"] == "plain" and rep["overhead"]["verification_rows"] == 0 and rep["overhead"]["edge_rows_recomputed"] == 0
+    got = read_dem(out)
+    src = read_dem(tmp_path / "dem.tif")
+    assert got.cell_size == src.cell_size and got.nodata == src.nodata
+    assert np.array_equal(got.data, _serial(tmp_path / "dem.tif", "slope"), equal_nan=True)
+    assert not list(tmp_path.glob("*.parts"))
+
+
+@pytest.mark.timeout(120)
+def test_duplicate_mode_detects_a_silent_fault_and_equals_serial(tmp_path) -> None:
+    res, rep, out = _abft(tmp_path, "cutdepth", "--mode", "duplicate", "--force", "silent:4")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert rep["ok"] and rep["mode"] == "duplicate" and rep["overhead"]["tasks"] == 2 * N
+    # worker 4 computes block 2 (task 2) and block 1's second copy (task N+1); its first task is faulty
+    first = {e["block"] for e in rep["errors"] if e["round"] == 0}
+    assert first == {2, N + 2} and all(e["status"] == 1 for e in rep["errors"])
+    _assert_serial(tmp_path, "cutdepth", out)

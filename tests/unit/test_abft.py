@@ -321,3 +321,54 @@ def test_masters():
     assert not o.agreed and o.f == (0, 1, 10)
     with pytest.raises(NoLiveWorkerError):
         finish(silent_p, MasterState(b.f, blocks, b.owners, last_heard=0.0), 6.0, 2.0)
+
+
+# ---------------------------------------------------------------- runtime verdicts (rows only, no MPI)
+
+def _outputs(z, n, kernel="slope"):
+    from planaria.terrain import kernels
+    from planaria.terrain.window import slab_bounds
+    fn, m = kernels[kernel]
+    blocks = partition(z.shape[0], n, m)
+    outs = []
+    for b in blocks:
+        s0, s1 = slab_bounds(b.computed[0], b.computed[1], z.shape[0], m)
+        outs.append(fn(z[s0:s1], rows=b.computed))
+    edge = {0: fn(z, rows=None)[blocks[0].r1], n - 1: fn(z, rows=None)[blocks[-1].r0]}
+    return blocks, outs, edge
+
+
+def test_verification_rows_equals_verification_set():
+    from planaria.abft.verify import verification_rows
+    z = np.random.default_rng(3).normal(0, 5, (40, 13)).cumsum(axis=0)
+    blocks, outs, _ = _outputs(z, 4)
+    v = verification_set(outs, blocks)
+    got = verification_rows([o[-1] for o in outs[:-1]], [o[0] for o in outs[1:]])
+    assert got.tobytes() == v.tobytes() and got.shape == v.shape
+
+
+@pytest.mark.parametrize("worker,row", [(2, 0), (1, -1), (0, -1), (3, 0)])
+def test_abft_verdict_flags_the_worker_of_a_flipped_covered_row(worker, row):
+    from planaria.abft.runtime import abft_verdict, flip_bit
+    z = np.random.default_rng(4).normal(0, 5, (44, 17)).cumsum(axis=1)
+    blocks, outs, edge = _outputs(z, 4, "cutdepth")
+    firsts = lambda: [o[0] for o in outs]  # noqa: E731
+    checks = lambda: [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks)]  # noqa: E731
+    assert abft_verdict([CORRECT] * 4, firsts(), checks(), edge, 17) == [CORRECT] * 4
+    flip_bit(outs[worker], row, 8, 3)
+    f = abft_verdict([CORRECT] * 4, firsts(), checks(), edge, 17)
+    assert f[worker] == TRANSIENT and all(s in (CORRECT, TRANSIENT) for s in f)
+    # a dead worker gives no rows and keeps status 0
+    f = abft_verdict([CORRECT, UNRECOVERABLE, CORRECT, CORRECT], [o[0] for o in outs], checks(), edge, 17)
+    assert f[1] == UNRECOVERABLE
+
+
+def test_duplicate_verdict():
+    from planaria.abft.runtime import duplicate_verdict, initial_owner
+    assert duplicate_verdict([CORRECT] * 4, [b"a", b"b", b"a", b"b"]) == [CORRECT] * 4
+    assert duplicate_verdict([CORRECT] * 4, [b"a", b"b", b"a", b"x"]) == [CORRECT, TRANSIENT, CORRECT, TRANSIENT]
+    assert duplicate_verdict([UNRECOVERABLE, CORRECT, CORRECT, CORRECT], [None, b"b", b"z", b"b"]) == \
+        [UNRECOVERABLE, CORRECT, CORRECT, CORRECT]
+    # the two copies of every block start on different workers
+    n = 4
+    assert [initial_owner(t, n) for t in range(2 * n)] == [2, 3, 4, 5, 3, 4, 5, 2]

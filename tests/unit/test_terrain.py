@@ -348,3 +348,54 @@ def test_slope_agrees_with_gdaldem(tmp_path, with_nodata):
     assert (ref[ours_fill] == gdal_nodata).all()
     assert (ref[~ours_fill] != gdal_nodata).all()
     np.testing.assert_allclose(ours[~ours_fill], ref[~ours_fill], atol=1e-4, rtol=0)
+
+
+# ---------------------------------------------------------------- windowed reads
+
+
+@pytest.mark.parametrize("ext", [".npy", ".npz", ".tif"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int16])
+def test_windowed_reads_equal_slices_of_full_reads(tmp_path, ext, dtype):
+    from planaria.terrain import dem_info, read_dem_rows
+
+    if ext == ".tif" and not HAVE_RASTERIO:
+        pytest.skip("rasterio is not installed (GeoTIFF I/O)")
+    rng = np.random.default_rng(11)
+    z = (random_dem(rng, 37, 23, offset=500.0)).astype(dtype)
+    nodata = -9999.0 if ext != ".npy" else None
+    if nodata is not None:
+        z[4, 5] = nodata
+    path = tmp_path / f"dem{ext}"
+    write_dem(path, Dem(z, nodata, (30.0, 25.0) if ext != ".npy" else (1.0, 1.0)))
+    full = read_dem(path)
+    info = dem_info(path)
+    assert info.shape == full.shape and info.nodata == full.nodata and info.cell_size == full.cell_size
+    assert info.dtype == full.data.dtype.name
+    for r0, r1 in [(0, 37), (0, 1), (5, 19), (36, 37), (20, 20)]:
+        part = read_dem_rows(path, r0, r1)
+        assert part.data.dtype == full.data.dtype and part.data.flags.writeable
+        assert np.array_equal(part.data, full.data[r0:r1])
+        assert part.nodata == full.nodata and part.cell_size == full.cell_size
+    with pytest.raises(ValueError, match="outside a raster of 37 rows"):
+        read_dem_rows(path, 30, 38)
+
+
+@pytest.mark.parametrize("ext", [".npy", ".npz", ".tif"])
+def test_write_dem_rows_equals_write_dem(tmp_path, ext):
+    from planaria.terrain import write_dem_rows
+
+    if ext == ".tif" and not HAVE_RASTERIO:
+        pytest.skip("rasterio is not installed (GeoTIFF I/O)")
+    z = random_dem(np.random.default_rng(5), 29, 18, offset=100.0)
+    z[3, 3] = -9999.0
+    whole, streamed = tmp_path / f"whole{ext}", tmp_path / f"streamed{ext}"
+    write_dem(whole, Dem(z, -9999.0, (2.0, 3.0)))
+    cuts = [0, 7, 8, 20, 29]
+    write_dem_rows(streamed, z.shape, z.dtype, ((a, z[a:b]) for a, b in zip(cuts, cuts[1:])), -9999.0, (2.0, 3.0))
+    a, b = read_dem(whole), read_dem(streamed)
+    assert np.array_equal(a.data, b.data) and a.data.dtype == b.data.dtype
+    if ext != ".npy":
+        assert (a.nodata, a.cell_size) == (b.nodata, b.cell_size)
+    with pytest.raises(ValueError, match="end at row 20"):
+        write_dem_rows(tmp_path / f"short{ext}", z.shape, z.dtype, [(0, z[:20])], cell_size=(2.0, 3.0))
+    assert not (tmp_path / f"short{ext}").exists() and not list(tmp_path.glob(".*tmp*"))

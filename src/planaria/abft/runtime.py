@@ -3,7 +3,7 @@
 Run with N+2 ranks::
 
     python -m planaria.abft.runtime --kernel slope|cutdepth --dem IN --out OUT \
-        [--error-rate p --seed s] [--force KIND:RANK] [--report FILE]
+        [--mode abft|plain|duplicate] [--error-rate p --seed s] [--force KIND:RANK] [--report FILE] [--bench]
 
 usually under ``planaria run`` (``planaria abft`` does that). Rank 0 is the primary master,
 rank 1 its replica, ranks 2..N+1 the workers; worker rank w starts with block w-2.
@@ -11,12 +11,15 @@ rank 1 its replica, ranks 2..N+1 the workers; worker rank w starts with block w-
 Protocol (object point-to-point only; every receive is an ``irecv`` polled with ``Test``
 against a deadline, so a dead or hung peer never blocks a master):
 
-* worker -> both masters: ``start`` (tag 11), ``result`` (tag 12: the computed rows
-  [r0, r1+1), or ``None`` with an error when the slab could not be read or the memory
-  not allocated), ``finish`` (tag 13). Results travel in the messages themselves: blocks
-  are small in tests. For DEMs of hundreds of MB a worker should write its rows as a
-  ``.npy`` part next to ``--out`` and send only its first/check rows and a
-  :func:`planaria.abft.verify.block_digest`; this runtime does not do that yet.
+* worker -> both masters: ``start`` (tag 11), ``result`` (tag 12), ``finish`` (tag 13). A
+  worker reads only its slab (rows [in0, in1), :func:`planaria.terrain.read_dem_rows`:
+  rasterio window / memory-mapped ``.npy``), computes rows [r0, r1+1), writes its owned
+  rows [r0, r1) as a ``.npy`` part file in ``--parts`` (default ``OUT.parts/``, one file per
+  block and attempt) and sends only its first row, its check row, the part's name and its
+  timings (``None`` with an error when the slab could not be read or the memory not
+  allocated). The master writes the output from the verified parts one block at a time
+  (:func:`planaria.terrain.write_dem_rows`), so no rank holds the raster whole (except for
+  ``.npz`` output, which is assembled in memory).
 * master -> worker: ``("compute", block, attempt)`` or ``("stop",)`` (tag 14). Workers
   poll both masters, so commands from the replica work after a takeover.
 * primary -> replica (tag 16): every command it sends (so the replica knows owners and
@@ -24,7 +27,8 @@ against a deadline, so a dead or hung peer never blocks a master):
   answers ``("ack", agreed)`` (tag 17).
 
 Timeouts (Algorithm 1 step 1): TMaxLat = 5 s for start/finish messages and between the
-masters; TMaxC = max(20 s, 2e-6 s per output cell x window^2 / 9) per block computation.
+masters (a task queued behind another on the same worker has no start deadline while the
+worker is busy with a started task, and is due TMaxLat after the worker's previous result); TMaxC = max(20 s, 2e-6 s per output cell x window^2 / 9) per block computation.
 Both floors are generous because the ranks share few cores. On real ULFM a crashed worker
 is noticed at once (the pending ``irecv`` raises ProcFailedError); the deadlines catch hung
 workers.
@@ -36,6 +40,23 @@ recompute the first worker's check row and the last worker's first row themselve
 paper has the masters recompute the data of workers 1 and N; only the covered rows are
 recomputed here). Recovery is :func:`planaria.abft.recovery.plan`, repeated until every
 block is CORRECT, or ``NoLiveWorkerError`` (exit status 3).
+
+Modes (``--mode``; the same ranks, partition, protocol, part files and output writer):
+
+* ``abft`` (default): the check row, the masters' edge rows and the verification above.
+* ``plain``: the baseline the overhead is measured against. Workers compute only their
+  owned rows [r0, r1) from [r0-h, r1+h); no check row, no edge rows, no comparison (timeouts
+  and reported errors still lead to recovery).
+* ``duplicate``: redundant processes. Every block is computed twice, by worker b and by
+  worker b+1 (mod N), as tasks b and N+b; each copy sends a
+  :func:`planaria.abft.verify.block_digest` of its owned rows (taken on the worker) and the
+  masters compare the two digests. A mismatch cannot say which copy is wrong, so both are
+  recomputed in place. Needs N >= 2 for the copies to be on different workers (a
+  reassigned copy may land next to its twin).
+
+``--bench``: all ranks pass a barrier after start-up (imports, communicator), and rank 0
+reports ``timings.wall``: from that barrier to the end of ``finish`` (output written, replica
+acknowledged, workers stopped), plus per-task worker times (read, compute, write, digest).
 
 Fault injection (``--error-rate p``: each worker with probability p from its own RNG
 seeded by (seed, rank); ``--force KIND:RANK``: that worker for sure), on the worker's
@@ -54,20 +75,24 @@ k = 0 (start), 1 (compute), 2 (send) and the masters k = 10 + round.
 
 Known limits:
 
-* Every rank reads the whole DEM with :func:`planaria.terrain.read_dem` and slices its
-  slab (``read_dem`` has no windowed read yet); fine for test sizes, not for 540 MB.
+* Part files are scratch (not fsynced); the primary removes ``--parts`` at the end. A worker
+  declared dead that is only slow may still write a part, but under its own block/attempt
+  name, which the masters no longer read.
 * With ``ambiguous="both"`` a fault in worker 0's check row also recomputes worker 1 (a
   lone mismatch names both neighbours; the edge check only adds worker 0's own verdict).
 * The replica takes over when it hears nothing from the primary for TMaxLat (heartbeats
-  every 0.5 s while the primary waits for workers). A primary busy for longer than that
-  in one step (e.g. writing a huge raster) would be taken over spuriously; both would
-  then write the same bytes (atomic renames). After a takeover, the report holds the
+  every 0.5 s while the primary waits for workers; while it writes the output it announces
+  a grace of TMaxLat + 1 s per 50 MB of output and beats before every block). A primary
+  busy for longer than that in one step would be taken over spuriously; both would then
+  write the same bytes (atomic renames). After a takeover, the report holds the
   errors and recoveries the replica saw itself, not the primary's earlier rounds.
 * The masters' own data (results, F) is not checked against memory corruption; only
-  the final F/owners/digest cross-check between the masters.
+  the final F/owners/digest cross-check between the masters. The digest covers what both
+  masters received (owners, part names, first/check rows, block digests), not the parts'
+  contents.
 
 Rank 0 (or the replica when it took over) writes the output with
-:func:`planaria.terrain.write_dem` (atomic; GeoTIFF keeps its profile) and the JSON report.
+:func:`planaria.terrain.write_dem_rows` (atomic; GeoTIFF keeps its profile) and the JSON report.
 Exit status: 0 every block verified, 3 no live worker left, 2 usage error.
 """
 from __future__ import annotations
@@ -76,8 +101,10 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,13 +112,14 @@ import numpy as np
 import planaria
 from planaria.abft.partition import Block, partition
 from planaria.abft.recovery import NoLiveWorkerError, plan
-from planaria.abft.verify import CORRECT, TRANSIENT, UNRECOVERABLE, locate, verification_set
+from planaria.abft.verify import CORRECT, TRANSIENT, UNRECOVERABLE, block_digest, locate, verification_rows
 from planaria.comm.errors import FailureError
-from planaria.terrain import Dem, kernels, read_dem, write_dem
+from planaria.terrain import DemInfo, dem_info, kernels, read_dem_rows, write_dem_rows
 from planaria.terrain.window import slab_bounds
 
 T_START, T_RESULT, T_FINISH, T_CMD, T_MASTER, T_ACK = 11, 12, 13, 14, 16, 17
 KINDS = ("crash", "silent", "nodata", "readerror", "memory")
+MODES = ("abft", "plain", "duplicate")
 TMAXLAT = 5.0
 POLL = 0.002
 
@@ -101,13 +129,30 @@ def tmaxc(block: Block, width: int, window: int) -> float:
     return max(20.0, 2e-6 * cells * window * window / 9.0)
 
 
+def task_rows(block: Block, mode: str) -> tuple[int, int]:
+    """Output rows a task computes: owned rows plus the check row in ``abft`` mode, owned rows only otherwise."""
+    return block.computed if mode == "abft" else (block.r0, block.r1)
+
+
+def initial_owner(task: int, n: int) -> int:
+    """Rank that starts with ``task``: block b on rank b+2; in duplicate mode task N+b (block b's
+    second copy) on the next worker, rank (b+1) mod N + 2."""
+    return task + 2 if task < n else (task - n + 1) % n + 2
+
+
 # ------------------------------------------------------------------------ worker
 
-def compute_rows(dem: Dem, kernel: str, rows: tuple[int, int], nodata: Any = "dem") -> np.ndarray:
+def compute_rows(dem_path: str, info: DemInfo, kernel: str, rows: tuple[int, int],
+                 nodata: Any = "dem") -> tuple[np.ndarray, float, float]:
+    """Rows ``[r0, r1)`` of ``kernel`` over the DEM file, reading only their slab; (rows, read s, compute s)."""
     fn, window = kernels[kernel]
-    s0, s1 = slab_bounds(rows[0], rows[1], dem.data.shape[0], window)
-    nd = dem.nodata if nodata == "dem" else nodata
-    return fn(dem.data[s0:s1], cell_size=dem.cell_size, nodata=nd, rows=rows)
+    s0, s1 = slab_bounds(rows[0], rows[1], info.shape[0], window)
+    t0 = time.perf_counter()
+    slab = read_dem_rows(dem_path, s0, s1)
+    t1 = time.perf_counter()
+    nd = info.nodata if nodata == "dem" else nodata
+    out = fn(slab.data, cell_size=info.cell_size, nodata=nd, rows=rows)
+    return out, t1 - t0, time.perf_counter() - t1
 
 
 def choose_fault(rank: int, seed: int, rate: float, force: dict[int, str]) -> str | None:
@@ -119,6 +164,12 @@ def choose_fault(rank: int, seed: int, rate: float, force: dict[int, str]) -> st
     return None
 
 
+def flip_bit(rows: np.ndarray, row: int, col: int, bit: int) -> None:
+    """Silent wrong result: flip one bit of ``rows[row, col]`` (float64) in place."""
+    v = rows[row].view(np.uint64)
+    v[col] ^= np.uint64(1) << np.uint64(bit)
+
+
 def _send(comm: Any, obj: Any, dest: int, tag: int, keep: list) -> bool:
     try:
         keep.append(comm.isend(obj, dest, tag))
@@ -127,48 +178,66 @@ def _send(comm: Any, obj: Any, dest: int, tag: int, keep: list) -> bool:
         return False
 
 
-def worker(comm: Any, args: argparse.Namespace, dem: Dem, blocks: list[Block]) -> int:
+def run_task(args: argparse.Namespace, info: DemInfo, blocks: list[Block], task: int, attempt: int,
+             rank: int, fault: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """One task on a worker: read the slab, compute, write the part; the result message's payload."""
+    n = len(blocks)
+    blk = blocks[task % n]
+    rows_wanted = task_rows(blk, args.mode)
+    try:
+        if fault == "crash":
+            planaria.fail_stop(f"abft injected crash (worker {rank})")
+        if fault == "readerror":
+            raise OSError(f"injected read error on {args.dem} rows {blk.in0}..{blk.in1}")
+        if fault == "memory":
+            raise MemoryError("injected allocation failure")
+        wrong_nd = (None if info.nodata is not None else -1.0)
+        rows, t_read, t_comp = compute_rows(args.dem, info, args.kernel, rows_wanted,
+                                            nodata=wrong_nd if fault == "nodata" else "dem")
+        planaria.watch("abft_rows", rows)
+        if fault == "silent":
+            # a covered row: the check row (abft), else the first row
+            flip_bit(rows, -1 if (args.mode == "abft" and blk.check_row is not None) else 0, rows.shape[1] // 2, 51)
+        t0 = time.perf_counter()
+        owned = rows[: blk.local_size]
+        digest = block_digest(owned) if args.mode == "duplicate" else None
+        t1 = time.perf_counter()
+        parts = Path(args.parts)
+        parts.mkdir(parents=True, exist_ok=True)
+        part = parts / f"t{task}-a{attempt}-w{rank}.npy"
+        with open(part, "wb") as fh:
+            np.save(fh, owned, allow_pickle=False)
+        t2 = time.perf_counter()
+    except (OSError, MemoryError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    check = rows[-1].copy() if (args.mode == "abft" and blk.check_row is not None) else None
+    return ({"part": str(part), "first": rows[0].copy(), "check": check, "digest": digest,
+             "times": {"read": t_read, "compute": t_comp, "digest": t1 - t0, "write": t2 - t1}}, None)
+
+
+def worker(comm: Any, args: argparse.Namespace, info: DemInfo, blocks: list[Block]) -> int:
     rank = comm.Get_rank()
+    n = len(blocks)
     fault = choose_fault(rank, args.seed, args.error_rate, args.force)
     masters = {0, 1}
     keep: list = []
-    task: tuple[int, int] | None = (rank - 2, 0)
+    ntask = 2 * n if args.mode == "duplicate" else n
+    queue: list[tuple[int, int]] = [(t, 0) for t in range(ntask) if initial_owner(t, n) == rank]
     first = True
     recvs = {m: comm.irecv(source=m, tag=T_CMD) for m in masters}
     while True:
-        if task is not None:
-            b, attempt = task
-            blk = blocks[b]
+        while queue:
+            task, attempt = queue.pop(0)
             planaria.step(0)
             for m in sorted(masters):
-                _send(comm, ("start", rank, b, attempt), m, T_START, keep)
+                _send(comm, ("start", rank, task, attempt), m, T_START, keep)
             planaria.step(1)
-            f_here = fault if first else None
+            payload, err = run_task(args, info, blocks, task, attempt, rank, fault if first else None)
             first = False
-            rows, err = None, None
-            try:
-                if f_here == "crash":
-                    planaria.fail_stop(f"abft injected crash (worker {rank})")
-                if f_here == "readerror":
-                    raise OSError(f"injected read error on {args.dem} rows {blk.in0}..{blk.in1}")
-                if f_here == "memory":
-                    raise MemoryError("injected allocation failure")
-                rows = compute_rows(dem, args.kernel, blk.computed,
-                                    nodata=(None if dem.nodata is not None else -1.0) if f_here == "nodata" else "dem")
-                planaria.watch("abft_rows", rows)
-                if f_here == "silent":
-                    r = -1 if blk.check_row is not None else 0
-                    col = rows.shape[1] // 2
-                    v = rows[r].view(np.uint64)
-                    v[col] ^= np.uint64(1) << np.uint64(51)
-            except (OSError, MemoryError) as exc:
-                err = f"{type(exc).__name__}: {exc}"
-                rows = None
             planaria.step(2)
             for m in sorted(masters):
-                _send(comm, ("result", rank, b, attempt, rows, err), m, T_RESULT, keep)
-                _send(comm, ("finish", rank, b, attempt), m, T_FINISH, keep)
-            task = None
+                _send(comm, ("result", rank, task, attempt, payload, err), m, T_RESULT, keep)
+                _send(comm, ("finish", rank, task, attempt), m, T_FINISH, keep)
         # wait for a command from either master
         if not masters:
             return 0
@@ -182,44 +251,83 @@ def worker(comm: Any, args: argparse.Namespace, dem: Dem, blocks: list[Block]) -
                 cmd = recvs[m].wait()
                 if cmd[0] == "stop":
                     return 0
-                task = (cmd[1], cmd[2])
+                queue.append((cmd[1], cmd[2]))
                 recvs[m] = comm.irecv(source=m, tag=T_CMD)
                 break
         else:
             time.sleep(POLL)
 
 
+# ------------------------------------------------------------------------ verification
+
+def abft_verdict(fin: list[int], firsts: list[np.ndarray | None], checks: list[np.ndarray | None],
+                 edge_rows: dict[int, np.ndarray], width: int) -> list[int]:
+    """Algorithm 1 step (2) on the rows the workers sent: V from check/first rows, the masters'
+    edge checks (worker 0's check row, worker N-1's first row) and ``locate(ambiguous="both")``.
+    ``fin`` holds the step-(1) statuses; a worker with status 0 gives no rows."""
+    n = len(fin)
+    zero = np.zeros(width)
+    chk = [checks[k] if fin[k] != UNRECOVERABLE and checks[k] is not None else zero for k in range(n - 1)]
+    fst = [firsts[k] if fin[k] != UNRECOVERABLE and firsts[k] is not None else zero for k in range(1, n)]
+    v = verification_rows(chk, fst) if n > 1 else np.empty((0, width))
+    edge = {}
+    for b, row in edge_rows.items():
+        if fin[b] != UNRECOVERABLE:
+            mine = checks[b] if b == 0 else firsts[b]
+            edge[b] = mine is not None and row.tobytes() == np.ascontiguousarray(mine).tobytes()
+    return locate(fin, v, edge_checks=edge, ambiguous="both")
+
+
+def duplicate_verdict(fin: list[int], digests: list[bytes | None]) -> list[int]:
+    """Redundant processes: tasks b and N+b are the two copies of block b; different digests mark
+    both TRANSIENT (two copies cannot say which is wrong). A copy alone is accepted."""
+    n = len(fin) // 2
+    f = list(fin)
+    for b in range(n):
+        a, c = b, n + b
+        if fin[a] != UNRECOVERABLE and fin[c] != UNRECOVERABLE and digests[a] != digests[c]:
+            f[a] = f[c] = TRANSIENT
+    return f
+
+
 # ------------------------------------------------------------------------ masters
 
 class Master:
-    def __init__(self, comm: Any, args: argparse.Namespace, dem: Dem, blocks: list[Block], role: str) -> None:
-        self.comm, self.args, self.dem, self.blocks, self.role = comm, args, dem, blocks, role
+    def __init__(self, comm: Any, args: argparse.Namespace, info: DemInfo, blocks: list[Block], role: str) -> None:
+        self.comm, self.args, self.info, self.blocks, self.role = comm, args, info, blocks, role
+        self.mode = args.mode
         self.n = len(blocks)
-        self.width = dem.data.shape[1]
+        self.ntask = 2 * self.n if self.mode == "duplicate" else self.n
+        self.width = info.shape[1]
         self.window = kernels[args.kernel][1]
-        self.assign = {b: b + 2 for b in range(self.n)}
-        self.attempt = {b: 0 for b in range(self.n)}
-        self.issued = {b: time.monotonic() for b in range(self.n)}
+        self.t0 = time.perf_counter()
+        self.assign = {t: initial_owner(t, self.n) for t in range(self.ntask)}
+        self.attempt = {t: 0 for t in range(self.ntask)}
+        self.issued = {t: time.monotonic() for t in range(self.ntask)}
         self.started: dict[int, float] = {}
-        self.results: dict[int, tuple[np.ndarray | None, str | None]] = {}
+        self.results: dict[int, tuple[dict[str, Any] | None, str | None]] = {}
         self.dead: set[int] = set()
         self.excluded: set[int] = set()
         self.tries: dict[int, int] = {}
         self.keep: list = []
         self.recvs: dict[tuple[int, int], Any] = {}
-        self.report: dict[str, Any] = {"errors": [], "located": [], "recoveries": [], "rounds": 0,
+        self.report: dict[str, Any] = {"errors": [], "located": [], "recoveries": [], "rounds": 0, "mode": self.mode,
                                        "timings": {"compute": 0.0, "verification": 0.0, "recovery": 0.0}}
-        self.edge_rows = self._edge_rows()
+        t = time.perf_counter()
+        self.edge_rows = self._edge_rows() if self.mode == "abft" else {}
+        self.report["timings"]["edge_rows"] = time.perf_counter() - t
         self.other_dead = False
         self.last_heard = time.monotonic()
+        self.grace = TMAXLAT  # silence allowed from the primary (longer while it writes the output)
         self.final_from_primary: Any = None
 
     def _edge_rows(self) -> dict[int, np.ndarray]:
         if self.n < 2:
             return {}
         b0, bl = self.blocks[0], self.blocks[-1]
-        return {0: compute_rows(self.dem, self.args.kernel, (b0.r1, b0.r1 + 1))[0],
-                self.n - 1: compute_rows(self.dem, self.args.kernel, (bl.r0, bl.r0 + 1))[0]}
+        k = self.args.kernel
+        return {0: compute_rows(self.args.dem, self.info, k, (b0.r1, b0.r1 + 1))[0][0],
+                self.n - 1: compute_rows(self.args.dem, self.info, k, (bl.r0, bl.r0 + 1))[0][0]}
 
     def _recv(self, src: int, tag: int) -> Any:
         key = (src, tag)
@@ -245,19 +353,24 @@ class Master:
                 self.recvs = {k: v for k, v in self.recvs.items() if k[0] != w}
 
     def _take(self, msg: tuple) -> None:
-        kind, w, b = msg[0], msg[1], msg[2]
-        if self.assign.get(b) != w or self.attempt.get(b) != msg[3]:
+        kind, w, t = msg[0], msg[1], msg[2]
+        if self.assign.get(t) != w or self.attempt.get(t) != msg[3]:
             return  # stale
         if kind == "start":
-            self.started[b] = time.monotonic()
+            self.started[t] = time.monotonic()
         elif kind == "result":
-            self.results[b] = (msg[4], msg[5])
+            self.results[t] = (msg[4], msg[5])
+            # the worker's next queued task (duplicate mode: two per worker) starts only now
+            now = time.monotonic()
+            for t2, w2 in self.assign.items():
+                if w2 == w and t2 not in self.results and t2 not in self.started:
+                    self.issued[t2] = now
 
     def pending(self) -> list[int]:
-        return [b for b in range(self.n) if b not in self.results]
+        return [t for t in range(self.ntask) if t not in self.results]
 
     def wait_round(self) -> dict[int, int]:
-        """Step (1): collect until every block has a result or a timeout; f0 per block."""
+        """Step (1): collect until every task has a result or a timeout; f0 per task."""
         t0 = time.monotonic()
         f0: dict[int, int] = {}
         while True:
@@ -266,55 +379,58 @@ class Master:
             if self.role == "replica-passive":
                 return {}
             now = time.monotonic()
-            for b in self.pending():
-                if b in f0:
+            # a worker busy with a started task does not start its next queued one yet
+            busy = {self.assign[t] for t in self.started if t not in self.results}
+            for t in self.pending():
+                if t in f0:
                     continue
-                w = self.assign[b]
-                st = self.started.get(b)
-                late = (st is None and now > self.issued[b] + TMAXLAT) or (
-                    st is not None and now > st + tmaxc(self.blocks[b], self.width, self.window) + TMAXLAT)
+                w = self.assign[t]
+                st = self.started.get(t)
+                late = (st is None and w not in busy and now > self.issued[t] + TMAXLAT) or (
+                    st is not None and now > st + tmaxc(self.blocks[t % self.n], self.width, self.window) + TMAXLAT)
                 if w in self.dead or late:
-                    f0[b] = UNRECOVERABLE
+                    f0[t] = UNRECOVERABLE
                     if late:
                         self.dead.add(w)
-            if all(b in f0 or b in self.results for b in range(self.n)):
+            if all(t in f0 or t in self.results for t in range(self.ntask)):
                 break
             time.sleep(POLL)
         self.report["timings"]["compute"] += time.monotonic() - t0
-        for b, (rows, err) in self.results.items():
-            if rows is None:
-                f0[b] = UNRECOVERABLE
+        for t, (payload, err) in self.results.items():
+            if payload is None:
+                f0[t] = UNRECOVERABLE
         return f0
 
+    def _payload(self, t: int) -> dict[str, Any] | None:
+        return self.results.get(t, (None, None))[0]
+
     def verify(self, f0: dict[int, int]) -> list[int]:
-        t0 = time.monotonic()
-        outs = []
-        for b, blk in enumerate(self.blocks):
-            rows = self.results.get(b, (None, None))[0]
-            if f0.get(b) == UNRECOVERABLE or rows is None or rows.shape != (blk.computed[1] - blk.computed[0], self.width):
-                f0[b] = UNRECOVERABLE
-                rows = np.zeros((blk.computed[1] - blk.computed[0], self.width))
-            outs.append(rows)
-        fin = [f0.get(b, CORRECT) for b in range(self.n)]
-        v = verification_set(outs, self.blocks)
-        edge = {}
-        for b, row in self.edge_rows.items():
-            if fin[b] != UNRECOVERABLE:
-                mine = outs[b][-1] if b == 0 else outs[b][0]
-                edge[b] = row.tobytes() == np.ascontiguousarray(mine).tobytes()
-        f = locate(fin, v, edge_checks=edge, ambiguous="both")
-        self.report["timings"]["verification"] += time.monotonic() - t0
+        t0 = time.perf_counter()
+        fin = []
+        for t in range(self.ntask):
+            p = self._payload(t)
+            ok = f0.get(t) != UNRECOVERABLE and p is not None and p["first"].shape == (self.width,)
+            fin.append(CORRECT if ok else UNRECOVERABLE)
+        if self.mode == "abft":
+            pl = [self._payload(t) for t in range(self.n)]
+            f = abft_verdict(fin, [p and p["first"] for p in pl], [p and p["check"] for p in pl],
+                             self.edge_rows, self.width)
+        elif self.mode == "duplicate":
+            f = duplicate_verdict(fin, [(p or {}).get("digest") for p in (self._payload(t) for t in range(self.ntask))])
+        else:
+            f = fin
+        self.report["timings"]["verification"] += time.perf_counter() - t0
         return f
 
-    def command(self, b: int, w: int) -> None:
-        self.assign[b] = w
-        self.attempt[b] += 1
-        self.issued[b] = time.monotonic()
-        self.started.pop(b, None)
-        self.results.pop(b, None)
-        _send(self.comm, ("compute", b, self.attempt[b]), w, T_CMD, self.keep)
+    def command(self, t: int, w: int) -> None:
+        self.assign[t] = w
+        self.attempt[t] += 1
+        self.issued[t] = time.monotonic()
+        self.started.pop(t, None)
+        self.results.pop(t, None)
+        _send(self.comm, ("compute", t, self.attempt[t]), w, T_CMD, self.keep)
         if self.role == "primary" and not self.other_dead:
-            _send(self.comm, ("cmd", b, w, self.attempt[b]), 1, T_MASTER, self.keep)
+            _send(self.comm, ("cmd", t, w, self.attempt[t]), 1, T_MASTER, self.keep)
 
     def master_link(self) -> None:
         """Primary: heartbeat to the replica. Passive replica: follow the primary, take over when it is silent."""
@@ -330,23 +446,25 @@ class Master:
             while (msg := self._recv(0, T_MASTER)) is not None:
                 self.last_heard = time.monotonic()
                 if msg[0] == "cmd":
-                    _, b, w, att = msg
-                    self.assign[b], self.attempt[b] = w, att
-                    self.issued[b] = time.monotonic()
-                    self.started.pop(b, None)
-                    self.results.pop(b, None)
+                    _, t, w, att = msg
+                    self.assign[t], self.attempt[t] = w, att
+                    self.issued[t] = time.monotonic()
+                    self.started.pop(t, None)
+                    self.results.pop(t, None)
                 elif msg[0] == "final":
                     self.final_from_primary = msg
                     return
+                if msg[0] == "writing":
+                    self.grace = msg[1]  # kept to the end: the write (and its fsync) is the last step
         except FailureError:
             self.last_heard = -1e9
-        if time.monotonic() - self.last_heard > TMAXLAT:
+        if time.monotonic() - self.last_heard > max(TMAXLAT, self.grace):
             self.other_dead = True
             self.role = "replica"
             self.report["takeover"] = True
             now = time.monotonic()
-            for b in self.pending():
-                self.issued[b] = now  # fresh deadlines from the takeover
+            for t in self.pending():
+                self.issued[t] = now  # fresh deadlines from the takeover
 
     def run(self) -> int:
         rnd = 0
@@ -360,18 +478,18 @@ class Master:
                 continue
             f = self.verify(f0)
             self.report["rounds"] = rnd + 1
-            bad = [b for b in range(self.n) if f[b] != CORRECT]
-            # a block that verifies clears its in-place retry (recovery.mark_verified)
-            self.tries = {b: (0 if f[b] == CORRECT else k) for b, k in self.tries.items()}
-            for b in bad:
-                err = self.results.get(b, (None, None))[1]
-                self.report["errors"].append({"round": rnd, "block": b, "worker": self.assign[b],
-                                              "status": f[b], "error": err or ("timeout/crash" if f[b] == 0 else "mismatch")})
-                if f[b] == TRANSIENT:
-                    self.report["located"].append(self.assign[b])
+            bad = [t for t in range(self.ntask) if f[t] != CORRECT]
+            # a task that verifies clears its in-place retry (recovery.mark_verified)
+            self.tries = {t: (0 if f[t] == CORRECT else k) for t, k in self.tries.items()}
+            for t in bad:
+                err = self.results.get(t, (None, None))[1]
+                self.report["errors"].append({"round": rnd, "block": t, "worker": self.assign[t],
+                                              "status": f[t], "error": err or ("timeout/crash" if f[t] == 0 else "mismatch")})
+                if f[t] == TRANSIENT:
+                    self.report["located"].append(self.assign[t])
             if not bad:
                 break
-            t0 = time.monotonic()
+            t0 = time.perf_counter()
             alive = [w for w in range(2, self.n + 2) if w not in self.dead]
             try:
                 p = plan(f, self.assign, alive, self.excluded, self.tries)
@@ -387,25 +505,57 @@ class Master:
                     self.report["recoveries"].append({"round": rnd, "action": a.kind, "block": a.block,
                                                       "worker": a.worker, "source": a.source})
             self.tries = dict(p.attempts)
-            self.report["timings"]["recovery"] += time.monotonic() - t0
+            self.report["timings"]["recovery"] += time.perf_counter() - t0
             rnd += 1
         return self.finish(ok=True)
 
-    def assemble(self) -> np.ndarray:
-        parts = [self.results[b][0][: blk.local_size] for b, blk in enumerate(self.blocks)]
-        return np.concatenate(parts, axis=0)
+    def _tell_replica(self, msg: tuple) -> None:
+        if self.role == "primary" and not self.other_dead:
+            self.other_dead |= not _send(self.comm, msg, 1, T_MASTER, self.keep)
+            self.last_heard = time.monotonic()
+
+    def digest(self) -> str:
+        """What both masters received: owners, part names, first/check rows, block digests."""
+        h = hashlib.blake2b(digest_size=16)
+        for t in range(self.ntask):
+            p = self._payload(t)
+            if p is None:
+                raise KeyError(t)
+            h.update(repr((t, self.assign[t], p["part"], p["digest"])).encode())
+            for key in ("first", "check"):
+                if p[key] is not None:
+                    h.update(np.ascontiguousarray(p[key]).tobytes())
+        return h.hexdigest()
+
+    def write_output(self) -> None:
+        """Stream the verified parts of blocks 0..N-1 into the output, one block at a time.
+
+        The primary first tells the replica how long the write may keep it silent (a grace of
+        TMaxLat + 1 s per 50 MB, then a heartbeat before every block), so that writing a large
+        raster does not look like a dead primary."""
+        nbytes = self.info.shape[0] * self.info.shape[1] * 8
+        self._tell_replica(("writing", TMAXLAT + nbytes / 50e6))
+
+        def blocks():  # type: ignore[no-untyped-def]
+            for b, blk in enumerate(self.blocks):
+                self._tell_replica(("beat",))
+                part = np.load(self._payload(b)["part"], mmap_mode="r")
+                yield blk.r0, part
+        write_dem_rows(self.args.out, self.info.shape, np.float64, blocks(), nodata=self.info.nodata,
+                       cell_size=self.info.cell_size, profile=self.info.profile)
 
     def finish(self, ok: bool) -> int:
         self.report.update(ok=ok, finisher=self.role, final_owners={str(b): w for b, w in self.assign.items()},
                            dead_workers=sorted(self.dead), excluded=sorted(self.excluded))
         digest = None
         if ok:
-            data = self.assemble()
-            digest = hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest()
-            write_dem(self.args.out, Dem(data, nodata=self.dem.nodata, cell_size=self.dem.cell_size,
-                                         profile=self.dem.profile))
+            t0 = time.perf_counter()
+            self.write_output()
+            self.report["timings"]["write_output"] = time.perf_counter() - t0
+            digest = self.digest()
             self.report["digest"] = digest
         if self.role == "primary" and not self.other_dead:
+            t0 = time.perf_counter()
             _send(self.comm, ("final", ok, dict(self.assign), digest), 1, T_MASTER, self.keep)
             deadline = time.monotonic() + TMAXLAT
             agreed = None
@@ -419,7 +569,13 @@ class Master:
             except FailureError:
                 pass
             self.report["replica_agreed"] = agreed
+            self.report["timings"]["cross_check"] = time.perf_counter() - t0
         self.stop_workers()
+        self.report["timings"]["wall"] = time.perf_counter() - self.t0
+        self.report["worker_times"] = [{"block": t, "worker": self.assign[t], **(self._payload(t) or {}).get("times", {})}
+                                       for t in range(self.ntask)]
+        if ok and self.args.parts_default:
+            shutil.rmtree(self.args.parts, ignore_errors=True)
         self.write_report()
         return 0 if ok else 3
 
@@ -430,8 +586,7 @@ class Master:
         if ok and agreed:
             try:
                 f = self.verify({})
-                mine = hashlib.blake2b(self.assemble().tobytes(), digest_size=16).hexdigest()
-                agreed = all(s == CORRECT for s in f) and mine == digest
+                agreed = all(s == CORRECT for s in f) and self.digest() == digest
             except Exception:  # noqa: BLE001 - a missing result means disagreement
                 agreed = False
         _send(self.comm, ("ack", agreed), 0, T_ACK, self.keep)
@@ -443,10 +598,11 @@ class Master:
                 _send(self.comm, ("stop",), w, T_CMD, self.keep)
 
     def write_report(self) -> None:
-        self.report.update(kernel=self.args.kernel, workers=self.n, shape=list(self.dem.data.shape),
+        self.report.update(kernel=self.args.kernel, workers=self.n, shape=list(self.info.shape),
                            blocks=[[b.r0, b.r1] for b in self.blocks],
-                           overhead={"verification_rows": 2 * max(0, self.n - 1), "width": self.width,
-                                     "edge_rows_recomputed": len(self.edge_rows)})
+                           overhead={"verification_rows": 2 * max(0, self.n - 1) if self.mode == "abft" else 0,
+                                     "width": self.width, "edge_rows_recomputed": len(self.edge_rows),
+                                     "tasks": self.ntask})
         if self.args.report:
             tmp = self.args.report + ".tmp"
             with open(tmp, "w") as fh:
@@ -461,11 +617,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--kernel", choices=sorted(kernels), required=True)
     ap.add_argument("--dem", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--mode", choices=MODES, default="abft")
+    ap.add_argument("--parts", default=None, help="directory of the workers' part files (default OUT.parts)")
     ap.add_argument("--error-rate", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="append", default=[], help="KIND:RANK")
     ap.add_argument("--report", default=None)
     ap.add_argument("--backend", default="auto")
+    ap.add_argument("--bench", action="store_true", help="barrier after start-up; timings.wall from it")
     args = ap.parse_args(argv)
     force = {}
     for item in args.force:
@@ -476,6 +635,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.force = force
     if not 0.0 <= args.error_rate <= 1.0:
         ap.error("--error-rate must be in [0, 1]")
+    args.parts_default = args.parts is None
+    if args.parts is None:
+        args.parts = args.out + ".parts"
     return args
 
 
@@ -486,12 +648,14 @@ def main(argv: list[str] | None = None) -> int:
     if size < 3:
         print("planaria.abft.runtime: needs at least 3 ranks (2 masters + 1 worker)", file=sys.stderr)
         return 2
-    dem = read_dem(args.dem)
+    info = dem_info(args.dem)
     n = size - 2
-    blocks = partition(dem.data.shape[0], n, kernels[args.kernel][1])
+    blocks = partition(info.shape[0], n, kernels[args.kernel][1])
+    if args.bench:
+        comm.Barrier()
     if rank >= 2:
-        return worker(comm, args, dem, blocks)
-    m = Master(comm, args, dem, blocks, "primary" if rank == 0 else "replica-passive")
+        return worker(comm, args, info, blocks)
+    m = Master(comm, args, info, blocks, "primary" if rank == 0 else "replica-passive")
     return m.run()
 
 

@@ -107,11 +107,19 @@ def verification_set(outputs: Sequence[np.ndarray], blocks: Sequence[Block]) -> 
         width = outputs[0].shape[1] if n else 0
         dtype = outputs[0].dtype if n else np.float64
         return np.empty((0, width), dtype=dtype)
+    return verification_rows([o[-1] for o in outputs[:-1]], [o[0] for o in outputs[1:]])
+
+
+def verification_rows(check_rows: Sequence[np.ndarray], first_rows: Sequence[np.ndarray]) -> np.ndarray:
+    """V from the rows alone: ``check_rows[k]`` is worker k's check result (k = 0..N-2), ``first_rows[k]``
+    worker k+1's first row (its checked result), so a runtime need not move whole blocks to verify."""
+    if len(check_rows) != len(first_rows):
+        raise ValueError("one check row and one first row per boundary")
     rows = []
-    for k in range(n - 1):
-        rows.append(outputs[k][-1])      # check result of worker k (row r1 of block k)
-        rows.append(outputs[k + 1][0])   # checked result of worker k+1 (its row r0)
-    return np.stack(rows)
+    for chk, first in zip(check_rows, first_rows):
+        rows.append(chk)      # check result of worker k (row r1 of block k)
+        rows.append(first)    # checked result of worker k+1 (its row r0)
+    return np.stack(rows) if rows else np.empty((0, 0))
 
 
 def _row_bytes(row: np.ndarray) -> bytes:

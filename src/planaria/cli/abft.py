@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from planaria.abft.runtime import KINDS
+from planaria.abft.runtime import KINDS, MODES
 
 app = typer.Typer(name="abft", help="Fault-tolerant terrain analysis (N-ABFT, two masters verify N workers).",
                   no_args_is_help=True, add_completion=False)
@@ -27,7 +27,7 @@ def _usage(msg: str) -> None:
 
 
 def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, backend: str,
-         timeout: float, as_json: bool, force: list[str], inject: list[str]) -> None:
+         timeout: float, as_json: bool, force: list[str], inject: list[str], mode: str = "abft") -> None:
     from planaria.launch.runner import RunOptions, run_job
 
     if n < 1:
@@ -36,6 +36,8 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
         _usage(f"--error-rate must be in [0, 1] (got {error_rate})")
     if backend not in ("ulfm", "sim", "auto"):
         _usage(f"unknown --backend {backend!r} (expected ulfm or sim)")
+    if mode not in MODES:
+        _usage(f"unknown --mode {mode!r} (expected {', '.join(MODES)})")
     if timeout <= 0:
         _usage(f"--timeout must be positive (got {timeout})")
     if not Path(dem).is_file():
@@ -45,8 +47,8 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
         if kind not in KINDS or not rank.isdigit() or not 2 <= int(rank) < n + 2:
             _usage(f"--force {item!r}: expected KIND:RANK, KIND in {', '.join(KINDS)}, RANK in 2..{n + 1}")
     try:
-        from planaria.terrain import read_dem
-        rows = read_dem(dem).data.shape[0]
+        from planaria.terrain import dem_info
+        rows = dem_info(dem).shape[0]
     except ValueError as exc:
         _usage(str(exc))
     if rows < n:
@@ -55,7 +57,7 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
     report_p = Path(str(out_p) + ".abft.json")
     report_p.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "planaria.abft.runtime", "--kernel", kernel, "--dem", str(Path(dem).resolve()),
-           "--out", str(out_p), "--error-rate", str(error_rate), "--seed", str(seed), "--report", str(report_p)]
+           "--out", str(out_p), "--error-rate", str(error_rate), "--seed", str(seed), "--report", str(report_p), "--mode", mode]
     for item in force:
         cmd += ["--force", item]
     opts = RunOptions(command=cmd, nprocs=n + 2, backend=backend, inject=list(inject), timeout=timeout,
@@ -121,8 +123,10 @@ def _command(kernel: str):
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
         force: list[str] = typer.Option([], "--force", help=f"Force a fault KIND:RANK ({', '.join(KINDS)}). Repeatable."),
         inject: list[str] = typer.Option([], "--inject", help="planaria run fault plan, e.g. 'kill:rank=3,iter=1'."),
+        mode: str = typer.Option("abft", "--mode", help="abft (redundant rows, default), plain (no check) or "
+                                 "duplicate (every block computed twice and compared)."),
     ) -> None:
-        _run(kernel, dem, n, out, error_rate, seed, backend, timeout, as_json, force, inject)
+        _run(kernel, dem, n, out, error_rate, seed, backend, timeout, as_json, force, inject, mode)
     cmd.__doc__ = f"{kernel} with N-ABFT: the result equals the serial one when every block verifies."
     return cmd
 

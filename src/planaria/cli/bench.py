@@ -1,6 +1,7 @@
 """``planaria bench ...``: failure detection/shrink time, the cost of ``planaria.Comm``, checkpoint
 save/restore time, the time from a kill to the first resumed step, the cost of run-time error
-detection on NPB-like kernels, and the speed of the hang filter and of offline diagnosis."""
+detection on NPB-like kernels, the speed of the hang filter and of offline diagnosis, and the
+cost and detection power of N-ABFT terrain analysis."""
 from __future__ import annotations
 
 import sys
@@ -289,3 +290,32 @@ def fragments(
                       [m for m in modes.split(",") if m], repeat, tasks, 4, mean_ms, sigma, 1, nb, bs, jobs_left, ratio,
                       4, overhead_repeat, timeout, progress=_progress(json_out))
     raise typer.Exit(run_and_show("fragments", compute, fb.show, json_out))
+
+
+@app.command("abft")
+def abft(
+    rows: int = typer.Option(2000, "--rows", help="DEM rows (the paper: 16000)."),
+    cols: int = typer.Option(1890, "--cols", help="DEM columns (the paper: 15120)."),
+    workers: int = typer.Option(4, "--workers", help="Workers N (N+2 ranks per run)."),
+    repeat: int = typer.Option(5, "--repeat", help="Runs per kernel and mode (modes alternate); medians reported."),
+    kernels: str = typer.Option("slope,cutdepth", "--kernels", help="Kernels, comma-separated."),
+    parts: str = typer.Option("overhead,faults,throughput", "--parts",
+                              help="What to measure, comma-separated: overhead, faults, throughput."),
+    trials: int = typer.Option(3000, "--trials", help="Fault-campaign trials (a third clean, covered, uncovered)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic DEMs and faults."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds allowed per launch."),
+    workdir: str = typer.Option(None, "--workdir", help="Keep the synthetic DEM here (reused when present)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result (every run) as JSON."),
+) -> None:
+    """N-ABFT terrain analysis: wall time of plain / ABFT / duplicate runs, detection of silent faults, kernel speed vs gdaldem.
+
+    Example: planaria bench abft --rows 2000 --cols 1890 --repeat 5
+    (the paper's size: --rows 16000 --cols 15120; start-up of each job is not timed)
+    """
+    from planaria.bench import abft as ab
+    from planaria.bench._launch import run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        return ab.run(rows, cols, workers, repeat, kernels, parts, trials, seed, timeout, workdir,
+                      progress=_progress(json_out))
+    raise typer.Exit(run_and_show("abft", compute, ab.show, json_out))

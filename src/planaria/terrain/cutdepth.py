@@ -58,6 +58,8 @@ def cut_depth(
         for k in range(1, window):
             t += s[:, k : k + c]
             np.minimum(mn, lo[:, k : k + c], out=mn)
-        return t / count - mn
+        t /= count
+        t -= mn
+        return t
 
     return run_window_kernel(z, window, nodata, rows, core, dtype)

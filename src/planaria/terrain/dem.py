@@ -9,6 +9,12 @@ Formats, chosen by extension:
   (imported lazily).  ``profile`` keeps the georeferencing (CRS, transform,
   ...) so that a DEM read and written back is placed where it was.
 
+Windowed reads (:func:`read_dem_rows`, :func:`dem_info`): a parallel job reads only the rows
+each rank needs.  GeoTIFF rows come through a rasterio window read, ``.npy`` rows from a
+read-only memory map (``np.load(mmap_mode='r')``) of which only the slice is copied.  ``.npz``
+cannot be memory-mapped (its members are zip entries, possibly compressed): a row read of an
+``.npz`` loads the whole array and keeps the slice, so use ``.npy`` or GeoTIFF for large DEMs.
+
 Writes are atomic (temporary file in the same directory, fsync, rename).
 Any unreadable or malformed input raises ValueError with one line naming the
 file and the problem.
@@ -22,6 +28,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -121,6 +128,106 @@ def read_dem(path: str | os.PathLike[str]) -> Dem:
         raise _bad(p, msg) from None
 
 
+@dataclass(frozen=True)
+class DemInfo:
+    """What a DEM file holds, without its data: shape, dtype, nodata, cell size, GeoTIFF profile."""
+
+    shape: tuple[int, int]
+    dtype: str
+    nodata: float | None
+    cell_size: tuple[float, float]
+    profile: dict[str, Any] | None = None
+
+
+def _check_path(p: Path) -> str:
+    ext = p.suffix.lower()
+    if ext not in (".npy", ".npz", *_TIFF):
+        raise _bad(p, f"unsupported DEM format {ext or '(no extension)'!r} (use .npy, .npz, .tif)")
+    if not p.is_file():
+        raise _bad(p, "no such file")
+    return ext
+
+
+def _npy_map(p: Path) -> np.ndarray:
+    try:
+        mm = np.load(p, mmap_mode="r", allow_pickle=False)
+    except Exception as exc:  # noqa: BLE001 - any load failure is bad input
+        raise _bad(p, f"cannot read .npy file: {_one_line(exc)}") from None
+    if not isinstance(mm, np.ndarray) or mm.ndim != 2:
+        raise _bad(p, f"DEM data must be 2-D, got shape {getattr(mm, 'shape', None)}")
+    if not (np.issubdtype(mm.dtype, np.integer) or np.issubdtype(mm.dtype, np.floating)):
+        raise _bad(p, f"DEM data must be numeric, got dtype {mm.dtype}")
+    return mm
+
+
+def dem_info(path: str | os.PathLike[str]) -> DemInfo:
+    """Shape, dtype, nodata, cell size (and GeoTIFF profile) of a DEM file, reading no rows
+    (except for ``.npz``, which is read whole)."""
+    p = Path(path)
+    ext = _check_path(p)
+    if ext == ".npy":
+        mm = _npy_map(p)
+        dtype = mm.dtype if np.issubdtype(mm.dtype, np.floating) else np.dtype(np.float64)
+        return DemInfo((int(mm.shape[0]), int(mm.shape[1])), dtype.name, None, (1.0, 1.0))
+    if ext in _TIFF:
+        return _with_tiff(p, lambda src, tr: DemInfo(
+            (int(src.height), int(src.width)), _tiff_dtype(src), src.nodata, (abs(tr.a), abs(tr.e)),
+            dict(src.profile)))
+    d = read_dem(p)
+    return DemInfo(d.shape, d.data.dtype.name, d.nodata, d.cell_size, d.profile)
+
+
+def _tiff_dtype(src: Any) -> str:
+    dt = np.dtype(src.dtypes[0])
+    return dt.name if np.issubdtype(dt, np.floating) else "float64"
+
+
+def read_dem_rows(path: str | os.PathLike[str], r0: int, r1: int) -> Dem:
+    """Rows ``[r0, r1)`` of a DEM file (all columns) as a :class:`Dem` with the file's nodata,
+    cell size and profile; only those rows are read, except from ``.npz`` (see the module doc)."""
+    p = Path(path)
+    ext = _check_path(p)
+    if ext == ".npy":
+        mm = _npy_map(p)
+        _check_rows(p, r0, r1, mm.shape[0])
+        return Dem(np.array(mm[r0:r1]))
+    if ext in _TIFF:
+        def window(src: Any, tr: Any) -> Dem:
+            from rasterio.windows import Window
+            _check_rows(p, r0, r1, src.height)
+            data = src.read(1, window=Window(0, r0, src.width, r1 - r0))
+            return Dem(data, src.nodata, (abs(tr.a), abs(tr.e)), dict(src.profile))
+        return _with_tiff(p, window)
+    d = read_dem(p)
+    _check_rows(p, r0, r1, d.shape[0])
+    return Dem(d.data[r0:r1].copy(), d.nodata, d.cell_size, d.profile)
+
+
+def _check_rows(p: Path, r0: int, r1: int, total: int) -> None:
+    if not 0 <= r0 <= r1 <= total:
+        raise _bad(p, f"rows ({r0}, {r1}) outside a raster of {total} rows")
+
+
+def _with_tiff(p: Path, fn: Any) -> Any:
+    """Open ``p`` with rasterio and return ``fn(src, transform)``; one-line ValueErrors."""
+    try:
+        import rasterio
+    except ImportError:
+        raise _bad(p, "reading GeoTIFF needs rasterio, which is not installed") from None
+    try:
+        with rasterio.open(p) as src:
+            if src.count < 1:
+                raise _bad(p, "GeoTIFF has no bands")
+            tr = src.transform
+            if tr.b != 0 or tr.d != 0:
+                raise _bad(p, "rotated or sheared geotransforms are not supported")
+            return fn(src, tr)
+    except Exception as exc:  # noqa: BLE001 - rasterio raises its own error types
+        if isinstance(exc, ValueError) and str(exc).startswith(f"{p}:"):
+            raise
+        raise _bad(p, f"cannot read GeoTIFF: {_one_line(exc)}") from None
+
+
 def _read_tiff(p: Path) -> Dem:
     try:
         import rasterio
@@ -198,6 +305,107 @@ def _write_tiff(p: Path, dem: Dem) -> Path:
     try:
         with rasterio.open(tmp, "w", **profile) as dst:
             dst.write(dem.data, 1)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, Exception) and not isinstance(exc, (OSError, ValueError)):
+            raise _bad(p, f"cannot write GeoTIFF: {_one_line(exc)}") from None
+        raise
+    fsync_dir(p.parent)
+    return p
+
+
+def write_dem_rows(
+    path: str | os.PathLike[str],
+    shape: tuple[int, int],
+    dtype: np.dtype | type | str,
+    row_blocks: Iterable[tuple[int, np.ndarray]],
+    nodata: float | None = None,
+    cell_size: tuple[float, float] = (1.0, 1.0),
+    profile: dict[str, Any] | None = None,
+) -> Path:
+    """Write a raster given as row blocks ``(r0, rows)`` that tile ``[0, H)`` in order, atomically.
+
+    ``.npy`` and GeoTIFF are streamed one block at a time (a block may be a memory map), so the
+    raster is never held whole; ``.npz`` is concatenated in memory first (zip members cannot be
+    streamed here).
+    """
+    p = Path(path)
+    ext = p.suffix.lower()
+    dt = np.dtype(dtype)
+    rows_total, cols = (int(shape[0]), int(shape[1]))
+
+    def blocks() -> Iterable[tuple[int, np.ndarray]]:
+        nxt = 0
+        for r0, rows in row_blocks:
+            if r0 != nxt or rows.ndim != 2 or rows.shape[1] != cols:
+                raise ValueError(f"{p}: row block at {r0} (shape {rows.shape}) does not continue at row {nxt} "
+                                 f"of a {rows_total} x {cols} raster")
+            nxt = r0 + rows.shape[0]
+            yield r0, rows
+        if nxt != rows_total:
+            raise ValueError(f"{p}: row blocks end at row {nxt}, expected {rows_total}")
+
+    if ext == ".npz":
+        parts = [np.asarray(rows, dtype=dt) for _, rows in blocks()]
+        data = np.concatenate(parts, axis=0) if parts else np.empty((0, cols), dt)
+        return write_dem(p, Dem(data, nodata, cell_size, profile))
+    if ext == ".npy":
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp.npy", dir=str(p.parent))
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.lib.format.write_array_header_1_0(
+                    fh, {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False,
+                         "shape": (rows_total, cols)})
+                for _, rows in blocks():
+                    np.ascontiguousarray(rows, dtype=dt).tofile(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, p)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        fsync_dir(p.parent)
+        return p
+    if ext in _TIFF:
+        return _write_tiff_rows(p, (rows_total, cols), dt, blocks(), nodata, cell_size, profile)
+    raise _bad(p, f"unsupported DEM format {ext or '(no extension)'!r} (use .npy, .npz, .tif)")
+
+
+def _write_tiff_rows(p: Path, shape: tuple[int, int], dt: np.dtype, blocks: Iterable[tuple[int, np.ndarray]],
+                     nodata: float | None, cell_size: tuple[float, float], profile: dict[str, Any] | None) -> Path:
+    try:
+        import rasterio
+        from rasterio.transform import Affine
+        from rasterio.windows import Window
+    except ImportError:
+        raise _bad(p, "writing GeoTIFF needs rasterio, which is not installed") from None
+    rows, cols = shape
+    prof: dict[str, Any] = dict(profile or {})
+    if "transform" not in prof:
+        dx, dy = cell_size
+        prof["transform"] = Affine(dx, 0.0, 0.0, 0.0, -dy, 0.0)
+    prof.update(driver="GTiff", height=rows, width=cols, count=1, dtype=dt.name, nodata=nodata)
+    if prof.get("tiled") and (rows < 16 or cols < 16):
+        prof["tiled"] = False
+        prof.pop("blockxsize", None)
+        prof.pop("blockysize", None)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp.tif", dir=str(p.parent))
+    os.close(fd)
+    try:
+        with rasterio.open(tmp, "w", **prof) as dst:
+            for r0, part in blocks:
+                dst.write(np.asarray(part, dtype=dt), 1, window=Window(0, r0, cols, part.shape[0]))
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)

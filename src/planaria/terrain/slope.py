@@ -71,9 +71,32 @@ def slope_degrees(
         G = w[2 : r + 2, 0:c]
         H = w[2 : r + 2, 1 : c + 1]
         I = w[2 : r + 2, 2 : c + 2]  # noqa: E741
-        dzdx = ((C + 2.0 * F + I) - (A + 2.0 * D + G)) / (8.0 * dx)
-        dzdy = ((G + 2.0 * H + I) - (A + 2.0 * B + C)) / (8.0 * dy)
-        key = np.ascontiguousarray(np.sqrt(dzdx * dzdx + dzdy * dzdy))
-        return np.degrees(np.arctan(key))
+        # the same operations in the same order as
+        #   dzdx = ((C + 2F + I) - (A + 2D + G)) / (8 dx),  dzdy likewise,
+        #   degrees(arctan(sqrt(dzdx^2 + dzdy^2)))
+        # but in place (addition and multiplication are commutative bit for bit)
+        p = np.multiply(F, 2.0)
+        p += C
+        p += I
+        q = np.multiply(D, 2.0)
+        q += A
+        q += G
+        p -= q
+        p /= 8.0 * dx
+        np.multiply(H, 2.0, out=q)
+        q += G
+        q += I
+        t = np.multiply(B, 2.0)
+        t += A
+        t += C
+        q -= t
+        q /= 8.0 * dy
+        p *= p
+        q *= q
+        p += q
+        np.sqrt(p, out=p)
+        np.arctan(p, out=p)
+        np.degrees(p, out=p)
+        return p
 
     return run_window_kernel(z, WINDOW, nodata, rows, core, dtype)

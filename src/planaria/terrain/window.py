@@ -15,6 +15,10 @@ whole-raster result.  The kernel recognises the bottom edge of the raster by
 the slab being shorter than ``r1 + h - s0`` rows (it then knows
 ``H = s0 + len(slab)``); a slab that is longer, or too short to hold the
 requested rows, is rejected with ValueError.
+
+The work is done in tiles of about ``TILE_CELLS`` output cells (``TILE_COLS`` wide), each with
+its own halo, so that the float64 temporaries stay in cache; a cell sees the same operations in
+the same order whatever the tiling, so results do not depend on it (nor on the slab).
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
+# output cells per tile (the kernels' float64 temporaries of one tile fit in L2/L3 cache)
+TILE_COLS = 1024
+TILE_CELLS = 1 << 15
 
 
 def halo(window: int) -> int:
@@ -88,17 +96,36 @@ def run_window_kernel(
     b = r1 if total is None else min(r1, total - h)
     if b <= a or m < window:
         return out
-    zz = z[a - h - s0 : b + h - s0]
+    # tiles of output cells, small enough for the temporaries to stay in cache; every cell
+    # still sees the same operations in the same order, so tiling changes no bit
+    tc = min(m - 2 * h, TILE_COLS)
+    tr = max(1, TILE_CELLS // tc)
+    for ra in range(a, b, tr):
+        rb = min(ra + tr, b)
+        for ca in range(h, m - h, tc):
+            cb = min(ca + tc, m - h)
+            zz = z[ra - h - s0 : rb + h - s0, ca - h : cb + h]
+            vals = _tile(zz, h, nodata, fill, core)
+            out[ra - r0 : rb - r0, ca:cb] = vals
+    return out
+
+
+def _tile(zz: np.ndarray, h: int, nodata: float | None, fill: float,
+          core: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
+    """``core`` on one tile of input (with its halo); windows touching an invalid cell get ``fill``."""
     bad = invalid_mask(zz, nodata)
-    zf = np.where(bad, 0.0, zz.astype(np.float64, copy=False))
+    zf = zz.astype(np.float64)  # a fresh copy: zeroed in place where invalid
+    if bad.any():
+        zf[bad] = 0.0
+    else:
+        return core(zf, h)
     vals = core(zf, h)
     # any invalid cell in the window -> fill (separable OR, fixed order)
     badr = bad[: bad.shape[0] - 2 * h].copy()
     for k in range(1, 2 * h + 1):
         badr |= bad[k : k + badr.shape[0]]
-    badw = badr[:, : m - 2 * h].copy()
+    badw = badr[:, : bad.shape[1] - 2 * h].copy()
     for k in range(1, 2 * h + 1):
         badw |= badr[:, k : k + badw.shape[1]]
-    vals = np.where(badw, fill, vals)
-    out[a - r0 : b - r0, h : m - h] = vals
-    return out
+    np.copyto(vals, fill, where=badw)
+    return vals
