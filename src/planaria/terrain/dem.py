@@ -229,24 +229,7 @@ def _with_tiff(p: Path, fn: Any) -> Any:
 
 
 def _read_tiff(p: Path) -> Dem:
-    try:
-        import rasterio
-    except ImportError:
-        raise _bad(p, "reading GeoTIFF needs rasterio, which is not installed") from None
-    try:
-        with rasterio.open(p) as src:
-            if src.count < 1:
-                raise _bad(p, "GeoTIFF has no bands")
-            data = src.read(1)
-            nodata = src.nodata
-            tr = src.transform
-            profile = dict(src.profile)
-    except Exception as exc:  # noqa: BLE001 - rasterio raises its own error types
-        if isinstance(exc, ValueError) and str(exc).startswith(f"{p}:"):
-            raise
-        raise _bad(p, f"cannot read GeoTIFF: {_one_line(exc)}") from None
-    if tr.b != 0 or tr.d != 0:
-        raise _bad(p, "rotated or sheared geotransforms are not supported")
+    data, nodata, tr, profile = _with_tiff(p, lambda src, tr: (src.read(1), src.nodata, tr, dict(src.profile)))
     try:
         return Dem(data, nodata, (abs(tr.a), abs(tr.e)), profile)
     except ValueError as exc:
@@ -277,48 +260,9 @@ def write_dem(path: str | os.PathLike[str], dem: Dem) -> Path:
 
 
 def _write_tiff(p: Path, dem: Dem) -> Path:
-    try:
-        import rasterio
-        from rasterio.transform import Affine
-    except ImportError:
-        raise _bad(p, "writing GeoTIFF needs rasterio, which is not installed") from None
-    rows, cols = dem.data.shape
-    profile: dict[str, Any] = dict(dem.profile or {})
-    if "transform" not in profile:
-        dx, dy = dem.cell_size
-        profile["transform"] = Affine(dx, 0.0, 0.0, 0.0, -dy, 0.0)
-    profile.update(
-        driver="GTiff",
-        height=rows,
-        width=cols,
-        count=1,
-        dtype=dem.data.dtype.name,
-        nodata=dem.nodata,
-    )
-    if profile.get("tiled") and (rows < 16 or cols < 16):
-        # GTiff tiles are at least 16x16; a small raster is written in strips
-        profile["tiled"] = False
-        profile.pop("blockxsize", None)
-        profile.pop("blockysize", None)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp.tif", dir=str(p.parent))
-    os.close(fd)
-    try:
-        with rasterio.open(tmp, "w", **profile) as dst:
-            dst.write(dem.data, 1)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, p)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, Exception) and not isinstance(exc, (OSError, ValueError)):
-            raise _bad(p, f"cannot write GeoTIFF: {_one_line(exc)}") from None
-        raise
-    fsync_dir(p.parent)
-    return p
+    """A whole raster is one row block of the streamed writer."""
+    return _write_tiff_rows(p, dem.data.shape, dem.data.dtype, [(0, dem.data)], dem.nodata, dem.cell_size,
+                            dem.profile)
 
 
 def write_dem_rows(

@@ -12,6 +12,7 @@ import os
 from collections import defaultdict
 from typing import Any
 
+from planaria.graphs import cyclic_components
 from planaria.trace.writer import read_traces
 
 
@@ -65,50 +66,6 @@ def _covers(out: dict[str, Any], df_id: str, base: str, index: list[Any]) -> boo
         return True
     oix = out.get("index") or []
     return out.get("base") == base and len(oix) <= len(index) and list(index[:len(oix)]) == list(oix)
-
-
-def _sccs(nodes: list[str], edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components (iterative Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on: set[str] = set()
-    stack: list[str] = []
-    out: list[list[str]] = []
-    counter = 0
-    for root in nodes:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(edges.get(root, ()))))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, it = work[-1]
-            nxt = next(it, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter
-                    counter += 1
-                    stack.append(nxt)
-                    on.add(nxt)
-                    work.append((nxt, iter(sorted(edges.get(nxt, ())))))
-                elif nxt in on:
-                    low[v] = min(low[v], index[nxt])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                out.append(sorted(comp))
-    return out
 
 
 # -- the analysis ---------------------------------------------------------------------------------
@@ -173,7 +130,7 @@ def analyze(records: list[dict[str, Any]], all_hung: bool = False) -> dict[str, 
                 if b != a and _covers(o, d, base, ix):
                     edges[a].add(b)
     roots = [c for c in hung_ids if not edges[c]]
-    cycles = [comp for comp in _sccs(hung_ids, edges) if len(comp) >= 2]
+    cycles = cyclic_components({c: edges[c] for c in hung_ids})    # edges never loop on a CF itself
     no_root_cycle = bool(hung_ids) and not roots and len(hung_ids) >= 2
 
     def frames(cf: dict[str, Any]) -> list[dict[str, Any]]:
