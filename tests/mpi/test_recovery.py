@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.mpi, pytest.mark.timeout(150)]
 
 
 def run_app(tmp_path, backend: str, n: int, spares: int, kills: list[str], steps: int = 50,
-            extra: tuple[str, ...] = ()):
+            extra: tuple[str, ...] = (), step_sleep: float = 0.0):
     cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", str(n), "--spares", str(spares),
            "--backend", backend, "--timeout", "90"]
     for k in kills:
@@ -21,6 +21,7 @@ def run_app(tmp_path, backend: str, n: int, spares: int, kills: list[str], steps
     cmd += ["--", sys.executable, str(SCRIPTS / "resilient_app.py"), str(steps), "5", *extra]
     env = root_env()
     env["PLANARIA_HOME"] = str(tmp_path)
+    env["RESILIENT_APP_STEP_SLEEP"] = str(step_sleep)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     results = [json.loads(line.split("RESULT ", 1)[1]) for line in res.stdout.splitlines() if "RESULT " in line]
     return res, results
@@ -28,7 +29,9 @@ def run_app(tmp_path, backend: str, n: int, spares: int, kills: list[str], steps
 
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])
 def test_spares_replace_two_failures(tmp_path, backend: str) -> None:
-    res, results = run_app(tmp_path, backend, 6, 2, ["kill:rank=2,iter=12", "kill:rank=4,iter=31"])
+    # 10 ms per step: the spares (polling every 20 ms) have the checkpoint sizes before the kills
+    res, results = run_app(tmp_path, backend, 6, 2, ["kill:rank=2,iter=12", "kill:rank=4,iter=31"],
+                           step_sleep=0.01)
     assert res.returncode == 0, res.stderr[-3000:]
     working = {r["logical"]: r for r in results if r["logical"] is not None}
     assert sorted(working) == list(range(6)), results
@@ -38,6 +41,12 @@ def test_spares_replace_two_failures(tmp_path, backend: str) -> None:
     assert {working[k]["role"] for k in (0, 1, 3, 5)} == {"survivor"}
     versions = [rec["version"] for rec in working[0]["recoveries"]]
     assert versions == [10, 30]
+    # the spares had faulted in what a restore in a working rank's place allocates: the packed
+    # state (x: 1000 float64, trace: 50 float64) received, the neighbour's copy, the output
+    packed = (1000 + 50) * 8
+    for k in (2, 4):
+        assert working[k]["recoveries"][0]["warm_bytes"] == 3 * packed, working[k]["recoveries"]
+    assert all(rec["warm_bytes"] == 0 for k in (0, 1, 3, 5) for rec in working[k]["recoveries"])
 
 
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])

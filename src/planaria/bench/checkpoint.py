@@ -11,9 +11,12 @@ every rank holds one float64 array of that size, and in the same job:
 - ``restore``: logical rank ``lost`` (default 1) drops its store (a new, empty store object:
   a fresh process holding nothing) and ``store.restore(comm, v, fresh={lost})`` rebuilds its
   state from partners / parity / files (for files, the rank's file is first evicted from the
-  page cache with ``posix_fadvise(DONTNEED)``). Reported: the lost rank's time (its data is
-  back) and the slowest rank's time (everyone has their data back); the restored state is
-  checked bit-exact.
+  page cache with ``posix_fadvise(DONTNEED)``). As under ``Resilient`` (whose spares fault in
+  the buffers a restore needs while they wait, and whose survivors restore into the arrays they
+  hold), the lost rank first reserves the store's ``footprint()`` in ``WARM`` (untimed) and the
+  other ranks pass ``into=state``; ``--cold`` does neither (new memory everywhere). Reported:
+  the lost rank's time (its data is back) and the slowest rank's time (everyone has their data
+  back); the restored state is checked bit-exact.
 
 Stores: ``memory`` = MemoryStore(copies=1, distance=1), ``xor`` = XorStore(group_size=4),
 ``file`` = FileStore in a scratch directory next to the job (fsync on every write).
@@ -73,6 +76,7 @@ def rank_main(args: argparse.Namespace) -> None:
     from mpi4py import MPI
 
     import planaria as pl
+    from planaria.checkpoint.store import WARM
 
     comm = pl.world(args.backend)
     rank, n = comm.rank, comm.size
@@ -116,14 +120,17 @@ def rank_main(args: argparse.Namespace) -> None:
             t_lost, t_all, ok = [], [], True
             for _ in range(reps):
                 if rank == lost:
+                    footprint = store.footprint()
                     if kind == "file":
                         _evict(store, last, rank)
                     else:
                         store = _make_store(kind, args.scratch, size_mb, args.group_size)
                     gc.collect()
+                    if not args.cold:
+                        WARM.reserve(footprint)      # what a waiting spare would have done
                 comm.Barrier()
                 t0 = time.perf_counter()
-                back = store.restore(comm, last, {lost})
+                back = store.restore(comm, last, {lost}, into=None if args.cold or rank == lost else state)
                 dt = time.perf_counter() - t0
                 if rank == lost:
                     got = back["u"]
@@ -163,7 +170,7 @@ def rank_main(args: argparse.Namespace) -> None:
 def run_checkpoint_bench(ranks: int = 8, sizes_mb: list[float] | tuple[float, ...] = (2, 32, 256),
                          stores: list[str] | tuple[str, ...] = STORES, backend: str = "ulfm",
                          reps: int = 3, warmup: int = 2, group_size: int = 4, lost: int = 1, timeout: float = 3600.0,
-                         scratch: str | None = None) -> dict[str, Any]:
+                         scratch: str | None = None, cold: bool = False) -> dict[str, Any]:
     """Run one job of ``ranks`` ranks; returns the rows (one per store and size) and the goal checks."""
     if backend not in ("ulfm", "sim"):
         raise ValueError(f"backend must be ulfm or sim, not {backend!r}")
@@ -178,7 +185,7 @@ def run_checkpoint_bench(ranks: int = 8, sizes_mb: list[float] | tuple[float, ..
         raise ValueError("sizes must be > 0 MB")
     args = ["--backend", backend, "--sizes", ",".join(f"{s:g}" for s in sizes),
             "--stores", ",".join(stores), "--reps", str(reps), "--warmup", str(warmup), "--group-size", str(group_size),
-            "--lost", str(lost)]
+            "--lost", str(lost)] + (["--cold"] if cold else [])
     env = {"PLANARIA_CKPT_SCRATCH": scratch} if scratch else None
     got = launch(int(ranks), MODULE, args, ft=(backend == "ulfm"), timeout=timeout, env=env)
     res = got.result
@@ -193,7 +200,7 @@ def run_checkpoint_bench(ranks: int = 8, sizes_mb: list[float] | tuple[float, ..
         r["restore_goal_met"] = r["restore_vs_memcpy"] >= GOAL_RESTORE_FRACTION
     return {"benchmark": "checkpoint", "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
             "command": command_line(), "mpiexec": " ".join(got.cmd[:-2] + ["..."]),
-            "ranks": res["ranks"], "backend": backend, "reps": res["reps"], "warmup": res["warmup"], "lost_rank": res["lost"],
+            "ranks": res["ranks"], "backend": backend, "reps": res["reps"], "warmup": res["warmup"], "lost_rank": res["lost"], "cold": cold,
             "group_size": res["group_size"], "rows": rows, "goals": goals, "wall_s": got.wall_s}
 
 
@@ -204,7 +211,8 @@ def _t(s: float) -> str:
 def table(result: dict[str, Any]) -> Any:
     from rich.table import Table
     t = Table(title=f"checkpoint stores: {result['ranks']} ranks, {result['backend']}, "
-                    f"{result['cores']} cores, median of {result['reps']} (after {result['warmup']} untimed saves)")
+                    f"{result['cores']} cores, median of {result['reps']} (after {result['warmup']} untimed saves), "
+                    f"{'cold restore' if result.get('cold') else 'warm spare, survivors in place'}")
     for col in ("store", "MB/rank", "save", "1st save", "save GB/s/rank", "restore lost", "restore all",
                 "restore GB/s", "memcpy GB/s", "restore/memcpy", "bit-exact"):
         t.add_column(col, justify="right")
@@ -254,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="untimed first saves (first touch of new memory; reported as save_cold_s)")
     p.add_argument("--group-size", type=int, default=4, help="XOR group size")
     p.add_argument("--lost", type=int, default=1, help="logical rank that loses its data")
+    p.add_argument("--cold", action="store_true",
+                   help="restore into new memory everywhere (no warm spare buffers, survivors allocate)")
     _launch.add_common_args(p, timeout=3600.0)
     args = p.parse_args(argv)
     if args.rank:
@@ -265,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     def compute() -> dict[str, Any]:
         return run_checkpoint_bench(args.ranks, _sizes(args.sizes), [s for s in args.stores.split(",") if s],
                                     args.backend, reps=args.reps, warmup=args.warmup,
-                                    group_size=args.group_size, lost=args.lost, timeout=args.timeout)
+                                    group_size=args.group_size, lost=args.lost, timeout=args.timeout,
+                                    cold=args.cold)
     return _launch.run_and_show("checkpoint", compute, show, args.json)
 
 

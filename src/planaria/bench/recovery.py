@@ -66,7 +66,7 @@ def rank_main(args: argparse.Namespace) -> None:
 
     world = pl.world(args.backend)
     res = Resilient(_make_store(args.store, args.scratch, args.group_size), every=args.every,
-                    spares=args.spares, world=world)
+                    spares=args.spares, world=world, warm_spares=not args.cold_spares)
     count = max(1, int(args.mb * MB) // 8)
     ends: list[tuple[float, int]] = []
     one, out = np.ones(1), np.zeros(1)
@@ -175,7 +175,8 @@ AGG_KEYS = ("detect_ms_median", "detect_ms_max", "revoke_shrink_ms_median", "rev
 
 def run(ranks: int = 8, spares: int = 1, mb: float = 2.0, store: str = "memory", repeat: int = 3,
         backend: str = "ulfm", every: int = 5, kill_step: int = 12, steps: int = 30, victim: int = 1,
-        group_size: int = 4, timeout: float = 300.0, progress: Any = None) -> dict[str, Any]:
+        group_size: int = 4, timeout: float = 300.0, progress: Any = None,
+        cold_spares: bool = False) -> dict[str, Any]:
     """Launch ``repeat`` jobs of ``ranks`` working ranks + ``spares`` spares; median over jobs of each per-job value."""
     if backend not in ("ulfm", "sim"):
         raise ValueError(f"backend must be ulfm or sim, not {backend!r}")
@@ -196,7 +197,7 @@ def run(ranks: int = 8, spares: int = 1, mb: float = 2.0, store: str = "memory",
                          f"steps={steps}): the kill must come after a checkpoint and before the end")
     args = ["--backend", backend, "--spares", str(spares), "--mb", f"{mb:g}", "--store", store,
             "--every", str(every), "--kill-step", str(kill_step), "--steps", str(steps),
-            "--victim", str(victim), "--group-size", str(group_size)]
+            "--victim", str(victim), "--group-size", str(group_size)] + (["--cold-spares"] if cold_spares else [])
     # a failed job's MPI_Finalize can linger; planaria's finalize watchdog bounds it
     env = {"PLANARIA_FINALIZE_TIMEOUT": "3"}
     load0 = loadavg()
@@ -223,7 +224,7 @@ def run(ranks: int = 8, spares: int = 1, mb: float = 2.0, store: str = "memory",
     goal = {"kill_to_resumed_ms_max": km, "restore_ms_max": rl, "limit_ms": GOAL_MS + rl,
             "beyond_restore_ms": km - rl, "met": km <= GOAL_MS + rl}
     return {"benchmark": "recovery", "backend": backend, "ranks": ranks, "spares": spares,
-            "processes": ranks + spares, "store": store, "mb": mb, "every": every, "kill_step": kill_step,
+            "processes": ranks + spares, "store": store, "mb": mb, "warm_spares": not cold_spares, "every": every, "kill_step": kill_step,
             "steps": steps, "victim": victim, "repeat": repeat, "cores": os.cpu_count(),
             "date": time.strftime("%Y-%m-%d"), "loadavg_before": load0, "loadavg_after": loadavg(),
             "command": command_line(), "mpiexec": " ".join(cmd[:-2] + ["..."]) if cmd else "",
@@ -239,7 +240,8 @@ def table(result: dict[str, Any]) -> Any:
     from rich.table import Table
     s = result["summary"]
     t = Table(title=f"Recovery: {result['ranks']} working + {result['spares']} spare ({result['processes']} processes), "
-                    f"{result['mb']:g} MB/rank, {result['store']} store, {result['backend']}, {result['cores']} cores; "
+                    f"{result['mb']:g} MB/rank, {result['store']} store, {result['backend']}, {result['cores']} cores, "
+                    f"{'warm' if result.get('warm_spares', True) else 'cold'} spares; "
                     f"median of {result['repeat']} job(s)")
     for col in ("", "detect", "revoke+shrink", "substitution", "restore", "kill->resumed step"):
         t.add_column(col, justify="right")
@@ -278,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=30, help="steps in the run")
     p.add_argument("--victim", type=int, default=1, help="logical rank that dies (not 0)")
     p.add_argument("--group-size", type=int, default=4, help="XOR group size")
+    p.add_argument("--cold-spares", action="store_true",
+                   help="Resilient(warm_spares=False): spares do not fault in restore buffers while waiting")
     _launch.add_common_args(p, timeout=300.0)
     args = p.parse_args(argv)
     if args.rank:
@@ -286,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     def compute() -> dict[str, Any]:
         return run(args.ranks, args.spares, args.mb, args.store, args.repeat, args.backend, args.every,
                    args.kill_step, args.steps, args.victim, args.group_size, args.timeout,
-                   progress=_launch.progress_printer(args.json))
+                   progress=_launch.progress_printer(args.json), cold_spares=args.cold_spares)
     return _launch.run_and_show("recovery", compute, show, args.json)
 
 

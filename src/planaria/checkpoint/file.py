@@ -305,10 +305,11 @@ class FileStore(CheckpointStore):
         meta, data = _parse(raw)
         return unpack(meta, data, copy=False)     # views of a buffer nobody else keeps
 
-    def restore(self, comm: Comm, version: int, fresh: set[int]) -> dict[str, np.ndarray]:
+    def restore(self, comm: Comm, version: int, fresh: set[int],
+                into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         version = check_version(version)
         check_fresh(comm, fresh)
-        out = self.read_rank(version, comm.rank, comm.size)
+        out = self.read_rank(version, comm.rank, comm.size)   # ``into`` unused: the read buffer is new anyway
         comm.Barrier()
         if comm.rank == 0:
             self._prune(keep_from=version)

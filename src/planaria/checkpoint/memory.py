@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from planaria.checkpoint.store import (
-    KEEP, TAG_DATA, TAG_META, TAG_REBUILD, TAG_RESEED, BufferPool, CheckpointError, CheckpointStore, Meta,
+    KEEP, TAG_DATA, TAG_META, TAG_REBUILD, TAG_RESEED, WARM, BufferPool, CheckpointError, CheckpointStore, Meta,
     check_fresh, check_logical, check_version, newest, pack, unpack,
 )
 from planaria.comm.base import Comm
@@ -130,7 +130,8 @@ class MemoryStore(CheckpointStore):
         fresh = check_fresh(comm, fresh)
         return self._usable(self._inventory(comm, fresh), fresh, comm.size)
 
-    def restore(self, comm: Comm, version: int, fresh: set[int]) -> dict[str, np.ndarray]:
+    def restore(self, comm: Comm, version: int, fresh: set[int],
+                into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
         n, r = comm.size, comm.rank
@@ -163,7 +164,7 @@ class MemoryStore(CheckpointStore):
                 o, meta = comm.recv(source=src, tag=TAG_REBUILD)
                 if o != owner:
                     raise CheckpointError(f"rank {r} expected the state of rank {owner}, got {o}")
-                buf = np.empty(meta.nbytes, dtype=np.uint8)
+                buf = WARM.take(meta.nbytes)
                 self._inflight = [buf]
                 comm.Recv(buf, source=src, tag=TAG_RESEED)
                 got[owner] = (meta, buf)
@@ -175,9 +176,16 @@ class MemoryStore(CheckpointStore):
         self._data = {v: d for v, d in self._data.items() if v <= version}
         self._rank = r
         meta, buf = self._data[version][1][r]
-        out = unpack(meta, buf)
+        out = unpack(meta, buf, pool=WARM if r in fresh else None, into=None if r in fresh else into)
         comm.Barrier()
         return out
+
+    def footprint(self) -> list[int]:
+        if not self._data:
+            return []
+        held = self._data[max(self._data)][1]
+        own = [m.nbytes for o, (m, _) in held.items() if o == self._rank]
+        return [m.nbytes for m, _ in held.values()] + own
 
     # -- continuing on fewer ranks ---------------------------------------------------------------
     def _lost_inventory(self, comm: Comm, logical: list[int | None]) -> list[dict[int, tuple[int, list[int]]]]:

@@ -45,6 +45,10 @@ class MultiLevel(CheckpointStore):
             if version % every == 0:
                 store.save(comm, version, state)
 
+    def footprint(self) -> list[int]:
+        """The fastest level's footprint: the level a fresh rank's restore normally uses."""
+        return self._by_speed()[0][0].footprint()
+
     def versions(self) -> set[int]:
         out: set[int] = set()
         for store, _ in self.levels:
@@ -58,7 +62,8 @@ class MultiLevel(CheckpointStore):
             out |= store.restorable_versions(comm, fresh)
         return out
 
-    def restore(self, comm: Comm, version: int, fresh: set[int]) -> dict[str, np.ndarray]:
+    def restore(self, comm: Comm, version: int, fresh: set[int],
+                into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
         ordered = self._by_speed()
@@ -66,7 +71,7 @@ class MultiLevel(CheckpointStore):
         if not any(have):
             raise CheckpointError(f"no level can restore version {version} with fresh ranks {sorted(fresh)}")
         used = have.index(True)
-        state = ordered[used][0].restore(comm, version, fresh)
+        state = ordered[used][0].restore(comm, version, fresh, into=into)
         if self.reseed:
             for i, (store, every) in enumerate(ordered):
                 if i < used and version % every == 0 and store.speed_rank < ordered[used][0].speed_rank:

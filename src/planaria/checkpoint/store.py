@@ -6,7 +6,9 @@ and shape comes back bit-exact (``unpack``). Object arrays cannot be stored.
 """
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,15 +105,89 @@ class BufferPool:
         self._free.clear()
 
 
+class WarmPool:
+    """Memory a spare process faults in while it waits, for the buffers a restore would allocate.
+
+    A process that takes over a lost rank receives that rank's state (and, for partner memory,
+    the copies it holds for others) into memory it has never touched; on a virtual machine, or
+    with transparent huge pages being assembled, those first-touch page faults can cost more
+    than the copy itself, in the middle of a recovery. ``Resilient`` tells its spares the
+    buffer sizes a restore needs (``CheckpointStore.footprint``) and they ``reserve`` them
+    here; a fresh rank's restore then ``take``s them. Process-wide, thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def reserve(self, sizes: list[int]) -> None:
+        """Hold exactly one faulted-in buffer per entry of ``sizes`` (bytes); others are freed."""
+        want = Counter(int(n) for n in sizes if int(n) > 0)
+        with self._lock:
+            keep: dict[int, list[np.ndarray]] = {}
+            for n, k in want.items():
+                have = self._free.get(n, [])[:k]
+                while len(have) < k:
+                    buf = np.empty(n, dtype=np.uint8)
+                    buf[::4096] = 0              # one write per page faults the whole buffer in
+                    have.append(buf)
+                keep[n] = have
+            self._free = keep
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """A reserved buffer of exactly ``nbytes`` bytes, or a new (cold) one."""
+        with self._lock:
+            lst = self._free.get(int(nbytes))
+            if lst:
+                return lst.pop()
+        return np.empty(int(nbytes), dtype=np.uint8)
+
+    def held(self) -> int:
+        """Bytes reserved and not yet taken."""
+        with self._lock:
+            return sum(n * len(lst) for n, lst in self._free.items())
+
+
+#: this process's warm buffers (filled by a waiting spare, used by a fresh rank's restore)
+WARM = WarmPool()
+
+
 def unpack(meta: Meta, buf: np.ndarray | memoryview | bytes | bytearray,
-           copy: bool = True) -> dict[str, np.ndarray]:
-    """The arrays of ``meta`` cut from ``buf``: new arrays, or views of ``buf`` with ``copy=False``."""
+           copy: bool = True, pool: WarmPool | None = None,
+           into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of ``meta`` cut from ``buf``: new arrays, or views of ``buf`` with ``copy=False``.
+
+    With ``pool`` the new arrays are carved out of one buffer taken from it (warm memory).
+    With ``into`` (a rank's current state) an array of the same name, dtype and shape that is
+    contiguous and writeable is overwritten in place and returned instead of a new one: a
+    survivor's restore then copies into memory it already uses, without first-touch faults.
+    """
     raw = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1)
     if raw.dtype != np.uint8:
         raw = raw.view(np.uint8)
     if raw.size < meta.nbytes:
         raise ValueError(f"checkpoint buffer holds {raw.size} bytes, expected {meta.nbytes}")
     out: dict[str, np.ndarray] = {}
+    if copy and into:
+        fresh_names = []
+        for name, dt, shape, off in zip(meta.names, meta.dtypes(), meta.shapes, meta.offsets):
+            old = into.get(name)
+            if (isinstance(old, np.ndarray) and old.dtype == dt and old.shape == tuple(shape)
+                    and old.flags.c_contiguous and old.flags.writeable):
+                if old.nbytes:
+                    np.copyto(old.reshape(-1).view(np.uint8), raw[off:off + old.nbytes])
+                out[name] = old
+            else:
+                fresh_names.append(name)
+        if fresh_names:
+            rest = unpack(meta, raw, copy=True, pool=pool)
+            for name in fresh_names:
+                out[name] = rest[name]
+        return {name: out[name] for name in meta.names}
+    if copy and pool is not None and meta.nbytes:
+        dest = pool.take(meta.nbytes)
+        np.copyto(dest, raw[:meta.nbytes])
+        return unpack(meta, dest, copy=False)
     for name, dt, shape, off in zip(meta.names, meta.dtypes(), meta.shapes, meta.offsets):
         if not copy:
             count = int(np.prod(shape, dtype=np.int64))
@@ -175,15 +251,24 @@ class CheckpointStore(ABC):
         return max(vs) if vs else None
 
     @abstractmethod
-    def restore(self, comm: Comm, version: int, fresh: set[int]) -> dict[str, np.ndarray]:
+    def restore(self, comm: Comm, version: int, fresh: set[int],
+                into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Collective over the repaired working comm: this rank's state at ``version``.
 
         ``fresh``: logical ranks whose process is new and holds nothing; their data is rebuilt
         from partners, parity or files. Survivors also re-seed the redundancy the fresh ranks
         held, so a later failure is survivable again. Versions newer than ``version`` are
-        dropped (they belong to a future that did not happen).
+        dropped (they belong to a future that did not happen). ``into``: this rank's current
+        state; the in-memory stores overwrite in place, and return, the arrays that match the
+        checkpoint (name, dtype, shape; see ``unpack``); the file store returns views of the
+        buffer it read and ignores it.
         """
 
+
+    def footprint(self) -> list[int]:
+        """Sizes (bytes) of the buffers a fresh process taking this rank's place would allocate in
+        ``restore`` (newest version held here); a spare reserves them in ``WARM``. Local, no messages."""
+        return []
 
     # -- continuing on fewer ranks -------------------------------------------------------------
     def recoverable_lost_versions(self, comm: Comm, logical: list[int | None], old_size: int) -> set[int]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from planaria.checkpoint.store import (
-    KEEP, TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, BufferPool, CheckpointError, CheckpointStore, Meta,
+    KEEP, TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, WARM, BufferPool, CheckpointError, CheckpointStore, Meta,
     check_fresh, check_logical, check_version, describe, newest, pack, unpack,
 )
 from planaria.comm.base import Comm
@@ -85,6 +85,7 @@ class XorStore(CheckpointStore):
         self.group_size = int(group_size)
         self._data: dict[int, _Entry] = {}
         self._inflight: list[object] = []
+        self._me = 0                     # this rank's position in its group (at the last save/restore)
 
     def __repr__(self) -> str:
         return f"XorStore(group_size={self.group_size})"
@@ -100,7 +101,7 @@ class XorStore(CheckpointStore):
             comm.Barrier()
             self._commit(version, _Entry(n, [meta], buf, np.zeros(0, np.uint8), 0))
             return
-        me = g.index(r)
+        me = self._me = g.index(r)
         others = [x for x in g if x != r]
         pack_meta = describe(state)
         sends = [comm.isend(pack_meta, x, TAG_META) for x in others]
@@ -169,7 +170,8 @@ class XorStore(CheckpointStore):
         fresh = check_fresh(comm, fresh)
         return self._usable(self._inventory(comm, fresh), fresh, comm.size)
 
-    def restore(self, comm: Comm, version: int, fresh: set[int]) -> dict[str, np.ndarray]:
+    def restore(self, comm: Comm, version: int, fresh: set[int],
+                into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
         n, r = comm.size, comm.rank
@@ -197,7 +199,7 @@ class XorStore(CheckpointStore):
             v, n_saved, metas, c = comm.recv(source=survivors[0], tag=TAG_REBUILD)
             if v != version:
                 raise CheckpointError(f"rank {r} expected version {version}, got {v}")
-            bufs = {x: np.empty(m * c, dtype=np.uint8) for x in survivors}
+            bufs = {x: WARM.take(m * c) for x in survivors}
             self._inflight = [bufs]
             reqs = [(x, comm.Irecv(bufs[x], source=x, tag=TAG_RESEED)) for x in survivors]
             acc = None
@@ -213,9 +215,20 @@ class XorStore(CheckpointStore):
         self._inflight = []
         self._data = {v: e for v, e in self._data.items() if v <= version}
         e = self._data[version]
-        out = unpack(e.metas[g.index(r)], e.buf)
+        self._me = g.index(r)
+        out = unpack(e.metas[g.index(r)], e.buf, pool=WARM if r in fresh else None,
+                     into=None if r in fresh else into)
         comm.Barrier()
         return out
+
+    def footprint(self) -> list[int]:
+        if not self._data:
+            return []
+        e = self._data[max(self._data)]
+        if e.c == 0:                     # a group of one: no parity, nothing to rebuild from
+            return []
+        m = len(e.metas)
+        return [m * e.c] * (m - 1) + [e.metas[self._me].nbytes]
 
     # -- continuing on fewer ranks ---------------------------------------------------------------
     def _vector(self, e: _Entry, g: list[int], me: int, f: int) -> np.ndarray:

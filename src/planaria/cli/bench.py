@@ -78,6 +78,8 @@ def checkpoint(
     reps: int = typer.Option(3, "--reps", help="Timed saves and restores per store and size (median reported)."),
     warmup: int = typer.Option(2, "--warmup", help="Untimed first saves per store and size (first touch of new memory)."),
     timeout: float = typer.Option(3600.0, "--timeout", help="Seconds allowed for the job."),
+    cold: bool = typer.Option(False, "--cold", help="Restore into new memory everywhere (no warm spare "
+                              "buffers, survivors allocate); default: as under Resilient."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Checkpoint save time, and restore time of a rank that lost its state, per store and size, next to memcpy.
@@ -97,7 +99,7 @@ def checkpoint(
             print(f"checkpoint: {ranks} ranks, {sizes} MB/rank, {','.join(store_list)}, {backend}",
                   file=sys.stderr, flush=True)
         return cb.run_checkpoint_bench(ranks, size_list, store_list, backend, reps=reps, warmup=warmup,
-                                         timeout=timeout)
+                                         timeout=timeout, cold=cold)
     raise typer.Exit(run_and_show("checkpoint", compute, cb.show, json_out))
 
 
@@ -136,6 +138,8 @@ def recovery(
     kill_step: int = typer.Option(12, "--kill-step", help="Step at whose start the victim dies."),
     steps: int = typer.Option(30, "--steps", help="Steps in the run."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per launch."),
+    cold_spares: bool = typer.Option(False, "--cold-spares",
+                                     help="Spares do not fault in restore buffers while waiting (Resilient(warm_spares=False))."),
     json_out: bool = typer.Option(False, "--json", help="Print the full result (every job, every rank) as JSON."),
 ) -> None:
     """Time from a working rank's death to the first resumed step under Resilient, and its parts.
@@ -147,7 +151,7 @@ def recovery(
 
     def compute():  # type: ignore[no-untyped-def]
         return rb.run(ranks, spares, mb, store, repeat, backend, every, kill_step, steps, timeout=timeout,
-                        progress=_progress(json_out))
+                        progress=_progress(json_out), cold_spares=cold_spares)
     raise typer.Exit(run_and_show("recovery", compute, rb.show, json_out))
 
 

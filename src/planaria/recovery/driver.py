@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 import planaria as pl
+from planaria.checkpoint.store import WARM
 from planaria.comm.base import Comm
 from planaria.comm.errors import FailureError
 
@@ -53,6 +54,7 @@ class Recovery:
     attempts: int = 1
     ranks: int = 0                   # working ranks after recovery
     continued: bool = False          # spares ran out: continued on fewer working ranks
+    warm_bytes: int = 0              # warm buffer bytes this rank held when its restore began
 
     @property
     def total_s(self) -> float:
@@ -93,11 +95,18 @@ class Resilient:
     survivors. ``fn`` redistributes the data (collectively over ``comm``) and returns this
     rank's new state; the driver checkpoints it at ``version`` on the smaller communicator
     and resumes there (logical rank = ``comm.rank``).
+
+    ``warm_spares``: after a checkpoint whose buffer sizes changed, every working rank tells
+    the spares what a restore in its place would allocate (``store.footprint()``) and each
+    spare faults that much memory in while it waits (``planaria.checkpoint.store.WARM``), so
+    that taking over a rank does not pay first-touch page faults during the recovery. A spare
+    then holds about 3x the largest rank's state for partner-memory checkpoints; ``False``
+    turns it off.
     """
 
     def __init__(self, checkpoint: Any, *, every: int = 10, spares: int | None = None,
                  world: Comm | None = None, on_exhausted: str | Callable[..., State] = "stop",
-                 resume: bool = True) -> None:
+                 resume: bool = True, warm_spares: bool = True) -> None:
         self.world = world if world is not None else pl.world()
         self.spares = int(os.environ.get("PLANARIA_SPARES", "0") or 0) if spares is None else spares
         if not 0 <= self.spares < self.world.size:
@@ -107,6 +116,9 @@ class Resilient:
         self.resume = resume
         self.resumed_from: int | None = None
         self.on_exhausted = on_exhausted
+        self.warm_spares = bool(warm_spares)
+        self._fp_sent: list[int] | None = None        # footprint this rank last told the spares
+        self._footprints: dict[int, list[int]] = {}   # on a spare: logical rank -> its footprint
         nwork = self.world.size - self.spares
         logical = self.world.rank if self.world.rank < nwork else None
         self._lay = _Layout(self.world, logical, nwork)
@@ -167,7 +179,7 @@ class Resilient:
                     self.comm.agree(True)
                 break
             except FailureError as err:
-                resumed = self._recover(err, i)
+                resumed = self._recover(err, i, state)
                 if resumed is None:
                     return None
                 i, state = resumed
@@ -196,6 +208,27 @@ class Resilient:
         t = time.perf_counter()
         self.store.save(self.comm, version, state)
         self.checkpoint_times.append(time.perf_counter() - t)
+        self._tell_spares()
+
+    def _tell_spares(self) -> None:
+        """Send the spares this rank's restore footprint when it changed (see ``warm_spares``)."""
+        lay = self._lay
+        if not self.warm_spares or lay.logical is None:
+            return
+        fp = list(self.store.footprint()) if hasattr(self.store, "footprint") else []
+        if fp == self._fp_sent:
+            return
+        self._fp_sent = fp
+        for r in self._spare_world_ranks:
+            try:
+                lay.world.send(("warm", lay.logical, fp), dest=r, tag=SPARE_TAG)
+            except FailureError:
+                pass      # a dead spare, or a recovery under way: the step loop checks the world
+
+    def _warm_up(self, logical: int, fp: list[int]) -> None:
+        """On a spare: keep warm the buffers of the largest rank it might replace."""
+        self._footprints[int(logical)] = [int(n) for n in fp]
+        WARM.reserve(max(self._footprints.values(), key=sum))
 
     def _spare_wait(self) -> tuple[int, State] | None:
         """Wait without spinning until released (None) or needed (returns where to resume)."""
@@ -203,7 +236,7 @@ class Resilient:
         req = world.irecv(tag=SPARE_TAG)
         while True:
             try:
-                done, _ = req.test()
+                done, msg = req.test()
             except pl.RevokedError as err:      # the working ranks started a recovery: join it
                 return self._recover(err, -1)
             except pl.ProcFailedError:
@@ -213,6 +246,10 @@ class Resilient:
                 world.ack_failed()
                 continue
             if done:
+                if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "warm":
+                    self._warm_up(msg[1], msg[2])
+                    req = world.irecv(tag=SPARE_TAG)
+                    continue
                 return None
             time.sleep(0.02)
 
@@ -232,8 +269,12 @@ class Resilient:
     def _spare_world_ranks(self) -> list[int]:
         return getattr(self, "_spare_ranks", list(range(self._lay.nwork, self._lay.world.size)))
 
-    def _recover(self, err: BaseException, at_step: int) -> tuple[int, State] | None:
-        """Revoke, shrink, substitute spares, agree on a version, restore. Repeats on new failures."""
+    def _recover(self, err: BaseException, at_step: int,
+                 current: State | None = None) -> tuple[int, State] | None:
+        """Revoke, shrink, substitute spares, agree on a version, restore. Repeats on new failures.
+
+        ``current``: this rank's state when the failure struck; a survivor's restore overwrites
+        it in place (memory it already uses) instead of allocating new arrays."""
         lay = self._lay
         t_detect = time.time()
         attempts = 0
@@ -265,12 +306,14 @@ class Resilient:
                 comm = _split(world, 0 if mine is not None else None, mine or 0)
                 t2 = time.perf_counter()
                 self._spare_ranks = spare_ranks[len(lost):]
+                self._fp_sent = None          # the spares left learn footprints again on the new world
                 lay.world, lay.logical, self.comm = world, mine, comm
                 if mine is None:            # still a spare: back to waiting
                     return self._spare_wait()
                 if was_spare:
                     self._has_state = False
                 fresh = set(lost) | empty
+                warm = WARM.held()
                 version = self.store.restorable(comm, fresh)
                 if version is None and not comm.allreduce(bool(self.checkpoint_times), op=max):
                     # No checkpoint was ever completed by anyone: start again from the beginning.
@@ -278,7 +321,8 @@ class Resilient:
                 elif version is None:
                     raise Unrecoverable(f"no checkpoint version can be restored after losing logical rank(s) {lost}")
                 else:
-                    state = self.store.restore(comm, version, fresh)
+                    keep = current if self._has_state and mine not in fresh else None
+                    state = self.store.restore(comm, version, fresh, into=keep)
                 self._has_state = True
                 t3 = time.perf_counter()
                 if was_spare:
@@ -286,7 +330,7 @@ class Resilient:
                 elif self.role == "initial":
                     self.role = "survivor"
                 self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost, bool(lost), version,
-                                                t1 - t0, t2 - t1, t3 - t2, attempts, comm.size))
+                                                t1 - t0, t2 - t1, t3 - t2, attempts, comm.size, warm_bytes=warm))
                 return version, state
             except FailureError as again:
                 err = again

@@ -4,7 +4,9 @@ Each logical rank L holds x = L + sum(range(steps)) * (L + 1) at the end, whatev
 on the way. Prints ``RESULT {json}`` per rank with its role and whether its state is right.
 """
 import json
+import os
 import sys
+import time
 
 import numpy as np
 
@@ -16,6 +18,7 @@ steps = int(sys.argv[1])
 every = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 mode = sys.argv[3] if len(sys.argv) > 3 else "stop"
 with_finish = len(sys.argv) > 4 and sys.argv[4] == "finish"
+pause = float(os.environ.get("RESILIENT_APP_STEP_SLEEP", "0"))   # seconds per step (lets spares poll)
 
 res = Resilient(MemoryStore(copies=1), every=every, on_exhausted=mode)
 
@@ -25,6 +28,8 @@ def init(comm):
 
 
 def step(comm, state, i):
+    if pause:
+        time.sleep(pause)
     state["x"] += i * (comm.rank + 1)
     state["trace"][i] = comm.allreduce(1)          # working ranks present at this step
 
