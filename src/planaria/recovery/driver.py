@@ -101,12 +101,14 @@ class Resilient:
     spare faults that much memory in while it waits (``planaria.checkpoint.store.WARM``), so
     that taking over a rank does not pay first-touch page faults during the recovery. A spare
     then holds about 3x the largest rank's state for partner-memory checkpoints; ``False``
-    turns it off.
+    turns it off. ``spare_poll``: seconds a spare sleeps between two tests of its receive; a
+    recovery waits for the spares (the shrink needs every living process), so this bounds how
+    late they join it.
     """
 
     def __init__(self, checkpoint: Any, *, every: int = 10, spares: int | None = None,
                  world: Comm | None = None, on_exhausted: str | Callable[..., State] = "stop",
-                 resume: bool = True, warm_spares: bool = True) -> None:
+                 resume: bool = True, warm_spares: bool = True, spare_poll: float = 0.005) -> None:
         self.world = world if world is not None else pl.world()
         self.spares = int(os.environ.get("PLANARIA_SPARES", "0") or 0) if spares is None else spares
         if not 0 <= self.spares < self.world.size:
@@ -117,6 +119,9 @@ class Resilient:
         self.resumed_from: int | None = None
         self.on_exhausted = on_exhausted
         self.warm_spares = bool(warm_spares)
+        if not 0 < spare_poll <= 1:
+            raise ValueError(f"spare_poll must be in (0, 1] seconds, got {spare_poll}")
+        self.spare_poll = float(spare_poll)
         self._fp_sent: list[int] | None = None        # footprint this rank last told the spares
         self._footprints: dict[int, list[int]] = {}   # on a spare: logical rank -> its footprint
         nwork = self.world.size - self.spares
@@ -251,7 +256,7 @@ class Resilient:
                     req = world.irecv(tag=SPARE_TAG)
                     continue
                 return None
-            time.sleep(0.02)
+            time.sleep(self.spare_poll)
 
     def _release_spares(self) -> None:
         """Every working rank tells every spare it is done: one message is enough for a spare,
