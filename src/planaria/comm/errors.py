@@ -26,8 +26,21 @@ def saw_failed(world_ranks: Iterable[int]) -> None:
             pass
 
 
+_failures_seen = False
+
+
+def failures_seen() -> bool:
+    """Whether this process has raised a ``FailureError`` (then its MPI_Finalize may spin)."""
+    return _failures_seen
+
+
 class FailureError(RuntimeError):
     """Base of the errors a communication call raises because of a process failure."""
+
+    def __init__(self, *args: object) -> None:
+        global _failures_seen
+        _failures_seen = True
+        super().__init__(*args)
 
 
 class ProcFailedError(FailureError):

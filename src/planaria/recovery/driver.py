@@ -332,6 +332,7 @@ class Resilient:
                 t3 = time.perf_counter()
                 if was_spare:
                     self.role = "recovered"
+                    WARM.reserve([])            # what the restore did not take (another rank's sizes)
                 elif self.role == "initial":
                     self.role = "survivor"
                 self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost, bool(lost), version,

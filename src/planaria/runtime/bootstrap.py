@@ -4,7 +4,8 @@ Rules this module enforces (see design.md, traps seen with Open MPI 5 + ULFM):
 - an uncaught exception in a rank must become a *fail-stop failure* that survivors see,
   not a job-wide abort, so the rank dies by SIGKILL (ULFM) or turns into a zombie (sim);
 - ``MPI_Finalize`` can spin forever after failures, so it runs under a watchdog that
-  ends the process after ``PLANARIA_FINALIZE_TIMEOUT`` seconds (default 10).
+  ends the process after ``PLANARIA_FINALIZE_TIMEOUT`` seconds (default 10, or 3 in a process
+  that has seen a process failure: there finalize often spins).
 """
 from __future__ import annotations
 
@@ -351,12 +352,20 @@ def _libmpi_finalize() -> Any:
     return None
 
 
+FINALIZE_TIMEOUT = 10.0          # seconds MPI_Finalize may take (PLANARIA_FINALIZE_TIMEOUT overrides)
+FINALIZE_AFTER_FAILURE = 3.0     # the same in a process that has seen a process failure
+
+
 def _finalize_mpi(code: int) -> None:
     """MPI_Finalize, but never longer than PLANARIA_FINALIZE_TIMEOUT seconds (then the process exits)."""
     from mpi4py import MPI
     if MPI.Is_finalized():
         return
-    limit = float(os.environ.get("PLANARIA_FINALIZE_TIMEOUT", "10") or 10)
+    from planaria.comm.errors import failures_seen
+    # After a failure Open MPI 5's finalize often spins until the watchdog ends it; every rank
+    # has said bye by then, so waiting the full default only delays the job's end.
+    env = os.environ.get("PLANARIA_FINALIZE_TIMEOUT")
+    limit = float(env) if env else (FINALIZE_AFTER_FAILURE if failures_seen() else FINALIZE_TIMEOUT)
     done = threading.Event()
 
     def watchdog() -> None:
