@@ -111,3 +111,45 @@ def test_cli_exit_status_tells_a_hung_program(tmp_path):
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=55)
     assert res.returncode == 1, res.stderr[-2000:]
     assert "planaria fragments run: the program hung" in res.stderr
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_to_mpiexec_leaves_every_ranks_unfinished_cfs(tmp_path):
+    """SIGTERM to mpiexec while a CF spins (how a batch system or Ctrl-C ends a job): mpiexec passes it on, each rank
+    writes what it had buffered, its unfinished CFs and an exit record; the analyzer names the spinning CF."""
+    import selectors
+    import signal
+    import time
+    cmd = [str(Path(sys.executable).parent / "mpiexec"), "--oversubscribe", "--with-ft", "ulfm", "-n", "3",
+           sys.executable, PROG, "spin", str(tmp_path)]
+    env = root_env()
+    env.update(ENV)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        deadline, line = time.monotonic() + 45, ""
+        while "SPINNING" not in line and time.monotonic() < deadline:
+            if sel.select(timeout=deadline - time.monotonic()):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+        assert "SPINNING on 1" in line, "the job never reached its spinning CF"
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode != 0
+    recs = read_traces(tmp_path)
+    exits = {r["rank"]: r for r in recs if r["k"] == "exit"}
+    assert sorted(exits) == [0, 1, 2], err[-2000:]
+    assert {(e["status"], e["signal"]) for e in exits.values()} == {("killed", "SIGTERM")}
+    running = [r for r in recs if r["k"] == "unfinished" and r["state"] == "running"]
+    assert [r["rank"] for r in running] == [1]
+    rep = analyze_dir(tmp_path)
+    assert rep["status"] == "killed" and rep["ranks_without_exit"] == []
+    assert [(h["expr"], h["state"]) for h in rep["root_causes"]] == [("spin(s[0], z[0])", "running")]
+    assert rep["hung"] == 7          # spin and the 6 CFs that wait for s[0]

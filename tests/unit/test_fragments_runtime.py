@@ -181,3 +181,87 @@ def test_a_cf_that_never_returns_ends_the_run_at_its_timeout(tmp_path):
     assert rep["status"] == "timeout"
     assert {h["expr"]: h["state"] for h in rep["all_hung"]} == {"stuck(s, 30.0)": "running", "put(fr.df(\"u\"), s)": "waiting"}
     assert [h["expr"] for h in rep["root_causes"]] == ["stuck(s, 30.0)"]
+
+
+_SPIN_PROGRAM = """
+import sys, time
+import planaria.fragments as fr
+
+@fr.atomic
+def put(x: fr.Name, v: int):
+    x.set(v)
+
+@fr.atomic
+def spin(out: fr.Name, v: int):
+    print("SPINNING", flush=True)
+    while True:
+        time.sleep(0.02)
+
+@fr.sub
+def main(k: int):
+    z, s = fr.dfs("z s")
+    put(z[0], 1)
+    spin(s[0], z[0])
+    for i in range(k):
+        put(z[i + 1], s[0])          # all wait for s[0]
+
+fr.run(main, 3, comm=None, trace_dir=sys.argv[1], timeout=60, report=False)
+print("RETURNED", flush=True)
+"""
+
+
+def _start_spinning(tmp_path, sig):  # type: ignore[no-untyped-def]
+    """Run a one-process program whose CF never returns, send ``sig`` once it spins; (returncode, stdout, stderr)."""
+    import os
+    import selectors
+    import subprocess
+    import sys
+    prog = tmp_path / "spin.py"
+    prog.write_text(_SPIN_PROGRAM)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, str(prog), str(tmp_path / "trace")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + 30
+        line = ""
+        while "SPINNING" not in line and time.monotonic() < deadline:
+            if sel.select(timeout=deadline - time.monotonic()):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+        assert "SPINNING" in line, "the program never reached its spinning CF"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, out, err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_leaves_the_unfinished_cfs_in_the_trace(tmp_path, signame):
+    """Killed from outside while a CF spins: the buffered trace, the unfinished CFs and an exit record are written,
+    then the signal takes its usual course (death by SIGTERM; KeyboardInterrupt for SIGINT)."""
+    import signal
+    from planaria.trace.analyze import analyze_dir
+    sig = getattr(signal, signame)
+    code, out, err = _start_spinning(tmp_path, sig)
+    assert "RETURNED" not in out
+    if sig == signal.SIGTERM:
+        assert code == -signal.SIGTERM, err[-2000:]
+    else:
+        assert code != 0 and "KeyboardInterrupt" in err, err[-2000:]
+    recs = read_traces(tmp_path / "trace")
+    (ex,) = [r for r in recs if r["k"] == "exit"]
+    assert ex["status"] == "killed" and ex["signal"] == signame
+    unfinished = {r["cf"]: r for r in recs if r["k"] == "unfinished"}
+    states = sorted(r["state"] for r in unfinished.values())
+    assert states == ["running", "waiting", "waiting", "waiting"]
+    rep = analyze_dir(tmp_path / "trace")
+    assert rep["status"] == "killed" and rep["hung"] == 4
+    assert [h["expr"] for h in rep["root_causes"]] == ["spin(s[0], z[0])"]
+    assert rep["root_causes"][0]["state"] == "running"

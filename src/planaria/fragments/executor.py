@@ -21,6 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from planaria.fragments import interrupt
 from planaria.fragments.balancer import BalancerConfig, LoadModel
 from planaria.fragments.model import (CFSpec, Code, DFRef, FragmentError, Out, SubContext, resolve,
                                       type_ok)
@@ -394,24 +395,40 @@ class Executor:
         self.rec({"k": "run", "t": self.t0, "rank": self.rank, "size": self.size, "workers": self.nworkers,
                   "balancer": self.brank, "threads": self.threads, "pid": os.getpid(),
                   "argv": sys.argv})
-        if self.bconf is not None:
-            lat, bw = self.measure_links()
+        old = interrupt.install()
         try:
-            if self.is_balancer:
-                status = self.balance(lat, bw)
-            else:
-                status = self.work(main, args, kwargs)
-        except Exception as e:
-            # a peer died (ProcFailedError) or the runtime broke: leave a complete trace, then let it propagate
-            from planaria.comm.errors import FailureError
-            self.rec({"k": "abort", "t": time.time(), "error": type(e).__name__, "message": str(e),
-                      "failed_ranks": sorted(getattr(e, "ranks", ()) or ()) if isinstance(e, FailureError) else []})
-            self.dump_unfinished()
-            self.rec({"k": "exit", "status": "aborted", "t": time.time(), "done": self.done, "errors": self.errors})
-            if self.tw is not None:
-                self.tw.close()
+            try:
+                if self.bconf is not None:
+                    lat, bw = self.measure_links()
+                if self.is_balancer:
+                    status = self.balance(lat, bw)
+                else:
+                    status = self.work(main, args, kwargs)
+            except Exception as e:
+                # a peer died (ProcFailedError) or the runtime broke: leave a complete trace, then let it propagate
+                from planaria.comm.errors import FailureError
+                self.abort({"error": type(e).__name__, "message": str(e),
+                            "failed_ranks": sorted(getattr(e, "ranks", ()) or ()) if isinstance(e, FailureError) else []},
+                           "aborted")
+                raise
+            return self.conclude(status)
+        except interrupt.Interrupted as sig:
+            # killed from outside (Ctrl-C, kill, a batch system, planaria run's timeout): say what was pending
+            interrupt.restore(old)
+            self.abort({"error": "signal", "signal": sig.name, "message": f"terminated by {sig.name}"}, "killed",
+                       signal=sig.name)
+            interrupt.redeliver(sig.signum, old)
             raise
-        return self.conclude(status)
+        finally:
+            interrupt.restore(old)
+
+    def abort(self, why: dict[str, Any], status: str, **extra: Any) -> None:
+        """The run ends early: an ``abort`` record, the unfinished CFs, an ``exit`` record; the trace is closed."""
+        self.rec({"k": "abort", "t": time.time(), **why})
+        self.dump_unfinished()
+        self.rec({"k": "exit", "status": status, "t": time.time(), "done": self.done, "errors": self.errors, **extra})
+        if self.tw is not None:
+            self.tw.close()
 
     def dump_unfinished(self) -> list[_CF]:
         """Write every CF of this rank that has not finished, with the DFs it awaits."""

@@ -1,4 +1,5 @@
-"""Fragmented programs on real ranks: placement, DFs fetched across ranks, hangs, the balancer, a killed rank.
+"""Fragmented programs on real ranks: placement, DFs fetched across ranks, hangs, the balancer, a killed rank,
+a job ended by a signal while a CF spins.
 
     mpiexec -n 4 python fragments_prog.py MODE TRACE_DIR
 """
@@ -82,6 +83,24 @@ def kill_main(k: int):
     die(fr.df("never"), z[0]).at(1)
 
 
+@fr.atomic
+def spin(out: fr.Name, v: int):
+    import planaria as pl
+    print(f"SPINNING on {pl.world().rank}", flush=True)
+    while True:                                    # never returns: the job is ended from outside
+        time.sleep(0.02)
+
+
+@fr.sub
+def spin_main(k: int):
+    z, s, y = fr.dfs("z s y")
+    for i in range(k):
+        put(z[i], i).at(i)
+    spin(s[0], z[0]).at(1)
+    for i in range(k):                             # every one waits for s[0]
+        square_plus(y[i], s[0], z[i]).at(i)
+
+
 if __name__ == "__main__":
     mode, trace_dir = sys.argv[1], (sys.argv[2] if sys.argv[2] != "-" else None)   # "-": $PLANARIA_JOB_DIR/trace
     import planaria as pl
@@ -96,5 +115,7 @@ if __name__ == "__main__":
                      balancer=fr.BalancerConfig(2, 0.2) if mode == "balance" else None)
     elif mode == "kill":
         res = fr.run(kill_main, 6, trace_dir=trace_dir, flush_bytes=1, timeout=30)
+    elif mode == "spin":                           # default flush threshold: nothing is flushed before the signal
+        res = fr.run(spin_main, 6, trace_dir=trace_dir, timeout=60)
     print(f"STATUS {comm.rank} {res.status} done={res.cfs_done} unfinished={res.unfinished} "
           f"moves={res.balancer_moves} local_done={res.local['done']} elapsed={time.time() - t:.2f}", flush=True)
