@@ -153,3 +153,19 @@ def test_sigterm_to_mpiexec_leaves_every_ranks_unfinished_cfs(tmp_path):
     assert rep["status"] == "killed" and rep["ranks_without_exit"] == []
     assert [(h["expr"], h["state"]) for h in rep["root_causes"]] == [("spin(s[0], z[0])", "running")]
     assert rep["hung"] == 7          # spin and the 6 CFs that wait for s[0]
+
+
+@pytest.mark.timeout(90)
+def test_cli_timeout_leaves_an_analyzable_trace(tmp_path):
+    """`planaria fragments run --timeout` ends a spinning program with SIGTERM: exit 124, and the trace names the CF."""
+    env = root_env()
+    env.update(ENV, PLANARIA_HOME=str(tmp_path))
+    cmd = [sys.executable, "-m", "planaria.cli.main", "fragments", "run", "-n", "2", "--timeout", "6", "--",
+           sys.executable, PROG, "spin", "-"]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=75)
+    assert res.returncode == 124, res.stderr[-2000:]
+    assert "the ranks were ended by a signal" in res.stderr
+    (job,) = list((tmp_path / "jobs").iterdir())
+    rep = analyze_dir(job / "trace")
+    assert rep["status"] == "killed" and rep["ranks_without_exit"] == []
+    assert [(h["expr"], h["state"]) for h in rep["root_causes"]] == [("spin(s[0], z[0])", "running")]

@@ -89,11 +89,14 @@ def run(
             print(f"planaria fragments run: the program {status} (report above; "
                   f"'planaria trace analyze' explains it again)", file=sys.stderr)
             code = 1
+    elif code != 0 and trace and _run_status(trace_dir, started) == "killed":
+        print("planaria fragments run: the ranks were ended by a signal; 'planaria trace analyze' shows the "
+              "CFs that never finished and what they awaited", file=sys.stderr)
     raise typer.Exit(code)
 
 
 def _run_status(trace_dir: str | None, since: float) -> str | None:
-    """The worst status the ranks' traces end with (hung, failed, timeout) for this run; None if unknown.
+    """The worst status the ranks' traces end with (failed, hung, timeout, killed) for this run; None if unknown.
 
     A hung program exits normally on every rank (the runtime detected the hang and stopped), so
     the job's exit status alone would say "finished".
@@ -111,7 +114,7 @@ def _run_status(trace_dir: str | None, since: float) -> str | None:
         statuses = {r.get("status") for r in read_traces(trace_dir) if r.get("k") == "exit"}
     except FileNotFoundError:
         return None
-    for worst in ("failed", "hung", "timeout"):
+    for worst in ("failed", "hung", "timeout", "killed"):
         if worst in statuses:
             return worst
     return "finished" if statuses else None
