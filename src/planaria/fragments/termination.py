@@ -3,9 +3,13 @@
 A rank passes the token only when it has no work: no CF running and none ready. CFs waiting
 for input DFs count as idle, so a program whose remaining CFs all wait for data stops too --
 as *hung*. The counter is reset on a rank that had work since the token's last visit and
-incremented on an idle one; after 2 x N consecutive idle visits the holder decides. The token
-also carries each rank's cumulative counts of work messages sent and received (Mattern's
-counting), so a message still in flight when the counter runs out blocks the decision.
+incremented on an idle one. The token also carries each rank's cumulative counts of work
+messages sent and received, so a message still in flight blocks the decision. The holder decides
+once the last N visits (one to every rank) found ranks that had no work since their previous
+visit and the counts balance: N + 1 consecutive visits, the first of which may be to a rank that
+had work. This is Safra's rule (EWD 998: "had work since the last visit" is the black colour,
+the per-rank counts are the message counters), which needs one quiet round where waiting for two
+(Mattern's four counters) would cost N more token hops at the end of every run.
 """
 from __future__ import annotations
 
@@ -40,6 +44,11 @@ class RingMember:
         """Call when the rank had work (a CF became ready or ran, a work message arrived)."""
         self.active = True
 
+    @property
+    def decide_after(self) -> int:
+        """Consecutive visits (counting one to a rank that had work) after which an idle, balanced ring decides."""
+        return self.n + 1
+
     def visit(self, tok: Token, sent: int, recv: int, unfinished: int) -> str | None:
         """Update the token on an idle rank; return None (pass it on), "finished" or "hung"."""
         if self.active:
@@ -49,7 +58,7 @@ class RingMember:
         tok.sent[self.me], tok.recv[self.me], tok.unfinished[self.me] = sent, recv, unfinished
         if self.me == 0:
             tok.rounds += 1
-        if tok.count >= 2 * self.n and sum(tok.sent) == sum(tok.recv):
+        if tok.count >= self.decide_after and sum(tok.sent) == sum(tok.recv):
             return "finished" if sum(tok.unfinished) == 0 else "hung"
         return None
 
