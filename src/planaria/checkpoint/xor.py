@@ -185,13 +185,15 @@ class XorStore(CheckpointStore):
             f = lost[0]
             e = self._data[version]
             c = e.c
-            vec = self._vector(e, g, r, f)
-            self._inflight = [vec]
+            parts = self._parts(e, g, r, f)
+            self._inflight = [parts]
             survivors = [x for x in g if x != f]
             sends = []
             if r == survivors[0]:
                 sends.append(comm.isend((version, e.n, e.metas, c), f, TAG_REBUILD))
-            sends.append(comm.Isend(vec, dest=f, tag=TAG_RESEED))
+            # the m chunks straight from the store's buffers, in order (MPI keeps the order of
+            # messages with one tag between two ranks): no copy into a vector first
+            sends.extend(comm.Isend(p, dest=f, tag=TAG_RESEED) for p in parts)
             for req in sends:
                 req.Wait()
         elif r in fresh:
@@ -201,10 +203,12 @@ class XorStore(CheckpointStore):
                 raise CheckpointError(f"rank {r} expected version {version}, got {v}")
             bufs = {x: WARM.take(m * c) for x in survivors}
             self._inflight = [bufs]
-            reqs = [(x, comm.Irecv(bufs[x], source=x, tag=TAG_RESEED)) for x in survivors]
+            reqs = [(x, [comm.Irecv(bufs[x][q * c:(q + 1) * c], source=x, tag=TAG_RESEED) for q in range(m)])
+                    for x in survivors]
             acc = None
-            for x, req in reqs:
-                req.Wait()
+            for x, rs in reqs:
+                for req in rs:
+                    req.Wait()
                 if acc is None:
                     acc = bufs.pop(x)
                 else:
@@ -231,24 +235,23 @@ class XorStore(CheckpointStore):
         return [m * e.c] * (m - 1) + [e.metas[self._me].nbytes]
 
     # -- continuing on fewer ranks ---------------------------------------------------------------
-    def _vector(self, e: _Entry, g: list[int], me: int, f: int) -> np.ndarray:
-        """What member ``me`` of group ``g`` contributes to rebuilding member ``f`` (see the module docstring)."""
-        c, m = e.c, len(g)
+    def _parts(self, e: _Entry, g: list[int], me: int, f: int) -> list[np.ndarray]:
+        """The ``m`` chunks member ``me`` of group ``g`` contributes to rebuilding ``f``, as views (module docstring)."""
+        c = e.c
         mpos, fpos = g.index(me), g.index(f)
-        vec = np.empty(m * c, dtype=np.uint8)
-        q = 0
+        parts = []
         for ipos, i in enumerate(g):
             if i == f:
                 continue
-            if i == me:
-                vec[q * c:(q + 1) * c] = e.parity
-            else:
-                s = _slot(mpos, ipos)
-                vec[q * c:(q + 1) * c] = e.buf[s * c:(s + 1) * c]
-            q += 1
+            s = _slot(mpos, ipos)
+            parts.append(e.parity if i == me else e.buf[s * c:(s + 1) * c])
         s = _slot(mpos, fpos)
-        vec[(m - 1) * c:] = e.buf[s * c:(s + 1) * c]
-        return vec
+        parts.append(e.buf[s * c:(s + 1) * c])
+        return parts
+
+    def _vector(self, e: _Entry, g: list[int], me: int, f: int) -> np.ndarray:
+        """The chunks of :meth:`_parts` in one new vector (to be XORed into on a survivor)."""
+        return np.concatenate(self._parts(e, g, me, f))
 
     def _lost_usable(self, inv: list[dict[int, int]], logical: list[int | None], old_size: int) -> set[int]:
         live = [d for d, lg in zip(inv, logical) if lg is not None]
