@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.mpi.mpijob import REPO, root_env
+from tests.mpi.mpijob import REPO, mpiexec, root_env
 
 pytestmark = [pytest.mark.mpi]
 
@@ -146,3 +146,28 @@ def test_duplicate_mode_detects_a_silent_fault_and_equals_serial(tmp_path) -> No
     first = {e["block"] for e in rep["errors"] if e["round"] == 0}
     assert first == {2, N + 2} and all(e["status"] == 1 for e in rep["errors"])
     _assert_serial(tmp_path, "cutdepth", out)
+
+
+@pytest.mark.timeout(120)
+def test_bench_reports_cpu_per_rank_and_none_for_a_dead_worker(tmp_path) -> None:
+    """--bench: every rank's CPU seconds of the timed region; a crashed worker is None and the sums are withheld."""
+    dem = _dem(tmp_path / "dem.npz")
+    report = tmp_path / "report.json"
+    for force in ([], ["--force", "crash:3"]):
+        report.unlink(missing_ok=True)
+        res = mpiexec(N + 2, ["-m", "planaria.abft.runtime", "--kernel", "slope", "--dem", str(dem),
+                              "--out", str(tmp_path / "out.npz"), "--bench", "--report", str(report),
+                              "--backend", "ulfm", *force], ft=True, env={"PYTHONPATH": str(REPO / "src")}, timeout=90)
+        assert report.is_file(), res.err[-3000:]
+        rep = json.loads(report.read_text())
+        assert rep["ok"], rep
+        cpu = rep["timings"]["cpu"]
+        per = cpu["per_rank"]
+        assert len(per) == N + 2
+        if not force:
+            assert all(c > 0 for c in per), cpu
+            assert cpu["total"] == pytest.approx(sum(per)) and cpu["total"] >= cpu["workers_max"] > 0
+            assert cpu["masters"] == pytest.approx(per[0] + per[1])
+        else:
+            assert per[3] is None and all(c > 0 for i, c in enumerate(per) if i != 3), cpu
+            assert cpu["total"] is None and cpu["workers_max"] is None and cpu["masters"] > 0

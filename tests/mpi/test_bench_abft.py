@@ -36,6 +36,13 @@ def test_bench_abft_tiny(tmp_path) -> None:
     assert {x["tasks"] for x in runs if x["mode"] == "duplicate"} == {8}
     for x in runs:
         assert 0 < x["compute_s_max"] < x["wall_s"] < x["launch_s"], x
+        cpu = x["cpu_per_rank_s"]
+        assert len(cpu) == r["workers"] + 2 and all(c > 0 for c in cpu), x
+        assert x["cpu_total_s"] == pytest.approx(sum(cpu)) and x["cpu_total_s"] >= x["cpu_workers_max_s"] > 0, x
+        assert x["cpu_masters_s"] == pytest.approx(cpu[0] + cpu[1]), x
+    assert all(row["medians"][m]["cpu_total_s"] > 0 for m in ("plain", "abft", "duplicate"))
+    assert row["abft_cpu_ratio_range"][0] <= 1 + row["abft_cpu_paired_pct"] / 100 <= row["abft_cpu_ratio_range"][1]
+    assert row["duplicate_cpu_paired_pct"] is not None
     s = r["faults"]["summary"]
     assert s["covered"]["injected"] == s["uncovered"]["injected"] == s["clean"]["trials"] == 30
     assert s["covered"]["detected"] == s["covered"]["located"] == 30          # every covered flip is caught

@@ -57,6 +57,14 @@ Modes (``--mode``; the same ranks, partition, protocol, part files and output wr
 ``--bench``: all ranks pass a barrier after start-up (imports, communicator), and rank 0
 reports ``timings.wall``: from that barrier to the end of ``finish`` (output written, replica
 acknowledged, workers stopped), plus per-task worker times (read, compute, write, digest).
+It also reports ``timings.cpu``: every rank's process CPU time (``time.process_time``, all
+threads) from the same barrier to the end of its work in the timed region: a worker's when it
+receives ``stop``, the replica's when it sends its ``ack`` (the value rides on the ack), the
+finishing master's when its wall timer stops. Waits sleep-poll, so this counts the work a mode
+costs rather than its waiting. Workers send theirs (tag 18) after ``stop``; the finisher collects
+them after its wall timer stopped, against a TMaxLat deadline, skipping ranks it knows dead:
+``per_rank`` (None for a rank that did not answer), ``total``, ``workers_max`` and ``masters``
+(each None when a rank it needs is missing).
 
 Fault injection (``--error-rate p``: each worker with probability p from its own RNG
 seeded by (seed, rank); ``--force KIND:RANK``: that worker for sure), on the worker's
@@ -117,7 +125,7 @@ from planaria.comm.errors import FailureError
 from planaria.terrain import DemInfo, dem_info, kernels, read_dem_rows, write_dem_rows
 from planaria.terrain.window import slab_bounds
 
-T_START, T_RESULT, T_FINISH, T_CMD, T_MASTER, T_ACK = 11, 12, 13, 14, 16, 17
+T_START, T_RESULT, T_FINISH, T_CMD, T_MASTER, T_ACK, T_CPU = 11, 12, 13, 14, 16, 17, 18
 KINDS = ("crash", "silent", "nodata", "readerror", "memory")
 MODES = ("abft", "plain", "duplicate")
 TMAXLAT = 5.0
@@ -216,6 +224,7 @@ def run_task(args: argparse.Namespace, info: DemInfo, blocks: list[Block], task:
 
 
 def worker(comm: Any, args: argparse.Namespace, info: DemInfo, blocks: list[Block]) -> int:
+    cpu0 = time.process_time()  # right after the --bench barrier, like the masters' wall timer
     rank = comm.Get_rank()
     n = len(blocks)
     fault = choose_fault(rank, args.seed, args.error_rate, args.force)
@@ -250,6 +259,8 @@ def worker(comm: Any, args: argparse.Namespace, info: DemInfo, blocks: list[Bloc
             if done:
                 cmd = recvs[m].wait()
                 if cmd[0] == "stop":
+                    if args.bench:  # this worker's part of the timed region ends here
+                        _send(comm, time.process_time() - cpu0, m, T_CPU, keep)
                     return 0
                 queue.append((cmd[1], cmd[2]))
                 recvs[m] = comm.irecv(source=m, tag=T_CMD)
@@ -301,6 +312,7 @@ class Master:
         self.width = info.shape[1]
         self.window = kernels[args.kernel][1]
         self.t0 = time.perf_counter()
+        self.cpu0 = time.process_time()
         self.assign = {t: initial_owner(t, self.n) for t in range(self.ntask)}
         self.attempt = {t: 0 for t in range(self.ntask)}
         self.issued = {t: time.monotonic() for t in range(self.ntask)}
@@ -320,6 +332,7 @@ class Master:
         self.last_heard = time.monotonic()
         self.grace = TMAXLAT  # silence allowed from the primary (longer while it writes the output)
         self.final_from_primary: Any = None
+        self.replica_cpu: float | None = None  # the replica's CPU seconds, sent with its ack (--bench)
 
     def _edge_rows(self) -> dict[int, np.ndarray]:
         if self.n < 2:
@@ -564,6 +577,7 @@ class Master:
                     msg = self._recv(1, T_ACK)
                     if msg is not None:
                         agreed = msg[1]
+                        self.replica_cpu = msg[2]
                         break
                     time.sleep(POLL)
             except FailureError:
@@ -572,6 +586,9 @@ class Master:
             self.report["timings"]["cross_check"] = time.perf_counter() - t0
         self.stop_workers()
         self.report["timings"]["wall"] = time.perf_counter() - self.t0
+        cpu = time.process_time() - self.cpu0
+        if self.args.bench:
+            self.report["timings"]["cpu"] = self.gather_cpu(cpu)
         self.report["worker_times"] = [{"block": t, "worker": self.assign[t], **(self._payload(t) or {}).get("times", {})}
                                        for t in range(self.ntask)]
         if ok and self.args.parts_default:
@@ -589,8 +606,37 @@ class Master:
                 agreed = all(s == CORRECT for s in f) and self.digest() == digest
             except Exception:  # noqa: BLE001 - a missing result means disagreement
                 agreed = False
-        _send(self.comm, ("ack", agreed), 0, T_ACK, self.keep)
+        cpu = time.process_time() - self.cpu0 if self.args.bench else None
+        _send(self.comm, ("ack", agreed, cpu), 0, T_ACK, self.keep)
         return 0
+
+    def gather_cpu(self, mine: float) -> dict[str, Any]:
+        """Per-rank CPU seconds of the timed region, collected after it under a TMaxLat deadline (a dead rank cannot hang it)."""
+        size = self.n + 2
+        per_rank: list[float | None] = [None] * size
+        per_rank[self.comm.Get_rank()] = mine
+        if self.role == "primary":
+            per_rank[1] = self.replica_cpu
+        waiting = {w for w in range(2, size) if w not in self.dead}
+        deadline = time.monotonic() + TMAXLAT
+        while waiting and time.monotonic() < deadline:
+            for w in sorted(waiting):
+                try:
+                    msg = self._recv(w, T_CPU)
+                except FailureError:
+                    waiting.discard(w)
+                    continue
+                if msg is not None:
+                    per_rank[w] = float(msg)
+                    waiting.discard(w)
+            if waiting:
+                time.sleep(POLL)
+        known = [c for c in per_rank if c is not None]
+        workers = [c for c in per_rank[2:] if c is not None]
+        m0, m1 = per_rank[0], per_rank[1]
+        return {"per_rank": per_rank, "total": sum(known) if len(known) == size else None,
+                "workers_max": max(workers) if len(workers) == self.n else None,
+                "masters": m0 + m1 if m0 is not None and m1 is not None else None}
 
     def stop_workers(self) -> None:
         for w in range(2, self.n + 2):

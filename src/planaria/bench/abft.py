@@ -11,7 +11,11 @@ Three parts, each optional (``--parts``):
   file is written and fsynced, the replica has acknowledged and the workers are told to
   stop. Modes alternate within each repetition (the order rotates); medians over the
   repetitions, and the median of the per-repetition ratios. Every run's output must be
-  bit-identical across modes (checked on the files, outside the timed region).
+  bit-identical across modes (checked on the files, outside the timed region). Alongside the
+  wall time, the runtime's ``timings.cpu``: process CPU seconds of every rank over the same
+  region (waits sleep-poll, so it counts work, not waiting, and time-sharing the cores does
+  not add to it as it does to the wall time); medians of the total, of the busiest worker and
+  of the masters per mode, and the per-repetition ratios of the total to plain's.
 * ``faults``: :mod:`planaria.bench.abft_faults` in one job of N+1 ranks: ``trials`` trials,
   a third clean, a third with one bit flip in a covered row, a third in an uncovered row.
 * ``throughput``: slope (and cut depth) kernel in this process on a float32 GeoTIFF, kernel
@@ -105,6 +109,7 @@ def run_once(dem: Path, kernel: str, mode: str, workers: int, scratch: Path, tim
     out.unlink()
     wt = rep.get("worker_times", [])
     tm = rep["timings"]
+    cpu = tm.get("cpu") or {}
 
     def worst(key: str) -> float:
         return max((w.get(key, 0.0) for w in wt), default=0.0)
@@ -113,7 +118,15 @@ def run_once(dem: Path, kernel: str, mode: str, workers: int, scratch: Path, tim
             "digest_s_max": worst("digest"), "compute_s_sum": sum(w.get("compute", 0.0) for w in wt),
             "verification_s": tm.get("verification", 0.0), "edge_rows_s": tm.get("edge_rows", 0.0),
             "write_output_s": tm.get("write_output", 0.0), "cross_check_s": tm.get("cross_check", 0.0),
+            "cpu_total_s": cpu.get("total"), "cpu_workers_max_s": cpu.get("workers_max"),
+            "cpu_masters_s": cpu.get("masters"), "cpu_per_rank_s": cpu.get("per_rank"),
             "tasks": rep["overhead"]["tasks"], "cmd": " ".join(cmd)}
+
+
+def _median_known(xs: list[float | None]) -> float | None:
+    """Median of the values present; None when there is none (a run whose CPU figure is incomplete)."""
+    known = [x for x in xs if x is not None]
+    return median(known) if known else None
 
 
 def overhead(dem: Path, kernels: list[str], workers: int, repeat: int, scratch: Path, timeout: float,
@@ -128,8 +141,9 @@ def overhead(dem: Path, kernels: list[str], workers: int, repeat: int, scratch: 
                 r["repetition"] = rep
                 runs.append(r)
                 if progress:
+                    cpu = "?" if r["cpu_total_s"] is None else f"{r['cpu_total_s']:.3f}"
                     progress(f"abft overhead: {k} {mode} repetition {rep + 1}/{repeat}: {r['wall_s']:.3f} s timed "
-                             f"(compute max {r['compute_s_max']:.3f} s), {r['launch_s']:.1f} s launch")
+                             f"(compute max {r['compute_s_max']:.3f} s), CPU {cpu} s, {r['launch_s']:.1f} s launch")
     rows = []
     for k in kernels:
         mine = [r for r in runs if r["kernel"] == k]
@@ -140,11 +154,20 @@ def overhead(dem: Path, kernels: list[str], workers: int, repeat: int, scratch: 
         med = {m: {key: median([r[key] for r in by[m]]) for key in
                    ("wall_s", "read_s_max", "compute_s_max", "part_write_s_max", "digest_s_max", "compute_s_sum",
                     "verification_s", "edge_rows_s", "write_output_s", "cross_check_s")} for m in MODES}
+        for m in MODES:
+            for key in ("cpu_total_s", "cpu_workers_max_s", "cpu_masters_s"):
+                med[m][key] = _median_known([r[key] for r in by[m]])
 
         def paired(m: str) -> list[float]:
             base = {r["repetition"]: r["wall_s"] for r in by["plain"]}
             return [r["wall_s"] / base[r["repetition"]] for r in by[m]]
+
+        def paired_cpu(m: str) -> list[float]:
+            base = {r["repetition"]: r["cpu_total_s"] for r in by["plain"]}
+            return [r["cpu_total_s"] / base[r["repetition"]] for r in by[m]
+                    if r["cpu_total_s"] is not None and base.get(r["repetition"])]
         abft_r, dup_r = paired("abft"), paired("duplicate")
+        abft_c, dup_c = paired_cpu("abft"), paired_cpu("duplicate")
         ov_abft = (med["abft"]["wall_s"] / med["plain"]["wall_s"] - 1) * 100
         rows.append({"kernel": k, "medians": med,
                      "abft_overhead_pct": ov_abft,
@@ -154,6 +177,10 @@ def overhead(dem: Path, kernels: list[str], workers: int, repeat: int, scratch: 
                      "abft_compute_overhead_pct": (med["abft"]["compute_s_sum"] / med["plain"]["compute_s_sum"] - 1) * 100,
                      "duplicate_compute_overhead_pct":
                          (med["duplicate"]["compute_s_sum"] / med["plain"]["compute_s_sum"] - 1) * 100,
+                     "abft_cpu_paired_pct": (median(abft_c) - 1) * 100 if abft_c else None,
+                     "duplicate_cpu_paired_pct": (median(dup_c) - 1) * 100 if dup_c else None,
+                     "abft_cpu_ratio_range": [min(abft_c), max(abft_c)] if abft_c else None,
+                     "duplicate_cpu_ratio_range": [min(dup_c), max(dup_c)] if dup_c else None,
                      "goal_pct": GOAL_PCT, "goal_met": ov_abft <= GOAL_PCT, "bit_identical": True})
     return {"rows": rows, "runs": runs, "mpiexec": runs[0]["cmd"] if runs else ""}
 
@@ -309,6 +336,7 @@ def table(result: dict[str, Any]) -> Any:
                       f"{m['abft']['write_output_s']:.2f} s", "met" if r["goal_met"] else "MISSED")
         t.caption = "timed: barrier after start-up -> output written + fsynced (mpiexec, imports excluded); outputs bit-identical"
         out.append(t)
+        out.append(_cpu_table(result))
     if "faults" in result:
         s = result["faults"]["summary"]
         t = Table(title=f"Silent faults (one bit flip per faulty trial), {result['faults']['trials']} trials on "
@@ -341,6 +369,34 @@ def table(result: dict[str, Any]) -> Any:
             t.add_row("gdaldem slope (end to end)", f"{g['end_to_end_s']:.3f} s", f"{g['cells_per_s'] / 1e6:.1f}")
         out.append(t)
     return Group(*out)
+
+
+def _cpu_table(result: dict[str, Any]) -> Any:
+    """CPU seconds of the overhead runs: the work each mode costs (waits sleep-poll, so waiting is not counted)."""
+    from rich.table import Table
+
+    def s(x: float | None) -> str:
+        return "?" if x is None else f"{x:.3f}"
+
+    def pct(p: float | None) -> str:
+        return "?" if p is None else f"{p:+.1f} %"
+
+    def rng(r: list[float] | None) -> str:
+        return "?" if r is None else f"{(r[0] - 1) * 100:+.1f}..{(r[1] - 1) * 100:+.1f} %"
+    t = Table(title=f"N-ABFT CPU time (process CPU of all ranks over the timed region), median of {result['repeat']}")
+    for c in ("kernel", "plain", "abft", "duplicate", "busiest worker s plain/abft/dup", "masters s plain/abft/dup",
+              "abft over plain (paired)", "range", "duplicate over plain (paired)", "range"):
+        t.add_column(c, justify="right")
+    for r in result["overhead"]["rows"]:
+        m = r["medians"]
+        t.add_row(r["kernel"], *(f"{s(m[x]['cpu_total_s'])} s" for x in MODES),
+                  "/".join(s(m[x]["cpu_workers_max_s"]) for x in MODES),
+                  "/".join(s(m[x]["cpu_masters_s"]) for x in MODES),
+                  pct(r["abft_cpu_paired_pct"]), rng(r["abft_cpu_ratio_range"]),
+                  pct(r["duplicate_cpu_paired_pct"]), rng(r["duplicate_cpu_ratio_range"]))
+    t.caption = ("CPU: time.process_time of each rank from the --bench barrier to the end of its work (a worker: "
+                 "stop received); reads, kernel, writes, hashing, messages; not the sleeps of waits")
+    return t
 
 
 def show(result: dict[str, Any], as_json: bool = False) -> None:
