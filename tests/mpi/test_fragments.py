@@ -12,6 +12,7 @@ import pytest
 from planaria.trace.analyze import analyze_dir
 from planaria.trace.writer import read_traces
 from tests.mpi.mpijob import SCRIPTS, mpiexec, root_env
+from tests.streams import wait_for_line
 
 pytestmark = pytest.mark.mpi
 PROG = str(SCRIPTS / "fragments_prog.py")
@@ -117,9 +118,7 @@ def test_cli_exit_status_tells_a_hung_program(tmp_path):
 def test_sigterm_to_mpiexec_leaves_every_ranks_unfinished_cfs(tmp_path):
     """SIGTERM to mpiexec while a CF spins (how a batch system or Ctrl-C ends a job): mpiexec passes it on, each rank
     writes what it had buffered, its unfinished CFs and an exit record; the analyzer names the spinning CF."""
-    import selectors
     import signal
-    import time
     cmd = [str(Path(sys.executable).parent / "mpiexec"), "--oversubscribe", "--with-ft", "ulfm", "-n", "3",
            sys.executable, PROG, "spin", str(tmp_path)]
     env = root_env()
@@ -127,14 +126,7 @@ def test_sigterm_to_mpiexec_leaves_every_ranks_unfinished_cfs(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     try:
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        deadline, line = time.monotonic() + 45, ""
-        while "SPINNING" not in line and time.monotonic() < deadline:
-            if sel.select(timeout=deadline - time.monotonic()):
-                line = proc.stdout.readline()
-                if not line:
-                    break
+        line = wait_for_line(proc.stdout, "SPINNING", 45)
         assert "SPINNING on 1" in line, "the job never reached its spinning CF"
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=30)

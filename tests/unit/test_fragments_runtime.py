@@ -8,6 +8,7 @@ import pytest
 
 import planaria.fragments as fr
 from planaria.trace.writer import read_traces
+from tests.streams import wait_for_line
 
 
 @fr.atomic
@@ -213,7 +214,6 @@ print("RETURNED", flush=True)
 def _start_spinning(tmp_path, sig):  # type: ignore[no-untyped-def]
     """Run a one-process program whose CF never returns, send ``sig`` once it spins; (returncode, stdout, stderr)."""
     import os
-    import selectors
     import subprocess
     import sys
     prog = tmp_path / "spin.py"
@@ -222,16 +222,7 @@ def _start_spinning(tmp_path, sig):  # type: ignore[no-untyped-def]
     proc = subprocess.Popen([sys.executable, str(prog), str(tmp_path / "trace")], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + 30
-        line = ""
-        while "SPINNING" not in line and time.monotonic() < deadline:
-            if sel.select(timeout=deadline - time.monotonic()):
-                line = proc.stdout.readline()
-                if not line:
-                    break
-        assert "SPINNING" in line, "the program never reached its spinning CF"
+        assert wait_for_line(proc.stdout, "SPINNING", 30), "the program never reached its spinning CF"
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=20)
     finally:

@@ -9,7 +9,9 @@ Three parts, each optional (``--parts``):
   The figure per run is the runtime's ``timings.wall`` (``--bench``): from a barrier after
   start-up (mpiexec, interpreter, imports and communicator are excluded) until the output
   file is written and fsynced, the replica has acknowledged and the workers are told to
-  stop. Modes alternate within each repetition (the order rotates); medians over the
+  stop. Modes alternate within each repetition, in each of the 6 orders in turn (so every mode
+  follows every other equally often over 6 repetitions), with a ``sync`` and a pause between
+  launches so one run's writeback does not fall into the next; medians over the
   repetitions, and the median of the per-repetition ratios. Every run's output must be
   bit-identical across modes (checked on the files, outside the timed region). Alongside the
   wall time, the runtime's ``timings.cpu``: process CPU seconds of every rank over the same
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -43,6 +46,8 @@ from planaria.bench import _launch
 from planaria.bench._launch import BenchError, command_line, job_env, loadavg, median, mpiexec_path
 
 MODES = ("plain", "abft", "duplicate")
+ORDERS = list(itertools.permutations(MODES))
+SETTLE_S = 1.0
 PARTS = ("overhead", "faults", "throughput")
 GOAL_PCT = 2.0
 CHUNK_ROWS = 500
@@ -123,6 +128,12 @@ def run_once(dem: Path, kernel: str, mode: str, workers: int, scratch: Path, tim
             "tasks": rep["overhead"]["tasks"], "cmd": " ".join(cmd)}
 
 
+def _settle() -> None:
+    """Before a timed launch: write back what earlier runs left dirty, then let the machine go idle."""
+    os.sync()
+    time.sleep(SETTLE_S)
+
+
 def _median_known(xs: list[float | None]) -> float | None:
     """Median of the values present; None when there is none (a run whose CPU figure is incomplete)."""
     known = [x for x in xs if x is not None]
@@ -131,12 +142,19 @@ def _median_known(xs: list[float | None]) -> float | None:
 
 def overhead(dem: Path, kernels: list[str], workers: int, repeat: int, scratch: Path, timeout: float,
              progress: Any = None, backend: str = "ulfm") -> dict[str, Any]:
-    """Every kernel x mode ``repeat`` times (modes rotate within a repetition); medians and ratios."""
+    """Every kernel x mode ``repeat`` times; medians and ratios.
+
+    A repetition runs the modes in one of the 6 orders, taking them in turn: a plain rotation
+    would always run ``plain`` right after ``duplicate`` (the heaviest run) and ``abft`` after
+    ``plain``, so whatever one run leaves behind (dirty pages, a busy disk, a warm or cold cache)
+    would load one mode more than another. Over 6 repetitions every mode follows every other
+    one twice. Between launches the file system is synced and the machine left idle a moment.
+    """
     runs: list[dict[str, Any]] = []
     for rep in range(repeat):
         for k in kernels:
-            order = MODES[rep % 3:] + MODES[: rep % 3]
-            for mode in order:
+            for mode in ORDERS[rep % len(ORDERS)]:
+                _settle()
                 r = run_once(dem, k, mode, workers, scratch, timeout, backend)
                 r["repetition"] = rep
                 runs.append(r)
@@ -264,7 +282,7 @@ def throughput(rows: int, cols: int, repeat: int, scratch: Path, seed: int = 0) 
     return res
 
 
-def run(rows: int = 2000, cols: int = 1890, workers: int = 4, repeat: int = 5, kernels: str = "slope,cutdepth",
+def run(rows: int = 2000, cols: int = 1890, workers: int = 4, repeat: int = 6, kernels: str = "slope,cutdepth",
         parts: str = "overhead,faults,throughput", trials: int = 3000, seed: int = 0, timeout: float = 600.0,
         workdir: str | None = None, progress: Any = None, backend: str = "ulfm") -> dict[str, Any]:
     """The benchmark; ValueError for bad options, BenchError when a job fails or the modes disagree."""
@@ -411,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=2000)
     p.add_argument("--cols", type=int, default=1890)
     p.add_argument("--workers", type=int, default=4)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=6, help="runs per kernel and mode; a multiple of 6 balances the mode order")
     p.add_argument("--kernels", default="slope,cutdepth")
     p.add_argument("--parts", default=",".join(PARTS))
     p.add_argument("--trials", type=int, default=3000)

@@ -301,7 +301,8 @@ def abft(
     rows: int = typer.Option(2000, "--rows", help="DEM rows (the paper: 16000)."),
     cols: int = typer.Option(1890, "--cols", help="DEM columns (the paper: 15120)."),
     workers: int = typer.Option(4, "--workers", help="Workers N (N+2 ranks per run)."),
-    repeat: int = typer.Option(5, "--repeat", help="Runs per kernel and mode (modes alternate); medians reported."),
+    repeat: int = typer.Option(6, "--repeat", help="Runs per kernel and mode; medians reported. Each repetition "
+                               "runs the modes in another of their 6 orders: a multiple of 6 balances the order."),
     kernels: str = typer.Option("slope,cutdepth", "--kernels", help="Kernels, comma-separated."),
     parts: str = typer.Option("overhead,faults,throughput", "--parts",
                               help="What to measure, comma-separated: overhead, faults, throughput."),
@@ -313,7 +314,7 @@ def abft(
 ) -> None:
     """N-ABFT terrain analysis: wall time of plain / ABFT / duplicate runs, detection of silent faults, kernel speed vs gdaldem.
 
-    Example: planaria bench abft --rows 2000 --cols 1890 --repeat 5
+    Example: planaria bench abft --rows 2000 --cols 1890 --repeat 6
     (the paper's size: --rows 16000 --cols 15120; start-up of each job is not timed)
     """
     from planaria.bench import abft as ab
