@@ -120,6 +120,7 @@ class Executor:
         self.token: Token | None = Token.start(self.nworkers) if self.rank == 0 else None
         self.verdict: str | None = None
         self.moves = 0
+        self.signals = interrupt.Catcher()
         self.t0 = time.time()
 
     # -- ids, placement, tracing ------------------------------------------------------------
@@ -395,7 +396,7 @@ class Executor:
         self.rec({"k": "run", "t": self.t0, "rank": self.rank, "size": self.size, "workers": self.nworkers,
                   "balancer": self.brank, "threads": self.threads, "pid": os.getpid(),
                   "argv": sys.argv})
-        old = interrupt.install()
+        self.signals = interrupt.Catcher().install()
         try:
             try:
                 if self.bconf is not None:
@@ -414,13 +415,13 @@ class Executor:
             return self.conclude(status)
         except interrupt.Interrupted as sig:
             # killed from outside (Ctrl-C, kill, a batch system, planaria run's timeout): say what was pending
-            interrupt.restore(old)
+            self.signals.restore()
             self.abort({"error": "signal", "signal": sig.name, "message": f"terminated by {sig.name}"}, "killed",
                        signal=sig.name)
-            interrupt.redeliver(sig.signum, old)
+            self.signals.redeliver(sig.signum)
             raise
         finally:
-            interrupt.restore(old)
+            self.signals.close()
 
     def abort(self, why: dict[str, Any], status: str, **extra: Any) -> None:
         """The run ends early: an ``abort`` record, the unfinished CFs, an ``exit`` record; the trace is closed."""
@@ -453,6 +454,7 @@ class Executor:
             deadline = self.t0 + self.timeout if self.timeout else None
             idle_since: float | None = None
             while self.verdict is None:
+                self.signals.check()
                 busy = self.poll()
                 while True:
                     try:
@@ -547,6 +549,7 @@ class Executor:
         deadline = self.t0 + self.timeout if self.timeout else None
         self._model = model
         while self.verdict is None:
+            self.signals.check()
             got = False
             while True:
                 req = self.comm.irecv(tag=TAG)
