@@ -42,8 +42,9 @@ def test_dfs_fetched_across_ranks(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_hang_on_ranks_ends_with_a_report(tmp_path):
-    res = mpiexec(4, [PROG, "hang", str(tmp_path)], ft=True, env=ENV, timeout=45)
+@pytest.mark.parametrize("rule", ["safra", "paper"])
+def test_hang_on_ranks_ends_with_a_report(tmp_path, rule):
+    res = mpiexec(4, [PROG, "hang", str(tmp_path)], ft=True, env={**ENV, "PLANARIA_TERMINATION": rule}, timeout=45)
     assert res.code == 0, res.err[-2000:]
     st = _status(res.out)
     assert {r["status"] for r in st.values()} == {"hung"} and len(st) == 4
@@ -53,6 +54,7 @@ def test_hang_on_ranks_ends_with_a_report(tmp_path):
     assert rc["expr"] == "square_plus(y[i], x[i], 1)" and rc["instances"] == 2
     assert [r["decl"] for r in rc["awaited"][0]["ranges"]] == ["x[8]..x[9]"]
     assert rc["awaited"][0]["maybe_set_at"][0]["expr"] == "put(x[i], i)"
+    assert {r["termination"] for r in read_traces(tmp_path) if r["k"] == "run"} == {rule}
 
 
 @pytest.mark.timeout(60)

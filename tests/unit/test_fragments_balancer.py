@@ -102,15 +102,17 @@ def _circulate(members, tok, start, busy_visits=()):
         i = members[i].next()
 
 
-@given(st.integers(1, 8), st.sets(st.integers(0, 30), max_size=5))
-def test_ring_decides_after_one_quiet_round(n, busy):
-    members = [RingMember(r, n, active=False) for r in range(n)]
+@pytest.mark.parametrize("rule, threshold", [("safra", lambda n: n + 1), ("paper", lambda n: 2 * n)])
+@given(n=st.integers(1, 8), busy=st.sets(st.integers(0, 30), max_size=5))
+def test_ring_decides_after_its_rule_s_quiet_visits(rule, threshold, n, busy):
+    members = [RingMember(r, n, active=False, rule=rule) for r in range(n)]
     verdict, visits = _circulate(members, Token.start(n), 0, busy)
-    # a visit on a rank that had work resets the counter and counts as 1; the holder decides at n + 1
+    # a visit on a rank that had work resets the counter and counts as 1; the holder decides at
+    # n + 1 (one quiet round, Safra) or 2n (the paper's threshold)
     v = 0
     while True:
         lb = max((b for b in busy if b <= v), default=None)
-        if (v + 1 if lb is None else v - lb + 1) >= n + 1:
+        if (v + 1 if lb is None else v - lb + 1) >= threshold(n):
             break
         v += 1
     assert verdict == "finished" and visits == v + 1
@@ -145,9 +147,9 @@ def test_the_mean_cap_blocks_moves_with_few_cfs_and_the_donor_cap_does_not():
         BalancerConfig(receiver_cap="max")
 
 
-def _schedule(n: int, rng, budget: int) -> tuple[bool, int]:  # type: ignore[no-untyped-def]
+def _schedule(n: int, rng, budget: int, rule: str) -> tuple[bool, int]:  # type: ignore[no-untyped-def]
     """One random run of a message-passing system with the ring; (quiet when it decided, visits after quiet)."""
-    members = [RingMember(r, n, active=True) for r in range(n)]
+    members = [RingMember(r, n, active=True, rule=rule) for r in range(n)]
     work, sent, recv = [0] * n, [0] * n, [0] * n
     work[0] = 1                                   # the root CF
     flight: list[int] = []                        # destinations of work messages not yet received
@@ -177,16 +179,22 @@ def _schedule(n: int, rng, budget: int) -> tuple[bool, int]:  # type: ignore[no-
     raise AssertionError("the ring never decided")
 
 
+@pytest.mark.parametrize("rule", ["safra", "paper"])
 @settings(max_examples=100, deadline=None)
-@given(st.integers(0, 2**32 - 1))
-def test_ring_never_declares_finished_while_work_remains(seed):
+@given(seed=st.integers(0, 2**32 - 1))
+def test_ring_never_declares_finished_while_work_remains(rule, seed):
     """Random schedules of a message-passing system (messages delivered out of order, CFs sending more): the ring
-    decides only once every rank is idle and nothing is in flight, and then within n - 1 + (n + 1) visits.
+    decides only once every rank is idle and nothing is in flight, and then within n - 1 + its threshold visits.
     (The same simulation finds false decisions when the rule is weakened to n - 1 visits.)"""
     import random
     rng = random.Random(seed)
     for _ in range(100):
         n = rng.randint(1, 5)
-        quiet, after = _schedule(n, rng, rng.randint(0, 12))
-        assert quiet, f"decided with work left (n={n}, seed={seed})"
-        assert after <= (n - 1) + RingMember(0, n).decide_after
+        quiet, after = _schedule(n, rng, rng.randint(0, 12), rule)
+        assert quiet, f"decided with work left (n={n}, seed={seed}, rule={rule})"
+        assert after <= (n - 1) + RingMember(0, n, rule=rule).decide_after
+
+
+def test_an_unknown_termination_rule_is_refused():
+    with pytest.raises(ValueError, match="termination rule"):
+        RingMember(0, 3, rule="never")

@@ -33,6 +33,7 @@ def test_ideal_makespan_bounds(dur, workers, rnd):
     (["fragments", "run", "-n", "1", "--balancer", "--", "python", "x.py"], "at least 2 workers"),
     (["fragments", "run", "-n", "2", "--jobs-difference-ratio", "1.5", "--", "python", "x.py"], "[0, 1]"),
     (["fragments", "run", "-n", "2"], "after --"),
+    (["fragments", "run", "-n", "2", "--termination", "never", "--", "python", "x.py"], "safra or paper"),
     (["bench", "fragments", "--workers", "0"], "worker list"),
     (["bench", "fragments", "--modes", "nope", "--workers", "1"], "unknown mode"),
 ])

@@ -9,6 +9,14 @@ import pytest
 from planaria.fragments.interrupt import Catcher, Interrupted
 
 
+@pytest.fixture(autouse=True)
+def python_sigint_handler():
+    """Python's own SIGINT handler, as in a terminal (a background job inherits SIGINT ignored)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def _send(sig: int) -> None:
     os.kill(os.getpid(), sig)          # Python runs the handler before the next bytecode
 

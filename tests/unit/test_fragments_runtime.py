@@ -214,13 +214,16 @@ print("RETURNED", flush=True)
 def _start_spinning(tmp_path, sig):  # type: ignore[no-untyped-def]
     """Run a one-process program whose CF never returns, send ``sig`` once it spins; (returncode, stdout, stderr)."""
     import os
+    import signal
     import subprocess
     import sys
     prog = tmp_path / "spin.py"
     prog.write_text(_SPIN_PROGRAM)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    # SIGINT as in a terminal: a background job (CI, nohup) would hand the child SIGINT ignored
     proc = subprocess.Popen([sys.executable, str(prog), str(tmp_path / "trace")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert wait_for_line(proc.stdout, "SPINNING", 30), "the program never reached its spinning CF"
         proc.send_signal(sig)

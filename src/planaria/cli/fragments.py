@@ -21,6 +21,7 @@ def run(
     ratio: float = typer.Option(0.2, "--jobs-difference-ratio", help="JOBS_DIFFERENCE_RATIO (0..1): least (H2-H1)/H2 between the most and least loaded workers that triggers a move."),
     cap: str = typer.Option("mean", "--receiver-cap", help="mean: the paper's rule (a receiver ends at most at the mean load); donor: at most at the donor's load after the move (moves work even when few CFs are outstanding)."),
     threads: int = typer.Option(2, "--threads", help="CFs run at once on each worker rank."),
+    termination: str = typer.Option("safra", "--termination", help="When the token ring decides: safra (after one quiet round, workers + 1 visits) or paper (after 2 x workers visits, LuNA's threshold)."),
     trace_dir: Optional[str] = typer.Option(None, "--trace-dir", help="Where the per-rank traces go (default: <job dir>/trace)."),
     trace: bool = typer.Option(True, "--trace/--no-trace", help="Write traces (needed by 'planaria trace analyze')."),
     flush_bytes: int = typer.Option(256 * 1024, "--trace-flush-bytes", help="Append a rank's buffered trace to its file at this size."),
@@ -63,6 +64,8 @@ def run(
         problem = f"--jobs-difference-ratio must be in [0, 1], got {ratio}"
     elif cap not in ("mean", "donor"):
         problem = f"--receiver-cap must be mean or donor, got {cap!r}"
+    elif termination not in ("safra", "paper"):
+        problem = f"--termination must be safra or paper, got {termination!r}"
     elif jobs_left < 0 or threads < 1 or flush_bytes < 0:
         problem = "--jobs-left-threshold and --trace-flush-bytes must be >= 0, --threads >= 1"
     if problem:
@@ -74,6 +77,7 @@ def run(
         "PLANARIA_JOBS_DIFFERENCE_RATIO": repr(ratio),
         "PLANARIA_BALANCER_CAP": cap,
         "PLANARIA_FRAGMENT_THREADS": str(threads),
+        "PLANARIA_TERMINATION": termination,
         "PLANARIA_TRACE": "1" if trace else "0",
         "PLANARIA_TRACE_FLUSH_BYTES": str(flush_bytes),
     })

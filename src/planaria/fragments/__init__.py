@@ -46,15 +46,17 @@ def default_trace_dir() -> str | None:
 def run(main: Code, *args: Any, comm: Any = "auto", threads: int | None = None,
         trace_dir: str | None = None, trace: bool | None = None, flush_bytes: int | None = None,
         balancer: BalancerConfig | bool | None = None, timeout: float | None = None,
-        report: bool = True, **kwargs: Any) -> RunResult:
+        termination: str | None = None, report: bool = True, **kwargs: Any) -> RunResult:
     """Run the structured code fragment ``main`` on every rank of the job (or in this process alone).
 
     ``comm``: a planaria communicator, None for one process without MPI, "auto" (``pl.world()`` when
     launched by mpiexec/planaria run). ``threads``: CFs run at once per rank. ``balancer``: True or a
     ``BalancerConfig`` dedicates the last rank to the §6 balancer (needs >= 3 ranks). ``timeout``:
-    seconds before the run is stopped as "timeout". Defaults come from PLANARIA_FRAGMENT_THREADS,
+    seconds before the run is stopped as "timeout". ``termination``: "safra" (the ring decides after
+    one quiet round, workers + 1 token visits) or "paper" (after 2 x workers visits, LuNA's
+    threshold). Defaults come from PLANARIA_FRAGMENT_THREADS,
     PLANARIA_TRACE_DIR / PLANARIA_JOB_DIR, PLANARIA_TRACE (0 = off), PLANARIA_TRACE_FLUSH_BYTES,
-    PLANARIA_BALANCER (1 = on), PLANARIA_FRAGMENT_TIMEOUT. With ``report`` rank 0 prints the
+    PLANARIA_BALANCER (1 = on), PLANARIA_FRAGMENT_TIMEOUT, PLANARIA_TERMINATION. With ``report`` rank 0 prints the
     analyzer's report when the run did not finish cleanly.
     """
     if not isinstance(main, Code) or main.kind != "sub":
@@ -77,8 +79,9 @@ def run(main: Code, *args: Any, comm: Any = "auto", threads: int | None = None,
         balancer = True
     if timeout is None and env.get("PLANARIA_FRAGMENT_TIMEOUT"):
         timeout = float(env["PLANARIA_FRAGMENT_TIMEOUT"])
+    termination = termination or env.get("PLANARIA_TERMINATION", "safra")
     ex = Executor(comm, threads=threads, trace_dir=trace_dir, trace=bool(trace), flush_bytes=flush_bytes,
-                  balancer=balancer, timeout=timeout)
+                  balancer=balancer, timeout=timeout, termination=termination)
     caller = sys._getframe(1)
     res = ex.run(main, args, kwargs, site=(caller.f_code.co_filename, caller.f_lineno))
     if report and res.rank == 0 and res.status != "finished":

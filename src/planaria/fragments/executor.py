@@ -90,7 +90,7 @@ class Executor:
     def __init__(self, comm: Any = None, *, threads: int = 2, trace_dir: str | None = None,
                  trace: bool = True, flush_bytes: int = DEFAULT_FLUSH_BYTES,
                  balancer: BalancerConfig | bool | None = None, timeout: float | None = None,
-                 idle_hold: float = 0.0005) -> None:
+                 idle_hold: float = 0.0005, termination: str = "safra") -> None:
         self.comm = comm
         self.rank = comm.rank if comm is not None else 0
         self.size = comm.size if comm is not None else 1
@@ -116,7 +116,7 @@ class Executor:
         self.sent = self.recvd = 0
         self.done = self.errors = 0
         self.outbox: list[Any] = []
-        self.ring = RingMember(self.rank, self.nworkers)
+        self.ring = RingMember(self.rank, self.nworkers, rule=termination)
         self.token: Token | None = Token.start(self.nworkers) if self.rank == 0 else None
         self.verdict: str | None = None
         self.moves = 0
@@ -394,8 +394,8 @@ class Executor:
         """Run ``main`` (spawned on worker 0) to the end; ``site`` is the caller's file:line for the call history."""
         self.site = site or (main.file, main.line)
         self.rec({"k": "run", "t": self.t0, "rank": self.rank, "size": self.size, "workers": self.nworkers,
-                  "balancer": self.brank, "threads": self.threads, "pid": os.getpid(),
-                  "argv": sys.argv})
+                  "balancer": self.brank, "threads": self.threads, "termination": self.ring.rule,
+                  "pid": os.getpid(), "argv": sys.argv})
         self.signals = interrupt.Catcher().install()
         try:
             try:

@@ -9,11 +9,15 @@ once the last N visits (one to every rank) found ranks that had no work since th
 visit and the counts balance: N + 1 consecutive visits, the first of which may be to a rank that
 had work. This is Safra's rule (EWD 998: "had work since the last visit" is the black colour,
 the per-rank counts are the message counters), which needs one quiet round where waiting for two
-(Mattern's four counters) would cost N more token hops at the end of every run.
+(Mattern's four counters) would cost N more token hops at the end of every run. The paper's
+ring, whose token carries no message counts, stops after 2 x N visits; ``rule="paper"`` keeps
+that threshold (with the counts).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+RULES = ("safra", "paper")
 
 
 @dataclass
@@ -39,6 +43,11 @@ class RingMember:
     n: int
     active: bool = True          # had work since the last visit (start: yes)
     history: list[int] = field(default_factory=list)
+    rule: str = "safra"          # "safra": decide after n + 1 visits; "paper": after 2 x n, as LuNA does
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"termination rule must be one of {', '.join(RULES)}, not {self.rule!r}")
 
     def touch(self) -> None:
         """Call when the rank had work (a CF became ready or ran, a work message arrived)."""
@@ -47,7 +56,7 @@ class RingMember:
     @property
     def decide_after(self) -> int:
         """Consecutive visits (counting one to a rank that had work) after which an idle, balanced ring decides."""
-        return self.n + 1
+        return self.n + 1 if self.rule == "safra" else 2 * self.n
 
     def visit(self, tok: Token, sent: int, recv: int, unfinished: int) -> str | None:
         """Update the token on an idle rank; return None (pass it on), "finished" or "hung"."""
