@@ -147,6 +147,9 @@ def test_sigterm_to_mpiexec_leaves_every_ranks_unfinished_cfs(tmp_path):
     assert rep["status"] == "killed" and rep["ranks_without_exit"] == []
     assert [(h["expr"], h["state"]) for h in rep["root_causes"]] == [("spin(s[0], z[0])", "running")]
     assert rep["hung"] == 7          # spin and the 6 CFs that wait for s[0]
+    assert rep["root_causes"][0]["running_s"] > 0
+    assert all(h["running_s"] is None for h in analyze_dir(tmp_path, all_hung=True)["all_hung"]
+               if h["state"] != "running")
 
 
 @pytest.mark.timeout(90)

@@ -259,3 +259,5 @@ def test_a_signal_leaves_the_unfinished_cfs_in_the_trace(tmp_path, signame):
     assert rep["status"] == "killed" and rep["hung"] == 4
     assert [h["expr"] for h in rep["root_causes"]] == ["spin(s[0], z[0])"]
     assert rep["root_causes"][0]["state"] == "running"
+    assert 0.0 < rep["root_causes"][0]["running_s"] < 30          # it was spinning when the signal came
+    assert "[running for " in rep["text"]

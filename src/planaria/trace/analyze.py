@@ -76,7 +76,7 @@ def analyze(records: list[dict[str, Any]], all_hung: bool = False) -> dict[str, 
     sets: dict[str, list[dict[str, Any]]] = defaultdict(list)
     set_by_base: dict[str, list[dict[str, Any]]] = defaultdict(list)
     ended: dict[str, dict[str, Any]] = {}
-    started: set[str] = set()
+    started: dict[str, float] = {}                # CF -> start time
     unfinished: dict[str, dict[str, Any]] = {}
     errors: list[dict[str, Any]] = []
     exits: list[dict[str, Any]] = []
@@ -94,7 +94,7 @@ def analyze(records: list[dict[str, Any]], all_hung: bool = False) -> dict[str, 
             sets[r["df"]].append(r)
             set_by_base[r.get("base", r["df"])].append(r)
         elif k == "start":
-            started.add(r["cf"])
+            started[r["cf"]] = r.get("t", 0.0)
         elif k == "end":
             ended[r["cf"]] = r
         elif k == "unfinished":
@@ -174,6 +174,7 @@ def analyze(records: list[dict[str, Any]], all_hung: bool = False) -> dict[str, 
                 "stack": frames(cf), "awaited": awaited,
                 "state": (unfinished.get(group_ids[0]) or {}).get(
                     "state", "running when its rank died" if group_ids[0] in started else "lost with its rank"),
+                "running_s": _running_for(unfinished.get(group_ids[0]), started.get(group_ids[0])),
                 "rank": cf.get("rank")}
 
     def grouped(ids: list[str]) -> list[dict[str, Any]]:
@@ -225,6 +226,13 @@ def analyze(records: list[dict[str, Any]], all_hung: bool = False) -> dict[str, 
     }
     report["text"] = render_text(report)
     return report
+
+
+def _running_for(unf: dict[str, Any] | None, start: float | None) -> float | None:
+    """Seconds a CF dumped as running had been running when its rank stopped; None otherwise."""
+    if not unf or unf.get("state") != "running" or start is None or "t" not in unf:
+        return None
+    return round(max(0.0, unf["t"] - start), 3)
 
 
 def _cf_order(c: str) -> tuple[int, int]:
@@ -290,7 +298,8 @@ def render_text(rep: dict[str, Any]) -> str:
         for h in items:
             lines.append("")
             inst = f" ({h['instances']} instances)" if h["instances"] > 1 else ""
-            lines.append(f"{h['expr']} {_where(h['file'], h['line'])} never finished{inst} [{h['state']}]")
+            state = h["state"] + (f" for {h['running_s']:.1f} s" if h.get("running_s") is not None else "")
+            lines.append(f"{h['expr']} {_where(h['file'], h['line'])} never finished{inst} [{state}]")
             lines.extend(_stack_lines(h["stack"], "    "))
             for a in h["awaited"]:
                 rngs = ", ".join(r["local"] for r in a["ranges"])
