@@ -396,7 +396,7 @@ class Executor:
         self.rec({"k": "run", "t": self.t0, "rank": self.rank, "size": self.size, "workers": self.nworkers,
                   "balancer": self.brank, "threads": self.threads, "termination": self.ring.rule,
                   "pid": os.getpid(), "argv": sys.argv})
-        self.signals = interrupt.Catcher().install()
+        self.signals.install()
         try:
             try:
                 if self.bconf is not None:
