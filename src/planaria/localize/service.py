@@ -99,7 +99,8 @@ class Service:
         self._last_in_mpi = time.monotonic()   # (waiting rank, peer) -> receives it had completed from the peer
         self._cursor = {"slow": 0, "io": 0, "fail": 0}
         self._stop = threading.Event()
-        self.paused = False                    # set_detection(False): the thread idles
+        self._running = threading.Event()      # cleared by pause(): the thread blocks until resumed or stopped
+        self._running.set()
         self._thread = threading.Thread(target=self._run, name="planaria-localize", daemon=True)
 
     def start(self) -> Service:
@@ -108,7 +109,20 @@ class Service:
 
     def stop(self, timeout: float = 1.0) -> None:
         self._stop.set()
+        self._running.set()
         self._thread.join(timeout)
+
+    def pause(self) -> None:
+        """Stop ticking (``set_detection(False)``): the thread blocks, making no MPI call, until resumed or stopped."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        """Tick again; the first tick comes one tick after resuming, as in steady state."""
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
 
     # -- transport -----------------------------------------------------------
     def _send(self, dest: int, tag: int, obj: dict[str, Any]) -> None:
@@ -263,7 +277,8 @@ class Service:
         while not self._stop.is_set():
             if self._is_dead():
                 return
-            if self.paused:
+            if not self._running.is_set():
+                self._running.wait()           # blocked: no wake-up, no MPI call while paused
                 self._stop.wait(self.tick)
                 continue
             try:
