@@ -56,6 +56,7 @@ _COLLECTIVES = {
     "agree": None, "shrink": None, "dup": None, "split": None,
 }
 _CHILDREN = {"dup": "d", "shrink": "k", "split": "s"}
+_now = time.monotonic
 HISTORY = 64
 MEMBERS_MAX = 4096
 
@@ -268,11 +269,6 @@ def _failed(lg: MsgLog, name: str, comm: Any, exc: FailureError) -> None:
     lg.push("fail", (time.time(), name, comm._ml_id, world, call_site(sys._getframe(2))))
 
 
-def _count(counts: list[int], rank: Any) -> None:
-    if rank.__class__ is int and 0 <= rank < len(counts):
-        counts[rank] += 1
-
-
 def _wrap_p2p(name: str, fn: Callable) -> Callable:
     # The hot path of every monitored call: a tuple, two stores, one clock read, one increment.
     kind, ppos, pkey, _tpos, _tkey, _deftag = _SPEC[name]
@@ -317,9 +313,14 @@ def _wrap_nonblocking(name: str, fn: Callable, spec: tuple) -> Callable:
         req = fn(self, *a, **k)
         if _LOG.cur is not None:
             return req
+        peer = a[ppos] if len(a) > ppos else k.get(pkey, -1)
+        if peer.__class__ is not int or peer >= len(self._ml_sent):
+            peer = -1
         if is_send:
-            _count(self._ml_sent, a[ppos] if len(a) > ppos else k.get(pkey, -1))
-        return _MonReq(req, self, wname, a, k)
+            if peer >= 0:
+                self._ml_sent[peer] += 1
+            return _MonReq(req, self, wname, a, k, -1)
+        return _MonReq(req, self, wname, a, k, peer)
     call.__name__ = name
     call.__doc__ = fn.__doc__
     return call
@@ -356,16 +357,18 @@ def _wrap_coll(name: str, fn: Callable) -> Callable:
 
 
 class _MonReq(Request):
-    """A request whose ``Wait`` is recorded like a blocking receive/send."""
+    """A request whose ``Wait`` is recorded like a blocking receive/send; a completed receive is counted once."""
 
-    __slots__ = ("_r", "_comm", "_name", "_a", "_k")
+    __slots__ = ("_r", "_comm", "_name", "_a", "_k", "_peer")
 
-    def __init__(self, req: Request, comm: Comm, name: str, a: tuple, k: dict) -> None:
-        self._r, self._comm, self._name, self._a, self._k = req, comm, name, a, k
+    def __init__(self, req: Request, comm: Comm, name: str, a: tuple, k: dict, peer: int) -> None:
+        # peer: the source (communicator rank) a receive counts when it completes; -1 for sends,
+        # wildcard sources and receives already counted
+        self._r, self._comm, self._name, self._a, self._k, self._peer = req, comm, name, a, k, peer
 
     def Test(self) -> bool:
         done = self._r.Test()
-        if done and self._name in _RECV_WAITS:
+        if done and self._peer >= 0:
             self._received()
         return done
 
@@ -374,7 +377,7 @@ class _MonReq(Request):
         if lg is None or lg.cur is not None:
             self._r.Wait()
         else:
-            lg.cur = (self._name, self._comm, self._a, self._k, time.monotonic())
+            lg.cur = (self._name, self._comm, self._a, self._k, _now())
             try:
                 self._r.Wait()
             except FailureError as exc:
@@ -382,19 +385,16 @@ class _MonReq(Request):
                 raise
             finally:
                 lg.cur = None
-        if self._name in _RECV_WAITS:
+        if self._peer >= 0:
             self._received()
 
     def _received(self) -> None:
-        if self._k is not None:      # count a completed receive once
-            spec = _SPEC[self._name]
-            _count(self._comm._ml_recvd, self._a[spec[1]] if len(self._a) > spec[1] else self._k.get(spec[2], -1))
-            self._k = None
-            self._a = ()
+        self._comm._ml_recvd[self._peer] += 1
+        self._peer = -1
 
     def test(self) -> tuple[bool, Any]:
         done, value = self._r.test()
-        if done and self._name in _RECV_WAITS:
+        if done and self._peer >= 0:
             self._received()
         return done, value
 
@@ -409,7 +409,6 @@ class _MonReq(Request):
         self._r.Cancel()
 
 
-_RECV_WAITS = ("Wait(Irecv)", "Wait(irecv)")
 _CLASSES: dict[type, type] = {}
 
 

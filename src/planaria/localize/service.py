@@ -1,6 +1,8 @@
 """The per-rank localization service (paper 000 §2.2): timers, probes, responsible ranks, incidents.
 
-A daemon thread beside the application thread. Every ``tick`` it
+A daemon thread beside the application thread. Every tick (``Thresholds.tick``: 0.25 s with the
+default thresholds, shorter for short ones; ``busy_tick``, 0.05 s, while its own probes or sends
+are outstanding) it
 1. answers probes from other ranks on a *service communicator* (a duplicate of the world
    communicator, so probes travel the same network path as the data): ``ping`` -> ``pong``;
    ``status`` -> what this rank is blocked in, what it sent to / received from the asker;
@@ -38,7 +40,6 @@ from planaria.localize.records import MAX_PROBE_PAYLOAD, ErrorRecord
 from planaria.localize.thresholds import Thresholds
 
 PING, PONG, STATUS, STATUS_REPLY, VOTE, VOTE_REPLY, REPORT = range(30001, 30008)
-TICK = 0.05
 HOST_BYTES = 64
 _COLL_STATUS_MAX = 64
 _RECEIVES = ("Recv", "recv", "Sendrecv", "sendrecv", "Wait(Irecv)", "Wait(irecv)")      # collectives on larger communicators are not status-probed member by member
@@ -71,7 +72,7 @@ class Service:
     """Localization service of one rank (start with ``start``; one per process)."""
 
     def __init__(self, rank: int, size: int, thresholds: Thresholds, report: Callable[[dict[str, Any]], None],
-                 svc: Any, hosts: list[str], is_dead: Callable[[], bool] = lambda: False, tick: float = TICK,
+                 svc: Any, hosts: list[str], is_dead: Callable[[], bool] = lambda: False, tick: float | None = None,
                  step: Callable[[], int | None] = lambda: None) -> None:
         from mpi4py import MPI
 
@@ -80,7 +81,8 @@ class Service:
         self.MPI = MPI
         self.rank, self.size = rank, size
         self.th = thresholds
-        self.tick = tick
+        self.tick = thresholds.tick() if tick is None else tick         # idle wake-up interval
+        self.busy_tick = min(self.tick, thresholds.busy_tick())          # while answers or sends are due
         self._report_up = report
         self._is_dead = is_dead
         self._step = step
@@ -117,7 +119,7 @@ class Service:
         self._running.clear()
 
     def resume(self) -> None:
-        """Tick again; the first tick comes one tick after resuming, as in steady state."""
+        """Tick again; the first tick comes one idle tick after resuming, as in steady state."""
         self._running.set()
 
     @property
@@ -290,7 +292,7 @@ class Service:
                 iowatch.install()
             except Exception as exc:  # noqa: BLE001 - the service must never take the rank down
                 self._report_up({"error": f"{type(exc).__name__}: {exc}"})
-            self._stop.wait(self.tick)
+            self._stop.wait(self.busy_tick if (self._waiting or self._sends) else self.tick)
 
     # -- detection (as the rank that waits) ------------------------------------------
     def _track(self) -> None:
@@ -321,10 +323,11 @@ class Service:
         if lg is None:
             return
         self._track()
+        cur = lg.cur
+        if cur is None or time.monotonic() - cur[4] < min(self.th.p2p, self.th.coll):
+            return                          # the common case, decided without building the op map
         op = lg.current()
         if op is None:
-            return
-        if op["since"] < min(self.th.p2p, self.th.coll):
             return
         key = (op["name"], op["comm"], op["seq"], round(time.monotonic() - op["since"], 1))
         same_host = op["peer"] is None or self.hosts[op["peer"]] == self.hosts[self.rank]
