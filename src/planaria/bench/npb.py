@@ -30,6 +30,13 @@ computation on rank 0; class S (or ``--serial-check on``) also repeats the whole
 
 Run with one BLAS thread per rank (``OPENBLAS_NUM_THREADS=1``; the detect driver sets it): the
 kernels avoid BLAS, but idle BLAS threads spinning on an oversubscribed machine distort timings.
+
+``--alternate PAIRS`` (with ``PLANARIA_DETECT=1``; ``planaria bench detect --within-job``) times
+blocks of iterations instead of whole runs: after one warm-up run, whose time per iteration sets
+the block to about ``--block-s`` seconds, the kernel runs again and again while ``BlockTimer``,
+called at the start of every iteration, switches detection off or on (``set_detection``) before
+each block in ABBA order, meets the other ranks in a barrier and times the block; a block still
+open when a run ends is dropped. Every run is verified as usual.
 """
 from __future__ import annotations
 
