@@ -2,7 +2,8 @@
 
 A daemon thread beside the application thread. Every tick (``Thresholds.tick``: 0.25 s with the
 default thresholds, shorter for short ones; ``busy_tick``, 0.05 s, while its own probes or sends
-are outstanding) it
+are outstanding and for ``probe`` seconds after a message from another rank, so that the
+follow-ups of an exchange do not wait for idle ticks) it
 1. answers probes from other ranks on a *service communicator* (a duplicate of the world
    communicator, so probes travel the same network path as the data): ``ping`` -> ``pong``;
    ``status`` -> what this rank is blocked in, what it sent to / received from the asker;
@@ -94,6 +95,7 @@ class Service:
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[float, Callable[[Any], None]]] = {}   # probe id -> (deadline, callback)
         self._sends: list[tuple[Any, bytes, float]] = []
+        self._engaged_until = 0.0              # busy ticks until then: this rank is in a probe exchange
         self._analysed: set[tuple] = set()
         self._emitted: dict[tuple, int] = {}
         self._recvd: dict[tuple[int, int], int] = {}
@@ -172,6 +174,8 @@ class Service:
             except Exception:  # noqa: BLE001 - a broken probe is ignored
                 continue
             if isinstance(obj, dict):
+                # a rank asked or told something: answers to its follow-ups come at the busy tick
+                self._engaged_until = time.monotonic() + self.th.probe
                 self._dispatch(status.Get_source(), status.Get_tag(), obj)
 
     def _ack(self) -> None:
@@ -292,7 +296,8 @@ class Service:
                 iowatch.install()
             except Exception as exc:  # noqa: BLE001 - the service must never take the rank down
                 self._report_up({"error": f"{type(exc).__name__}: {exc}"})
-            self._stop.wait(self.busy_tick if (self._waiting or self._sends) else self.tick)
+            busy = self._waiting or self._sends or time.monotonic() < self._engaged_until
+            self._stop.wait(self.busy_tick if busy else self.tick)
 
     # -- detection (as the rank that waits) ------------------------------------------
     def _track(self) -> None:

@@ -12,8 +12,8 @@ The localization service wakes up every ``tick()`` seconds, derived from the thr
 it is never the slow part of a detection: a probe is answered within a quarter of the probe
 timeout, a receive slower than ``slow_after`` is seen within half of that, a timer fires within
 an eighth of the shortest timeout; never more than TICK_MAX. While its own probes or sends are
-outstanding it wakes every ``busy_tick()`` (a twentieth of the probe timeout) to collect answers.
-With the defaults: 0.25 s idle, 0.05 s busy.
+outstanding, and for ``probe`` seconds after another rank's message reached it, it wakes every
+``busy_tick()`` (a twentieth of the probe timeout). With the defaults: 0.25 s idle, 0.05 s busy.
 """
 from __future__ import annotations
 
