@@ -246,6 +246,8 @@ def localize(
     repeat: int = typer.Option(1, "--repeat", min=1, help="Runs per scenario."),
     timeout: float = typer.Option(90.0, "--timeout", help="Seconds allowed per job."),
     json_out: bool = typer.Option(False, "--json", help="Print the result (with every report) as JSON."),
+    detect_timeouts: str = typer.Option("p2p=1,coll=1.5,probe=1,slow=0.1", "--detect-timeouts",
+                                        help="The jobs' detection thresholds (as planaria run --detect-timeouts)."),
 ) -> None:
     """Fault localization scenarios: does 'planaria diagnose' name the faulty ranks and call site, and how fast.
 
@@ -259,7 +261,7 @@ def localize(
 
     try:
         result = lb.run([c for c in cases.replace(" ", "").split(",") if c], backend=backend,
-                        repeat=repeat, timeout=timeout, progress=_progress(json_out))
+                        repeat=repeat, timeout=timeout, progress=_progress(json_out), detect=detect_timeouts)
     except ValueError as e:
         print(f"planaria bench localize: {e}", file=sys.stderr)
         raise typer.Exit(2)
