@@ -122,3 +122,8 @@ def test_repeated_io_errors_name_the_host(two_hosts, tmp_path):
     host_of = {r["rank"]: r["host"] for r in ranks}
     assert host_of[2] == host_of[3] != host_of[0], host_of
     assert f"host {host_of[2]}: repeated I/O errors" in res["text"], res["text"]
+
+
+def test_bench_localize_rejects_bad_thresholds_before_launching():
+    with pytest.raises(ValueError, match="foo"):
+        localize.run(["spin"], detect="foo=1")

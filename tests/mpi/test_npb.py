@@ -71,10 +71,15 @@ def test_detect_driver_pairs_launches_off_and_on() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_detect_within_one_job_switches_detection_between_runs() -> None:
-    """--within-job: one launch per kernel, runs alternate off,on / on,off, every run verified."""
-    out = detect.run(["halo"], ranks=2, klass="S", pairs=2, backend="ulfm", timeout=60, within=True)
-    assert out["within_job"] is True
-    assert [(ln["pair"], ln["mode"]) for ln in out["launches"]] == [(0, "off"), (0, "on"), (1, "on"), (1, "off")]
-    assert all(ln["verified"] and ln["time_s"] > 0 for ln in out["launches"])
-    assert len(out["rows"][0]["pair_ratios"]) == 2
+def test_detect_within_one_job_times_blocks_in_abba_order() -> None:
+    """--within-job: one launch per kernel, blocks of iterations alternate off,on / on,off, every run verified."""
+    out = detect.run(["halo"], ranks=2, klass="S", pairs=6, backend="ulfm", timeout=60, within=True, block_s=0.002)
+    assert out["within_job"] is True and "launches" not in out
+    assert [(b["pair"], b["mode"]) for b in out["blocks"]] == detect.schedule(6)
+    assert all(b["time_s"] > 0 for b in out["blocks"])
+    job = out["jobs"][0]
+    assert job["warmup"]["verified"] and all(r["verified"] for r in job["runs"])
+    assert sum(r["blocks"] for r in job["runs"]) == 12 and job["every"] >= 1
+    row = out["rows"][0]
+    assert len(row["pair_ratios"]) == 6 and row["ci_low"] <= row["ratio_median"] <= row["ci_high"]
+    assert row["verdict"] in detect.VERDICTS

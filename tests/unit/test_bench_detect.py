@@ -1,4 +1,5 @@
-"""The detection-overhead driver's pairing and ratio logic, its option checks, and serial runs of the kernels."""
+"""The detection-overhead driver's pairing, ratio and interval logic, its verdicts, the block timer of
+``--within-job``, its option checks, and serial runs of the kernels."""
 from __future__ import annotations
 
 import random
@@ -49,16 +50,19 @@ def test_summary_is_median_of_per_pair_ratios(data: list[tuple[float, float]], r
     assert sorted(row["pair_ratios"]) == pytest.approx(sorted(facs), rel=1e-12)
     assert row["off_s_median"] == pytest.approx(statistics.median(offs))
     assert row["on_s_median"] == pytest.approx(statistics.median([o * f for o, f in zip(offs, facs)]))
-    assert row["ratio_min"] <= row["ratio_median"] <= row["ratio_max"]
-    assert row["goal_met"] == (row["ratio_median"] <= detect.GOAL)
+    assert row["ratio_min"] <= row["ci_low"] <= row["ratio_median"] <= row["ci_high"] <= row["ratio_max"]
+    assert row["verdict"] == detect.verdict(row["ratio_median"], row["ci_high"], row["pairs"])
+    assert row["goal_met"] == (row["verdict"] == "met")
     assert row["overhead_pct"] == pytest.approx((row["ratio_median"] - 1) * 100)
+    on = sum(o * f for o, f in zip(offs, facs))
+    assert row["ratio_of_sums"] == pytest.approx(on / sum(offs))
 
 
 def test_ratios_pair_adjacent_launches_not_global_medians() -> None:
     # the machine slows down 3x between pairs; each pair alone shows the 2 % cost of detection
     row = detect.summarize("mg", _launches([1.0, 3.0, 1.0, 3.0], [1.02] * 4))
     assert row["ratio_median"] == pytest.approx(1.02)
-    assert not row["goal_met"]
+    assert row["verdict"] == "missed" and not row["goal_met"]
 
 
 @settings(max_examples=30)
@@ -69,8 +73,67 @@ def test_overall_pools_every_pair(per_kernel: list[list[float]]) -> None:
     pooled = [x for f in per_kernel for x in f]
     assert o["pairs"] == len(pooled)
     assert o["ratio_median"] == pytest.approx(statistics.median(pooled))
-    assert o["worst_ratio"] == pytest.approx(max(statistics.median(f) for f in per_kernel))
-    assert o["goal_met"] == all(statistics.median(f) <= detect.GOAL for f in per_kernel)   # every kernel
+    assert o["ci_low"] <= o["ratio_median"] <= o["ci_high"]
+    assert o["verdict"] == detect.worst([r["verdict"] for r in rows])                       # every kernel
+    assert o["goal_met"] == all(r["verdict"] == "met" for r in rows)
+    if o["verdict"] == "missed":
+        assert o["worst_ratio"] > detect.GOAL
+
+
+@pytest.mark.parametrize("ratio,hi,pairs,expect", [
+    (1.004, 1.009, 200, "met"),
+    (1.004, 1.010, 200, "met"),              # the goal itself counts as within
+    (1.004, 1.012, 200, "consistent"),       # the median is within, the interval is not
+    (1.004, 1.009, detect.MIN_PAIRS - 1, "consistent"),   # too few pairs to claim it
+    (1.011, 1.02, 200, "missed"),
+    (1.011, 1.009, 200, "missed"),           # (an inconsistent interval never rescues the median)
+    (float("nan"), 1.0, 200, "missed"),
+])
+def test_verdict_rules(ratio: float, hi: float, pairs: int, expect: str) -> None:
+    assert detect.verdict(ratio, hi, pairs) == expect
+
+
+def test_worst_verdict_wins() -> None:
+    assert detect.worst(["met", "met"]) == "met"
+    assert detect.worst(["met", "consistent", "met"]) == "consistent"
+    assert detect.worst(["consistent", "missed", "met"]) == "missed"
+
+
+def test_interval_covers_the_true_median_about_95_percent_of_the_time() -> None:
+    # pair ratios around a true median of 1.006 with a 5 % spread, as on a noisy machine
+    rng = np.random.default_rng(11)
+    trials, n, true = 200, 100, 1.006
+    hits = 0
+    for i in range(trials):
+        xs = true + 0.05 * rng.standard_normal(n)
+        lo, hi = detect.median_ci([xs.tolist()], resamples=1000, seed=i)
+        hits += lo <= true <= hi
+    assert 0.88 * trials <= hits <= trials        # nominal 95 %; the percentile bootstrap runs a little low
+
+
+def test_interval_narrows_with_more_pairs() -> None:
+    rng = np.random.default_rng(5)
+    widths = {}
+    for n in (25, 400):
+        lo, hi = detect.median_ci([(1.0 + 0.05 * rng.standard_normal(n)).tolist()], resamples=2000)
+        widths[n] = hi - lo
+    assert 2.5 < widths[25] / widths[400] < 7.0     # ~ sqrt(16) = 4
+
+
+def test_interval_is_reproducible_and_of_the_median() -> None:
+    xs = [1.0, 1.1, 0.9, 1.05, 0.95, 1.02, 5.0]     # one wild pair does not move a median's interval much
+    assert detect.median_ci([xs]) == detect.median_ci([xs])
+    lo, hi = detect.median_ci([xs])
+    assert 0.9 <= lo <= 1.02 <= hi <= 1.1
+    assert detect.median_ci([[1.03] * 5]) == (1.03, 1.03)
+    with pytest.raises(ValueError):
+        detect.median_ci([[]])
+
+
+def test_overall_interval_resamples_each_kernel_within_itself() -> None:
+    # 11 pairs at 1.0 in one kernel, 9 at 2.0 in another: every stratified resample keeps 11 vs 9,
+    # so the pooled median is always 1.0 (resampling the pool as one would often give 1.5 or 2.0)
+    assert detect.median_ci([[1.0] * 11, [2.0] * 9]) == (1.0, 1.0)
 
 
 def test_incomplete_or_doubled_pairs_are_errors() -> None:
@@ -79,6 +142,59 @@ def test_incomplete_or_doubled_pairs_are_errors() -> None:
         detect.pair_ratios(full[:3])
     with pytest.raises(ValueError, match="two 'on'"):
         detect.pair_ratios(full + [dict(full[1])])
+
+
+class _Comm:
+    """What the block timer needs of a communicator: a barrier (counted)."""
+
+    def __init__(self) -> None:
+        self.barriers = 0
+
+    def Barrier(self) -> None:
+        self.barriers += 1
+
+
+def test_block_timer_switches_before_each_block_and_drops_open_blocks() -> None:
+    order = [m for _, m in detect.schedule(3)]          # off on on off off on
+    switched: list[bool] = []
+    comm = _Comm()
+    timer = npb.BlockTimer(comm, 3, order, switched.append)
+    for run_iters in (8, 8, 8):                        # 8 iterations: boundaries at 0, 3, 6 -> 2 blocks a run
+        timer.new_run()
+        for i in range(run_iters):
+            timer(i)
+    assert len(timer.times) == 6 and timer.done and all(t >= 0 for t in timer.times)
+    # a block opened at every boundary until done; the block open at each run's end was dropped
+    # and its mode opened again at the next run's first boundary
+    assert switched == [False, True, True, True, False, False, False, True]
+    assert comm.barriers == len(switched)
+
+
+def test_block_size_follows_the_warmup_and_closes_a_block_per_run() -> None:
+    assert npb.block_size(100, 2.0, 0.25) == 12       # 20 ms per iteration
+    assert npb.block_size(6, 1.8, 0.25) == 1          # one 0.3 s iteration is more than a block
+    assert npb.block_size(10, 0.01, 0.25) == 9        # very fast: at most iters - 1
+    assert npb.block_size(4, 0.0, 0.25) == 1
+
+
+def test_alternate_needs_equal_iterations_on_every_rank() -> None:
+    assert npb.alternate_error("ep", "A", 4) is None
+    assert "evenly" in (npb.alternate_error("ep", "A", 3) or "")
+    assert npb.alternate_error("cg", "A", 3) is None
+
+
+def test_within_blocks_rejects_missing_blocks_or_failed_runs() -> None:
+    blocks = [{"pair": p, "mode": m, "time_s": 0.2} for p, m in detect.schedule(2)]
+    rec = {"kernel": "cg", "class": "W", "ranks": 4, "every": 3, "warmup": {"verified": True},
+           "runs": [{"verified": True, "calls_per_s": 10.0}], "blocks": blocks}
+    assert detect.within_blocks({"detect_env": "1", "kernels": [rec]}, "cg", "W", 4, 2) is rec
+    with pytest.raises(BenchError, match="timed 4 blocks of the 6"):
+        detect.within_blocks({"detect_env": "1", "kernels": [rec]}, "cg", "W", 4, 3)
+    bad = dict(rec, runs=[{"verified": False}])
+    with pytest.raises(BenchError, match="failed verification"):
+        detect.within_blocks({"detect_env": "1", "kernels": [bad]}, "cg", "W", 4, 2)
+    with pytest.raises(BenchError, match="detection available"):
+        detect.within_blocks({"detect_env": "0", "kernels": [rec]}, "cg", "W", 4, 2)
 
 
 def _rec(**kw) -> dict:
@@ -117,6 +233,8 @@ def _cli(args: list[str]):
     (["--backend", "mpich"], "backend"),
     (["--kernels", "mg", "--ranks", "6"], "mg class W"),
     (["--kernels", "ft", "--ranks", "3"], "ft class W"),
+    (["--kernels", "ep", "--ranks", "3", "--within-job"], "evenly"),
+    (["--within-job", "--block-s", "0"], "block-s"),
 ])
 def test_bad_options_exit_2_with_one_line(args: list[str], words: str) -> None:
     res = _cli(args)

@@ -38,3 +38,24 @@ def test_bigger_collectives_wait_longer(a, b):
     lo, hi = sorted((a, b))
     assert th.limit("coll", True, lo) <= th.limit("coll", True, hi)
     assert math.isfinite(th.limit("coll", False, hi))
+
+
+def test_tick_follows_the_thresholds():
+    from planaria.localize.thresholds import TICK_MAX, TICK_MIN
+    th = Thresholds()
+    assert th.tick() == TICK_MAX == 0.25 and th.busy_tick() == pytest.approx(0.05)
+    short = Thresholds.parse("p2p=1,coll=1.5,probe=1,slow=0.1")      # the localization tests' settings
+    assert short.tick() == pytest.approx(0.05)                       # slow_after 0.1 s, seen within half of it
+    assert Thresholds(probe=0.4).tick() == pytest.approx(0.1)        # a probe answered within a quarter
+    assert Thresholds(p2p=0.8, slow=1.0).tick() == pytest.approx(0.1)  # a timer fires within an eighth
+    assert Thresholds(p2p=1e-3, coll=1e-3, slow=1e-3, probe=1e-3).tick() == TICK_MIN
+
+
+@given(*[st.floats(1e-3, 1e3) for _ in range(4)])
+def test_tick_is_within_every_bound(p2p, coll, slow, probe):
+    from planaria.localize.thresholds import TICK_MAX, TICK_MIN
+    th = Thresholds(p2p=p2p, coll=coll, slow=slow, probe=probe)
+    t, busy = th.tick(), th.busy_tick()
+    assert TICK_MIN <= busy <= t <= TICK_MAX
+    assert t <= max(TICK_MIN, probe / 4) and t <= max(TICK_MIN, th.slow_after() / 2)
+    assert t <= max(TICK_MIN, min(p2p, coll) / 8) and busy <= max(TICK_MIN, probe / 20)

@@ -117,7 +117,7 @@ def _first_incident(job: Path, since: float) -> float | None:
 
 
 def run_case(name: str, home: Path | None = None, backend: str = "ulfm", timeout: float = 90.0,
-             netns: str | None = None, hosts_dir: str | None = None) -> dict[str, Any]:
+             netns: str | None = None, hosts_dir: str | None = None, detect: str = DETECT) -> dict[str, Any]:
     """Run scenario ``name`` once; the result holds the report, the checks and the times.
 
     ``netns``: run on the test hosts ``NAME1,NAME2`` made by ``planaria hosts up`` (state in
@@ -133,7 +133,7 @@ def run_case(name: str, home: Path | None = None, backend: str = "ulfm", timeout
         extra["PLANARIA_HOSTS_DIR"] = str(hosts_dir)
     env = _env(home, extra)
     cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "4", "--backend", backend,
-           "--timeout", str(timeout), "--detect-timeouts", DETECT, "--no-diagnose-on-timeout"]
+           "--timeout", str(timeout), "--detect-timeouts", detect, "--no-diagnose-on-timeout"]
     if netns:
         cmd += ["--netns", netns]
     for spec in case.inject:
@@ -195,19 +195,24 @@ def _named_ranks(report: dict[str, Any]) -> set[int]:
 
 
 def run(cases: list[str], backend: str = "ulfm", repeat: int = 1, timeout: float = 90.0,
-        progress: Any = None) -> dict[str, Any]:
-    """Every case ``repeat`` times; a case whose report misses its fault makes the result an error."""
+        progress: Any = None, detect: str = DETECT) -> dict[str, Any]:
+    """Every case ``repeat`` times; a case whose report misses its fault makes the result an error.
+
+    ``detect``: the jobs' detection thresholds (``planaria run --detect-timeouts``).
+    """
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         raise ValueError(f"unknown case(s) {', '.join(unknown)} (expected {', '.join(CASES)})")
+    from planaria.localize.thresholds import Thresholds
+    th = Thresholds.parse(detect)
     runs = []
     for c in cases:
         for i in range(repeat):
             if progress:
                 progress(f"{c} ({i + 1}/{repeat})")
-            runs.append(run_case(c, backend=backend, timeout=timeout))
+            runs.append(run_case(c, backend=backend, timeout=timeout, detect=detect))
     bad = [r for r in runs if not r["ok"]]
-    return {"backend": backend, "runs": runs, "ok": not bad,
+    return {"backend": backend, "detect": detect, "tick_s": th.tick(), "runs": runs, "ok": not bad,
             "error": None if not bad else "; ".join(f"{r['case']}: {', '.join(r['problems'])}" for r in bad)}
 
 
@@ -217,7 +222,8 @@ def show(result: dict[str, Any], as_json: bool = False) -> None:
 
     def table(res: dict[str, Any]) -> Any:
         from rich.table import Table
-        t = Table(title=f"fault localization scenarios ({res['backend']}, 4 ranks)")
+        t = Table(title=f"fault localization scenarios ({res['backend']}, 4 ranks, --detect-timeouts "
+                        f"{res.get('detect', DETECT)}: service tick {res.get('tick_s', 0.05):g} s)")
         for col in ("case", "verdict", "fault named", "first incident", "diagnosis"):
             t.add_column(col)
         for r in res["runs"]:

@@ -30,6 +30,13 @@ computation on rank 0; class S (or ``--serial-check on``) also repeats the whole
 
 Run with one BLAS thread per rank (``OPENBLAS_NUM_THREADS=1``; the detect driver sets it): the
 kernels avoid BLAS, but idle BLAS threads spinning on an oversubscribed machine distort timings.
+
+``--alternate PAIRS`` (with ``PLANARIA_DETECT=1``; ``planaria bench detect --within-job``) times
+blocks of iterations instead of whole runs: after one warm-up run, whose time per iteration sets
+the block to about ``--block-s`` seconds, the kernel runs again and again while ``BlockTimer``,
+called at the start of every iteration, switches detection off or on (``set_detection``) before
+each block in ABBA order, meets the other ranks in a barrier and times the block; a block still
+open when a run ends is dropped. Every run is verified as usual.
 """
 from __future__ import annotations
 
@@ -43,6 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from planaria.runtime.bootstrap import step as _pl_step
 
 MODULE = "planaria.bench.npb"
 KERNELS = ("cg", "mg", "ft", "ep", "is", "halo")
@@ -225,10 +234,9 @@ def _agree(comm: Any, flag: bool) -> bool:
 
 
 def cg(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
-    import planaria as pl
     net = _Net(comm)
     prob = _CG(net, p)
-    out, t = _timed(comm, lambda: prob.iterate(pl.step))
+    out, t = _timed(comm, lambda: prob.iterate(_step))
     calls = net.calls
     detail: dict[str, Any] = dict(out)
     # the distributed operator against the whole matrix on rank 0, for a random vector
@@ -401,11 +409,10 @@ def _mg_operator_check(comm: Any, mg: _MG) -> bool:
 
 
 def mg(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
-    import planaria as pl
     net = _Net(comm)
     coarsest = max(4, comm.size)
     solver = _mg_setup(net, p, coarsest)
-    norms, t = _timed(comm, lambda: _mg_iterate(solver, p["cycles"], pl.step))
+    norms, t = _timed(comm, lambda: _mg_iterate(solver, p["cycles"], _step))
     calls = net.calls
     factor = (norms[-1] / norms[0]) ** (1.0 / p["cycles"])
     detail: dict[str, Any] = {"residual_0": norms[0], "residual_end": norms[-1], "reduction_per_cycle": factor,
@@ -440,7 +447,6 @@ def _ft_sample(nx: int, ny: int, nz: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def ft(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
-    import planaria as pl
     nx, ny, nz, niter = p["nx"], p["ny"], p["nz"], p["niter"]
     P, me = comm.size, comm.rank
     if nz % P or ny % P:
@@ -477,7 +483,7 @@ def ft(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
         e0 = net.sums([_energy(u0), _energy(spec) / ntot])
         sums, worst = [], _rel(e0[0], e0[1])
         for it in range(niter):
-            pl.step(it)
+            _step(it)
             spec *= twiddle
             u = inverse(spec)
             cs = u[sz, sy, sx].sum()
@@ -529,7 +535,6 @@ def _ep_batch(b: int, batch: int) -> np.ndarray:
 
 
 def ep(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
-    import planaria as pl
     npairs, batch = 1 << p["m"], p["batch"]
     nb = npairs // batch
     net = _Net(comm)
@@ -538,7 +543,7 @@ def ep(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
     def body() -> np.ndarray:
         acc = np.zeros(EP_ANNULI + 3)
         for i, b in enumerate(mine):
-            pl.step(i)
+            _step(i)
             acc += _ep_batch(b, batch)
         return net.sums(acc)
 
@@ -568,7 +573,6 @@ IS_BUCKETS_LOG = 10
 
 def is_(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
     """NPB IS ranking: keys redistributed by bucket ranges so that rank i holds the i-th key range."""
-    import planaria as pl
     from mpi4py import MPI
     P, me = comm.size, comm.rank
     ntot, bmax, niter = 1 << p["logn"], 1 << p["logb"], p["niter"]
@@ -615,7 +619,7 @@ def is_(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
 
     def body() -> None:
         for it in range(niter):
-            pl.step(it)
+            _step(it)
             one(it)
 
     _, t = _timed(comm, body)
@@ -667,7 +671,6 @@ def _halo_serial(n: int, niter: int) -> np.ndarray:
 
 def halo(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
     """Explicit diffusion on a periodic n x n grid; halo rows and columns exchanged with Isend/Irecv every step."""
-    import planaria as pl
     n, niter = p["n"], p["niter"]
     P, me = comm.size, comm.rank
     px, py = _grid2(P)
@@ -706,7 +709,7 @@ def halo(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
 
     def body() -> None:
         for it in range(niter):
-            pl.step(it)
+            _step(it)
             advance()
 
     def matches(ref_of: Callable[[], np.ndarray]) -> bool:
@@ -805,6 +808,8 @@ def rank_main(args: argparse.Namespace) -> int:
     from planaria.bench._launch import emit
     comm = pl.world(args.backend)
     errors = [e for e in (problem_error(k, args.klass, comm.size) for k in args.kernels) if e]
+    if args.alternate:
+        errors += [e for e in (alternate_error(k, args.klass, comm.size) for k in args.kernels) if e]
     if errors:
         if comm.rank == 0:
             print(f"planaria.bench.npb: {errors[0]}", file=sys.stderr)
@@ -828,28 +833,120 @@ def schedule(pairs: int) -> list[tuple[int, str]]:
     return order
 
 
+class BlockTimer:
+    """Times blocks of ``every`` iterations of a kernel, switching detection before each block.
+
+    Called at the start of every iteration (``_step``): at every ``every``-th iteration it ends
+    the running block, sets the next block's mode (``order``: "off"/"on" per block), meets the
+    other ranks in a barrier and starts the clock. A block still open when a kernel run ends is
+    dropped; ``new_run`` starts counting iterations again. Every rank must see the same
+    iterations, so the blocks and their modes agree across ranks.
+    """
+
+    def __init__(self, comm: Any, every: int, order: list[str], switch: Callable[[bool], None]) -> None:
+        self.comm, self.every, self.order, self.switch = comm, every, order, switch
+        self.times: list[float] = []       # this rank's completed blocks, in order
+        self.n = 0
+        self.t0: float | None = None
+
+    def new_run(self) -> None:
+        """Forget the open block (its run has ended) and count iterations from zero."""
+        self.n, self.t0 = 0, None
+
+    @property
+    def done(self) -> bool:
+        return len(self.times) >= len(self.order)
+
+    def __call__(self, i: int) -> None:
+        if self.n % self.every == 0 and not (self.t0 is None and self.done):
+            now = time.perf_counter()
+            if self.t0 is not None:
+                self.times.append(now - self.t0)
+                self.t0 = None
+            if not self.done:
+                self.switch(self.order[len(self.times)] == "on")
+                self.comm.Barrier()
+                self.t0 = time.perf_counter()
+        self.n += 1
+
+
+_BLOCKS: BlockTimer | None = None
+
+
+def _step(i: int) -> None:
+    """``planaria.step(i)`` at the start of every iteration, then the block timer of ``--alternate`` (when set)."""
+    _pl_step(i)
+    if _BLOCKS is not None:
+        _BLOCKS(i)
+
+
+def alternate_error(name: str, klass: str, ranks: int) -> str | None:
+    """Why ``name`` at ``klass`` cannot be timed in blocks on ``ranks`` ranks (every rank must run the same iterations)."""
+    p = PARAMS[name][klass]
+    if name == "ep" and ((1 << p["m"]) // p["batch"]) % ranks:
+        return f"ep class {klass}: {(1 << p['m']) // p['batch']} batches do not split evenly over {ranks} ranks"
+    iters = (1 << p["m"]) // p["batch"] // max(ranks, 1) if name == "ep" else p.get("niter", p.get("cycles", 0))
+    if iters < 2:
+        return f"{name} class {klass}: {iters} iteration(s) per run, too few to time in blocks"
+    return None
+
+
+def block_size(iters: int, time_s: float, block_s: float) -> int:
+    """Iterations per block: about ``block_s`` seconds, at least 1, at most iters - 1 (a run must close a block)."""
+    per = time_s / iters if iters > 0 and time_s > 0 else block_s
+    return int(max(1, min(max(iters - 1, 1), round(block_s / per))))
+
+
 def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
-    """Each kernel ``2 * alternate`` times in this job, detection switched off and on between runs."""
-    import planaria as pl
+    """Per kernel, ``2 * alternate`` timed blocks of iterations, detection off and on in ABBA order.
+
+    One untimed run first (warm-up; its time per iteration sets the block length to about
+    ``--block-s`` seconds), then kernel runs until every block of the schedule has been timed.
+    Each block's figure is the maximum over ranks; every run must pass verification.
+    """
+    global _BLOCKS
+    from mpi4py import MPI
+
     from planaria.bench._launch import emit
     from planaria.runtime.bootstrap import set_detection
     out, ok = [], True
+    order = [mode for _, mode in schedule(args.alternate)]
     for k in args.kernels:
-        runs = []
-        for pair, mode in schedule(args.alternate):
-            set_detection(mode == "on")
-            comm.Barrier()
-            r = run_kernel(comm, k, args.klass, serial)
-            ok = ok and r["verified"]
-            runs.append({"pair": pair, "mode": mode, "time_s": r["time_s"], "verified": r["verified"],
-                         "calls_per_rank": r["calls_per_rank"], "calls_per_s": r["calls_per_s"]})
         set_detection(True)
-        out.append({"kernel": k, "class": args.klass, "ranks": comm.size, "runs": runs})
+        warm = run_kernel(comm, k, args.klass, serial)
+        ok = ok and warm["verified"]
+        every = block_size(warm["iters"], warm["time_s"], args.block_s)
+        timer = BlockTimer(comm, every, order, set_detection)
+        runs, times = [], []
+        per_run = max((warm["iters"] - 1) // every, 1)
+        limit = -(-len(order) // per_run) + 2
+        _BLOCKS = timer
+        try:
+            while not timer.done and len(runs) < limit:
+                timer.new_run()
+                before = len(timer.times)
+                r = run_kernel(comm, k, args.klass, serial)
+                ok = ok and r["verified"]
+                mine = np.array(timer.times[before:], dtype=np.float64)
+                worst = np.empty_like(mine)
+                comm.Allreduce(mine, worst, MPI.MAX)
+                times += worst.tolist()
+                runs.append({"time_s": r["time_s"], "verified": r["verified"], "iters": r["iters"],
+                             "blocks": len(mine), "calls_per_rank": r["calls_per_rank"],
+                             "calls_per_s": r["calls_per_s"]})
+        finally:
+            _BLOCKS = None
+            set_detection(True)
+        blocks = [{"pair": pair, "mode": mode, "time_s": t}
+                  for (pair, mode), t in zip(schedule(args.alternate), times)]
+        out.append({"kernel": k, "class": args.klass, "ranks": comm.size, "every": every,
+                    "block_s": args.block_s, "warmup": {"time_s": warm["time_s"], "iters": warm["iters"],
+                                                        "verified": warm["verified"]},
+                    "runs": runs, "blocks": blocks})
     if comm.rank == 0:
         emit({"benchmark": "npb", "ranks": comm.size, "backend": args.backend, "class": args.klass,
               "detect_env": os.environ.get("PLANARIA_DETECT"), "alternate": args.alternate,
               "kernels": out}, args.out)
-    pl.step(0)
     return 0 if ok else 1
 
 
@@ -863,8 +960,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serial-check", default="auto", choices=("auto", "on", "off"),
                    help="compare with a serial run on rank 0 (auto: class S only)")
     p.add_argument("--alternate", type=int, default=0, metavar="PAIRS",
-                   help="run each kernel 2*PAIRS times in this job, detection off and on in turn "
-                        "(needs PLANARIA_DETECT=1)")
+                   help="time 2*PAIRS blocks of iterations of each kernel in this job, detection off and on "
+                        "in ABBA order (needs PLANARIA_DETECT=1)")
+    p.add_argument("--block-s", type=float, default=0.25, help="seconds per block with --alternate (about)")
     p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)

@@ -186,25 +186,29 @@ def detect(
     kernels: str = typer.Option("cg,mg,ft,ep,is,halo", "--kernels", help="NPB-like kernels, comma-separated."),
     ranks: int = typer.Option(4, "--ranks", help="Ranks per job."),
     klass: str = typer.Option("W", "--class", help="Problem class: S (tests), W or A."),
-    pairs: int = typer.Option(7, "--pairs", help="Launch pairs (detection off and on) per kernel; order flips every pair."),
+    pairs: int | None = typer.Option(None, "--pairs", help="Pairs (detection off and on) per kernel: launches "
+                              "(default 7; order flips every pair) or, with --within-job, blocks (default 200)."),
     backend: str = typer.Option("ulfm", "--backend", help="ulfm (mpiexec --with-ft ulfm) or sim."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds allowed per launch."),
-    json_out: bool = typer.Option(False, "--json", help="Print the full result (every launch) as JSON."),
-    within_job: bool = typer.Option(False, "--within-job", help="Compare inside one job per kernel: detection switched off and on between runs (no launch-to-launch spread)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the full result (every launch or block) as JSON."),
+    within_job: bool = typer.Option(False, "--within-job", help="Compare inside one job per kernel: blocks of "
+                                    "iterations with detection switched off and on in ABBA order (no launch-to-launch spread)."),
+    block_s: float = typer.Option(0.25, "--block-s", help="Seconds per block with --within-job (about; set from a warm-up run)."),
 ) -> None:
     """Time of NPB-like kernels with run-time error detection on (PLANARIA_DETECT=1) vs off, and their ratio.
 
     Example: planaria bench detect --kernels cg,mg,ft,ep,is,halo --class W --pairs 7
 
-    With --within-job each kernel runs 2 x pairs times in one job and planaria's detection is
-    paused (message log off, probe service idle) for the 'off' runs.
+    With --within-job each kernel's iterations are timed in blocks inside one job, planaria's
+    detection paused (message log off, probe service blocked) for the 'off' blocks; the median
+    on/off ratio comes with a bootstrap 95 % interval and a verdict (met / consistent / missed).
     """
     from planaria.bench import detect as db
     from planaria.bench._launch import run_and_show
 
     def compute():  # type: ignore[no-untyped-def]
         return db.run(kernels, ranks, klass, pairs, backend, timeout, progress=_progress(json_out),
-                      within=within_job)
+                      within=within_job, block_s=block_s)
     raise typer.Exit(run_and_show("detect", compute, db.show, json_out))
 
 
@@ -242,6 +246,8 @@ def localize(
     repeat: int = typer.Option(1, "--repeat", min=1, help="Runs per scenario."),
     timeout: float = typer.Option(90.0, "--timeout", help="Seconds allowed per job."),
     json_out: bool = typer.Option(False, "--json", help="Print the result (with every report) as JSON."),
+    detect_timeouts: str = typer.Option("p2p=1,coll=1.5,probe=1,slow=0.1", "--detect-timeouts",
+                                        help="The jobs' detection thresholds (as planaria run --detect-timeouts)."),
 ) -> None:
     """Fault localization scenarios: does 'planaria diagnose' name the faulty ranks and call site, and how fast.
 
@@ -255,7 +261,7 @@ def localize(
 
     try:
         result = lb.run([c for c in cases.replace(" ", "").split(",") if c], backend=backend,
-                        repeat=repeat, timeout=timeout, progress=_progress(json_out))
+                        repeat=repeat, timeout=timeout, progress=_progress(json_out), detect=detect_timeouts)
     except ValueError as e:
         print(f"planaria bench localize: {e}", file=sys.stderr)
         raise typer.Exit(2)

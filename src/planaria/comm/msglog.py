@@ -8,7 +8,9 @@ wait for, and count completed point-to-point messages per peer (a status probe a
 The hot path is kept to a tuple, two attribute stores, one clock read and a list increment:
 the call's arguments are stored as they are and turned into peer, tag and size only when
 somebody asks (``current``); the call site is read from the blocked thread's frame, also
-only when asked. Timers and slow-message detection are done by the localization service
+only when asked. Each wrapper is compiled with the wrapped method's own parameter list
+(``_mirror``, ``_generate``), so no ``*args``/``**kwargs`` are packed and unpacked per call;
+a method whose signature cannot be mirrored gets a generic wrapper. Timers and slow-message detection are done by the localization service
 thread from what it sees here, not on the hot path. Calls nested inside another planaria
 call (object collectives built on buffer collectives) are not recorded separately: the
 outermost call is what the application is blocked in.
@@ -56,6 +58,7 @@ _COLLECTIVES = {
     "agree": None, "shrink": None, "dup": None, "split": None,
 }
 _CHILDREN = {"dup": "d", "shrink": "k", "split": "s"}
+_now = time.monotonic
 HISTORY = 64
 MEMBERS_MAX = 4096
 
@@ -268,9 +271,89 @@ def _failed(lg: MsgLog, name: str, comm: Any, exc: FailureError) -> None:
     lg.push("fail", (time.time(), name, comm._ml_id, world, call_site(sys._getframe(2))))
 
 
-def _count(counts: list[int], rank: Any) -> None:
-    if rank.__class__ is int and 0 <= rank < len(counts):
-        counts[rank] += 1
+_NOKW: dict[str, Any] = {}     # the keyword arguments of a call made through a mirrored wrapper (never mutated)
+
+
+def _mirror(fn: Callable, positions: tuple[tuple[int, str], ...] = ()) -> tuple[str, list[str], dict[str, Any]] | None:
+    """The parameter list of ``fn`` after ``self`` as source, its names and its defaults, for a wrapper
+    with the same signature (no ``*args``/``**kwargs`` to pack and unpack on every call: about half
+    the wrapper's cost). None when ``fn`` has variadic or keyword-only parameters, or when a
+    parameter the log reads (``positions``: index, expected name) is not where the spec says."""
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    decl, names, defaults = [], [], {}
+    for i, prm in enumerate(params):
+        if prm.kind not in (prm.POSITIONAL_ONLY, prm.POSITIONAL_OR_KEYWORD) or not prm.name.isidentifier() \
+                or prm.name.startswith("_w_") or prm.name == "self":
+            return None
+        if prm.default is prm.empty:
+            decl.append(prm.name)
+        else:
+            defaults[f"_w_d{i}"] = prm.default
+            decl.append(f"{prm.name}=_w_d{i}")
+        names.append(prm.name)
+    if any(i >= len(names) or names[i] != want for i, want in positions):
+        return None
+    return ", ".join(decl), names, defaults
+
+
+def _generate(name: str, fn: Callable, body: str, mirrored: tuple[str, list[str], dict[str, Any]],
+              **bound: Any) -> Callable:
+    """Compile a wrapper named ``name`` with ``fn``'s signature; ``body`` uses {args} (the arguments as
+    a call list) and {tuple} (as a tuple); ``bound`` and the defaults are closed over."""
+    decl, names, defaults = mirrored
+    args = ", ".join(names)
+    tup = "(" + args + ("," if len(names) == 1 else "") + ")"
+    free = dict(bound, **defaults)
+    src = (f"def _w_factory({', '.join(free)}):\n"
+           f"    def {name}(self{', ' if decl else ''}{decl}):\n"
+           + "".join(f"        {ln}\n" for ln in body.format(args=", " + args if args else "", tuple=tup).splitlines())
+           + f"    return {name}\n")
+    scope: dict[str, Any] = {}
+    exec(compile(src, f"<planaria.comm.msglog {name}>", "exec"), globals(), scope)  # noqa: S102 - fixed templates
+    call = scope["_w_factory"](**free)
+    call.__doc__ = fn.__doc__
+    return call
+
+
+_P2P_BODY = """\
+_w_lg = _LOG
+if _w_lg.cur is not None:
+    return _w_fn(self{args})
+_w_lg.cur = (_w_name, self, {tuple}, _NOKW, _now())
+try:
+    _w_out = _w_fn(self{args})
+except FailureError as _w_exc:
+    _failed(_w_lg, _w_name, self, _w_exc)
+    raise
+finally:
+    _w_lg.cur = None
+"""
+_COLL_BODY = """\
+_w_lg = _LOG
+if _w_lg.cur is not None:
+    return _w_fn(self{args})
+self._ml_seq += 1
+_w_lg.cur = (_w_name, self, {tuple}, _NOKW, _now())
+try:
+    return _w_fn(self{args})
+except FailureError as _w_exc:
+    _failed(_w_lg, _w_name, self, _w_exc)
+    raise
+finally:
+    _w_lg.cur = None
+"""
+_NONBLOCKING_BODY = """\
+_w_req = _w_fn(self{args})
+if _LOG.cur is not None:
+    return _w_req
+_w_peer = {peer}
+if _w_peer.__class__ is not int or _w_peer >= len(self._ml_sent):
+    _w_peer = -1
+"""
 
 
 def _wrap_p2p(name: str, fn: Callable) -> Callable:
@@ -278,6 +361,13 @@ def _wrap_p2p(name: str, fn: Callable) -> Callable:
     kind, ppos, pkey, _tpos, _tkey, _deftag = _SPEC[name]
     send, both = name in _SENDS, name in _BOTH
     now = time.monotonic
+    mirrored = _mirror(fn, ((ppos, pkey),) + (((1, "dest"),) if both else ()))
+    if mirrored is not None:
+        # the call succeeded, so the peer is a valid rank, or negative (ANY_SOURCE, PROC_NULL)
+        peer = mirrored[1][ppos]
+        count = (f"if {peer} >= 0:\n    self._ml_{'sent' if send else 'recvd'}[{peer}] += 1\n"
+                 + (f"if {mirrored[1][1]} >= 0:\n    self._ml_sent[{mirrored[1][1]}] += 1\n" if both else ""))
+        return _generate(name, fn, _P2P_BODY + count + "return _w_out", mirrored, _w_fn=fn, _w_name=name)
 
     def call(self, *a, **k):  # type: ignore[no-untyped-def]
         lg = _LOG
@@ -312,14 +402,26 @@ def _wrap_p2p(name: str, fn: Callable) -> Callable:
 def _wrap_nonblocking(name: str, fn: Callable, spec: tuple) -> Callable:
     ppos, pkey, is_send = spec
     wname = "Wait(" + name + ")"
+    mirrored = _mirror(fn, ((ppos, pkey),))
+    if mirrored is not None:
+        tail = ("if _w_peer >= 0:\n    self._ml_sent[_w_peer] += 1\n"
+                "return _MonReq(_w_req, self, _w_name, {tuple}, _NOKW, -1)" if is_send else
+                "return _MonReq(_w_req, self, _w_name, {tuple}, _NOKW, _w_peer)")
+        body = _NONBLOCKING_BODY.replace("{peer}", mirrored[1][ppos]) + tail
+        return _generate(name, fn, body, mirrored, _w_fn=fn, _w_name=wname)
 
     def call(self, *a, **k):  # type: ignore[no-untyped-def]
         req = fn(self, *a, **k)
         if _LOG.cur is not None:
             return req
+        peer = a[ppos] if len(a) > ppos else k.get(pkey, -1)
+        if peer.__class__ is not int or peer >= len(self._ml_sent):
+            peer = -1
         if is_send:
-            _count(self._ml_sent, a[ppos] if len(a) > ppos else k.get(pkey, -1))
-        return _MonReq(req, self, wname, a, k)
+            if peer >= 0:
+                self._ml_sent[peer] += 1
+            return _MonReq(req, self, wname, a, k, -1)
+        return _MonReq(req, self, wname, a, k, peer)
     call.__name__ = name
     call.__doc__ = fn.__doc__
     return call
@@ -328,6 +430,11 @@ def _wrap_nonblocking(name: str, fn: Callable, spec: tuple) -> Callable:
 def _wrap_coll(name: str, fn: Callable) -> Callable:
     child = _CHILDREN.get(name)
     now = time.monotonic
+    if child is None:
+        root = _COLLECTIVES.get(name)
+        mirrored = _mirror(fn, (root,) if root is not None else ())
+        if mirrored is not None:
+            return _generate(name, fn, _COLL_BODY, mirrored, _w_fn=fn, _w_name=name)
 
     def call(self, *a, **k):  # type: ignore[no-untyped-def]
         lg = _LOG
@@ -356,16 +463,18 @@ def _wrap_coll(name: str, fn: Callable) -> Callable:
 
 
 class _MonReq(Request):
-    """A request whose ``Wait`` is recorded like a blocking receive/send."""
+    """A request whose ``Wait`` is recorded like a blocking receive/send; a completed receive is counted once."""
 
-    __slots__ = ("_r", "_comm", "_name", "_a", "_k")
+    __slots__ = ("_r", "_comm", "_name", "_a", "_k", "_peer")
 
-    def __init__(self, req: Request, comm: Comm, name: str, a: tuple, k: dict) -> None:
-        self._r, self._comm, self._name, self._a, self._k = req, comm, name, a, k
+    def __init__(self, req: Request, comm: Comm, name: str, a: tuple, k: dict, peer: int) -> None:
+        # peer: the source (communicator rank) a receive counts when it completes; -1 for sends,
+        # wildcard sources and receives already counted
+        self._r, self._comm, self._name, self._a, self._k, self._peer = req, comm, name, a, k, peer
 
     def Test(self) -> bool:
         done = self._r.Test()
-        if done and self._name in _RECV_WAITS:
+        if done and self._peer >= 0:
             self._received()
         return done
 
@@ -374,7 +483,7 @@ class _MonReq(Request):
         if lg is None or lg.cur is not None:
             self._r.Wait()
         else:
-            lg.cur = (self._name, self._comm, self._a, self._k, time.monotonic())
+            lg.cur = (self._name, self._comm, self._a, self._k, _now())
             try:
                 self._r.Wait()
             except FailureError as exc:
@@ -382,19 +491,16 @@ class _MonReq(Request):
                 raise
             finally:
                 lg.cur = None
-        if self._name in _RECV_WAITS:
+        if self._peer >= 0:
             self._received()
 
     def _received(self) -> None:
-        if self._k is not None:      # count a completed receive once
-            spec = _SPEC[self._name]
-            _count(self._comm._ml_recvd, self._a[spec[1]] if len(self._a) > spec[1] else self._k.get(spec[2], -1))
-            self._k = None
-            self._a = ()
+        self._comm._ml_recvd[self._peer] += 1
+        self._peer = -1
 
     def test(self) -> tuple[bool, Any]:
         done, value = self._r.test()
-        if done and self._name in _RECV_WAITS:
+        if done and self._peer >= 0:
             self._received()
         return done, value
 
@@ -409,7 +515,6 @@ class _MonReq(Request):
         self._r.Cancel()
 
 
-_RECV_WAITS = ("Wait(Irecv)", "Wait(irecv)")
 _CLASSES: dict[type, type] = {}
 
 

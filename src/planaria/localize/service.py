@@ -1,6 +1,9 @@
 """The per-rank localization service (paper 000 §2.2): timers, probes, responsible ranks, incidents.
 
-A daemon thread beside the application thread. Every ``tick`` it
+A daemon thread beside the application thread. Every tick (``Thresholds.tick``: 0.25 s with the
+default thresholds, shorter for short ones; ``busy_tick``, 0.05 s, while its own probes or sends
+are outstanding and for ``probe`` seconds after a message from another rank, so that the
+follow-ups of an exchange do not wait for idle ticks) it
 1. answers probes from other ranks on a *service communicator* (a duplicate of the world
    communicator, so probes travel the same network path as the data): ``ping`` -> ``pong``;
    ``status`` -> what this rank is blocked in, what it sent to / received from the asker;
@@ -38,7 +41,6 @@ from planaria.localize.records import MAX_PROBE_PAYLOAD, ErrorRecord
 from planaria.localize.thresholds import Thresholds
 
 PING, PONG, STATUS, STATUS_REPLY, VOTE, VOTE_REPLY, REPORT = range(30001, 30008)
-TICK = 0.05
 HOST_BYTES = 64
 _COLL_STATUS_MAX = 64
 _RECEIVES = ("Recv", "recv", "Sendrecv", "sendrecv", "Wait(Irecv)", "Wait(irecv)")      # collectives on larger communicators are not status-probed member by member
@@ -71,7 +73,7 @@ class Service:
     """Localization service of one rank (start with ``start``; one per process)."""
 
     def __init__(self, rank: int, size: int, thresholds: Thresholds, report: Callable[[dict[str, Any]], None],
-                 svc: Any, hosts: list[str], is_dead: Callable[[], bool] = lambda: False, tick: float = TICK,
+                 svc: Any, hosts: list[str], is_dead: Callable[[], bool] = lambda: False, tick: float | None = None,
                  step: Callable[[], int | None] = lambda: None) -> None:
         from mpi4py import MPI
 
@@ -80,7 +82,8 @@ class Service:
         self.MPI = MPI
         self.rank, self.size = rank, size
         self.th = thresholds
-        self.tick = tick
+        self.tick = thresholds.tick() if tick is None else tick         # idle wake-up interval
+        self.busy_tick = min(self.tick, thresholds.busy_tick())          # while answers or sends are due
         self._report_up = report
         self._is_dead = is_dead
         self._step = step
@@ -92,6 +95,7 @@ class Service:
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[float, Callable[[Any], None]]] = {}   # probe id -> (deadline, callback)
         self._sends: list[tuple[Any, bytes, float]] = []
+        self._engaged_until = 0.0              # busy ticks until then: this rank is in a probe exchange
         self._analysed: set[tuple] = set()
         self._emitted: dict[tuple, int] = {}
         self._recvd: dict[tuple[int, int], int] = {}
@@ -99,7 +103,8 @@ class Service:
         self._last_in_mpi = time.monotonic()   # (waiting rank, peer) -> receives it had completed from the peer
         self._cursor = {"slow": 0, "io": 0, "fail": 0}
         self._stop = threading.Event()
-        self.paused = False                    # set_detection(False): the thread idles
+        self._running = threading.Event()      # cleared by pause(): the thread blocks until resumed or stopped
+        self._running.set()
         self._thread = threading.Thread(target=self._run, name="planaria-localize", daemon=True)
 
     def start(self) -> Service:
@@ -108,7 +113,20 @@ class Service:
 
     def stop(self, timeout: float = 1.0) -> None:
         self._stop.set()
+        self._running.set()
         self._thread.join(timeout)
+
+    def pause(self) -> None:
+        """Stop ticking (``set_detection(False)``): the thread blocks, making no MPI call, until resumed or stopped."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        """Tick again; the first tick comes one idle tick after resuming, as in steady state."""
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
 
     # -- transport -----------------------------------------------------------
     def _send(self, dest: int, tag: int, obj: dict[str, Any]) -> None:
@@ -156,6 +174,8 @@ class Service:
             except Exception:  # noqa: BLE001 - a broken probe is ignored
                 continue
             if isinstance(obj, dict):
+                # a rank asked or told something: answers to its follow-ups come at the busy tick
+                self._engaged_until = time.monotonic() + self.th.probe
                 self._dispatch(status.Get_source(), status.Get_tag(), obj)
 
     def _ack(self) -> None:
@@ -263,7 +283,8 @@ class Service:
         while not self._stop.is_set():
             if self._is_dead():
                 return
-            if self.paused:
+            if not self._running.is_set():
+                self._running.wait()           # blocked: no wake-up, no MPI call while paused
                 self._stop.wait(self.tick)
                 continue
             try:
@@ -275,7 +296,8 @@ class Service:
                 iowatch.install()
             except Exception as exc:  # noqa: BLE001 - the service must never take the rank down
                 self._report_up({"error": f"{type(exc).__name__}: {exc}"})
-            self._stop.wait(self.tick)
+            busy = self._waiting or self._sends or time.monotonic() < self._engaged_until
+            self._stop.wait(self.busy_tick if busy else self.tick)
 
     # -- detection (as the rank that waits) ------------------------------------------
     def _track(self) -> None:
@@ -306,10 +328,11 @@ class Service:
         if lg is None:
             return
         self._track()
+        cur = lg.cur
+        if cur is None or time.monotonic() - cur[4] < min(self.th.p2p, self.th.coll):
+            return                          # the common case, decided without building the op map
         op = lg.current()
         if op is None:
-            return
-        if op["since"] < min(self.th.p2p, self.th.coll):
             return
         key = (op["name"], op["comm"], op["seq"], round(time.monotonic() - op["since"], 1))
         same_host = op["peer"] is None or self.hosts[op["peer"]] == self.hosts[self.rank]

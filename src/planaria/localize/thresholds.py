@@ -7,6 +7,13 @@ took longer than ``slow`` times its threshold is a *message-performance anomaly*
 
 Configured with ``planaria run --detect-timeouts p2p=10,coll=20,remote=1.5,slow=0.25,probe=1``
 (or ``$PLANARIA_DETECT_TIMEOUTS``); ``probe`` is how long a probe waits for its answer.
+
+The localization service wakes up every ``tick()`` seconds, derived from the thresholds so that
+it is never the slow part of a detection: a probe is answered within a quarter of the probe
+timeout, a receive slower than ``slow_after`` is seen within half of that, a timer fires within
+an eighth of the shortest timeout; never more than TICK_MAX. While its own probes or sends are
+outstanding, and for ``probe`` seconds after another rank's message reached it, it wakes every
+``busy_tick()`` (a twentieth of the probe timeout). With the defaults: 0.25 s idle, 0.05 s busy.
 """
 from __future__ import annotations
 
@@ -14,6 +21,8 @@ import math
 from dataclasses import dataclass, fields, replace
 
 ENV_VAR = "PLANARIA_DETECT_TIMEOUTS"
+TICK_MAX = 0.25      # seconds: the longest interval between the service's wake-ups
+TICK_MIN = 0.005     # seconds: the shortest, whatever the thresholds (no busy loop)
 
 
 @dataclass(frozen=True)
@@ -60,3 +69,12 @@ class Thresholds:
     def slow_after(self) -> float:
         """Seconds above which a completed same-host point-to-point operation counts as anomalously slow."""
         return self.p2p * self.slow
+
+    def tick(self) -> float:
+        """Seconds between the localization service's wake-ups while nothing of its own is outstanding."""
+        bound = min(TICK_MAX, self.probe / 4.0, self.slow_after() / 2.0, min(self.p2p, self.coll) / 8.0)
+        return max(TICK_MIN, bound)
+
+    def busy_tick(self) -> float:
+        """Seconds between wake-ups while the service waits for probe answers or its sends to complete."""
+        return max(TICK_MIN, min(self.tick(), self.probe / 20.0))

@@ -102,7 +102,10 @@ def set_detection(active: bool) -> None:
     from planaria.comm import msglog
     msglog.set_active(active)
     if _RT.localizer is not None:
-        _RT.localizer.paused = not active
+        if active:
+            _RT.localizer.resume()
+        else:
+            _RT.localizer.pause()
 
 
 def _start_services(comm: Comm) -> None:
