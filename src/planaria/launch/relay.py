@@ -98,6 +98,10 @@ class KVStore:
         """Answer later: when every key is there or at ``deadline``."""
         self._waiters.append(_Waiter(ident, mid, list(keys), deadline))
 
+    def waiting(self) -> bool:
+        """True while a lookup waits for keys."""
+        return bool(self._waiters)
+
     def next_deadline(self) -> float | None:
         """The earliest waiting deadline."""
         return min((w.deadline for w in self._waiters), default=None)
