@@ -1,4 +1,10 @@
-"""The job controller: a ZeroMQ ROUTER that keeps the rank table and logs rank events.
+"""The job controller: keeps the rank table, logs rank events, relays events, serves tools.
+
+Agents reach it over their agent channels (``planaria.launch.channels``: a Unix stream socket
+next to the control socket, length-prefixed frames) when it listens on a Unix socket, tools
+(and agents with a TCP control address) over its ZeroMQ ROUTER; one server thread serves both.
+It blocks without a timeout unless a merge window or a waiting lookup is due; a ticker thread
+wakes it every SWEEP_INTERVAL for the pid/heartbeat sweep.
 
 Wire protocol (msgpack maps, every message carries ``tok`` = the job secret):
 
@@ -25,12 +31,12 @@ from __future__ import annotations
 import hmac
 import itertools
 import os
-import queue
 import signal as _signal
 import socket
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +44,9 @@ import msgpack
 import zmq
 
 from planaria.events import codes as ev_codes
+from planaria.events.channel import address_for, frame
 from planaria.events.ranges import SESSION, Range, targets
+from planaria.launch.channels import ChannelServer, Peer
 from planaria.launch.jobdir import JobDir
 from planaria.launch.relay import FaultMerger, KVStore
 
@@ -51,6 +59,10 @@ IO_HISTORY = 500                          # output lines kept for tools that att
 _CTL_SIGNALS = {"kill": _signal.SIGKILL, "pause": _signal.SIGSTOP, "resume": _signal.SIGCONT}
 MAX_REFUSED_LOGGED = 1000
 _UNIX_PATH_MAX = 100
+SWEEP_INTERVAL = 0.5                      # seconds between pid/heartbeat sweeps (and event-record writes)
+RECORD_BATCH = 256                        # event records kept before they are written anyway
+
+Dest = bytes | Peer                       # a ZeroMQ peer identity or an agent channel
 
 
 def pid_alive(pid: int) -> bool | None:
@@ -94,12 +106,20 @@ class Controller:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context | None = None
-        self._outbox: queue.Queue[tuple[bytes | None, dict[str, Any]]] = queue.Queue()
+        self._outbox: deque[tuple[Dest | None, dict[str, Any]]] = deque()   # from other threads
+        self._wake_r, self._wake_w = os.pipe()            # wakes the server thread (outbox, ticker, stop)
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._wake_lock = threading.Lock()
+        self._wake_closed = False
+        self._sweep_due = False                           # set by the ticker every SWEEP_INTERVAL
         self._diagnosing = threading.Lock()
-        self.idents: dict[int, bytes] = {}
+        self.idents: dict[int, Dest] = {}                 # rank -> where its agent is reached
+        self.channels: ChannelServer | None = None
+        self._records: list[dict[str, Any]] = []          # event records not yet written
         self.merger = FaultMerger()
         self.kv = KVStore()
-        self.subscribers: dict[bytes, dict[str, Any]] = {}
+        self.subscribers: dict[Dest, dict[str, Any]] = {}
         self.abort_request: dict[str, Any] | None = None
         self.relayed = 0
         self.host = socket.gethostname()
@@ -122,8 +142,14 @@ class Controller:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the server thread and close the socket (bounded)."""
         self._stop.set()
+        self._wake()
         if self._thread is not None:
             self._thread.join(timeout)
+            if not self._thread.is_alive():
+                with self._wake_lock:         # no later _wake() writes into a reused descriptor
+                    self._wake_closed = True
+                    for fd in (self._wake_r, self._wake_w):
+                        os.close(fd)
         if self.uri and self.uri.startswith("ipc://"):
             path = Path(self.uri[len("ipc://"):])
             try:
@@ -173,8 +199,13 @@ class Controller:
                     silent = not (self.pid_check and info.get("pid"))
                     self.merger.add(info["rank"], "lost-connection" if silent else "exited", now,
                                     pid=info.get("pid"))
-        for rec in lost:
-            self.jobdir.append_event(rec)
+        if not lost:
+            return
+        if threading.current_thread() is self._thread:
+            self._flush_records()
+        self.jobdir.append_events(lost)
+        if threading.current_thread() is not self._thread:
+            self._wake()                  # the merge window starts now: let the server thread time it
 
     # --- server loop ----------------------------------------------------
     def _serve(self) -> None:
@@ -197,44 +228,107 @@ class Controller:
             sock.close()
             ctx.term()
             return
+        path = address_for(self.uri)
+        if path is not None:
+            try:
+                self.channels = ChannelServer(path)
+            except OSError:               # agents then use the ZeroMQ socket for everything
+                self.channels = None
         self._ready.set()
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
-        next_sweep = time.time() + 0.5
+        poller.register(self._wake_r, zmq.POLLIN)
+        chan_fd = -1
+        if self.channels is not None:
+            chan_fd = self.channels.fileno()
+            poller.register(chan_fd, zmq.POLLIN)
+        ticker = threading.Thread(target=self._ticker, name="planaria-controller-ticker", daemon=True)
+        ticker.start()
         try:
             while not self._stop.is_set():
-                if poller.poll(self._poll_ms()):
-                    while True:
+                # no timeout unless a merge window or a lookup is due: the ticker brings the sweep
+                for what, _ in poller.poll(self._poll_ms()):
+                    if what == chan_fd:
+                        self._on_channels(sock)
+                    elif what is sock:
+                        while True:
+                            try:
+                                frames = sock.recv_multipart(zmq.NOBLOCK)
+                            except zmq.Again:
+                                break
+                            self._handle(sock, frames[0], frames[-1])
+                            if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                                break
+                    else:
                         try:
-                            frames = sock.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        self._handle(sock, frames)
-                self._drain_outbox(sock)
+                            os.read(self._wake_r, 4096)
+                        except OSError:
+                            pass
+                if self._outbox:
+                    self._drain_outbox(sock)
                 self._tick(sock)
-                if time.time() >= next_sweep:
+                if self._sweep_due:
+                    self._sweep_due = False
                     self.sweep()
-                    next_sweep = time.time() + 0.5
+                    self._expire_subscribers()
+                    self._flush_records()
             self._tick(sock, force=True)
             self._drain_outbox(sock)
         finally:
+            self._flush_records()
+            if self.channels is not None:
+                self.channels.close()
             sock.close(200)   # let the last messages (job end to attached tools) leave
             ctx.term()
 
-    def _poll_ms(self) -> int:
+    def _on_channels(self, sock: zmq.Socket) -> None:
+        """Messages from agents on their channels; a refused or broken connection is closed."""
+        assert self.channels is not None
+        for peer, frames, why in self.channels.ready():
+            for payload in frames:
+                if not self._handle(sock, peer, payload):
+                    self.channels.close_peer(peer)
+                    break
+            if why is not None and why != "closed" and not why.startswith("connection error"):
+                self._refuse(peer, f"bad frame: {why}")         # an oversized frame
+
+    def _flush_records(self) -> None:
+        """Write the event records kept so far (server thread only)."""
+        if self._records:
+            records, self._records = self._records, []
+            self.jobdir.append_events(records)
+
+    def _record(self, rec: dict[str, Any]) -> None:
+        """Append a record to the job record after the event records still kept (server thread)."""
+        self._flush_records()
+        self.jobdir.append_event(rec)
+
+    def _ticker(self) -> None:
+        """Wake the server thread every SWEEP_INTERVAL for the pid/heartbeat sweep."""
+        while not self._stop.wait(SWEEP_INTERVAL):
+            self._sweep_due = True
+            self._wake()
+
+    def _wake(self) -> None:
+        with self._wake_lock:
+            if self._wake_closed:
+                return
+            try:
+                os.write(self._wake_w, b"w")
+            except OSError:      # pipe full: the server thread is due to drain it
+                pass
+
+    def _poll_ms(self) -> int | None:
         due = [d for d in (self.merger.next_due(), self.kv.next_deadline()) if d is not None]
         if not due:
-            return 100
-        return max(0, min(100, int((min(due) - time.time()) * 1000) + 1))
+            return None
+        return max(0, int((min(due) - time.time()) * 1000) + 1)
 
     def _drain_outbox(self, sock: zmq.Socket) -> None:
-        while True:
-            try:
-                ident, reply = self._outbox.get_nowait()
-            except queue.Empty:
-                return
-            if ident is not None:
-                self._reply(sock, ident, reply)
+        while self._outbox:
+            dest, reply = self._outbox.popleft()
+            if dest is not None:
+                self._reply(sock, dest, reply)
             elif reply.get("type") == "io":
                 self._to_subscribers(sock, reply, "io")
             elif reply.get("type") == "emit":
@@ -242,21 +336,31 @@ class Controller:
                            reply.get("info") or {}, reply.get("affected") or (), "rm")
 
     def _tick(self, sock: zmq.Socket, force: bool = False) -> None:
-        """Emit a merged failure event whose window has passed; answer due lookups; expire tools."""
-        now = time.time()
-        with self._lock:
-            merged = self.merger.take(now, force=force)
-        if merged is not None:
-            self._emit(sock, merged["code"], None, Range(), merged["info"], merged["affected"], "rm")
-        for ident, reply in self.kv.ready(now):
-            self._reply(sock, ident, reply)
+        """Emit a merged failure event whose window has passed; answer due lookups."""
+        if self.merger.next_due() is not None or force:
+            now = time.time()
+            with self._lock:
+                merged = self.merger.take(now, force=force)
+            if merged is not None:
+                self._emit(sock, merged["code"], None, Range(), merged["info"], merged["affected"], "rm")
+        if self.kv.waiting():
+            for ident, reply in self.kv.ready(time.time()):
+                self._reply(sock, ident, reply)
+
+    def _expire_subscribers(self) -> None:
+        """Forget tools whose subscription was not renewed."""
         if self.subscribers:
+            now = time.time()
             for ident in [i for i, sub in self.subscribers.items() if sub["until"] < now]:
                 del self.subscribers[ident]
 
-    def _send_packed(self, sock: zmq.Socket, ident: bytes, payload: bytes) -> bool:
+    def _send_packed(self, sock: zmq.Socket, dest: Dest, payload: bytes, framed: bytes | None = None) -> bool:
+        """Send a packed message to a ZeroMQ peer or down an agent channel (``framed``: already framed)."""
+        if isinstance(dest, Peer):
+            assert self.channels is not None
+            return self.channels.send(dest, framed if framed is not None else frame(payload))
         try:
-            sock.send_multipart([ident, payload], zmq.NOBLOCK)
+            sock.send_multipart([dest, payload], zmq.NOBLOCK)
             return True
         except zmq.ZMQError:
             return False
@@ -296,21 +400,28 @@ class Controller:
               "cache": cache}
         payload = msgpack.packb({"type": "event", "event": ev, "tok": self.secret.decode("utf-8")},
                                 use_bin_type=True, default=str)
+        framed = frame(payload)                  # packed and framed once for every target
         for r in sorted(tg):
-            self._send_packed(sock, self.idents[r], payload)
-        self._to_subscribers(sock, {"type": "event", "event": ev}, "events")
+            self._send_packed(sock, self.idents[r], payload, framed)
+        if self.subscribers:
+            self._to_subscribers(sock, {"type": "event", "event": ev}, "events")
         self.relayed += 1
-        self.jobdir.append_event({"type": "event", "t": now, "id": ev["id"], "code": ev["code"],
-                                  "name": ev_codes.name_of(ev["code"]), "source": source,
-                                  "origin": origin, "range": rng.name, "targets": sorted(tg),
-                                  "affected": ev["affected"], "info": info})
+        # written in batches (SWEEP_INTERVAL, RECORD_BATCH, before any other record, at stop):
+        # a file append per event would take the CPU the receiving ranks need right now
+        self._records.append({"type": "event", "t": now, "id": ev["id"], "code": ev["code"],
+                              "name": ev_codes.name_of(ev["code"]), "source": source,
+                              "origin": origin, "range": rng.name, "targets": sorted(tg),
+                              "affected": ev["affected"], "info": info})
+        if len(self._records) >= RECORD_BATCH:
+            self._flush_records()
         return ev
 
     def notify(self, code: int, info: dict[str, Any] | None = None, affected: Any = (),
                range_kind: int = SESSION) -> None:
         """Raise an event from the controller itself (e.g. job end); sent by the server thread."""
-        self._outbox.put((None, {"type": "emit", "code": int(code), "info": info or {},
-                                 "affected": list(affected), "range": range_kind}))
+        self._outbox.append((None, {"type": "emit", "code": int(code), "info": info or {},
+                                    "affected": list(affected), "range": range_kind}))
+        self._wake()
 
     def io(self, rank: int, channel: str, text: str) -> None:
         """One line of a rank's output, for attached tools (kept in a bounded history)."""
@@ -319,52 +430,51 @@ class Controller:
         if len(self._io_history) > IO_HISTORY:
             del self._io_history[:len(self._io_history) - IO_HISTORY]
         if self.subscribers:
-            self._outbox.put((None, rec))
+            self._outbox.append((None, rec))
+            self._wake()
 
-    def _refuse(self, ident: bytes, why: str, mtype: Any = None) -> None:
+    def _refuse(self, dest: Dest, why: str, mtype: Any = None) -> None:
         self.refused += 1
         if self.refused <= MAX_REFUSED_LOGGED:
-            self.jobdir.append_event({"type": "refused", "t": time.time(), "peer": ident.hex(),
-                                      "why": why, "msg_type": mtype})
+            self._record({"type": "refused", "t": time.time(),
+                          "peer": dest.label if isinstance(dest, Peer) else dest.hex(),
+                          "why": why, "msg_type": mtype})
 
-    def _reply(self, sock: zmq.Socket, ident: bytes, msg: dict[str, Any]) -> None:
+    def _reply(self, sock: zmq.Socket, dest: Dest, msg: dict[str, Any]) -> None:
         msg["tok"] = self.secret.decode("utf-8")
-        try:
-            sock.send_multipart([ident, msgpack.packb(msg, use_bin_type=True)], zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
+        self._send_packed(sock, dest, msgpack.packb(msg, use_bin_type=True))
 
-    def _handle(self, sock: zmq.Socket, frames: list[bytes]) -> None:
-        ident, payload = frames[0], frames[-1]
+    def _handle(self, sock: zmq.Socket, ident: Dest, payload: bytes) -> bool:
+        """Act on one message from a peer; False when it was refused."""
         try:
             msg = msgpack.unpackb(payload, raw=False)
         except Exception:  # noqa: BLE001 - anything undecodable is refused
             self._refuse(ident, "undecodable")
-            return
+            return False
         if not isinstance(msg, dict):
             self._refuse(ident, "not a map")
-            return
+            return False
         tok = msg.pop("tok", None)
         if isinstance(tok, str):
             tok = tok.encode("utf-8")
         if not isinstance(tok, bytes) or not hmac.compare_digest(tok, self.secret):
             self._refuse(ident, "bad token" if tok else "no token", msg.get("type"))
-            return
+            return False
         mtype = msg.get("type")
         now = time.time()
         if mtype == "ps":
             ranks = [v for _, v in sorted(self.table().items())]
             self._reply(sock, ident, {"type": "ps", "ranks": ranks, "t0": self.t0})
-            return
+            return True
         if mtype == "diagnose":
             threading.Thread(target=self._diagnose_for, args=(ident, msg), daemon=True,
                              name="planaria-diagnose").start()
-            return
+            return True
         if mtype in ("hello", "hb") and isinstance(msg.get("rank"), int):
             self.idents[msg["rank"]] = ident
         if mtype in self._TOOL_TYPES:
             self._tool(sock, ident, mtype, msg, now)
-            return
+            return True
         self._update_table(msg, now)
         if mtype == "fail" and isinstance(msg.get("rank"), int):
             with self._lock:
@@ -385,15 +495,16 @@ class Controller:
             rec = dict(msg)
             rec.setdefault("t", now)
             rec["t_recv"] = now
-            self.jobdir.append_event(rec)
+            self._record(rec)
         if "id" in msg:
             self._reply(sock, ident, {"type": "ack", "id": msg["id"]})
         elif mtype == "hb":
             self._reply(sock, ident, {"type": "hbok"})
+        return True
 
     _TOOL_TYPES = frozenset({"notify", "ctl", "publish", "lookup", "subscribe", "stdin"})
 
-    def _tool(self, sock: zmq.Socket, ident: bytes, mtype: str, msg: dict[str, Any], now: float) -> None:
+    def _tool(self, sock: zmq.Socket, ident: Dest, mtype: str, msg: dict[str, Any], now: float) -> None:
         """Requests of tools (and of ranks' event API): relay, job control, key-values, I/O."""
         mid = msg.get("id")
         reply: dict[str, Any] | None = {"type": mtype}
@@ -417,7 +528,7 @@ class Controller:
             stored, err = self.kv.publish(msg.get("data") or {}, bool(msg.get("replace")), msg.get("rank"))
             reply.update(stored=stored, error=err)
             if stored:
-                self.jobdir.append_event({"type": "publish", "t": now, "rank": msg.get("rank"), "keys": stored})
+                self._record({"type": "publish", "t": now, "rank": msg.get("rank"), "keys": stored})
         elif mtype == "lookup":
             keys = [str(k) for k in msg.get("keys") or ()]
             found = self.kv.lookup(keys)
@@ -495,8 +606,8 @@ class Controller:
                 elif action == "kill":
                     row.update(state="lost", fail_time=now, reason="killed by command (planaria ctl)")
                     self.merger.add(r, "killed-by-cmd", now, signal=int(sig))
-        self.jobdir.append_event({"type": "ctl", "t": now, "action": action, "signal": int(sig),
-                                  "ranks": done, "errors": errors})
+        self._record({"type": "ctl", "t": now, "action": action, "signal": int(sig),
+                      "ranks": done, "errors": errors})
         return {"action": action, "signal": int(sig), "ranks": done, "errors": errors}
 
     def _update_table(self, msg: dict[str, Any], now: float) -> None:
@@ -539,14 +650,15 @@ class Controller:
                 info["last_hb"] = now
 
     # --- global diagnosis ------------------------------------------------
-    def _diagnose_for(self, ident: bytes, msg: dict[str, Any]) -> None:
+    def _diagnose_for(self, ident: Dest, msg: dict[str, Any]) -> None:
         try:
             out = self.diagnose(k=int(msg.get("k") or 8), hop=float(msg.get("hop") or 1.0),
                                 rounds=int(msg.get("rounds") or 0), interval=float(msg.get("interval") or 0.2))
             out["type"] = "diagnosed"
         except Exception as exc:  # noqa: BLE001 - the tool gets the reason
             out = {"type": "diagnosed", "error": f"{type(exc).__name__}: {exc}"}
-        self._outbox.put((ident, out))
+        self._outbox.append((ident, out))
+        self._wake()
 
     def diagnose(self, k: int = 8, hop: float = 1.0, rounds: int = 0, interval: float = 0.2) -> dict[str, Any]:
         """Collect every rank's state through the agent tree, write the state file, run the offline analysis.

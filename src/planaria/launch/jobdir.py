@@ -168,9 +168,13 @@ class JobDir:
     # --- append-only logs ----------------------------------------------
     def append_event(self, record: dict[str, Any]) -> None:
         """Append one record (one JSON line) to ``events.jsonl``."""
-        line = json.dumps(_jsonable(record), sort_keys=True, default=str) + "\n"
+        self.append_events([record])
+
+    def append_events(self, records: list[dict[str, Any]]) -> None:
+        """Append records to ``events.jsonl`` in one write."""
+        text = "".join(json.dumps(_jsonable(r), sort_keys=True, default=str) + "\n" for r in records)
         with self._lock, open(self.events_path, "a", encoding="utf-8") as fh:
-            fh.write(line)
+            fh.write(text)
 
     def events(self) -> list[dict[str, Any]]:
         """All records of ``events.jsonl``."""

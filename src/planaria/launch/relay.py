@@ -64,7 +64,7 @@ class FaultMerger:
 
 @dataclass
 class _Waiter:
-    ident: bytes
+    ident: Any                           # where the answer goes (the controller's peer handle)
     mid: Any
     keys: list[str]
     deadline: float
@@ -94,15 +94,19 @@ class KVStore:
         """The published values of ``keys`` (missing ones left out)."""
         return {k: self.data[k] for k in keys if k in self.data}
 
-    def wait(self, ident: bytes, mid: Any, keys: list[str], deadline: float) -> None:
+    def wait(self, ident: Any, mid: Any, keys: list[str], deadline: float) -> None:
         """Answer later: when every key is there or at ``deadline``."""
         self._waiters.append(_Waiter(ident, mid, list(keys), deadline))
+
+    def waiting(self) -> bool:
+        """True while a lookup waits for keys."""
+        return bool(self._waiters)
 
     def next_deadline(self) -> float | None:
         """The earliest waiting deadline."""
         return min((w.deadline for w in self._waiters), default=None)
 
-    def ready(self, now: float) -> list[tuple[bytes, dict[str, Any]]]:
+    def ready(self, now: float) -> list[tuple[Any, dict[str, Any]]]:
         """Replies for waiters that are satisfied or timed out."""
         out, keep = [], []
         for w in self._waiters:

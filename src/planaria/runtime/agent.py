@@ -1,30 +1,38 @@
 """Rank-side control-plane agent: hello, heartbeats, reports, orphan guard, state collection.
 
-A daemon thread owns the ZeroMQ sockets: a DEALER to the controller and a ROUTER on which
-the collection tree (``planaria.diagnose.collect``) reaches this rank. Other threads hand
-messages over queues (and wake the agent through a pipe, so a message leaves at once); a
-collection request runs in its own short-lived thread so that heartbeats continue while
-stacks are sampled and children are waited for. Events the controller forwards run this
-rank's handler chain on the agent thread (``planaria.events``); stdin pushed by a tool is
-written to a pipe that replaces the rank's file descriptor 0 on the first push.
+When the controller listens on a Unix socket (one host, the default) the agent talks to it
+over the agent channel (``planaria.events.channel``): one plain stream socket that any thread
+writes its messages into directly (a rank's ``notify`` leaves from the notifying thread) and
+that the agent thread reads. Otherwise (a TCP control address) a DEALER socket owned by the
+agent thread carries the same messages, handed over by other threads through a queue. The
+agent thread also owns the ROUTER on which the collection tree (``planaria.diagnose.collect``)
+reaches this rank; a collection request runs in its own short-lived thread so that heartbeats
+continue while stacks are sampled and children are waited for. The agent thread blocks without
+a timeout (no timer armed per message); a ticker thread wakes it every heartbeat interval.
+Events the controller forwards run this rank's handler chain on the agent thread
+(``planaria.events``); stdin pushed by a tool is written to a pipe that replaces the rank's
+file descriptor 0 on the first push.
 """
 from __future__ import annotations
 
 import itertools
 import os
-import queue
+import select
 import signal
 import socket
 import threading
 import time
+from collections import deque
 from typing import Any
 
 import msgpack
 import zmq
 
+from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
+from planaria.events.local import deliver as _deliver
+
 HEARTBEAT_INTERVAL = 0.5
 DEFAULT_ORPHAN_TIMEOUT = 15.0
-_POLL_MS = 20
 
 
 class Agent:
@@ -43,14 +51,15 @@ class Agent:
         self.step: int | None = None
         self.last_reply = time.monotonic()
         self._secret = secret
-        self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._queue: deque[dict[str, Any]] = deque()          # append/popleft are thread-safe
         self._pending: dict[str, threading.Event] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._beat = False                    # set by the ticker: a heartbeat is due
         self._closed = False
         self.dead: str | None = None          # set when this rank has failed (sim zombies keep their agent)
-        self._replies: queue.Queue[tuple[bytes, dict[str, Any]]] = queue.Queue()
+        self._replies: deque[tuple[bytes, dict[str, Any]]] = deque()
         self._answers: dict[str, dict[str, Any]] = {}
         self._stdin_w: int | None = None
         self._wake_r, self._wake_w = os.pipe()
@@ -58,6 +67,14 @@ class Agent:
         os.set_blocking(self._wake_w, False)
         self.endpoint: str | None = None
         self._ctx = zmq.Context()
+        self._tree = self._bind_tree()        # bound here so that hello can name it; used by the agent thread
+        self._chan: Writer | None = None      # the agent channel, when the controller has one
+        self._pid = os.getpid()
+        path = address_for(uri)
+        chan_sock = connect(path) if path is not None else None
+        if chan_sock is not None:
+            self._chan = Writer(chan_sock)
+            self._chan.write(frame(self._pack(self._hello())))     # first, before any other thread writes
         self._thread = threading.Thread(target=self._run, name=f"planaria-agent-{rank}", daemon=True)
         self._thread.start()
 
@@ -97,10 +114,9 @@ class Agent:
             ev = threading.Event()
             with self._lock:
                 self._pending[mid] = ev
-        self._queue.put(msg)
-        self._wake()
+        sent = self._submit(msg)
         if ev is None:
-            return True
+            return sent
         ok = ev.wait(timeout)
         with self._lock:
             self._pending.pop(msg["id"], None)
@@ -118,12 +134,25 @@ class Agent:
         ev = threading.Event()
         with self._lock:
             self._pending[mid] = ev
-        self._queue.put(msg)
-        self._wake()
+        self._submit(msg)
         ev.wait(timeout)
         with self._lock:
             self._pending.pop(mid, None)
             return self._answers.pop(mid, None)
+
+    def _submit(self, msg: dict[str, Any]) -> bool:
+        """Hand a message over: into the channel from this thread, or to the agent thread's queue."""
+        chan = self._chan
+        if chan is not None:
+            if os.getpid() != self._pid:
+                return False              # a forked child must not write into its parent's stream
+            ok = chan.write(frame(self._pack(msg)))
+            if chan.pending:
+                self._wake()              # the agent thread sends the rest when the socket takes it
+            return ok
+        self._queue.append(msg)
+        self._wake()
+        return True
 
     def _wake(self) -> None:
         try:
@@ -137,6 +166,7 @@ class Agent:
             return
         self._closed = True
         self._stop.set()
+        self._wake()
         self._thread.join(timeout)
 
     # --- agent thread ---------------------------------------------------
@@ -144,19 +174,24 @@ class Agent:
         msg["tok"] = self._secret
         return msgpack.packb(msg, use_bin_type=True, default=str)
 
-    def _send(self, sock: zmq.Socket, msg: dict[str, Any]) -> None:
+    def _hello(self) -> dict[str, Any]:
+        return {"type": "hello", "rank": self.rank, "size": self.size, "pid": os.getpid(),
+                "host": socket.gethostname(), "role": self.role, "backend": self.backend,
+                "t": time.time(), "ep": self.endpoint}
+
+    def _send(self, sock: zmq.Socket | None, msg: dict[str, Any]) -> None:
+        if sock is None:
+            self._submit(msg)
+            return
         try:
             sock.send(self._pack(msg), zmq.NOBLOCK)
         except zmq.ZMQError:
             pass
 
-    def _drain(self, sock: zmq.Socket) -> None:
-        while True:
-            try:
-                msg = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            self._send(sock, msg)
+    def _drain(self, sock: zmq.Socket | None) -> None:
+        queued = self._queue
+        while queued:
+            self._send(sock, queued.popleft())
 
     def _on_reply(self, payload: bytes) -> None:
         try:
@@ -168,9 +203,8 @@ class Agent:
         self.last_reply = time.monotonic()
         mtype = msg.get("type")
         if mtype == "event":
-            from planaria.events.local import deliver
             try:
-                deliver(msg.get("event") or {})
+                _deliver(msg.get("event") or {})
             except Exception:  # noqa: BLE001 - a bad event must never stop the agent
                 pass
             return
@@ -268,61 +302,82 @@ class Agent:
         t.join(max(budget - hop, 0.0) + 0.5)
         parts = [own] + list(result.get("parts") or [{"missing": ranks[1:]}])
         merged = collect.merge_parts(parts)
-        self._replies.put((ident, {"type": "part", "id": req.get("id"), "part": merged}))
+        self._replies.append((ident, {"type": "part", "id": req.get("id"), "part": merged}))
+        self._wake()
 
     def _run(self) -> None:
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 1000)
-        sock.setsockopt(zmq.SNDHWM, 100000)
-        sock.setsockopt(zmq.RCVHWM, 100000)
-        tree = self._bind_tree()
+        chan, tree = self._chan, self._tree
+        sock: zmq.Socket | None = None
         poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
+        if chan is None:
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 1000)
+            sock.setsockopt(zmq.SNDHWM, 100000)
+            sock.setsockopt(zmq.RCVHWM, 100000)
+            poller.register(sock, zmq.POLLIN)
+        chan_fd, chan_mask = -1, 0
+        reader = Reader()
+        if chan is not None:
+            chan_fd, chan_mask = chan.sock.fileno(), zmq.POLLIN
+            poller.register(chan_fd, chan_mask)
         if tree is not None:
             poller.register(tree, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        wake_r, queued, replies = self._wake_r, self._queue, self._replies
+        poller.register(wake_r, zmq.POLLIN)
         try:
-            sock.connect(self.uri)
-            self._send(sock, {"type": "hello", "rank": self.rank, "size": self.size,
-                              "pid": os.getpid(), "host": socket.gethostname(),
-                              "role": self.role, "backend": self.backend, "t": time.time(),
-                              "ep": self.endpoint})
+            if sock is not None:
+                sock.connect(self.uri)
+                self._send(sock, self._hello())
             self.last_reply = time.monotonic()
-            next_hb = time.monotonic() + self.heartbeat
             last_turn = time.monotonic()
+            ticker = threading.Thread(target=self._ticker, name=f"planaria-heartbeat-{self.rank}", daemon=True)
+            ticker.start()
             while not self._stop.is_set():
-                self._drain(sock)
-                if tree is not None:
-                    self._send_replies(tree)
-                ready = dict(poller.poll(_POLL_MS))
-                if self._wake_r in ready:
-                    try:
-                        os.read(self._wake_r, 4096)
-                    except OSError:
-                        pass
-                    self._drain(sock)
-                if tree is not None and tree in ready:
-                    self._on_tree(tree)
-                if sock in ready:
-                    while True:
+                # block without a timeout (no timer armed per message): the ticker's wake-up
+                # every heartbeat interval brings the periodic work
+                for what, flags in poller.poll():
+                    if what == chan_fd:
+                        assert chan is not None
+                        if flags & zmq.POLLOUT:
+                            chan.flush()
+                        if flags & zmq.POLLIN and not self._read_chan(chan, reader):
+                            poller.unregister(chan_fd)         # the controller is gone
+                            chan_fd = -1
+                    elif what is sock:
+                        self._receive(sock)
+                    elif what == wake_r:
                         try:
-                            self._on_reply(sock.recv(zmq.NOBLOCK))
-                        except zmq.Again:
-                            break
+                            os.read(wake_r, 4096)
+                        except OSError:
+                            pass
+                    elif what is tree:
+                        self._on_tree(tree)
+                if queued:
+                    self._drain(sock)
+                if replies and tree is not None:
+                    self._send_replies(tree)
+                if chan_fd >= 0:
+                    want = zmq.POLLIN | zmq.POLLOUT if chan.pending else zmq.POLLIN
+                    if want != chan_mask:
+                        chan_mask = want
+                        poller.register(chan_fd, want)
                 now = time.monotonic()
                 if now - last_turn > 2.0:
                     # this process was stopped (SIGSTOP, a debugger): the controller was not silent
                     self.last_reply = now
                 last_turn = now
-                if now >= next_hb:
+                if self._beat:
+                    self._beat = False
                     self._send(sock, {"type": "hb", "rank": self.rank, "step": self.step,
                                       "t": time.time()})
-                    next_hb = now + self.heartbeat
-                if self.orphan_timeout > 0 and now - self.last_reply > self.orphan_timeout:
-                    os.kill(os.getpid(), signal.SIGKILL)
+                    if self.orphan_timeout > 0 and now - self.last_reply > self.orphan_timeout:
+                        os.kill(os.getpid(), signal.SIGKILL)
             self._drain(sock)
         finally:
-            sock.close()
+            if sock is not None:
+                sock.close()
+            if chan is not None:
+                self._close_chan(chan)
             if tree is not None:
                 tree.close(0)
                 if self.endpoint and self.endpoint.startswith("ipc://"):
@@ -332,12 +387,54 @@ class Agent:
                         pass
             self._ctx.term()
 
-    def _send_replies(self, tree: zmq.Socket) -> None:
+    def _read_chan(self, chan: Writer, reader: Reader) -> bool:
+        """Handle what the controller wrote on the channel; False once the channel is closed."""
         while True:
             try:
-                ident, msg = self._replies.get_nowait()
-            except queue.Empty:
+                data = chan.sock.recv(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError:
+                data = b""
+            if not data:
+                chan.broken = True
+                return False
+            try:
+                payloads = reader.feed(data)
+            except FrameError:
+                chan.broken = True
+                return False
+            for payload in payloads:
+                self._on_reply(payload)
+            if len(data) < 1 << 16:
+                return True
+
+    def _close_chan(self, chan: Writer, linger: float = 1.0) -> None:
+        """Send what still waits (bounded, like a ZeroMQ linger), then close the channel."""
+        deadline = time.monotonic() + linger
+        while not chan.broken and not chan.flush() and time.monotonic() < deadline:
+            select.select([], [chan.sock], [], max(0.0, min(0.05, deadline - time.monotonic())))
+        chan.close()
+
+    def _ticker(self) -> None:
+        """Wake the agent thread every heartbeat interval (heartbeat, orphan guard)."""
+        while not self._stop.wait(self.heartbeat):
+            self._beat = True
+            self._wake()
+
+    def _receive(self, sock: zmq.Socket) -> None:
+        """Handle every message waiting on the controller socket (no exception for the last one)."""
+        while True:
+            try:
+                self._on_reply(sock.recv(zmq.NOBLOCK))
+            except zmq.Again:
                 return
+            if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                return
+
+    def _send_replies(self, tree: zmq.Socket) -> None:
+        while self._replies:
+            ident, msg = self._replies.popleft()
             try:
                 tree.send_multipart([ident, self._pack(msg)], zmq.NOBLOCK)
             except zmq.ZMQError:

@@ -1,0 +1,125 @@
+"""The agent channel: framing, non-blocking ordered writes, and a controller and an agent
+talking over it in this process (real Unix sockets), including refusals of a client without
+the job secret."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import msgpack
+import pytest
+
+from planaria.events.channel import HEADER, MAX_FRAME, FrameError, Reader, Writer, address_for, frame
+
+
+def test_reader_reassembles_frames_split_anywhere():
+    payloads = [b"", b"a", b"x" * 70000, msgpack.packb({"type": "hb", "rank": 3})]
+    stream = b"".join(frame(p) for p in payloads)
+    for step in (1, 3, 4096, len(stream)):
+        r = Reader()
+        got = []
+        for i in range(0, len(stream), step):
+            got.extend(r.feed(stream[i:i + step]))
+        assert got == payloads
+    with pytest.raises(FrameError):
+        Reader().feed(HEADER.pack(MAX_FRAME + 1))
+
+
+def test_writer_keeps_order_queues_when_the_peer_does_not_read_and_drops_whole_frames():
+    a, b = socket.socketpair()
+    try:
+        w = Writer(a, limit=1 << 20)
+        sent = [frame(b"%06d" % i + b"." * 2000) for i in range(3000)]      # about 6 MB: more than the socket holds
+        ok = [w.write(f) for f in sent]
+        assert w.pending and w.dropped == ok.count(False) > 0
+        kept = [f for f, k in zip(sent, ok) if k]
+        r, got = Reader(), []
+        b.settimeout(5)
+        while len(got) < len(kept):
+            w.flush()
+            got.extend(r.feed(b.recv(1 << 16)))
+        assert got == [f[HEADER.size:] for f in kept]      # complete frames, in order
+        assert w.flush() and not w.pending
+        w.close()
+        assert w.write(frame(b"late")) is False
+    finally:
+        b.close()
+
+
+@pytest.fixture()
+def controller(tmp_path):
+    from planaria.launch.controller import Controller
+    from planaria.launch.jobdir import JobDir
+
+    jd = JobDir.create(tmp_path)
+    ctl = Controller(jd)
+    ctl.start()
+    yield ctl
+    ctl.stop()
+
+
+@pytest.mark.timeout(30)
+def test_agent_talks_to_the_controller_over_its_channel(controller):
+    import planaria.events as ev
+    from planaria.launch.channels import Peer
+    from planaria.runtime.agent import Agent
+
+    got: list = []
+    seen = threading.Event()
+
+    def handler(e, results):
+        got.append((e.code, e.info.get("n")))
+        seen.set()
+        return ev.COMPLETE
+    hid = ev.register(ev.user_code(77), handler, name="channel-test")
+    agent = Agent(controller.uri, controller.jobdir.secret(), rank=2, size=3, heartbeat=0.05)
+    try:
+        assert agent._chan is not None
+        assert agent.report("inject", wait=True, timeout=5, kind="kill", detail="x")
+        assert isinstance(controller.idents[2], Peer)
+        deadline = time.time() + 5
+        while time.time() < deadline and controller.table()[2]["state"] != "running":
+            time.sleep(0.02)
+        controller.notify(ev.user_code(77), {"n": 1})
+        assert seen.wait(5) and got == [(ev.user_code(77), 1)]
+        assert agent.request({"type": "publish", "data": {"k": 5}}, 5)["stored"] == ["k"]
+        assert agent.request({"type": "lookup", "keys": ["k"]}, 5)["data"] == {"k": 5}
+        assert agent.report("bye", wait=True, timeout=5, code=0)
+        assert controller.table()[2]["state"] == "finished"
+    finally:
+        agent.close()
+        ev.deregister(hid)
+    types = [e["type"] for e in controller.jobdir.events()]
+    assert types[:2] == ["hello", "inject"] and "bye" in types
+
+
+def _frame_msg(msg: dict) -> bytes:
+    return frame(msgpack.packb(msg, use_bin_type=True))
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("data, why", [
+    (_frame_msg({"type": "hello", "rank": 9, "tok": "wrong"}), "bad token"),
+    (_frame_msg({"type": "hello", "rank": 9}), "no token"),
+    (frame(b"\xc1garbage"), "undecodable"),
+    (HEADER.pack(MAX_FRAME + 1), "bad frame"),
+])
+def test_channel_refuses_a_client_without_the_secret(controller, data, why):
+    path = address_for(controller.uri)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect(path)
+        s.sendall(data)
+        assert s.recv(100) == b""                      # no answer: the connection is closed
+    finally:
+        s.close()
+    deadline = time.time() + 5
+    refused: list = []
+    while time.time() < deadline and not refused:
+        refused = [e for e in controller.jobdir.events() if e["type"] == "refused"]
+        time.sleep(0.02)
+    assert refused and refused[0]["why"].startswith(why)
+    assert refused[0]["peer"].startswith("agent channel (pid ")
+    assert 9 not in controller.table()
