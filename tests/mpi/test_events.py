@@ -50,7 +50,7 @@ def _events(jobdir: Path) -> list[dict]:
 
 @pytest.mark.timeout(90)
 def test_resilient_handler_keeps_the_job_alive_after_a_kill(tmp_path):
-    res = _run(tmp_path, ["-n", "3", "--spares", "1", "--default-handler", "abort", "--timeout", "50",
+    res = _run(tmp_path, ["-n", "3", "--spares", "1", "--timeout", "50",       # default handler: abort
                           "--inject", "kill:rank=1,iter=10", "--", sys.executable, APP, "resilient", "40"])
     assert res.returncode == 0, res.stderr[-3000:]
     out = _results(res.stdout)
@@ -68,7 +68,7 @@ def test_resilient_handler_keeps_the_job_alive_after_a_kill(tmp_path):
 @pytest.mark.timeout(90)
 def test_without_a_resilient_handler_the_default_handler_ends_the_job(tmp_path):
     t = time.monotonic()
-    res = _run(tmp_path, ["-n", "3", "--default-handler", "abort", "--timeout", "50",
+    res = _run(tmp_path, ["-n", "3", "--timeout", "50",          # the default: --default-handler abort
                           "--inject", "kill:rank=1,iter=10", "--", sys.executable,
                           str(SCRIPTS / "steady_loop.py"), "1000"])
     took = time.monotonic() - t
@@ -80,6 +80,22 @@ def test_without_a_resilient_handler_the_default_handler_ends_the_job(tmp_path):
     aborts = [e for e in _events(jd) if e["type"] == "abort"]
     assert aborts and aborts[0]["event"]["affected"] == [1]
     assert "default event handler" in res.stderr
+    # the survivors' state was collected before the job was stopped, and names the dead rank
+    report = json.loads((jd / "diag-1.json").read_text())
+    named = [rc for rc in report["root_causes"] if 1 in rc.get("rank_list", [])]
+    assert named or "rank 1 failed" in report["text"], report["text"]
+
+
+@pytest.mark.timeout(90)
+def test_notify_only_default_handler_lets_the_survivors_go_on(tmp_path):
+    res = _run(tmp_path, ["-n", "3", "--default-handler", "none", "--timeout", "50",
+                          "--inject", "kill:rank=1,iter=10", "--", sys.executable,
+                          str(SCRIPTS / "steady_loop.py"), "40"])
+    jd = _jobdir(tmp_path)
+    assert not [e for e in _events(jd) if e["type"] == "abort"], res.stderr[-3000:]
+    summary = json.loads((jd / "summary.json").read_text())
+    states = {r["rank"]: r["state"] for r in summary["ranks"]}
+    assert states[1] == "failed" and states[0] == states[2] == "finished", summary["ranks"]
 
 
 @pytest.mark.timeout(60)
@@ -104,8 +120,9 @@ def _cli(home: Path, *args: str, stdin: str | None = None, timeout: float = 30) 
 
 @pytest.mark.timeout(120)
 def test_tools_against_a_running_job_and_refusals(tmp_path):
-    cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "3", "--timeout", "80", "--",
-           sys.executable, APP, "tools", "60"]
+    # the job outlives the `ctl kill` below: notify-only default handler
+    cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "3", "--timeout", "80",
+           "--default-handler", "none", "--", sys.executable, APP, "tools", "60"]
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path),
                            start_new_session=True)
     try:

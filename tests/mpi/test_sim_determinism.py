@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.mpi, pytest.mark.timeout(120)]
 def failure_sequence(tmp_path, seed: int) -> list[tuple[int, str]]:
     cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "5", "--backend", "sim",
            "--inject", f"kill:mtbf=0.5,seed={seed},count=2", "--json", "--timeout", "60",
+           "--default-handler", "none",          # the survivors keep looping after the kills
            "--", sys.executable, str(SCRIPTS / "steady_loop.py"), "60"]
     env = root_env()
     env["PLANARIA_HOME"] = str(tmp_path)

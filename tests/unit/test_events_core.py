@@ -227,6 +227,22 @@ def test_default_handler_aborts_unless_completed(monkeypatch):
     assert len(calls) == 1                    # policy "none": no abort
 
 
+def test_handle_failures_completes_process_failures_ahead_of_the_default_abort(monkeypatch):
+    from planaria.events import local
+    lp = local._Local()
+    aborts, seen = [], []
+    lp.abort = lambda reason, ev: aborts.append(reason)
+    lp.policy = "abort"
+    monkeypatch.setattr(local, "_L", lp)
+    local.handle_failures("mine", lambda ev: seen.append(("old", ev.id)))
+    local.handle_failures("mine", lambda ev: seen.append(("new", ev.id)))      # replaces, by name
+    res = lp.registry.dispatch(_ev(code=codes.PROC_ABORTED_BY_SIG, id=5, affected=frozenset({2})))
+    assert [r.name for r in res] == ["mine"] and res[0].status == COMPLETE
+    assert seen == [("new", 5)] and aborts == []
+    lp.registry.dispatch(_ev(code=codes.NODE_DOWN, id=6))                     # not a process failure
+    assert len(aborts) == 1 and seen == [("new", 5)]
+
+
 def test_event_wire_roundtrip():
     e = Event(code=-402, source=3, range=ranges.parse_range("custom", [1, 2]), info={"k": 1},
               affected=frozenset({3}), id=7, t=1.5, source_host="h", origin="rm")

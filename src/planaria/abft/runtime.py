@@ -118,6 +118,7 @@ from typing import Any
 import numpy as np
 
 import planaria
+from planaria import events
 from planaria.abft.partition import Block, partition
 from planaria.abft.recovery import NoLiveWorkerError, plan
 from planaria.abft.verify import CORRECT, TRANSIENT, UNRECOVERABLE, block_digest, locate, verification_rows
@@ -690,6 +691,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     comm = planaria.world(args.backend)
+    # the masters re-plan a failed worker's tasks, so a failure event is handled here
+    events.handle_failures("planaria-abft", action="abft-replan")
     rank, size = comm.Get_rank(), comm.Get_size()
     if size < 3:
         print("planaria.abft.runtime: needs at least 3 ranks (2 masters + 1 worker)", file=sys.stderr)

@@ -116,6 +116,25 @@ def default_action() -> str:
     return _L.policy
 
 
+def handle_failures(name: str, on_event: Callable[[Event], None] | None = None,
+                    action: str = "handled-by-program") -> int:
+    """Register a resilient handler that completes process-failure events (PMIx: ahead of the
+    default abort), for a program that recovers from failures itself (ULFM ``shrink`` loops).
+
+    ``on_event(event)`` sees each event first; a handler of the same name is replaced. Returns
+    the registration id.
+    """
+    for h in _L.registry.chain():
+        if h.name == name:
+            _L.registry.deregister(h.id)
+
+    def handler(ev: Event, results: list[Result]) -> Any:
+        if on_event is not None:
+            on_event(ev)
+        return COMPLETE, {"action": action}
+    return register(_codes.PROC_FAILED_CODES, handler, name=name)
+
+
 def deliver(msg: dict[str, Any]) -> list[Result]:
     """Run the local chain for an event the controller forwarded (in the calling thread: the agent's)."""
     return _L.registry.dispatch(Event.from_wire(msg))

@@ -70,7 +70,7 @@ class RunOptions:
     detect: bool = True         # run-time error detection in every rank (message log, timers, probes)
     detect_timeouts: str | None = None   # thresholds, see planaria.localize.thresholds
     diagnose_on_timeout: bool = True   # collect and analyze the global state before a --timeout kill
-    default_handler: str = "none"      # what the ranks' default event handler does with a fault: abort | none
+    default_handler: str = "abort"     # what the ranks' default event handler does with a fault: abort | none
 
 
 def _err(msg: str) -> None:
@@ -436,14 +436,15 @@ class _Attempt:
 def node_failure(att: _Attempt) -> str | None:
     """Why ``att`` counts as ended by a node failure (so it may be restarted), or None.
 
-    The rule: the attempt was not stopped by --timeout or Ctrl-C, its status is not 0, and
+    The rule: the attempt was not stopped by --timeout or Ctrl-C (an abort by the default event
+    handler after a fault counts like a failure), its status is not 0, and
     either mpiexec reported a lost runtime daemon (the runtime then aborts the whole job, so its
     status is not 0 unless every rank had finished), or no rank finished (said bye, or exited
     cleanly) and there is evidence that processes were lost: a rank was lost or failed, or a
     rank or mpiexec itself was killed by a signal.
     """
-    if att.outcome not in ("finished", "failed") or att.status == EXIT_OK:
-        return None
+    if att.outcome not in ("finished", "failed", "aborted") or att.status == EXIT_OK:
+        return None             # "aborted": the default event handler ended it after a fault
     if att.daemon_loss:
         where = f" on {', '.join(att.lost_hosts)}" if att.lost_hosts else ""
         return f"the MPI runtime lost its daemon{where} and aborted the job"
@@ -760,8 +761,10 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         if deadline is not None and time.time() > deadline:
             outcome = "timeout"
             break
-    if outcome == "timeout" and opts.diagnose_on_timeout:
-        _diagnose_now(controller, out, "timeout")
+    if outcome in ("timeout", "aborted") and opts.diagnose_on_timeout:
+        # the survivors' state says where they were when the job had to end (a dead peer shows
+        # up in the count check)
+        _diagnose_now(controller, out, outcome)
     if outcome != "finished":
         why = ("interrupted (Ctrl-C)" if outcome == "interrupted"
                else f"aborted by rank {controller.abort_request.get('rank')}'s {controller.abort_request['reason']}"

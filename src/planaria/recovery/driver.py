@@ -385,7 +385,6 @@ class Resilient:
 
 
 RESILIENT_HANDLER = "planaria-resilient"
-_handler_id: list[int] = []          # the registered resilient handler (one per process)
 
 
 def _claim_failure_events(driver: Resilient) -> None:
@@ -394,12 +393,7 @@ def _claim_failure_events(driver: Resilient) -> None:
     A newer driver in the same process takes the handler over."""
     from planaria import events
 
-    def handler(ev: Any, results: Any) -> Any:
-        driver.failure_events.append(ev)
-        return events.COMPLETE, {"action": "ulfm-recovery"}
-    while _handler_id:
-        events.deregister(_handler_id.pop())
-    _handler_id.append(events.register(events.PROC_FAILED_CODES, handler, name=RESILIENT_HANDLER))
+    events.handle_failures(RESILIENT_HANDLER, driver.failure_events.append, action="ulfm-recovery")
 
 
 def _split(world: Comm, color: int | None, key: int) -> Comm | None:
