@@ -9,6 +9,7 @@ pytestmark = [pytest.mark.mpi]
 
 RECOVER = str(SCRIPTS / "checkpoint_recover.py")
 RESTART = str(SCRIPTS / "checkpoint_restart.py")
+PARTIAL = str(SCRIPTS / "checkpoint_partial.py")
 
 # case -> (processes, world ranks expected to print OK)
 CASES = {
@@ -58,3 +59,12 @@ def test_file_restart_new_job(backend: str, tmp_path) -> None:
     p.write_bytes(raw)
     res = mpiexec(4, [RESTART, "read:2", backend, str(tmp_path)], ft=ft, timeout=60)
     assert res.ok_ranks("read:2") == [0, 1, 2, 3] and res.code == 0, _detail(res)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_restore_refused_when_a_survivor_lacks_the_version(backend: str) -> None:
+    """Memory and XOR: CheckpointError everywhere, survivors unchanged, an older version restores after."""
+    res = mpiexec(4, [PARTIAL, backend], ft=(backend == "ulfm"), timeout=60)
+    assert "FAIL" not in res.out, _detail(res)
+    assert res.ok_ranks("partial") == [0, 1, 2, 3] and res.code == 0, _detail(res)

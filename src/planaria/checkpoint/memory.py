@@ -11,7 +11,7 @@ import numpy as np
 
 from planaria.checkpoint.store import (
     KEEP, TAG_DATA, TAG_META, TAG_REBUILD, TAG_RESEED, WARM, BufferPool, CheckpointError, CheckpointStore, Meta,
-    check_fresh, check_logical, check_version, newest, pack, unpack,
+    Verdict, all_true, check_fresh, check_logical, check_version, newest, pack, unpack,
 )
 from planaria.comm.base import Comm
 
@@ -102,82 +102,152 @@ class MemoryStore(CheckpointStore):
         return set(self._data)
 
     # -- restore ---------------------------------------------------------------------------------
-    def _inventory(self, comm: Comm, fresh: set[int]) -> list[dict[int, tuple[int, list[int]]]]:
-        mine: dict[int, tuple[int, list[int]]] = {}
-        if comm.rank not in fresh:
-            mine = {v: (n, sorted(held)) for v, (n, held) in self._data.items()}
-        return comm.allgather(mine)
+    def _standard(self, rank: int, n: int) -> list[int]:
+        """The owners whose states ``rank`` holds in a job of ``n`` ranks: itself first, then its owners."""
+        return [rank] + owners_held_by(rank, n, self.copies, self.distance)
 
-    @staticmethod
-    def _usable(inv: list[dict[int, tuple[int, list[int]]]], fresh: set[int], n: int) -> set[int]:
-        candidates = set().union(*(set(d) for d in inv))
-        out = set()
-        for v in candidates:
-            have: set[int] = set()
-            ok = True
-            for rank, d in enumerate(inv):
-                if rank in fresh:
-                    continue
-                if v not in d or d[v][0] != n:
-                    ok = False             # a survivor lacks it: the save of v did not complete
-                    break
-                have.update(d[v][1])
-            if ok and have >= set(range(n)):
-                out.add(v)
+    def _held(self, version: int, rank: int, n: int) -> dict[int, tuple[Meta, np.ndarray]] | None:
+        """What this rank holds of ``version`` saved by ``n`` ranks, when it holds all it should."""
+        entry = self._data.get(version)
+        if entry is None or entry[0] != n or set(entry[1]) != set(self._standard(rank, n)):
+            return None
+        return entry[1]
+
+    def _sources(self, n: int, fresh: set[int]) -> dict[int, int] | None:
+        """owner -> the rank that sends the owner's state to the fresh ranks needing it (the lowest
+        non-fresh rank holding it); None when some needed state has no non-fresh holder left.
+        Where copies live is fixed by (copies, distance, n), so every rank computes the same plan."""
+        out: dict[int, int] = {}
+        for f in fresh:
+            for o in self._standard(f, n):
+                have = [x for x in [o] + holders(o, n, self.copies, self.distance) if x not in fresh]
+                if not have:
+                    return None
+                out[o] = min(have)
         return out
 
     def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:
         fresh = check_fresh(comm, fresh)
-        return self._usable(self._inventory(comm, fresh), fresh, comm.size)
+        n, r = comm.size, comm.rank
+        # One fixed-size buffer Allgather: (version, ranks at save) of each version held in full.
+        mine = np.full(2 * KEEP, -1, dtype=np.int64)
+        if r not in fresh:
+            for i, (v, (ns, _)) in enumerate(sorted(self._data.items())[-KEEP:]):
+                if self._held(v, r, ns) is not None:
+                    mine[2 * i:2 * i + 2] = (v, ns)
+        inv = np.empty((n, 2 * KEEP), dtype=np.int64)
+        comm.Allgather(mine, inv)
+        if self._sources(n, fresh) is None:
+            return set()
+        live = [{int(row[2 * i]) for i in range(KEEP) if row[2 * i] >= 0 and row[2 * i + 1] == n}
+                for rank, row in enumerate(inv) if rank not in fresh]
+        return set.intersection(*live) if live else set()
 
     def restore(self, comm: Comm, version: int, fresh: set[int],
                 into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Sources send each fresh rank its state and the copies it keeps, no collective first.
+
+        Every rank derives the same plan from (fresh, copies, distance, n); a source that lacks
+        the version sends a "missing" notice instead of data; whether the restore went through
+        is settled at the end by statuses and verdicts (``Verdict``). Survivors change nothing
+        (``into``, versions kept) before the verdict.
+        """
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
         n, r = comm.size, comm.rank
-        inv = self._inventory(comm, fresh)
-        if version not in self._usable(inv, fresh, n):
+        sources = self._sources(n, fresh)
+        if sources is None:
             raise CheckpointError(f"memory checkpoint version {version} cannot be restored "
                                   f"with fresh ranks {sorted(fresh)}")
-
-        def source(owner: int) -> int:
-            return min(rank for rank, d in enumerate(inv)
-                       if rank not in fresh and owner in d[version][1])
-
-        # (receiver, owner): each fresh rank needs its own state and the copies it holds for others
-        needs = sorted({(f, f) for f in fresh} |
-                       {(f, o) for f in fresh for o in owners_held_by(f, n, self.copies, self.distance)})
-        plan = [(source(o), f, o) for f, o in needs]
-        sends = []
-        if r not in fresh:
-            held = self._data[version][1]
-            for src, dst, owner in plan:
-                if src == r:
-                    meta, buf = held[owner]
-                    sends.append(comm.isend((owner, meta), dst, TAG_REBUILD))
-                    sends.append(comm.Isend(buf, dest=dst, tag=TAG_RESEED))
-        else:
-            got: dict[int, tuple[Meta, np.ndarray]] = {}
-            for src, dst, owner in plan:
-                if dst != r:
+        if not fresh:                                   # a roll-back: every rank has its own state
+            held = self._held(version, r, n)
+            if not all_true(comm, held is not None):
+                raise CheckpointError(f"memory checkpoint version {version} is not held by every rank")
+            return self._keep(version, r, held, into)
+        verdict = Verdict(comm, fresh)
+        if r in fresh:
+            return self._restore_fresh(comm, version, verdict, sources)
+        held = self._held(version, r, n)
+        reqs = verdict.tell(0 if held is not None else -1)
+        for f in verdict.fresh:
+            for o in self._standard(f, n):
+                if sources[o] != r:
                     continue
-                o, meta = comm.recv(source=src, tag=TAG_REBUILD)
-                if o != owner:
-                    raise CheckpointError(f"rank {r} expected the state of rank {owner}, got {o}")
-                buf = WARM.take(meta.nbytes)
-                self._inflight = [buf]
-                comm.Recv(buf, source=src, tag=TAG_RESEED)
-                got[owner] = (meta, buf)
-            self._data = {}
-            self._commit(r, version, n, got)
-        for q in sends:
+                if held is None:
+                    reqs.append(comm.isend((o, None), f, TAG_REBUILD))
+                else:
+                    meta, buf = held[o]
+                    reqs.append(comm.isend((o, meta), f, TAG_REBUILD))
+                    reqs.append(comm.Isend(buf, dest=f, tag=TAG_RESEED))
+        ok = verdict.outcome()
+        out = self._keep(version, r, held, into) if ok and held is not None else None
+        for q in reqs:
             q.Wait()
-        self._inflight = []
+        if out is None:
+            raise CheckpointError(f"memory checkpoint version {version} cannot be restored "
+                                  f"with fresh ranks {sorted(fresh)}: not every rank holds it")
+        return out
+
+    def _keep(self, version: int, r: int, held: dict[int, tuple[Meta, np.ndarray]],
+              into: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """A survivor's side of a restore that went through: drop newer versions, unpack its own state."""
         self._data = {v: d for v, d in self._data.items() if v <= version}
         self._rank = r
-        meta, buf = self._data[version][1][r]
-        out = unpack(meta, buf, pool=WARM if r in fresh else None, into=None if r in fresh else into)
-        comm.Barrier()
+        return unpack(*held[r], into=into)
+
+    def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict,
+                       sources: dict[int, int]) -> dict[str, np.ndarray]:
+        """A fresh rank: its own state (unpacked at once into warm arrays) and the copies it keeps,
+        taken from whichever source is ready first (sources enter the restore at different times)."""
+        n, r = comm.size, comm.rank
+        status, sreqs = verdict.listen()
+        self._inflight = [status]
+        due: dict[int, list[int]] = {}              # source -> owners it sends, in the order it sends them
+        for o in self._standard(r, n):
+            due.setdefault(sources[o], []).append(o)
+        heads = {s: comm.irecv(source=s, tag=TAG_REBUILD) for s in due}
+        got: dict[int, tuple[Meta, np.ndarray]] = {}
+        out: dict[str, np.ndarray] | None = None
+        problem = ""
+        idle = 0
+        while heads:
+            if idle > 1000:                          # nothing for a while: block on one source
+                next(iter(heads.values())).Wait()
+            idle += 1
+            for s in list(heads):
+                done, msg = heads[s].test()
+                if not done:
+                    continue
+                idle = 0
+                o = due[s].pop(0)
+                if due[s]:
+                    heads[s] = comm.irecv(source=s, tag=TAG_REBUILD)
+                else:
+                    del heads[s]
+                o2, meta = msg
+                if meta is None:
+                    problem = problem or f"rank {s} does not hold it"
+                    continue
+                buf = WARM.take(meta.nbytes)
+                self._inflight.append(buf)
+                comm.Recv(buf, source=s, tag=TAG_RESEED)
+                if o2 != o:
+                    problem = problem or f"rank {r} expected the state of rank {o}, got {o2}"
+                    continue
+                got[o] = (meta, buf)
+                if o == r:
+                    out = unpack(meta, buf, pool=WARM)
+        for q in sreqs:
+            q.Wait()
+        if not problem and (status < 0).any():
+            problem = "not every rank holds it"
+        verdict.announce(not problem)
+        self._inflight = []
+        if problem:
+            raise CheckpointError(f"memory checkpoint version {version} cannot be restored: {problem}")
+        assert out is not None
+        self._data = {}
+        self._commit(r, version, n, got)
         return out
 
     def footprint(self) -> list[int]:

@@ -24,6 +24,8 @@ TAG_DATA = 7302
 TAG_PARITY = 7303
 TAG_REBUILD = 7304
 TAG_RESEED = 7305
+TAG_STATUS = 7306      # restore: a surviving rank tells a fresh rank whether it holds the version
+TAG_DECISION = 7307    # restore: a fresh rank tells the others whether the restore went through
 
 
 @dataclass(frozen=True)
@@ -352,3 +354,62 @@ def versions_all_have(comm: Comm, mine: set[int]) -> set[int]:
     for s in sets[1:]:
         common &= set(s)
     return common
+
+
+def all_true(comm: Comm, ok: bool) -> bool:
+    """Collective: whether ``ok`` holds on every rank (one buffer ``Allreduce``, so revoke reaches it)."""
+    from mpi4py import MPI
+    out = np.zeros(1, dtype=np.int64)
+    comm.Allreduce(np.array([1 if ok else 0], dtype=np.int64), out, op=MPI.MIN)
+    return bool(out[0])
+
+
+class Verdict:
+    """The end of a restore with fresh ranks, without a collective: statuses in, verdicts out.
+
+    Every non-fresh rank sends each fresh rank a status (an int64: >= 0 when it holds the
+    version, the meaning of the value is the store's; -1 when it does not), then waits for
+    one verdict per fresh rank. A fresh rank receives every status, adds what it found itself
+    (a message that did not fit), and sends its verdict to every non-fresh rank: the version
+    went through only where every rank holds its part. Statuses are sent on entry, so they
+    have long arrived when a fresh rank is done with its data: its restore ends when its own
+    transfers do, not at the last of a collective's rounds among processes that time-share
+    cores. The verdicts are received from any source: like a barrier, the wait raises
+    ``ProcFailedError`` when any process of ``comm`` fails, and ``RevokedError`` on revoke.
+    """
+
+    def __init__(self, comm: Comm, fresh: set[int]) -> None:
+        self.comm = comm
+        self.fresh = sorted(fresh)
+        self.others = [x for x in range(comm.size) if x not in fresh]
+        self._bufs: list[np.ndarray] = []     # kept alive until every request completed
+
+    # -- on a non-fresh rank ---------------------------------------------------------------------
+    def tell(self, status: int) -> list[object]:
+        """Send this rank's status to every fresh rank (requests to wait for)."""
+        buf = np.array([status], dtype=np.int64)
+        self._bufs.append(buf)
+        return [self.comm.Isend(buf, dest=f, tag=TAG_STATUS) for f in self.fresh]
+
+    def outcome(self) -> bool:
+        """Wait for every fresh rank's verdict; True when all say the restore went through."""
+        got = np.zeros(len(self.fresh), dtype=np.int64)
+        self._bufs.append(got)
+        for i in range(len(self.fresh)):
+            self.comm.Recv(got[i:i + 1], tag=TAG_DECISION)     # any source: see the class docstring
+        return bool(got.all())
+
+    # -- on a fresh rank --------------------------------------------------------------------------
+    def listen(self) -> tuple[np.ndarray, list[object]]:
+        """Post the receives of every non-fresh rank's status: (statuses, requests), in ``others`` order."""
+        st = np.full(len(self.others), -1, dtype=np.int64)
+        self._bufs.append(st)
+        return st, [self.comm.Irecv(st[i:i + 1], source=x, tag=TAG_STATUS) for i, x in enumerate(self.others)]
+
+    def announce(self, ok: bool) -> None:
+        """Send this fresh rank's verdict to every non-fresh rank."""
+        buf = np.array([1 if ok else 0], dtype=np.int64)
+        self._bufs.append(buf)
+        reqs = [self.comm.Isend(buf, dest=x, tag=TAG_DECISION) for x in self.others]
+        for q in reqs:
+            q.Wait()

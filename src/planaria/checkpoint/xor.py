@@ -25,7 +25,7 @@ import numpy as np
 
 from planaria.checkpoint.store import (
     KEEP, TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, WARM, BufferPool, CheckpointError, CheckpointStore, Meta,
-    check_fresh, check_logical, check_version, describe, newest, pack, unpack,
+    Verdict, all_true, check_fresh, check_logical, check_version, describe, newest, pack, unpack,
 )
 from planaria.comm.base import Comm
 
@@ -148,81 +148,137 @@ class XorStore(CheckpointStore):
         return set(self._data)
 
     # -- restore ---------------------------------------------------------------------------------
-    def _usable(self, inv: list[dict[int, int]], fresh: set[int], n: int) -> set[int]:
-        live = [d for rank, d in enumerate(inv) if rank not in fresh]
-        if not live:
-            return set()
-        candidates = set(live[0])
-        for d in live[1:]:
-            candidates &= set(d)
-        candidates = {v for v in candidates if all(d[v] == n for d in live)}
+    def _restorable_groups(self, n: int, fresh: set[int]) -> bool:
+        """Whether every group lost at most one member, and no group of one lost its only member."""
         for g in groups(n, self.group_size):
             lost = [x for x in g if x in fresh]
             if len(lost) > 1 or (lost and len(g) < 2):
-                return set()
-        return candidates
-
-    def _inventory(self, comm: Comm, fresh: set[int]) -> list[dict[int, int]]:
-        mine = {} if comm.rank in fresh else {v: e.n for v, e in self._data.items()}
-        return comm.allgather(mine)
+                return False
+        return True
 
     def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:
         fresh = check_fresh(comm, fresh)
-        return self._usable(self._inventory(comm, fresh), fresh, comm.size)
+        n, r = comm.size, comm.rank
+        # One fixed-size buffer Allgather: (version, ranks at save) of each version held.
+        mine = np.full(2 * KEEP, -1, dtype=np.int64)
+        if r not in fresh:
+            for i, (v, e) in enumerate(sorted(self._data.items())[-KEEP:]):
+                mine[2 * i:2 * i + 2] = (v, e.n)
+        inv = np.empty((n, 2 * KEEP), dtype=np.int64)
+        comm.Allgather(mine, inv)
+        if not self._restorable_groups(n, fresh):
+            return set()
+        live = [{int(row[2 * i]) for i in range(KEEP) if row[2 * i] >= 0 and row[2 * i + 1] == n}
+                for rank, row in enumerate(inv) if rank not in fresh]
+        return set.intersection(*live) if live else set()
 
     def restore(self, comm: Comm, version: int, fresh: set[int],
                 into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """The surviving members of a fresh rank's group send it their chunks, no collective first.
+
+        A member that lacks the version sends nothing but its status (-1); whether the restore
+        went through is settled at the end by statuses and verdicts (``Verdict``). Survivors
+        change nothing (``into``, versions kept) before the verdict.
+        """
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
         n, r = comm.size, comm.rank
-        if version not in self._usable(self._inventory(comm, fresh), fresh, n):
+        if not self._restorable_groups(n, fresh):
             raise CheckpointError(f"xor checkpoint version {version} cannot be restored "
                                   f"with fresh ranks {sorted(fresh)}")
+        e = self._data.get(version)
+        if e is not None and e.n != n:
+            e = None
+        if not fresh:                                   # a roll-back: every rank has its own data
+            if not all_true(comm, e is not None):
+                raise CheckpointError(f"xor checkpoint version {version} is not held by every rank")
+            return self._keep(version, r, n, e, into)
+        verdict = Verdict(comm, fresh)
+        if r in fresh:
+            return self._restore_fresh(comm, version, verdict)
         g = group_of(r, n, self.group_size)
-        m = len(g)
+        reqs = verdict.tell(e.c if e is not None else -1)
         lost = [x for x in g if x in fresh]
-        if lost and r not in fresh:
+        if lost and e is not None:
             f = lost[0]
-            e = self._data[version]
-            c = e.c
             parts = self._parts(e, g, r, f)
             self._inflight = [parts]
-            survivors = [x for x in g if x != f]
-            sends = []
-            if r == survivors[0]:
-                sends.append(comm.isend((version, e.n, e.metas, c), f, TAG_REBUILD))
+            if r == [x for x in g if x != f][0]:
+                reqs.append(comm.isend((version, e.n, e.metas, e.c), f, TAG_REBUILD))
             # the m chunks straight from the store's buffers, in order (MPI keeps the order of
             # messages with one tag between two ranks): no copy into a vector first
-            sends.extend(comm.Isend(p, dest=f, tag=TAG_RESEED) for p in parts)
-            for req in sends:
-                req.Wait()
-        elif r in fresh:
-            survivors = [x for x in g if x != r]
-            v, n_saved, metas, c = comm.recv(source=survivors[0], tag=TAG_REBUILD)
-            if v != version:
-                raise CheckpointError(f"rank {r} expected version {version}, got {v}")
-            bufs = {x: WARM.take(m * c) for x in survivors}
-            self._inflight = [bufs]
-            reqs = [(x, [comm.Irecv(bufs[x][q * c:(q + 1) * c], source=x, tag=TAG_RESEED) for q in range(m)])
-                    for x in survivors]
-            acc = None
-            for x, rs in reqs:
-                for req in rs:
-                    req.Wait()
-                if acc is None:
-                    acc = bufs.pop(x)
-                else:
-                    _xor_into(acc, bufs.pop(x))
-            assert acc is not None
-            self._data = {}
-            self._commit(version, _Entry(n_saved, metas, acc[:(m - 1) * c], acc[(m - 1) * c:], c))
+            reqs.extend(comm.Isend(p, dest=f, tag=TAG_RESEED) for p in parts)
+        ok = verdict.outcome()
+        out = self._keep(version, r, n, e, into) if ok and e is not None else None
+        for q in reqs:
+            q.Wait()
         self._inflight = []
-        self._data = {v: e for v, e in self._data.items() if v <= version}
-        e = self._data[version]
+        if out is None:
+            raise CheckpointError(f"xor checkpoint version {version} cannot be restored "
+                                  f"with fresh ranks {sorted(fresh)}: not every rank holds it")
+        return out
+
+    def _keep(self, version: int, r: int, n: int, e: _Entry,
+              into: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """A survivor's side of a restore that went through: drop newer versions, unpack its own data."""
+        self._data = {v: x for v, x in self._data.items() if v <= version}
+        g = group_of(r, n, self.group_size)
         self._me = g.index(r)
-        out = unpack(e.metas[g.index(r)], e.buf, pool=WARM if r in fresh else None,
-                     into=None if r in fresh else into)
-        comm.Barrier()
+        return unpack(e.metas[self._me], e.buf, into=into)
+
+    def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict) -> dict[str, np.ndarray]:
+        """A fresh rank: each survivor's m chunks into place, XORed together (data and parity)."""
+        n, r = comm.size, comm.rank
+        g = group_of(r, n, self.group_size)
+        m = len(g)
+        survivors = [x for x in g if x != r]
+        status, sreqs = verdict.listen()
+        self._inflight = [status]
+        pos = {x: i for i, x in enumerate(verdict.others)}
+        for x in survivors:                    # a member's status says whether (and what size) it sends
+            sreqs[pos[x]].Wait()
+        cs = {x: int(status[pos[x]]) for x in survivors}
+        problem = ""
+        hdr = None
+        if cs[survivors[0]] >= 0:
+            hdr = comm.recv(source=survivors[0], tag=TAG_REBUILD)
+        senders = [x for x in survivors if cs[x] >= 0]
+        if len(senders) < len(survivors):
+            problem = "a member of its group does not hold it"
+        elif len(set(cs.values())) != 1 or hdr is None or hdr[0] != version or hdr[3] != cs[survivors[0]]:
+            problem = f"the members of its group disagree on it ({cs}, {hdr and hdr[0]})"
+        bufs = {x: WARM.take(m * cs[x]) for x in senders}
+        self._inflight.append(bufs)
+        reqs = [(x, [comm.Irecv(bufs[x][q * cs[x]:(q + 1) * cs[x]], source=x, tag=TAG_RESEED)
+                     for q in range(m)]) for x in senders]
+        acc = None
+        for x, rs in reqs:
+            for req in rs:
+                req.Wait()
+            if problem:
+                continue
+            if acc is None:
+                acc = bufs.pop(x)
+            else:
+                _xor_into(acc, bufs.pop(x))
+        out, entry = None, None
+        if not problem:
+            assert acc is not None and hdr is not None
+            _, n_saved, metas, c = hdr
+            entry = _Entry(n_saved, metas, acc[:(m - 1) * c], acc[(m - 1) * c:], c)
+            out = unpack(metas[g.index(r)], entry.buf, pool=WARM)
+        for q in sreqs:
+            q.Wait()
+        if not problem and (status < 0).any():
+            problem = "not every rank holds it"
+        verdict.announce(not problem)
+        self._inflight = []
+        if problem:
+            raise CheckpointError(f"xor checkpoint version {version} cannot be restored: {problem}")
+        assert entry is not None and out is not None
+        self._data = {}
+        self._commit(version, entry)
+        self._me = g.index(r)
         return out
 
     def footprint(self) -> list[int]:

@@ -1,0 +1,58 @@
+"""A restore with a fresh rank while a survivor lacks the version: ``mpiexec -n 4 python checkpoint_partial.py BACKEND``.
+
+Versions 1 and 2 are saved in a memory and an XOR store; logical rank 1 starts over with an
+empty store (fresh) and rank 2 (the source of rank 1's state for the memory store) drops
+version 2. Restoring version 2 must raise ``CheckpointError`` on every rank and leave the
+survivors' versions alone; restoring version 1 right after, on the same communicator (no stray
+message left from the failed attempt), must give every rank its state back bit-exact. Every
+rank that checks out prints ``OK partial <rank>``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+import planaria as pl
+from planaria.checkpoint import MemoryStore, XorStore
+from planaria.checkpoint.store import CheckpointError
+
+
+def state_for(version: int, rank: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(100 * version + rank)
+    return {"u": rng.standard_normal(500 + 13 * rank), "v": np.array(version, dtype=np.int32)}
+
+
+def check(cond: bool, what: str) -> None:
+    if not cond:
+        print(f"FAIL partial rank {R}: {what}", flush=True)
+        os._exit(3)
+
+
+def run(make) -> None:  # type: ignore[no-untyped-def]
+    store = make()
+    for v in (1, 2):
+        store.save(COMM, v, state_for(v, R))
+    if R == 1:
+        store = make()                                   # a fresh process: holds nothing
+    if R == 2:
+        store._data.pop(2)                               # this survivor lacks version 2
+    before = store.versions()
+    try:
+        store.restore(COMM, 2, {1})
+        check(False, f"{store!r}: restore of version 2 went through")
+    except CheckpointError:
+        pass
+    check(store.versions() == before, f"{store!r}: versions {store.versions()} changed from {before}")
+    back = store.restore(COMM, 1, {1})
+    check(list(back) == ["u", "v"] and all(back[k].tobytes() == state_for(1, R)[k].tobytes() for k in back),
+          f"{store!r}: state at version 1 differs")
+    check(store.versions() == {1}, f"{store!r}: versions {store.versions()} after restoring 1")
+
+
+COMM = pl.world(sys.argv[1])
+R = COMM.rank
+run(lambda: MemoryStore())
+run(lambda: XorStore(group_size=4))
+print(f"OK partial {R}", flush=True)
