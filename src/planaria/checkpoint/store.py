@@ -347,15 +347,6 @@ def check_fresh(comm: Comm, fresh: set[int]) -> set[int]:
     return out
 
 
-def versions_all_have(comm: Comm, mine: set[int]) -> set[int]:
-    """Collective: the versions in ``mine`` at every rank (intersection, same everywhere)."""
-    sets = comm.allgather(sorted(mine))
-    common = set(sets[0])
-    for s in sets[1:]:
-        common &= set(s)
-    return common
-
-
 def all_true(comm: Comm, ok: bool) -> bool:
     """Collective: whether ``ok`` holds on every rank (one buffer ``Allreduce``, so revoke reaches it)."""
     from mpi4py import MPI
