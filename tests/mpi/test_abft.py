@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.mpi.mpijob import REPO, mpiexec, root_env
+from tests.mpi.mpijob import REPO, SCRIPTS, mpiexec, root_env
 
 pytestmark = [pytest.mark.mpi]
 
@@ -171,3 +171,12 @@ def test_bench_reports_cpu_per_rank_and_none_for_a_dead_worker(tmp_path) -> None
         else:
             assert per[3] is None and all(c > 0 for i, c in enumerate(per) if i != 3), cpu
             assert cpu["total"] is None and cpu["workers_max"] is None and cpu["masters"] > 0
+
+
+@pytest.mark.timeout(60)
+def test_masters_split_the_edge_rows(tmp_path) -> None:
+    """Each master recomputes one edge row and uses the other's; a master that gets none computes both."""
+    dem = _dem(tmp_path / "dem.npz")
+    res = mpiexec(2, [str(SCRIPTS / "abft_edges.py"), str(dem)], ft=True, timeout=50)
+    assert res.code == 0, res.err[-3000:]
+    assert res.ok_ranks("edges-slope") == [0, 1] and res.ok_ranks("edges-cutdepth") == [0, 1], res.out

@@ -13,7 +13,7 @@ against a deadline, so a dead or hung peer never blocks a master):
 
 * worker -> both masters: ``start`` (tag 11), ``result`` (tag 12), ``finish`` (tag 13). A
   worker reads only its slab (rows [in0, in1), :func:`planaria.terrain.read_dem_rows`:
-  rasterio window / memory-mapped ``.npy``), computes rows [r0, r1+1), writes its owned
+  rasterio window / one read at the ``.npy`` header's offset), computes rows [r0, r1+1), writes its owned
   rows [r0, r1) as a ``.npy`` part file in ``--parts`` (default ``OUT.parts/``, one file per
   block and attempt) and sends only its first row, its check row, the part's name and its
   timings (``None`` with an error when the slab could not be read or the memory not
@@ -25,6 +25,7 @@ against a deadline, so a dead or hung peer never blocks a master):
 * primary -> replica (tag 16): every command it sends (so the replica knows owners and
   attempts), a heartbeat, and at the end ``("final", F, owners, digest)``; the replica
   answers ``("ack", agreed)`` (tag 17).
+* master <-> master (tag 19): ``("edge", block, row)``, the edge row each one recomputed.
 
 Timeouts (Algorithm 1 step 1): TMaxLat = 5 s for start/finish messages and between the
 masters (a task queued behind another on the same worker has no start deadline while the
@@ -36,9 +37,13 @@ workers.
 Verification: V from the current result of every block; ``locate`` with
 ``ambiguous="both"`` (a lone mismatch recomputes both neighbours, so a fault in a worker's
 first row is never blamed on the wrong worker only) and with edge checks: the masters
-recompute the first worker's check row and the last worker's first row themselves (the
-paper has the masters recompute the data of workers 1 and N; only the covered rows are
-recomputed here). Recovery is :func:`planaria.abft.recovery.plan`, repeated until every
+recompute the first worker's check row and the last worker's first row themselves. As in
+the paper, where the two masters recompute the data of workers 1 and N respectively, each
+does one: the primary worker 0's check row, the replica worker N-1's first row (only the
+covered rows are recomputed here). Each sends its row to the other (tag 19) as soon as it
+has it, at start-up; a master that has not received the other's row when it verifies (the
+other died or is late) computes that row itself, so the verdict never waits for it.
+Recovery is :func:`planaria.abft.recovery.plan`, repeated until every
 block is CORRECT, or ``NoLiveWorkerError`` (exit status 3).
 
 Modes (``--mode``; the same ranks, partition, protocol, part files and output writer):
@@ -125,7 +130,7 @@ from planaria.comm.errors import FailureError
 from planaria.terrain import DemInfo, dem_info, kernels, read_dem_rows, write_dem_rows
 from planaria.terrain.window import slab_bounds
 
-T_START, T_RESULT, T_FINISH, T_CMD, T_MASTER, T_ACK, T_CPU = 11, 12, 13, 14, 16, 17, 18
+T_START, T_RESULT, T_FINISH, T_CMD, T_MASTER, T_ACK, T_CPU, T_EDGE = 11, 12, 13, 14, 16, 17, 18, 19
 KINDS = ("crash", "silent", "nodata", "readerror", "memory")
 MODES = ("abft", "plain", "duplicate")
 TMAXLAT = 5.0
@@ -325,22 +330,49 @@ class Master:
         self.recvs: dict[tuple[int, int], Any] = {}
         self.report: dict[str, Any] = {"errors": [], "located": [], "recoveries": [], "rounds": 0, "mode": self.mode,
                                        "timings": {"compute": 0.0, "verification": 0.0, "recovery": 0.0}}
-        t = time.perf_counter()
-        self.edge_rows = self._edge_rows() if self.mode == "abft" else {}
-        self.report["timings"]["edge_rows"] = time.perf_counter() - t
+        self.report["timings"]["edge_rows"] = 0.0
+        self.edge_rows: dict[int, np.ndarray] = {}
+        self.edge_here: list[int] = []  # edge rows this master recomputed itself
+        if self.mode == "abft" and self.n >= 2:
+            # the primary recomputes worker 0's check row, the replica worker N-1's first row
+            mine = 0 if comm.Get_rank() == 0 else self.n - 1
+            self.edge_rows[mine] = self._edge_row(mine)
+            _send(comm, ("edge", mine, self.edge_rows[mine]), 1 - comm.Get_rank(), T_EDGE, self.keep)
+            self._take_edge()  # posts the receive of the other's row now, so it completes while we poll
         self.other_dead = False
         self.last_heard = time.monotonic()
         self.grace = TMAXLAT  # silence allowed from the primary (longer while it writes the output)
         self.final_from_primary: Any = None
         self.replica_cpu: float | None = None  # the replica's CPU seconds, sent with its ack (--bench)
+        self.finished = False  # set when this master wrote the output and the report
 
-    def _edge_rows(self) -> dict[int, np.ndarray]:
-        if self.n < 2:
-            return {}
-        b0, bl = self.blocks[0], self.blocks[-1]
-        k = self.args.kernel
-        return {0: compute_rows(self.args.dem, self.info, k, (b0.r1, b0.r1 + 1))[0][0],
-                self.n - 1: compute_rows(self.args.dem, self.info, k, (bl.r0, bl.r0 + 1))[0][0]}
+    def _edge_row(self, b: int) -> np.ndarray:
+        """Recompute the covered row of edge worker ``b``: worker 0's check row or worker N-1's first row."""
+        t = time.perf_counter()
+        blk = self.blocks[b]
+        r = blk.r1 if b == 0 else blk.r0
+        row = compute_rows(self.args.dem, self.info, self.args.kernel, (r, r + 1))[0][0]
+        self.edge_here.append(b)
+        self.report["timings"]["edge_rows"] += time.perf_counter() - t
+        return row
+
+    def _take_edge(self) -> None:
+        """The other master's edge row, if it has arrived."""
+        try:
+            msg = self._recv(1 - self.comm.Get_rank(), T_EDGE)
+        except FailureError:
+            return
+        if msg is not None:
+            self.edge_rows[msg[1]] = msg[2]
+
+    def _complete_edges(self) -> None:
+        """Both edge rows for the verdict: the other master's if it has arrived, else computed here."""
+        if self.mode != "abft" or self.n < 2 or len(self.edge_rows) == 2:
+            return
+        self._take_edge()
+        for b in (0, self.n - 1):
+            if b not in self.edge_rows:
+                self.edge_rows[b] = self._edge_row(b)
 
     def _recv(self, src: int, tag: int) -> Any:
         key = (src, tag)
@@ -425,6 +457,7 @@ class Master:
             ok = f0.get(t) != UNRECOVERABLE and p is not None and p["first"].shape == (self.width,)
             fin.append(CORRECT if ok else UNRECOVERABLE)
         if self.mode == "abft":
+            self._complete_edges()
             pl = [self._payload(t) for t in range(self.n)]
             f = abft_verdict(fin, [p and p["first"] for p in pl], [p and p["check"] for p in pl],
                              self.edge_rows, self.width)
@@ -558,6 +591,7 @@ class Master:
                        cell_size=self.info.cell_size, profile=self.info.profile)
 
     def finish(self, ok: bool) -> int:
+        self.finished = True
         self.report.update(ok=ok, finisher=self.role, final_owners={str(b): w for b, w in self.assign.items()},
                            dead_workers=sorted(self.dead), excluded=sorted(self.excluded))
         digest = None
@@ -648,6 +682,7 @@ class Master:
                            blocks=[[b.r0, b.r1] for b in self.blocks],
                            overhead={"verification_rows": 2 * max(0, self.n - 1) if self.mode == "abft" else 0,
                                      "width": self.width, "edge_rows_recomputed": len(self.edge_rows),
+                                     "edge_rows_computed_here": sorted(self.edge_here),
                                      "tasks": self.ntask})
         if self.args.report:
             tmp = self.args.report + ".tmp"
@@ -687,22 +722,29 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-    comm = planaria.world(args.backend)
-    rank, size = comm.Get_rank(), comm.Get_size()
-    if size < 3:
-        print("planaria.abft.runtime: needs at least 3 ranks (2 masters + 1 worker)", file=sys.stderr)
-        return 2
-    info = dem_info(args.dem)
-    n = size - 2
+def run_rank(comm: Any, args: argparse.Namespace, info: DemInfo) -> tuple[int, dict[str, Any] | None]:
+    """This rank's part of one run on ``comm`` (N+2 ranks): (exit status, the report if this rank finished the job).
+
+    A benchmark series calls it once per run, each time on a fresh duplicate of the world
+    communicator, so that a message or a pending receive of one run never matches in another."""
+    n = comm.Get_size() - 2
     blocks = partition(info.shape[0], n, kernels[args.kernel][1])
     if args.bench:
         comm.Barrier()
-    if rank >= 2:
-        return worker(comm, args, info, blocks)
-    m = Master(comm, args, info, blocks, "primary" if rank == 0 else "replica-passive")
-    return m.run()
+    if comm.Get_rank() >= 2:
+        return worker(comm, args, info, blocks), None
+    m = Master(comm, args, info, blocks, "primary" if comm.Get_rank() == 0 else "replica-passive")
+    code = m.run()
+    return code, (m.report if m.finished else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    comm = planaria.world(args.backend)
+    if comm.Get_size() < 3:
+        print("planaria.abft.runtime: needs at least 3 ranks (2 masters + 1 worker)", file=sys.stderr)
+        return 2
+    return run_rank(comm, args, dem_info(args.dem))[0]
 
 
 if __name__ == "__main__":
