@@ -25,7 +25,6 @@ against a deadline, so a dead or hung peer never blocks a master):
 * primary -> replica (tag 16): every command it sends (so the replica knows owners and
   attempts), a heartbeat, and at the end ``("final", F, owners, digest)``; the replica
   answers ``("ack", agreed)`` (tag 17).
-* master <-> master (tag 19): ``("edge", block, row)``, the edge row each one recomputed.
 
 Timeouts (Algorithm 1 step 1): TMaxLat = 5 s for start/finish messages and between the
 masters (a task queued behind another on the same worker has no start deadline while the
@@ -37,12 +36,11 @@ workers.
 Verification: V from the current result of every block; ``locate`` with
 ``ambiguous="both"`` (a lone mismatch recomputes both neighbours, so a fault in a worker's
 first row is never blamed on the wrong worker only) and with edge checks: the masters
-recompute the first worker's check row and the last worker's first row themselves. As in
-the paper, where the two masters recompute the data of workers 1 and N respectively, each
-does one: the primary worker 0's check row, the replica worker N-1's first row (only the
-covered rows are recomputed here). Each sends its row to the other (tag 19) as soon as it
-has it, at start-up; a master that has not received the other's row when it verifies (the
-other died or is late) computes that row itself, so the verdict never waits for it.
+recompute the first worker's check row and the last worker's first row themselves (the
+paper has the masters recompute the data of workers 1 and N; only the covered rows are
+recomputed here), when the comparisons cannot vouch for that row: its boundary mismatched,
+or the neighbour across it timed out (see :func:`abft_verdict`). A master computes each
+edge row at most once per job.
 Recovery is :func:`planaria.abft.recovery.plan`, repeated until every
 block is CORRECT, or ``NoLiveWorkerError`` (exit status 3).
 
@@ -117,6 +115,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -125,12 +124,13 @@ import numpy as np
 import planaria
 from planaria.abft.partition import Block, partition
 from planaria.abft.recovery import NoLiveWorkerError, plan
-from planaria.abft.verify import CORRECT, TRANSIENT, UNRECOVERABLE, block_digest, locate, verification_rows
+from planaria.abft.verify import (CORRECT, TRANSIENT, UNRECOVERABLE, block_digest, compare, locate,
+                                  verification_rows)
 from planaria.comm.errors import FailureError
 from planaria.terrain import DemInfo, dem_info, kernels, read_dem_rows, write_dem_rows
 from planaria.terrain.window import slab_bounds
 
-T_START, T_RESULT, T_FINISH, T_CMD, T_MASTER, T_ACK, T_CPU, T_EDGE = 11, 12, 13, 14, 16, 17, 18, 19
+T_START, T_RESULT, T_FINISH, T_CMD, T_MASTER, T_ACK, T_CPU = 11, 12, 13, 14, 16, 17, 18
 KINDS = ("crash", "silent", "nodata", "readerror", "memory")
 MODES = ("abft", "plain", "duplicate")
 TMAXLAT = 5.0
@@ -277,17 +277,33 @@ def worker(comm: Any, args: argparse.Namespace, info: DemInfo, blocks: list[Bloc
 # ------------------------------------------------------------------------ verification
 
 def abft_verdict(fin: list[int], firsts: list[np.ndarray | None], checks: list[np.ndarray | None],
-                 edge_rows: dict[int, np.ndarray], width: int) -> list[int]:
+                 edge_rows: Mapping[int, np.ndarray] | Callable[[int], np.ndarray], width: int) -> list[int]:
     """Algorithm 1 step (2) on the rows the workers sent: V from check/first rows, the masters'
     edge checks (worker 0's check row, worker N-1's first row) and ``locate(ambiguous="both")``.
-    ``fin`` holds the step-(1) statuses; a worker with status 0 gives no rows."""
+    ``fin`` holds the step-(1) statuses; a worker with status 0 gives no rows.
+
+    ``edge_rows`` is either the masters' recomputed rows by worker, all of them checked, or a
+    function ``edge_row(worker)`` that recomputes one, called only for an edge worker whose
+    boundary cannot vouch for its row: the boundary mismatched, or the worker across it timed
+    out. When that boundary matches, two workers computed the row bit for bit alike, and a
+    recomputation could only disagree with both if the master were wrong or both workers
+    wrong in the same bits, which the scheme treats as impossible, as for any matching
+    boundary. An edge check that agrees changes ``locate``'s verdict only where its boundary
+    mismatched, so the verdict is the same as with every edge row recomputed."""
     n = len(fin)
     zero = np.zeros(width)
     chk = [checks[k] if fin[k] != UNRECOVERABLE and checks[k] is not None else zero for k in range(n - 1)]
     fst = [firsts[k] if fin[k] != UNRECOVERABLE and firsts[k] is not None else zero for k in range(1, n)]
     v = verification_rows(chk, fst) if n > 1 else np.empty((0, width))
+    if callable(edge_rows):
+        eq = compare(v)
+        vouched = [fin[k] != UNRECOVERABLE and fin[k + 1] != UNRECOVERABLE and eq[k] for k in range(n - 1)]
+        rows = {b: edge_rows(b) for b, k in ((0, 0), (n - 1, n - 2))
+                if n > 1 and fin[b] != UNRECOVERABLE and not vouched[k]}
+    else:
+        rows = dict(edge_rows)
     edge = {}
-    for b, row in edge_rows.items():
+    for b, row in rows.items():
         if fin[b] != UNRECOVERABLE:
             mine = checks[b] if b == 0 else firsts[b]
             edge[b] = mine is not None and row.tobytes() == np.ascontiguousarray(mine).tobytes()
@@ -331,14 +347,7 @@ class Master:
         self.report: dict[str, Any] = {"errors": [], "located": [], "recoveries": [], "rounds": 0, "mode": self.mode,
                                        "timings": {"compute": 0.0, "verification": 0.0, "recovery": 0.0}}
         self.report["timings"]["edge_rows"] = 0.0
-        self.edge_rows: dict[int, np.ndarray] = {}
-        self.edge_here: list[int] = []  # edge rows this master recomputed itself
-        if self.mode == "abft" and self.n >= 2:
-            # the primary recomputes worker 0's check row, the replica worker N-1's first row
-            mine = 0 if comm.Get_rank() == 0 else self.n - 1
-            self.edge_rows[mine] = self._edge_row(mine)
-            _send(comm, ("edge", mine, self.edge_rows[mine]), 1 - comm.Get_rank(), T_EDGE, self.keep)
-            self._take_edge()  # posts the receive of the other's row now, so it completes while we poll
+        self.edge_rows: dict[int, np.ndarray] = {}  # recomputed on demand (abft_verdict), kept for later rounds
         self.other_dead = False
         self.last_heard = time.monotonic()
         self.grace = TMAXLAT  # silence allowed from the primary (longer while it writes the output)
@@ -347,32 +356,14 @@ class Master:
         self.finished = False  # set when this master wrote the output and the report
 
     def _edge_row(self, b: int) -> np.ndarray:
-        """Recompute the covered row of edge worker ``b``: worker 0's check row or worker N-1's first row."""
-        t = time.perf_counter()
-        blk = self.blocks[b]
-        r = blk.r1 if b == 0 else blk.r0
-        row = compute_rows(self.args.dem, self.info, self.args.kernel, (r, r + 1))[0][0]
-        self.edge_here.append(b)
-        self.report["timings"]["edge_rows"] += time.perf_counter() - t
-        return row
-
-    def _take_edge(self) -> None:
-        """The other master's edge row, if it has arrived."""
-        try:
-            msg = self._recv(1 - self.comm.Get_rank(), T_EDGE)
-        except FailureError:
-            return
-        if msg is not None:
-            self.edge_rows[msg[1]] = msg[2]
-
-    def _complete_edges(self) -> None:
-        """Both edge rows for the verdict: the other master's if it has arrived, else computed here."""
-        if self.mode != "abft" or self.n < 2 or len(self.edge_rows) == 2:
-            return
-        self._take_edge()
-        for b in (0, self.n - 1):
-            if b not in self.edge_rows:
-                self.edge_rows[b] = self._edge_row(b)
+        """The covered row of edge worker ``b`` (worker 0's check row or worker N-1's first row), recomputed here once."""
+        if b not in self.edge_rows:
+            t = time.perf_counter()
+            blk = self.blocks[b]
+            r = blk.r1 if b == 0 else blk.r0
+            self.edge_rows[b] = compute_rows(self.args.dem, self.info, self.args.kernel, (r, r + 1))[0][0]
+            self.report["timings"]["edge_rows"] += time.perf_counter() - t
+        return self.edge_rows[b]
 
     def _recv(self, src: int, tag: int) -> Any:
         key = (src, tag)
@@ -457,10 +448,9 @@ class Master:
             ok = f0.get(t) != UNRECOVERABLE and p is not None and p["first"].shape == (self.width,)
             fin.append(CORRECT if ok else UNRECOVERABLE)
         if self.mode == "abft":
-            self._complete_edges()
             pl = [self._payload(t) for t in range(self.n)]
             f = abft_verdict(fin, [p and p["first"] for p in pl], [p and p["check"] for p in pl],
-                             self.edge_rows, self.width)
+                             self._edge_row, self.width)
         elif self.mode == "duplicate":
             f = duplicate_verdict(fin, [(p or {}).get("digest") for p in (self._payload(t) for t in range(self.ntask))])
         else:
@@ -682,7 +672,7 @@ class Master:
                            blocks=[[b.r0, b.r1] for b in self.blocks],
                            overhead={"verification_rows": 2 * max(0, self.n - 1) if self.mode == "abft" else 0,
                                      "width": self.width, "edge_rows_recomputed": len(self.edge_rows),
-                                     "edge_rows_computed_here": sorted(self.edge_here),
+                                     "edge_workers_recomputed": sorted(self.edge_rows),
                                      "tasks": self.ntask})
         if self.args.report:
             tmp = self.args.report + ".tmp"
