@@ -63,6 +63,7 @@ def test_clean_run_equals_serial(tmp_path, kernel: str) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     assert rep["ok"] and rep["errors"] == [] and rep["recoveries"] == [] and rep["rounds"] == 1
     assert rep["replica_agreed"] is True
+    assert rep["overhead"]["edge_rows_recomputed"] == 0   # every boundary matched: nothing for the masters to settle
     _assert_serial(tmp_path, kernel, out)
 
 
@@ -77,6 +78,11 @@ def test_forced_fault_is_located_and_recovered(tmp_path, kind: str, rank: int, k
     assert rep["ok"]
     _assert_serial(tmp_path, kernel, out)
     blamed = {e["worker"]: e["status"] for e in rep["errors"] if e["round"] == 0}
+    # the masters recompute an edge worker's covered row when its boundary cannot vouch for it
+    # (rank 3 is worker 1: dead, it leaves boundary 0 without a verdict on worker 0)
+    edge = {("crash", 3): 0, ("silent", 2): 0, ("nodata", 5): 3}.get((kind, rank))
+    if edge is not None:
+        assert edge in rep["overhead"]["edge_workers_recomputed"], rep["overhead"]
     if kind in ("silent", "nodata"):
         assert blamed.get(rank) == 1 and rank in rep["located"]
         assert {"action": "recompute", "block": rank - 2, "worker": rank} in \
@@ -171,3 +177,4 @@ def test_bench_reports_cpu_per_rank_and_none_for_a_dead_worker(tmp_path) -> None
         else:
             assert per[3] is None and all(c > 0 for i, c in enumerate(per) if i != 3), cpu
             assert cpu["total"] is None and cpu["workers_max"] is None and cpu["masters"] > 0
+

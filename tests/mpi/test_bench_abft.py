@@ -42,6 +42,7 @@ def test_bench_abft_tiny(tmp_path) -> None:
         assert x["cpu_masters_s"] == pytest.approx(cpu[0] + cpu[1]), x
     assert all(row["medians"][m]["cpu_total_s"] > 0 for m in ("plain", "abft", "duplicate"))
     assert row["abft_cpu_ratio_range"][0] <= 1 + row["abft_cpu_paired_pct"] / 100 <= row["abft_cpu_ratio_range"][1]
+    assert row["abft_pairs"] == 1 and len(row["abft_ci"]) == 2 and "verdict_wall" in row
     assert row["duplicate_cpu_paired_pct"] is not None
     s = r["faults"]["summary"]
     assert s["covered"]["injected"] == s["uncovered"]["injected"] == s["clean"]["trials"] == 30
@@ -49,7 +50,7 @@ def test_bench_abft_tiny(tmp_path) -> None:
     assert s["uncovered"]["detected"] == 0                                    # the documented blind spot
     assert s["uncovered"]["undetected_wrong_outputs"] == 30
     assert s["clean"]["runs_flagged"] == 0 and s["clean"]["mismatching_comparisons"] == 0
-    assert s["clean"]["comparisons"] == 30 * (3 + 2)                          # 3 boundaries + 2 edge checks
+    assert s["clean"]["comparisons"] == 30 * 3          # 3 boundaries; every one matches, so no edge check is needed
     t = r["throughput"]
     assert t["ours"]["slope_kernel_cells_per_s"] > 0 and t["cells"] == 2400
     if t.get("gdaldem"):
@@ -62,3 +63,29 @@ def test_bench_abft_bad_options_exit_2() -> None:
     assert code == 2 and "kernel" in out
     code, out = _invoke(["--rows", "10"])
     assert code == 2 and "too small" in out
+
+
+@pytest.mark.timeout(120)
+def test_bench_abft_runs_in_one_job_on_tmpfs() -> None:
+    """--per-job: a warm-up and the counted repetitions in the same processes, paired, with intervals."""
+    code, out = _invoke(["--rows", "60", "--cols", "40", "--repeat", "4", "--per-job", "2", "--kernels", "slope",
+                         "--modes", "plain,abft", "--parts", "overhead", "--tmpfs", "--keep-heap", "--settle", "0",
+                         "--json"])
+    assert code == 0, out
+    r = json.loads(out)
+    assert r["workdir_fs"] == "tmpfs" and r["keep_heap"] and r["per_job"] == 2
+    ov = r["overhead"]
+    assert "planaria.bench.abft_series" in ov["mpiexec"]
+    assert sorted((x["repetition"], x["mode"]) for x in ov["runs"]) == \
+        [(i, m) for i in range(4) for m in ("abft", "plain")]                 # 2 jobs of 2 repetitions
+    assert len(ov["warmup_runs"]) == 4 and all(x["launch_s"] is None for x in ov["runs"])
+    assert len({x["digest"] for x in ov["runs"] + ov["warmup_runs"]}) == 1   # every run wrote the same raster
+    (row,) = ov["rows"]
+    assert row["abft_pairs"] == 4 and "duplicate_pairs" not in row
+    lo, hi = row["abft_cpu_ci"]
+    assert lo <= 1 + row["abft_cpu_paired_pct"] / 100 <= hi
+    assert row["verdict_wall"] in ("met", "not shown", "missed") and row["verdict_cpu"] in ("met", "not shown", "missed")
+    for x in ov["runs"]:
+        assert 0 < x["compute_s_max"] < x["wall_s"] and x["cpu_total_s"] == pytest.approx(sum(x["cpu_per_rank_s"]))
+    code, out = _invoke(["--per-job", "0", "--keep-heap", "--parts", "overhead"])
+    assert code == 2 and "--keep-heap" in out

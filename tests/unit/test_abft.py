@@ -372,3 +372,33 @@ def test_duplicate_verdict():
     # the two copies of every block start on different workers
     n = 4
     assert [initial_owner(t, n) for t in range(2 * n)] == [2, 3, 4, 5, 3, 4, 5, 2]
+
+
+@pytest.mark.parametrize("worker,row", [(2, 0), (1, -1), (0, -1), (3, 0), (1, 0), (2, -1), (None, 0)])
+@pytest.mark.parametrize("dead", [None, 1, 2])
+def test_abft_verdict_recomputes_edge_rows_only_where_no_boundary_vouches(worker, row, dead):
+    """On demand, the masters' edge rows are asked for only where a boundary cannot vouch, and the verdict
+    is the one every edge row recomputed gives."""
+    from planaria.abft.runtime import abft_verdict, flip_bit
+    z = np.random.default_rng(5).normal(0, 5, (48, 15)).cumsum(axis=0)
+    blocks, outs, edge = _outputs(z, 4, "slope")
+    if worker is not None:
+        flip_bit(outs[worker], row, 6, 40)
+    fin = [CORRECT] * 4
+    if dead is not None:
+        fin[dead] = UNRECOVERABLE
+    firsts = [o[0] for o in outs]
+    checks = [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks)]
+    asked = []
+
+    def edge_row(b):
+        asked.append(b)
+        return edge[b]
+    lazy = abft_verdict(fin, firsts, checks, edge_row, 15)
+    assert lazy == abft_verdict(fin, firsts, checks, edge, 15)
+    flipped = None if worker is None else (worker, row % 2)        # row 0 -> 0 (first), -1 -> 1 (check)
+    vouched = {0: dead not in (0, 1) and flipped not in ((0, 1), (1, 0)),      # boundary 0: workers 0, 1
+               3: dead not in (2, 3) and flipped not in ((2, 1), (3, 0))}      # boundary 2: workers 2, 3
+    assert sorted(asked) == [b for b in (0, 3) if not vouched[b] and b != dead]
+    if worker is None and dead is None:
+        assert asked == [] and lazy == [CORRECT] * 4

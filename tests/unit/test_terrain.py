@@ -399,3 +399,31 @@ def test_write_dem_rows_equals_write_dem(tmp_path, ext):
     with pytest.raises(ValueError, match="end at row 20"):
         write_dem_rows(tmp_path / f"short{ext}", z.shape, z.dtype, [(0, z[:20])], cell_size=(2.0, 3.0))
     assert not (tmp_path / f"short{ext}").exists() and not list(tmp_path.glob(".*tmp*"))
+
+
+def test_npy_row_reads_fortran_order_big_endian_and_bad_files(tmp_path):
+    from planaria.terrain import dem_info, read_dem_rows
+
+    z = random_dem(np.random.default_rng(3), 17, 9, offset=50.0)
+    for name, arr in [("f.npy", np.asfortranarray(z)), ("be.npy", z.astype(">f4")), ("i.npy", z.astype(np.int16))]:
+        np.save(tmp_path / name, arr)
+        info = dem_info(tmp_path / name)
+        assert info.shape == (17, 9)
+        part = read_dem_rows(tmp_path / name, 4, 11)
+        assert np.array_equal(part.data, np.asarray(arr, dtype=part.data.dtype)[4:11]) and part.data.flags.writeable
+    for name, match in [("junk.npy", "cannot read"), ("vec.npy", "2-D"), ("str.npy", "numeric")]:
+        if name == "junk.npy":
+            (tmp_path / name).write_bytes(b"not numpy at all\n\nreally")
+        else:
+            np.save(tmp_path / name, np.arange(4.0) if name == "vec.npy" else np.array([["a", "b"]]))
+        for fn in (lambda p: dem_info(p), lambda p: read_dem_rows(p, 0, 1)):
+            with pytest.raises(ValueError, match=match) as err:
+                fn(tmp_path / name)
+            assert "\n" not in str(err.value) and str(tmp_path / name) in str(err.value)
+    full = (tmp_path / "f64.npy")
+    np.save(full, z)
+    cut = tmp_path / "cut.npy"
+    cut.write_bytes(full.read_bytes()[:-8 * 9 * 3])       # the last three rows are missing
+    assert np.array_equal(read_dem_rows(cut, 0, 14).data, z[:14])
+    with pytest.raises(ValueError, match="truncated"):
+        read_dem_rows(cut, 10, 17)

@@ -13,7 +13,7 @@ against a deadline, so a dead or hung peer never blocks a master):
 
 * worker -> both masters: ``start`` (tag 11), ``result`` (tag 12), ``finish`` (tag 13). A
   worker reads only its slab (rows [in0, in1), :func:`planaria.terrain.read_dem_rows`:
-  rasterio window / memory-mapped ``.npy``), computes rows [r0, r1+1), writes its owned
+  rasterio window / one read at the ``.npy`` header's offset), computes rows [r0, r1+1), writes its owned
   rows [r0, r1) as a ``.npy`` part file in ``--parts`` (default ``OUT.parts/``, one file per
   block and attempt) and sends only its first row, its check row, the part's name and its
   timings (``None`` with an error when the slab could not be read or the memory not
@@ -38,7 +38,10 @@ Verification: V from the current result of every block; ``locate`` with
 first row is never blamed on the wrong worker only) and with edge checks: the masters
 recompute the first worker's check row and the last worker's first row themselves (the
 paper has the masters recompute the data of workers 1 and N; only the covered rows are
-recomputed here). Recovery is :func:`planaria.abft.recovery.plan`, repeated until every
+recomputed here), when the comparisons cannot vouch for that row: its boundary mismatched,
+or the neighbour across it timed out (see :func:`abft_verdict`). A master computes each
+edge row at most once per job.
+Recovery is :func:`planaria.abft.recovery.plan`, repeated until every
 block is CORRECT, or ``NoLiveWorkerError`` (exit status 3).
 
 Modes (``--mode``; the same ranks, partition, protocol, part files and output writer):
@@ -112,6 +115,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +125,8 @@ import planaria
 from planaria import events
 from planaria.abft.partition import Block, partition
 from planaria.abft.recovery import NoLiveWorkerError, plan
-from planaria.abft.verify import CORRECT, TRANSIENT, UNRECOVERABLE, block_digest, locate, verification_rows
+from planaria.abft.verify import (CORRECT, TRANSIENT, UNRECOVERABLE, block_digest, compare, locate,
+                                  verification_rows)
 from planaria.comm.errors import FailureError
 from planaria.terrain import DemInfo, dem_info, kernels, read_dem_rows, write_dem_rows
 from planaria.terrain.window import slab_bounds
@@ -273,17 +278,33 @@ def worker(comm: Any, args: argparse.Namespace, info: DemInfo, blocks: list[Bloc
 # ------------------------------------------------------------------------ verification
 
 def abft_verdict(fin: list[int], firsts: list[np.ndarray | None], checks: list[np.ndarray | None],
-                 edge_rows: dict[int, np.ndarray], width: int) -> list[int]:
+                 edge_rows: Mapping[int, np.ndarray] | Callable[[int], np.ndarray], width: int) -> list[int]:
     """Algorithm 1 step (2) on the rows the workers sent: V from check/first rows, the masters'
     edge checks (worker 0's check row, worker N-1's first row) and ``locate(ambiguous="both")``.
-    ``fin`` holds the step-(1) statuses; a worker with status 0 gives no rows."""
+    ``fin`` holds the step-(1) statuses; a worker with status 0 gives no rows.
+
+    ``edge_rows`` is either the masters' recomputed rows by worker, all of them checked, or a
+    function ``edge_row(worker)`` that recomputes one, called only for an edge worker whose
+    boundary cannot vouch for its row: the boundary mismatched, or the worker across it timed
+    out. When that boundary matches, two workers computed the row bit for bit alike, and a
+    recomputation could only disagree with both if the master were wrong or both workers
+    wrong in the same bits, which the scheme treats as impossible, as for any matching
+    boundary. An edge check that agrees changes ``locate``'s verdict only where its boundary
+    mismatched, so the verdict is the same as with every edge row recomputed."""
     n = len(fin)
     zero = np.zeros(width)
     chk = [checks[k] if fin[k] != UNRECOVERABLE and checks[k] is not None else zero for k in range(n - 1)]
     fst = [firsts[k] if fin[k] != UNRECOVERABLE and firsts[k] is not None else zero for k in range(1, n)]
     v = verification_rows(chk, fst) if n > 1 else np.empty((0, width))
+    if callable(edge_rows):
+        eq = compare(v)
+        vouched = [fin[k] != UNRECOVERABLE and fin[k + 1] != UNRECOVERABLE and eq[k] for k in range(n - 1)]
+        rows = {b: edge_rows(b) for b, k in ((0, 0), (n - 1, n - 2))
+                if n > 1 and fin[b] != UNRECOVERABLE and not vouched[k]}
+    else:
+        rows = dict(edge_rows)
     edge = {}
-    for b, row in edge_rows.items():
+    for b, row in rows.items():
         if fin[b] != UNRECOVERABLE:
             mine = checks[b] if b == 0 else firsts[b]
             edge[b] = mine is not None and row.tobytes() == np.ascontiguousarray(mine).tobytes()
@@ -326,22 +347,24 @@ class Master:
         self.recvs: dict[tuple[int, int], Any] = {}
         self.report: dict[str, Any] = {"errors": [], "located": [], "recoveries": [], "rounds": 0, "mode": self.mode,
                                        "timings": {"compute": 0.0, "verification": 0.0, "recovery": 0.0}}
-        t = time.perf_counter()
-        self.edge_rows = self._edge_rows() if self.mode == "abft" else {}
-        self.report["timings"]["edge_rows"] = time.perf_counter() - t
+        self.report["timings"]["edge_rows"] = 0.0
+        self.edge_rows: dict[int, np.ndarray] = {}  # recomputed on demand (abft_verdict), kept for later rounds
         self.other_dead = False
         self.last_heard = time.monotonic()
         self.grace = TMAXLAT  # silence allowed from the primary (longer while it writes the output)
         self.final_from_primary: Any = None
         self.replica_cpu: float | None = None  # the replica's CPU seconds, sent with its ack (--bench)
+        self.finished = False  # set when this master wrote the output and the report
 
-    def _edge_rows(self) -> dict[int, np.ndarray]:
-        if self.n < 2:
-            return {}
-        b0, bl = self.blocks[0], self.blocks[-1]
-        k = self.args.kernel
-        return {0: compute_rows(self.args.dem, self.info, k, (b0.r1, b0.r1 + 1))[0][0],
-                self.n - 1: compute_rows(self.args.dem, self.info, k, (bl.r0, bl.r0 + 1))[0][0]}
+    def _edge_row(self, b: int) -> np.ndarray:
+        """The covered row of edge worker ``b`` (worker 0's check row or worker N-1's first row), recomputed here once."""
+        if b not in self.edge_rows:
+            t = time.perf_counter()
+            blk = self.blocks[b]
+            r = blk.r1 if b == 0 else blk.r0
+            self.edge_rows[b] = compute_rows(self.args.dem, self.info, self.args.kernel, (r, r + 1))[0][0]
+            self.report["timings"]["edge_rows"] += time.perf_counter() - t
+        return self.edge_rows[b]
 
     def _recv(self, src: int, tag: int) -> Any:
         key = (src, tag)
@@ -428,7 +451,7 @@ class Master:
         if self.mode == "abft":
             pl = [self._payload(t) for t in range(self.n)]
             f = abft_verdict(fin, [p and p["first"] for p in pl], [p and p["check"] for p in pl],
-                             self.edge_rows, self.width)
+                             self._edge_row, self.width)
         elif self.mode == "duplicate":
             f = duplicate_verdict(fin, [(p or {}).get("digest") for p in (self._payload(t) for t in range(self.ntask))])
         else:
@@ -559,6 +582,7 @@ class Master:
                        cell_size=self.info.cell_size, profile=self.info.profile)
 
     def finish(self, ok: bool) -> int:
+        self.finished = True
         self.report.update(ok=ok, finisher=self.role, final_owners={str(b): w for b, w in self.assign.items()},
                            dead_workers=sorted(self.dead), excluded=sorted(self.excluded))
         digest = None
@@ -649,6 +673,7 @@ class Master:
                            blocks=[[b.r0, b.r1] for b in self.blocks],
                            overhead={"verification_rows": 2 * max(0, self.n - 1) if self.mode == "abft" else 0,
                                      "width": self.width, "edge_rows_recomputed": len(self.edge_rows),
+                                     "edge_workers_recomputed": sorted(self.edge_rows),
                                      "tasks": self.ntask})
         if self.args.report:
             tmp = self.args.report + ".tmp"
@@ -688,24 +713,31 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def run_rank(comm: Any, args: argparse.Namespace, info: DemInfo) -> tuple[int, dict[str, Any] | None]:
+    """This rank's part of one run on ``comm`` (N+2 ranks): (exit status, the report if this rank finished the job).
+
+    A benchmark series calls it once per run, each time on a fresh duplicate of the world
+    communicator, so that a message or a pending receive of one run never matches in another."""
+    n = comm.Get_size() - 2
+    blocks = partition(info.shape[0], n, kernels[args.kernel][1])
+    if args.bench:
+        comm.Barrier()
+    if comm.Get_rank() >= 2:
+        return worker(comm, args, info, blocks), None
+    m = Master(comm, args, info, blocks, "primary" if comm.Get_rank() == 0 else "replica-passive")
+    code = m.run()
+    return code, (m.report if m.finished else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     comm = planaria.world(args.backend)
     # the masters re-plan a failed worker's tasks, so a failure event is handled here
     events.handle_failures("planaria-abft", action="abft-replan")
-    rank, size = comm.Get_rank(), comm.Get_size()
-    if size < 3:
+    if comm.Get_size() < 3:
         print("planaria.abft.runtime: needs at least 3 ranks (2 masters + 1 worker)", file=sys.stderr)
         return 2
-    info = dem_info(args.dem)
-    n = size - 2
-    blocks = partition(info.shape[0], n, kernels[args.kernel][1])
-    if args.bench:
-        comm.Barrier()
-    if rank >= 2:
-        return worker(comm, args, info, blocks)
-    m = Master(comm, args, info, blocks, "primary" if rank == 0 else "replica-passive")
-    return m.run()
+    return run_rank(comm, args, dem_info(args.dem))[0]
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ faulty trial one worker, drawn from the trial's RNG, flips one random bit (any o
 one random cell in one of its rows, chosen among the rows some comparison covers
 (:func:`planaria.abft.verify.covered_rows`) or among those none covers. Rank 0 gathers the
 real outputs and judges them with :func:`planaria.abft.runtime.abft_verdict` (the runtime's
-own verification: V from the first/check rows, the masters' edge rows, ``locate`` with
-``ambiguous="both"``), then scores against the truth, which only the scorer knows:
+own verification: V from the first/check rows, the masters' edge rows where no boundary vouches
+for an edge worker, ``locate`` with ``ambiguous="both"``), then scores against the truth, which only the scorer knows:
 detected (any worker flagged), located (the faulty worker flagged), exact (only it flagged),
 and whether the assembled raster differs from the serial one (a silent wrong output).
 Clean trials count flagged workers and mismatching comparisons (false positives).
@@ -91,13 +91,18 @@ def judge(seed: int, t: int, n: int, outputs: list[np.ndarray]) -> dict[str, Any
             edge[b] = fn(z[s0:s1], nodata=nodata, rows=(r, r + 1))[0]
     firsts = [o[0] for o in outputs]
     checks = [o[-1] if b.check_row is not None else None for o, b in zip(outputs, blocks)]
+    asked: list[int] = []
+
+    def edge_row(b: int) -> np.ndarray:  # as in the runtime: asked for only where no boundary vouches
+        asked.append(b)
+        return edge[b]
     t0 = time.perf_counter()
-    f = abft_verdict([CORRECT] * n, firsts, checks, edge, width)
+    f = abft_verdict([CORRECT] * n, firsts, checks, edge_row, width)
     dt = time.perf_counter() - t0
     flagged = sorted(w for w in range(n) if f[w] != CORRECT)
     mism = [not ok for ok in compare(verification_rows(checks[:-1], firsts[1:]))] if n > 1 else []
-    edge_bad = [not (np.ascontiguousarray(row).tobytes() == np.ascontiguousarray(checks[0] if b == 0 else firsts[b]).tobytes())
-                for b, row in edge.items()]
+    edge_bad = [not (np.ascontiguousarray(edge[b]).tobytes() == np.ascontiguousarray(checks[0] if b == 0 else firsts[b]).tobytes())
+                for b in asked]
     assembled = np.concatenate([o[: b.local_size] for o, b in zip(outputs, blocks)])
     serial = fn(z, nodata=nodata)
     wrong = assembled.tobytes() != serial.tobytes()

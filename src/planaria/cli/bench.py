@@ -307,18 +307,32 @@ def abft(
     rows: int = typer.Option(2000, "--rows", help="DEM rows (the paper: 16000)."),
     cols: int = typer.Option(1890, "--cols", help="DEM columns (the paper: 15120)."),
     workers: int = typer.Option(4, "--workers", help="Workers N (N+2 ranks per run)."),
-    repeat: int = typer.Option(6, "--repeat", help="Runs per kernel and mode; medians reported. Each repetition "
-                               "runs the modes in another of their 6 orders: a multiple of 6 balances the order."),
+    repeat: int = typer.Option(6, "--repeat", help="Repetitions, each one run per kernel and mode; medians and paired "
+                               "ratios reported. Each repetition runs the modes in the next of their orders: a "
+                               "multiple of the number of orders (2 for two modes, 6 for three) balances them."),
     kernels: str = typer.Option("slope,cutdepth", "--kernels", help="Kernels, comma-separated."),
+    modes: str = typer.Option("plain,abft,duplicate", "--modes",
+                              help="Modes, comma-separated: plain and at least one of abft, duplicate."),
     parts: str = typer.Option("overhead,faults,throughput", "--parts",
                               help="What to measure, comma-separated: overhead, faults, throughput."),
     trials: int = typer.Option(3000, "--trials", help="Fault-campaign trials (a third clean, covered, uncovered)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic DEMs and faults."),
-    timeout: float = typer.Option(600.0, "--timeout", help="Seconds allowed per launch."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds allowed per run."),
     workdir: str = typer.Option(None, "--workdir", help="Keep the synthetic DEM here (reused when present)."),
+    tmpfs: bool = typer.Option(False, "--tmpfs", help="Work directory (DEM, part files, output) in /dev/shm: no disk "
+                               "writeback in either mode (nor in the baseline)."),
+    per_job: int = typer.Option(0, "--per-job", help="0: one mpiexec per run (cold processes). K: jobs of K "
+                                "repetitions in the same processes, each after a warm-up repetition not counted."),
+    keep_heap: bool = typer.Option(False, "--keep-heap", help="With --per-job: malloc keeps freed memory, so later "
+                                   "runs reuse pages already touched instead of faulting in fresh ones."),
+    settle: float = typer.Option(1.0, "--settle", help="Pause between runs, after a sync (s): lets writeback "
+                                 "finish; 0 on a tmpfs keeps memory freed by one run warm for the next."),
+    combine: list[str] = typer.Option([], "--combine", help="Pool the overhead runs of earlier --json results of the "
+                                      "same setup (repeatable); runs nothing."),
     json_out: bool = typer.Option(False, "--json", help="Print the result (every run) as JSON."),
 ) -> None:
-    """N-ABFT terrain analysis: wall time of plain / ABFT / duplicate runs, detection of silent faults, kernel speed vs gdaldem.
+    """N-ABFT terrain analysis: wall and CPU time of plain / ABFT / duplicate runs with paired ratios and bootstrap
+    intervals, detection of silent faults, kernel speed vs gdaldem.
 
     Example: planaria bench abft --rows 2000 --cols 1890 --repeat 6
     (the paper's size: --rows 16000 --cols 15120; start-up of each job is not timed)
@@ -327,6 +341,9 @@ def abft(
     from planaria.bench._launch import run_and_show
 
     def compute():  # type: ignore[no-untyped-def]
+        if combine:
+            return ab.combine(combine)
         return ab.run(rows, cols, workers, repeat, kernels, parts, trials, seed, timeout, workdir,
-                      progress=_progress(json_out))
+                      progress=_progress(json_out), modes=modes, per_job=per_job, tmpfs=tmpfs, keep_heap=keep_heap,
+                      settle=settle)
     raise typer.Exit(run_and_show("abft", compute, ab.show, json_out))

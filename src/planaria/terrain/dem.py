@@ -10,8 +10,9 @@ Formats, chosen by extension:
   ...) so that a DEM read and written back is placed where it was.
 
 Windowed reads (:func:`read_dem_rows`, :func:`dem_info`): a parallel job reads only the rows
-each rank needs.  GeoTIFF rows come through a rasterio window read, ``.npy`` rows from a
-read-only memory map (``np.load(mmap_mode='r')``) of which only the slice is copied.  ``.npz``
+each rank needs.  GeoTIFF rows come through a rasterio window read, ``.npy`` rows through one
+seek and one read at the offset the header gives (a Fortran-ordered ``.npy``, whose rows are
+not contiguous, through a read-only memory map of which only the slice is copied).  ``.npz``
 cannot be memory-mapped (its members are zip entries, possibly compressed): a row read of an
 ``.npz`` loads the whole array and keeps the slice, so use ``.npy`` or GeoTIFF for large DEMs.
 
@@ -153,11 +154,49 @@ def _npy_map(p: Path) -> np.ndarray:
         mm = np.load(p, mmap_mode="r", allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 - any load failure is bad input
         raise _bad(p, f"cannot read .npy file: {_one_line(exc)}") from None
-    if not isinstance(mm, np.ndarray) or mm.ndim != 2:
-        raise _bad(p, f"DEM data must be 2-D, got shape {getattr(mm, 'shape', None)}")
-    if not (np.issubdtype(mm.dtype, np.integer) or np.issubdtype(mm.dtype, np.floating)):
-        raise _bad(p, f"DEM data must be numeric, got dtype {mm.dtype}")
+    _check_npy(p, getattr(mm, "shape", None), getattr(mm, "dtype", None))
     return mm
+
+
+def _check_npy(p: Path, shape: Any, dtype: Any) -> None:
+    if shape is None or len(shape) != 2:
+        raise _bad(p, f"DEM data must be 2-D, got shape {shape}")
+    if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)):
+        raise _bad(p, f"DEM data must be numeric, got dtype {dtype}")
+
+
+def _npy_header(p: Path) -> tuple[tuple[int, int], np.dtype, bool, int]:
+    """Shape, dtype, Fortran order and data offset of a ``.npy`` file, from its header alone."""
+    try:
+        with open(p, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            offset = fh.tell()
+    except Exception as exc:  # noqa: BLE001 - any header failure is bad input
+        raise _bad(p, f"cannot read .npy file: {_one_line(exc)}") from None
+    _check_npy(p, shape, dtype)
+    return (int(shape[0]), int(shape[1])), dtype, bool(fortran), offset
+
+
+def _npy_rows(p: Path, r0: int, r1: int) -> np.ndarray:
+    """Rows ``[r0, r1)`` of a C-ordered ``.npy`` file, read with one seek and one read (no memory map:
+    for a few rows, setting up and tearing down a map costs more than the read itself)."""
+    shape, dtype, fortran, offset = _npy_header(p)
+    if fortran:  # rows are not contiguous in the file: slice a memory map
+        mm = _npy_map(p)
+        _check_rows(p, r0, r1, mm.shape[0])
+        return np.array(mm[r0:r1])
+    _check_rows(p, r0, r1, shape[0])
+    count = (r1 - r0) * shape[1]
+    with open(p, "rb") as fh:
+        fh.seek(offset + r0 * shape[1] * dtype.itemsize)
+        data = np.fromfile(fh, dtype=dtype, count=count)
+    if data.size != count:
+        raise _bad(p, f"truncated .npy file: rows ({r0}, {r1}) need {count} values past row {r0}, got {data.size}")
+    return data.reshape(r1 - r0, shape[1])
 
 
 def dem_info(path: str | os.PathLike[str]) -> DemInfo:
@@ -166,9 +205,9 @@ def dem_info(path: str | os.PathLike[str]) -> DemInfo:
     p = Path(path)
     ext = _check_path(p)
     if ext == ".npy":
-        mm = _npy_map(p)
-        dtype = mm.dtype if np.issubdtype(mm.dtype, np.floating) else np.dtype(np.float64)
-        return DemInfo((int(mm.shape[0]), int(mm.shape[1])), dtype.name, None, (1.0, 1.0))
+        shape, dt, _, _ = _npy_header(p)
+        dtype = dt if np.issubdtype(dt, np.floating) else np.dtype(np.float64)
+        return DemInfo(shape, dtype.name, None, (1.0, 1.0))
     if ext in _TIFF:
         return _with_tiff(p, lambda src, tr: DemInfo(
             (int(src.height), int(src.width)), _tiff_dtype(src), src.nodata, (abs(tr.a), abs(tr.e)),
@@ -188,9 +227,7 @@ def read_dem_rows(path: str | os.PathLike[str], r0: int, r1: int) -> Dem:
     p = Path(path)
     ext = _check_path(p)
     if ext == ".npy":
-        mm = _npy_map(p)
-        _check_rows(p, r0, r1, mm.shape[0])
-        return Dem(np.array(mm[r0:r1]))
+        return Dem(_npy_rows(p, r0, r1))
     if ext in _TIFF:
         def window(src: Any, tr: Any) -> Dem:
             from rasterio.windows import Window

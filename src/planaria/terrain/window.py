@@ -16,8 +16,8 @@ the slab being shorter than ``r1 + h - s0`` rows (it then knows
 ``H = s0 + len(slab)``); a slab that is longer, or too short to hold the
 requested rows, is rejected with ValueError.
 
-The work is done in tiles of about ``TILE_CELLS`` output cells (``TILE_COLS`` wide), each with
-its own halo, so that the float64 temporaries stay in cache; a cell sees the same operations in
+The work is done in tiles of about ``TILE_CELLS`` output cells (``TILE_COLS`` wide, wider when
+fewer rows are asked for), each with its own halo, so that the float64 temporaries stay in cache; a cell sees the same operations in
 the same order whatever the tiling, so results do not depend on it (nor on the slab).
 """
 
@@ -97,8 +97,9 @@ def run_window_kernel(
     if b <= a or m < window:
         return out
     # tiles of output cells, small enough for the temporaries to stay in cache; every cell
-    # still sees the same operations in the same order, so tiling changes no bit
-    tc = min(m - 2 * h, TILE_COLS)
+    # still sees the same operations in the same order, so tiling changes no bit. A band of
+    # fewer rows than a tile holds (a single row, say) gets wider tiles, so fewer numpy calls
+    tc = min(m - 2 * h, max(TILE_COLS, TILE_CELLS // (b - a)))
     tr = max(1, TILE_CELLS // tc)
     for ra in range(a, b, tr):
         rb = min(ra + tr, b)
