@@ -5,6 +5,12 @@ ULFM's revoke never reaches, so after a failure they can hang. Here every object
 collective is built from the *buffer* collectives of the same communicator (a length
 exchange, then the pickled bytes), which raise ``ProcFailedError``/``RevokedError``
 like any other call. Backends implement the buffer forms and the fault-tolerance calls.
+
+With run-time detection on, the backends' own methods keep the message log's counters
+(``comm/msglog.py``): a collective method adds one to ``_ml_seq`` on entry, a completed
+point-to-point message adds one to ``_ml_sent``/``_ml_recvd`` of its peer, all behind one test
+of ``_ml_on`` (False for a communicator the log does not record). Nothing else is done per
+call: what a call waits for is read from the application thread's stack when someone asks.
 """
 from __future__ import annotations
 
@@ -85,6 +91,7 @@ class Comm(ABC):
         self.rank: int = mpi_comm.Get_rank()
         self.size: int = mpi_comm.Get_size()
         self._msgfault: Callable[[int], float | None] | None = None
+        self._ml_on = False        # recorded in the message log (msglog.enable/set_active switch it)
 
     # -- mpi4py-style accessors ------------------------------------------------
     def Get_rank(self) -> int:
@@ -321,6 +328,18 @@ class Comm(ABC):
             return False
         time.sleep(delay)
         return True
+
+    def _ml_noted(self, exc: Exception) -> Exception:
+        """``exc``, first recorded in the message log when it is a failure error of a recorded communicator."""
+        if self._ml_on:
+            from planaria.comm import msglog
+            msglog.failed(self, exc)
+        return exc
+
+    def _ml_child(self, new: Comm | None, kind: str, color: Any = None) -> None:
+        """Record ``new`` (made by this communicator's dup ``d``, shrink ``k`` or split ``s``) in the message log."""
+        from planaria.comm import msglog
+        msglog.child(self, new, kind, color)
 
     @abstractmethod
     def _world_of(self, rank: int) -> int:
