@@ -240,6 +240,7 @@ class Comm(ABC):
             data = _dumps(obj)
             hdr[0] = len(data)
         self.Bcast(hdr, root)
+        self._ml_once()
         n = int(hdr[0])
         if self.rank == root:
             self.Bcast([data, n, _byte()], root)
@@ -254,6 +255,7 @@ class Comm(ABC):
         mine = np.array([len(data)], dtype=_I64)
         lengths = np.zeros(self.size, dtype=_I64) if self.rank == root else None
         self.Gather(mine, lengths, root)
+        self._ml_once()
         if self.rank != root:
             self.Gatherv([data, len(data), _byte()], None, root)
             return None
@@ -268,6 +270,7 @@ class Comm(ABC):
         data = _dumps(sendobj)
         lengths = np.zeros(self.size, dtype=_I64)
         self.Allgather(np.array([len(data)], dtype=_I64), lengths)
+        self._ml_once()
         buf = bytearray(int(lengths.sum()))
         self.Allgatherv([data, len(data), _byte()],
                         [buf, (lengths, _offsets(lengths)), _byte()])
@@ -282,12 +285,14 @@ class Comm(ABC):
             parts = [_dumps(x) for x in sendobj]
             lengths = np.array([len(p) for p in parts], dtype=_I64)
             self.Scatter(lengths, mine, root)
+            self._ml_once()
             data = b"".join(parts)
             buf = bytearray(int(mine[0]))
             self.Scatterv([data, (lengths, _offsets(lengths)), _byte()],
                           [buf, len(buf), _byte()], root)
             return sendobj[root]
         self.Scatter(None, mine, root)
+        self._ml_once()
         buf = bytearray(int(mine[0]))
         self.Scatterv(None, [buf, len(buf), _byte()], root)
         return pickle.loads(buf)
@@ -300,6 +305,7 @@ class Comm(ABC):
         slen = np.array([len(p) for p in parts], dtype=_I64)
         rlen = np.zeros(self.size, dtype=_I64)
         self.Alltoall(slen, rlen)
+        self._ml_once()
         data = b"".join(parts)
         buf = bytearray(int(rlen.sum()))
         self.Alltoallv([data, (slen, _offsets(slen)), _byte()],
@@ -319,6 +325,13 @@ class Comm(ABC):
         return None if items is None else functools.reduce(_opfunc(op), items)
 
     # -- helpers for backends ----------------------------------------------------
+    def _ml_once(self) -> None:
+        """Between an object collective's two buffer collectives: the pair counts as one
+        collective in ``_ml_seq`` (both inner calls show the same number), so ranks in
+        different halves of one object collective are matched as being in the same call."""
+        if self._ml_on:
+            self._ml_seq -= 1
+
     def _outgoing(self, dest: int) -> bool:
         """Apply an injected message fault to a send towards ``dest``; False means drop it."""
         delay = self._msgfault(self._world_of(dest))
