@@ -5,6 +5,12 @@ ULFM's revoke never reaches, so after a failure they can hang. Here every object
 collective is built from the *buffer* collectives of the same communicator (a length
 exchange, then the pickled bytes), which raise ``ProcFailedError``/``RevokedError``
 like any other call. Backends implement the buffer forms and the fault-tolerance calls.
+
+With run-time detection on, the backends' own methods keep the message log's counters
+(``comm/msglog.py``): a collective method adds one to ``_ml_seq`` on entry, a completed
+point-to-point message adds one to ``_ml_sent``/``_ml_recvd`` of its peer, all behind one test
+of ``_ml_on`` (False for a communicator the log does not record). Nothing else is done per
+call: what a call waits for is read from the application thread's stack when someone asks.
 """
 from __future__ import annotations
 
@@ -85,6 +91,7 @@ class Comm(ABC):
         self.rank: int = mpi_comm.Get_rank()
         self.size: int = mpi_comm.Get_size()
         self._msgfault: Callable[[int], float | None] | None = None
+        self._ml_on = False        # recorded in the message log (msglog.enable/set_active switch it)
 
     # -- mpi4py-style accessors ------------------------------------------------
     def Get_rank(self) -> int:
@@ -233,6 +240,7 @@ class Comm(ABC):
             data = _dumps(obj)
             hdr[0] = len(data)
         self.Bcast(hdr, root)
+        self._ml_once()
         n = int(hdr[0])
         if self.rank == root:
             self.Bcast([data, n, _byte()], root)
@@ -247,6 +255,7 @@ class Comm(ABC):
         mine = np.array([len(data)], dtype=_I64)
         lengths = np.zeros(self.size, dtype=_I64) if self.rank == root else None
         self.Gather(mine, lengths, root)
+        self._ml_once()
         if self.rank != root:
             self.Gatherv([data, len(data), _byte()], None, root)
             return None
@@ -261,6 +270,7 @@ class Comm(ABC):
         data = _dumps(sendobj)
         lengths = np.zeros(self.size, dtype=_I64)
         self.Allgather(np.array([len(data)], dtype=_I64), lengths)
+        self._ml_once()
         buf = bytearray(int(lengths.sum()))
         self.Allgatherv([data, len(data), _byte()],
                         [buf, (lengths, _offsets(lengths)), _byte()])
@@ -275,12 +285,14 @@ class Comm(ABC):
             parts = [_dumps(x) for x in sendobj]
             lengths = np.array([len(p) for p in parts], dtype=_I64)
             self.Scatter(lengths, mine, root)
+            self._ml_once()
             data = b"".join(parts)
             buf = bytearray(int(mine[0]))
             self.Scatterv([data, (lengths, _offsets(lengths)), _byte()],
                           [buf, len(buf), _byte()], root)
             return sendobj[root]
         self.Scatter(None, mine, root)
+        self._ml_once()
         buf = bytearray(int(mine[0]))
         self.Scatterv(None, [buf, len(buf), _byte()], root)
         return pickle.loads(buf)
@@ -293,6 +305,7 @@ class Comm(ABC):
         slen = np.array([len(p) for p in parts], dtype=_I64)
         rlen = np.zeros(self.size, dtype=_I64)
         self.Alltoall(slen, rlen)
+        self._ml_once()
         data = b"".join(parts)
         buf = bytearray(int(rlen.sum()))
         self.Alltoallv([data, (slen, _offsets(slen)), _byte()],
@@ -312,6 +325,13 @@ class Comm(ABC):
         return None if items is None else functools.reduce(_opfunc(op), items)
 
     # -- helpers for backends ----------------------------------------------------
+    def _ml_once(self) -> None:
+        """Between an object collective's two buffer collectives: the pair counts as one
+        collective in ``_ml_seq`` (both inner calls show the same number), so ranks in
+        different halves of one object collective are matched as being in the same call."""
+        if self._ml_on:
+            self._ml_seq -= 1
+
     def _outgoing(self, dest: int) -> bool:
         """Apply an injected message fault to a send towards ``dest``; False means drop it."""
         delay = self._msgfault(self._world_of(dest))
@@ -321,6 +341,18 @@ class Comm(ABC):
             return False
         time.sleep(delay)
         return True
+
+    def _ml_noted(self, exc: Exception) -> Exception:
+        """``exc``, first recorded in the message log when it is a failure error of a recorded communicator."""
+        if self._ml_on:
+            from planaria.comm import msglog
+            msglog.failed(self, exc)
+        return exc
+
+    def _ml_child(self, new: Comm | None, kind: str, color: Any = None) -> None:
+        """Record ``new`` (made by this communicator's dup ``d``, shrink ``k`` or split ``s``) in the message log."""
+        from planaria.comm import msglog
+        msglog.child(self, new, kind, color)
 
     @abstractmethod
     def _world_of(self, rank: int) -> int:

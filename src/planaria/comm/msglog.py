@@ -1,19 +1,26 @@
 """Per-process message log for run-time fault localization (paper 000 §2.2 and §2.3).
 
-When detection is on, every ``Comm`` of the process is switched to a *monitored* subclass
-whose methods record, before calling the backend, what the application thread is about to
-wait for, and count completed point-to-point messages per peer (a status probe answers
-"did you post the send I am waiting for?" from these counts).
+When detection is on, the communicators of the process are *recorded*: their own methods
+(``comm/base.py``, the ``ulfm`` and ``sim`` backends) keep, behind one test of ``_ml_on``,
+the per-communicator count of collectives entered (``_ml_seq``) and the per-peer counts of
+point-to-point messages sent and received (``_ml_sent``, ``_ml_recvd``; a status probe answers
+"did you post the send I am waiting for?" from them), and report failure errors here
+(``failed``). That is all the hot path does: no wrapper, no extra frame, no clock read.
 
-The hot path is kept to a tuple, two attribute stores, one clock read and a list increment:
-the call's arguments are stored as they are and turned into peer, tag and size only when
-somebody asks (``current``); the call site is read from the blocked thread's frame, also
-only when asked. Each wrapper is compiled with the wrapped method's own parameter list
-(``_mirror``, ``_generate``), so no ``*args``/``**kwargs`` are packed and unpacked per call;
-a method whose signature cannot be mirrored gets a generic wrapper. Timers and slow-message detection are done by the localization service
-thread from what it sees here, not on the hot path. Calls nested inside another planaria
-call (object collectives built on buffer collectives) are not recorded separately: the
-outermost call is what the application is blocked in.
+What the application thread is blocked in is read from its stack when somebody asks
+(``look``, ``current``): the outermost frame of a communication method of a recorded
+communicator (``Comm`` operations, and ``Wait`` of a request, which keeps its peer and tag),
+with the method's arguments read from the frame's locals, and the call site (the innermost
+application frame) from the same stack. A call's start is estimated by the looks: a call that
+a look sees for the first time started after the previous look, and is taken to have started
+half-way between the two (at most half of ``resolution``, the service's tick, before it was
+first seen); later looks that find the same frame object report the same call. Timers and
+slow-message detection are done by the localization service thread, which looks at every tick.
+Calls nested inside another planaria call (object collectives built on buffer collectives) are
+not reported separately: the outermost call is what the application is blocked in. Every
+collective method counts on entry; an object collective counts once, its two buffer collectives
+showing the same number (``Comm._ml_once`` between them), so that ranks in different halves of
+one object collective are matched as being in the same call.
 
 Communicator ids are identical on every member without communication: ``world`` for the
 world communicator, then ``.d<n>`` (n-th dup), ``.k<n>`` (n-th shrink), ``.s<n>c<color>``
@@ -26,48 +33,49 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from planaria.comm.base import Comm, Request
 from planaria.comm.errors import FailureError
 
-# name -> (kind, peer position, peer keyword, tag position, tag keyword, default tag); positions after self
-_SPEC: dict[str, tuple] = {
-    "Send": ("p2p", 1, "dest", 2, "tag", 0), "send": ("p2p", 1, "dest", 2, "tag", 0),
-    "Recv": ("p2p", 1, "source", 2, "tag", -1), "recv": ("p2p", 0, "source", 1, "tag", -1),
-    "Sendrecv": ("p2p", 4, "source", 5, "recvtag", -1), "sendrecv": ("p2p", 3, "source", 4, "recvtag", -1),
-    "Wait(Isend)": ("p2p", 1, "dest", 2, "tag", 0), "Wait(isend)": ("p2p", 1, "dest", 2, "tag", 0),
-    "Wait(Irecv)": ("p2p", 1, "source", 2, "tag", -1), "Wait(irecv)": ("p2p", 0, "source", 1, "tag", -1),
+# point-to-point operations: name -> (peer parameter, tag parameter)
+_P2P: dict[str, tuple[str, str]] = {
+    "Send": ("dest", "tag"), "send": ("dest", "tag"),
+    "Recv": ("source", "tag"), "recv": ("source", "tag"),
+    "Sendrecv": ("source", "recvtag"), "sendrecv": ("source", "recvtag"),
 }
-_SENDS = ("Send", "send")
-_RECVS = ("Recv", "recv")
-_BOTH = ("Sendrecv", "sendrecv")       # receive from argument (4|3), send to argument 1
-_NONBLOCKING = {"Isend": (1, "dest", True), "isend": (1, "dest", True),
-                "Irecv": (1, "source", False), "irecv": (0, "source", False)}
-# collectives: (position, keyword) of the root argument, or None when not rooted
-_COLLECTIVES = {
+# collectives: name -> the root parameter, or None when not rooted
+_COLLECTIVES: dict[str, str | None] = {
     "Barrier": None, "barrier": None,
-    "Bcast": (1, "root"), "bcast": (1, "root"),
-    "Reduce": (3, "root"), "reduce": (2, "root"),
+    "Bcast": "root", "bcast": "root",
+    "Reduce": "root", "reduce": "root",
     "Allreduce": None, "allreduce": None,
-    "Gather": (2, "root"), "gather": (1, "root"), "Gatherv": (2, "root"),
+    "Gather": "root", "gather": "root", "Gatherv": "root",
     "Allgather": None, "allgather": None, "Allgatherv": None,
-    "Scatter": (2, "root"), "scatter": (1, "root"), "Scatterv": (2, "root"),
+    "Scatter": "root", "scatter": "root", "Scatterv": "root",
     "Alltoall": None, "alltoall": None, "Alltoallv": None,
     "agree": None, "shrink": None, "dup": None, "split": None,
 }
-_CHILDREN = {"dup": "d", "shrink": "k", "split": "s"}
+_WAITS = ("Wait", "wait")       # methods of a request: the operation is "Wait(<what posted it>)"
 _now = time.monotonic
 HISTORY = 64
 MEMBERS_MAX = 4096
+RESOLUTION = 0.25               # seconds: default bound on the gap between two looks (the service's tick)
+
+
+class Call:
+    """A call the application thread is blocked in: the method's frame, its name, the estimated start."""
+
+    __slots__ = ("frame", "name", "start")
+
+    def __init__(self, frame: Any, name: str, start: float) -> None:
+        self.frame, self.name, self.start = frame, name, start
 
 
 class MsgLog:
     """What this process's application thread is doing in MPI, and what it has exchanged."""
 
     def __init__(self) -> None:
-        self.cur: tuple | None = None          # (name, comm, args, kwargs, t_start)
         self.failures: deque[tuple] = deque(maxlen=HISTORY)  # (time, name, comm_id, failed world ranks, site)
         self.comms: weakref.WeakValueDictionary[str, Comm] = weakref.WeakValueDictionary()
         self.thread_id = threading.get_ident()
@@ -75,6 +83,10 @@ class MsgLog:
         self.slow_after = float("inf")
         self.ioerrors: deque[tuple] = deque(maxlen=HISTORY)   # (time, what, site)
         self.total = {"slow": 0, "io": 0, "fail": 0}     # entries ever appended to slow / ioerrors / failures
+        self.resolution = RESOLUTION
+        self._seen: Call | None = None       # the call the last look found (its frame is kept to know it again)
+        self._looked: float | None = None    # when the last look was made (None: no look since a pause)
+        self._lock = threading.Lock()
 
     def push(self, which: str, item: tuple) -> None:
         """Append to ``slow``, ``io`` (ioerrors) or ``fail`` (failures), counting so readers find new entries."""
@@ -88,14 +100,43 @@ class MsgLog:
         fresh = min(total - seen, len(dq))
         return (list(dq)[len(dq) - fresh:] if fresh > 0 else []), total
 
-    # -- state for probes and collection ---------------------------------------------
+    # -- what the application thread is blocked in ---------------------------------------
+    def look(self) -> Call | None:
+        """The call of a recorded communicator the application thread is blocked in now, or None.
+
+        The same ``Call`` object as at the previous look while it is the same call (same frame).
+        """
+        frame = sys._current_frames().get(self.thread_id)
+        now = _now()
+        codes = _codes()
+        found = _outermost(frame, codes)
+        del frame
+        with self._lock:
+            seen, prev = self._seen, self._looked
+            self._looked = now
+            if found is not None and seen is not None and seen.frame is found:
+                return seen
+            self._seen = None
+            if found is None:
+                return None
+            name = _name(found, codes[found.f_code])
+            if name is None:
+                return None
+            start = now if prev is None else now - min(now - prev, self.resolution) / 2
+            self._seen = call = Call(found, name, start)
+            return call
+
+    def forget(self) -> None:
+        """Drop the call being followed (detection paused: the next look starts afresh)."""
+        with self._lock:
+            self._seen = self._looked = None
+
     def current(self) -> dict[str, Any] | None:
         """The operation the application thread is blocked in, as a state-record ``op`` map (no site)."""
-        cur = self.cur
-        if cur is None:
-            return None
-        return describe(cur)
+        call = self.look()
+        return None if call is None else describe(call)
 
+    # -- state for probes and collection ---------------------------------------------
     def colls(self) -> dict[str, int]:
         """Per communicator id: collectives entered so far."""
         return {cid: c._ml_seq for cid, c in list(self.comms.items())}
@@ -160,24 +201,85 @@ class MsgLog:
         return call_site(frame) if frame is not None else None
 
 
-def describe(cur: tuple) -> dict[str, Any]:
-    """A recorded call as a state-record ``op`` map: name, kind, comm, peer (world rank), tag, size, seq, since."""
-    name, comm, a, k, t0 = cur
-    spec = _SPEC.get(name)
-    peer = tag = seq = None
-    if spec is not None:
-        kind, ppos, pkey, tpos, tkey, deftag = spec
-        peer = a[ppos] if len(a) > ppos else k.get(pkey, -1)
-        tag = a[tpos] if len(a) > tpos else k.get(tkey, deftag)
+def describe(call: Call) -> dict[str, Any]:
+    """A call as a state-record ``op`` map: name, kind, comm, peer (world rank), tag, size, seq, since."""
+    f = call.frame
+    loc = f.f_locals
+    obj = loc.get("self")
+    name, peer, tag, seq, size = call.name, None, None, None, 0
+    if name.startswith("Wait("):
+        comm, kind = getattr(obj, "_comm", None), "p2p"
+        peer, tag, size = getattr(obj, "_peer", None), getattr(obj, "_tag", None), _size(getattr(obj, "_buf", None))
     else:
-        kind = "coll"
-        root = _COLLECTIVES.get(name)
-        if root is not None:
-            peer = a[root[0]] if len(a) > root[0] else k.get(root[1], 0)
-        seq = getattr(comm, "_ml_seq", None)
+        comm = obj
+        code = f.f_code
+        if code.co_argcount > 1:
+            size = _size(loc.get(code.co_varnames[1]))
+        spec = _P2P.get(name)
+        if spec is not None:
+            kind = "p2p"
+            peer, tag = loc.get(spec[0]), loc.get(spec[1])
+        else:
+            kind = "coll"
+            root = _COLLECTIVES.get(name)
+            if root is not None:
+                peer = loc.get(root, 0)
+            seq = getattr(comm, "_ml_seq", None)
     return {"name": name, "kind": kind, "comm": getattr(comm, "_ml_id", "?"), "peer": _world(comm, peer),
-            "tag": tag if isinstance(tag, int) and tag >= 0 else None, "size": _size(a[0]) if a else 0,
-            "seq": seq, "since": round(time.monotonic() - t0, 6)}
+            "tag": tag if isinstance(tag, int) and tag >= 0 else None, "size": size,
+            "seq": seq, "since": round(_now() - call.start, 6)}
+
+
+# -- reading the stack ----------------------------------------------------------------------
+_CODES: tuple[tuple, dict[Any, str]] = ((), {})
+
+
+def _subclasses(cls: type) -> list[type]:
+    out, todo = [], [cls]
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo.extend(c.__subclasses__())
+    return out
+
+
+def _codes() -> dict[Any, str]:
+    """Code object -> method name, for the operation methods of every loaded ``Comm`` and ``Request`` class."""
+    global _CODES
+    comms, reqs = _subclasses(Comm), _subclasses(Request)
+    key = tuple(comms) + tuple(reqs)
+    if key == _CODES[0]:
+        return _CODES[1]
+    out: dict[Any, str] = {}
+    for classes, names in ((comms, tuple(_P2P) + tuple(_COLLECTIVES)), (reqs, _WAITS)):
+        for cls in classes:
+            for name in names:
+                fn = cls.__dict__.get(name)
+                code = getattr(fn, "__code__", None)
+                if code is not None:
+                    out[code] = name
+    _CODES = (key, out)
+    return out
+
+
+def _outermost(frame: Any, codes: dict[Any, str]) -> Any:
+    """The outermost frame of an operation method from ``frame`` outwards, or None."""
+    found = None
+    while frame is not None:
+        if frame.f_code in codes:
+            found = frame
+        frame = frame.f_back
+    return found
+
+
+def _name(frame: Any, method: str) -> str | None:
+    """The operation of an operation frame (``Wait(Irecv)`` for a request), None when its communicator is not recorded."""
+    obj = frame.f_locals.get("self")
+    if method in _WAITS:
+        op = getattr(obj, "_op", None)
+        comm = getattr(obj, "_comm", None)
+        return f"Wait({op})" if op is not None and getattr(comm, "_ml_on", False) else None
+    return method if getattr(obj, "_ml_on", False) else None
 
 
 _INFRA = tuple(f"/planaria/{p}/" for p in ("comm", "runtime", "localize", "inject", "checkpoint",
@@ -203,6 +305,7 @@ def call_site(frame: Any) -> str | None:
     return inside
 
 
+# -- recording ------------------------------------------------------------------------------
 _LOG: MsgLog | None = None
 
 
@@ -222,28 +325,59 @@ def enable(comm: Comm, slow_after: float = float("inf")) -> MsgLog:
 
 
 def set_active(active: bool) -> None:
-    """Switch recording on or off for every communicator known so far (their classes are swapped).
+    """Switch recording on or off for every communicator known so far.
 
-    For measuring the cost of detection within one job; communicators created while recording
-    is off are not monitored later.
+    For measuring the cost of detection within one job: off, the communicators' methods do no
+    more than in a job without detection (one test of ``_ml_on``). Communicators created while
+    recording is off are not recorded later.
     """
     if _LOG is None:
         return
     for c in list(_LOG.comms.values()):
-        cls = type(c)
-        if active and not getattr(cls, "_ml_monitored", False):
-            c.__class__ = _monitored(cls)
-        elif not active and getattr(cls, "_ml_monitored", False):
-            c.__class__ = cls.__bases__[0]
+        c._ml_on = active
+    if not active:
+        _LOG.forget()
+
+
+def failed(comm: Comm, exc: Exception) -> None:
+    """Record a failure error a recorded communicator is about to raise (called by the backends)."""
+    lg = _LOG
+    if lg is None or not isinstance(exc, FailureError):
+        return
+    frame = sys._getframe(1)
+    codes = _codes()
+    op = _outermost(frame, codes)
+    name = (_name(op, codes[op.f_code]) if op is not None else None) or _method(frame)
+    ranks = sorted(getattr(exc, "ranks", None) or [])
+    world = sorted(w for w in (_world(comm, r) for r in ranks) if w is not None)
+    lg.push("fail", (time.time(), name, getattr(comm, "_ml_id", "?"), world, call_site(frame)))
+
+
+def child(parent: Comm, new: Comm | None, kind: str, color: Any = None) -> None:
+    """Record ``new``, made by ``parent``'s dup (``d``), shrink (``k``) or split (``s``; None for no color)."""
+    parent._ml_kids += 1
+    if new is not None and _LOG is not None:
+        suffix = f".{kind}{parent._ml_kids}" + (f"c{color}" if kind == "s" else "")
+        _adopt(new, parent._ml_id + suffix)
+
+
+def _method(frame: Any) -> str:
+    """The first public method name from ``frame`` outwards (a failure outside an operation method)."""
+    while frame is not None:
+        name = frame.f_code.co_name
+        if name.isidentifier() and not name.startswith("_"):
+            return name
+        frame = frame.f_back
+    return "?"
 
 
 def _adopt(comm: Comm, cid: str) -> None:
-    comm.__class__ = _monitored(type(comm))
     comm._ml_id = cid
     comm._ml_seq = 0
     comm._ml_kids = 0
     comm._ml_sent = [0] * comm.size      # per destination comm rank
     comm._ml_recvd = [0] * comm.size     # per source comm rank (completed receives)
+    comm._ml_on = True
     if _LOG is not None:
         _LOG.comms[cid] = comm
 
@@ -263,276 +397,3 @@ def _world(comm: Any, rank: Any) -> int | None:
         return int(comm._world_of(rank))
     except Exception:  # noqa: BLE001 - freed communicator
         return None
-
-
-def _failed(lg: MsgLog, name: str, comm: Any, exc: FailureError) -> None:
-    ranks = sorted(getattr(exc, "ranks", None) or [])
-    world = sorted(w for w in (_world(comm, r) for r in ranks) if w is not None)
-    lg.push("fail", (time.time(), name, comm._ml_id, world, call_site(sys._getframe(2))))
-
-
-_NOKW: dict[str, Any] = {}     # the keyword arguments of a call made through a mirrored wrapper (never mutated)
-
-
-def _mirror(fn: Callable, positions: tuple[tuple[int, str], ...] = ()) -> tuple[str, list[str], dict[str, Any]] | None:
-    """The parameter list of ``fn`` after ``self`` as source, its names and its defaults, for a wrapper
-    with the same signature (no ``*args``/``**kwargs`` to pack and unpack on every call: about half
-    the wrapper's cost). None when ``fn`` has variadic or keyword-only parameters, or when a
-    parameter the log reads (``positions``: index, expected name) is not where the spec says."""
-    import inspect
-    try:
-        params = list(inspect.signature(fn).parameters.values())[1:]
-    except (TypeError, ValueError):
-        return None
-    decl, names, defaults = [], [], {}
-    for i, prm in enumerate(params):
-        if prm.kind not in (prm.POSITIONAL_ONLY, prm.POSITIONAL_OR_KEYWORD) or not prm.name.isidentifier() \
-                or prm.name.startswith("_w_") or prm.name == "self":
-            return None
-        if prm.default is prm.empty:
-            decl.append(prm.name)
-        else:
-            defaults[f"_w_d{i}"] = prm.default
-            decl.append(f"{prm.name}=_w_d{i}")
-        names.append(prm.name)
-    if any(i >= len(names) or names[i] != want for i, want in positions):
-        return None
-    return ", ".join(decl), names, defaults
-
-
-def _generate(name: str, fn: Callable, body: str, mirrored: tuple[str, list[str], dict[str, Any]],
-              **bound: Any) -> Callable:
-    """Compile a wrapper named ``name`` with ``fn``'s signature; ``body`` uses {args} (the arguments as
-    a call list) and {tuple} (as a tuple); ``bound`` and the defaults are closed over."""
-    decl, names, defaults = mirrored
-    args = ", ".join(names)
-    tup = "(" + args + ("," if len(names) == 1 else "") + ")"
-    free = dict(bound, **defaults)
-    src = (f"def _w_factory({', '.join(free)}):\n"
-           f"    def {name}(self{', ' if decl else ''}{decl}):\n"
-           + "".join(f"        {ln}\n" for ln in body.format(args=", " + args if args else "", tuple=tup).splitlines())
-           + f"    return {name}\n")
-    scope: dict[str, Any] = {}
-    exec(compile(src, f"<planaria.comm.msglog {name}>", "exec"), globals(), scope)  # noqa: S102 - fixed templates
-    call = scope["_w_factory"](**free)
-    call.__doc__ = fn.__doc__
-    return call
-
-
-_P2P_BODY = """\
-_w_lg = _LOG
-if _w_lg.cur is not None:
-    return _w_fn(self{args})
-_w_lg.cur = (_w_name, self, {tuple}, _NOKW, _now())
-try:
-    _w_out = _w_fn(self{args})
-except FailureError as _w_exc:
-    _failed(_w_lg, _w_name, self, _w_exc)
-    raise
-finally:
-    _w_lg.cur = None
-"""
-_COLL_BODY = """\
-_w_lg = _LOG
-if _w_lg.cur is not None:
-    return _w_fn(self{args})
-self._ml_seq += 1
-_w_lg.cur = (_w_name, self, {tuple}, _NOKW, _now())
-try:
-    return _w_fn(self{args})
-except FailureError as _w_exc:
-    _failed(_w_lg, _w_name, self, _w_exc)
-    raise
-finally:
-    _w_lg.cur = None
-"""
-_NONBLOCKING_BODY = """\
-_w_req = _w_fn(self{args})
-if _LOG.cur is not None:
-    return _w_req
-_w_peer = {peer}
-if _w_peer.__class__ is not int or _w_peer >= len(self._ml_sent):
-    _w_peer = -1
-"""
-
-
-def _wrap_p2p(name: str, fn: Callable) -> Callable:
-    # The hot path of every monitored call: a tuple, two stores, one clock read, one increment.
-    kind, ppos, pkey, _tpos, _tkey, _deftag = _SPEC[name]
-    send, both = name in _SENDS, name in _BOTH
-    now = time.monotonic
-    mirrored = _mirror(fn, ((ppos, pkey),) + (((1, "dest"),) if both else ()))
-    if mirrored is not None:
-        # the call succeeded, so the peer is a valid rank, or negative (ANY_SOURCE, PROC_NULL)
-        peer = mirrored[1][ppos]
-        count = (f"if {peer} >= 0:\n    self._ml_{'sent' if send else 'recvd'}[{peer}] += 1\n"
-                 + (f"if {mirrored[1][1]} >= 0:\n    self._ml_sent[{mirrored[1][1]}] += 1\n" if both else ""))
-        return _generate(name, fn, _P2P_BODY + count + "return _w_out", mirrored, _w_fn=fn, _w_name=name)
-
-    def call(self, *a, **k):  # type: ignore[no-untyped-def]
-        lg = _LOG
-        if lg.cur is not None:
-            return fn(self, *a, **k)
-        lg.cur = (name, self, a, k, now())
-        try:
-            out = fn(self, *a, **k)
-        except FailureError as exc:
-            _failed(lg, name, self, exc)
-            raise
-        finally:
-            lg.cur = None
-        # the call succeeded, so the peer is a valid rank, or negative (ANY_SOURCE, PROC_NULL)
-        peer = a[ppos] if len(a) > ppos else k.get(pkey, -1)
-        if send:
-            if peer >= 0:
-                self._ml_sent[peer] += 1
-        else:
-            if peer >= 0:
-                self._ml_recvd[peer] += 1
-            if both:
-                dest = a[1] if len(a) > 1 else k.get("dest", -1)
-                if dest >= 0:
-                    self._ml_sent[dest] += 1
-        return out
-    call.__name__ = name
-    call.__doc__ = fn.__doc__
-    return call
-
-
-def _wrap_nonblocking(name: str, fn: Callable, spec: tuple) -> Callable:
-    ppos, pkey, is_send = spec
-    wname = "Wait(" + name + ")"
-    mirrored = _mirror(fn, ((ppos, pkey),))
-    if mirrored is not None:
-        tail = ("if _w_peer >= 0:\n    self._ml_sent[_w_peer] += 1\n"
-                "return _MonReq(_w_req, self, _w_name, {tuple}, _NOKW, -1)" if is_send else
-                "return _MonReq(_w_req, self, _w_name, {tuple}, _NOKW, _w_peer)")
-        body = _NONBLOCKING_BODY.replace("{peer}", mirrored[1][ppos]) + tail
-        return _generate(name, fn, body, mirrored, _w_fn=fn, _w_name=wname)
-
-    def call(self, *a, **k):  # type: ignore[no-untyped-def]
-        req = fn(self, *a, **k)
-        if _LOG.cur is not None:
-            return req
-        peer = a[ppos] if len(a) > ppos else k.get(pkey, -1)
-        if peer.__class__ is not int or peer >= len(self._ml_sent):
-            peer = -1
-        if is_send:
-            if peer >= 0:
-                self._ml_sent[peer] += 1
-            return _MonReq(req, self, wname, a, k, -1)
-        return _MonReq(req, self, wname, a, k, peer)
-    call.__name__ = name
-    call.__doc__ = fn.__doc__
-    return call
-
-
-def _wrap_coll(name: str, fn: Callable) -> Callable:
-    child = _CHILDREN.get(name)
-    now = time.monotonic
-    if child is None:
-        root = _COLLECTIVES.get(name)
-        mirrored = _mirror(fn, (root,) if root is not None else ())
-        if mirrored is not None:
-            return _generate(name, fn, _COLL_BODY, mirrored, _w_fn=fn, _w_name=name)
-
-    def call(self, *a, **k):  # type: ignore[no-untyped-def]
-        lg = _LOG
-        if lg.cur is not None:
-            return fn(self, *a, **k)
-        self._ml_seq += 1
-        lg.cur = (name, self, a, k, now())
-        try:
-            out = fn(self, *a, **k)
-        except FailureError as exc:
-            _failed(lg, name, self, exc)
-            raise
-        finally:
-            lg.cur = None
-        if child is not None:
-            self._ml_kids += 1
-            if isinstance(out, Comm):
-                suffix = f".{child}{self._ml_kids}"
-                if child == "s":
-                    suffix += f"c{a[0] if a else k.get('color', 0)}"
-                _adopt(out, self._ml_id + suffix)
-        return out
-    call.__name__ = name
-    call.__doc__ = fn.__doc__
-    return call
-
-
-class _MonReq(Request):
-    """A request whose ``Wait`` is recorded like a blocking receive/send; a completed receive is counted once."""
-
-    __slots__ = ("_r", "_comm", "_name", "_a", "_k", "_peer")
-
-    def __init__(self, req: Request, comm: Comm, name: str, a: tuple, k: dict, peer: int) -> None:
-        # peer: the source (communicator rank) a receive counts when it completes; -1 for sends,
-        # wildcard sources and receives already counted
-        self._r, self._comm, self._name, self._a, self._k, self._peer = req, comm, name, a, k, peer
-
-    def Test(self) -> bool:
-        done = self._r.Test()
-        if done and self._peer >= 0:
-            self._received()
-        return done
-
-    def Wait(self) -> None:
-        lg = _LOG
-        if lg is None or lg.cur is not None:
-            self._r.Wait()
-        else:
-            lg.cur = (self._name, self._comm, self._a, self._k, _now())
-            try:
-                self._r.Wait()
-            except FailureError as exc:
-                _failed(lg, self._name, self._comm, exc)
-                raise
-            finally:
-                lg.cur = None
-        if self._peer >= 0:
-            self._received()
-
-    def _received(self) -> None:
-        self._comm._ml_recvd[self._peer] += 1
-        self._peer = -1
-
-    def test(self) -> tuple[bool, Any]:
-        done, value = self._r.test()
-        if done and self._peer >= 0:
-            self._received()
-        return done, value
-
-    def wait(self) -> Any:
-        self.Wait()
-        return self._r._value()
-
-    def _value(self) -> Any:
-        return self._r._value()
-
-    def Cancel(self) -> None:
-        self._r.Cancel()
-
-
-_CLASSES: dict[type, type] = {}
-
-
-def _monitored(cls: type) -> type:
-    """``cls`` with every communication method recorded in the message log (cached)."""
-    if getattr(cls, "_ml_monitored", False):
-        return cls
-    sub = _CLASSES.get(cls)
-    if sub is not None:
-        return sub
-    ns: dict[str, Any] = {"_ml_monitored": True, "__doc__": cls.__doc__}
-    for name in _SENDS + _RECVS + _BOTH:
-        ns[name] = _wrap_p2p(name, getattr(cls, name))
-    for name, spec in _NONBLOCKING.items():
-        ns[name] = _wrap_nonblocking(name, getattr(cls, name), spec)
-    for name in _COLLECTIVES:
-        ns[name] = _wrap_coll(name, getattr(cls, name))
-    sub = type(cls.__name__, (cls,), ns)
-    sub.__module__ = cls.__module__
-    _CLASSES[cls] = sub
-    return sub

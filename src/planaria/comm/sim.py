@@ -17,6 +17,9 @@ decision to all members in one burst. Failures are only ever injected at the ent
 a call (never inside an agreement or between agreement and group creation), and a dying
 process sends its failure notice after anything it sent before, so a decision is seen
 by everyone or by no one, and the next coordinator takes over cleanly.
+
+Each method also keeps the message log's counters when its communicator is recorded (one test
+of ``_ml_on`` otherwise; see ``comm/base.py``).
 """
 from __future__ import annotations
 
@@ -150,25 +153,53 @@ class _SimReq(Request):
             pass
 
 
+class _SimLReq(_SimReq):
+    """A request of a recorded communicator: what its ``Wait`` waits for, and a receive counted once done."""
+
+    __slots__ = ("_op", "_tag", "_buf", "_count")
+
+    def __init__(self, req: Any, comm: SimComm, peer: int, op: str, tag: int, buf: Any, count: int) -> None:
+        # count: the source (communicator rank) a receive adds to when it completes; -1 for sends and wildcards
+        self._r, self._comm, self._peer, self._status = req, comm, peer, None
+        self._op, self._tag, self._buf, self._count = op, tag, buf, count
+
+    def Test(self) -> bool:
+        done = _SimReq.Test(self)
+        if done and self._count >= 0:
+            self._comm._ml_recvd[self._count] += 1
+            self._count = -1
+        return done
+
+    def Wait(self) -> None:
+        self._comm._wait(self._r, self._peer, self._status)
+        if self._count >= 0:
+            self._comm._ml_recvd[self._count] += 1
+            self._count = -1
+
+
 class _SimObjRecv(Request):
-    __slots__ = ("_comm", "_source", "_tag", "_done", "_obj")
+    __slots__ = ("_comm", "_peer", "_tag", "_done", "_obj")
+    _op = "irecv"
 
     def __init__(self, comm: SimComm, source: int, tag: int) -> None:
-        self._comm, self._source, self._tag = comm, source, tag
+        self._comm, self._peer, self._tag = comm, source, tag
         self._done, self._obj = False, None
 
     def Test(self) -> bool:
         if not self._done:
-            m = self._comm._c.improbe(self._source, self._tag)
+            comm = self._comm
+            m = comm._c.improbe(self._peer, self._tag)
             if m is not None:
                 self._obj, self._done = m.recv(), True
+                if comm._ml_on and self._peer >= 0:
+                    comm._ml_recvd[self._peer] += 1
             else:
-                self._comm._raise_if_broken(self._source, None)
+                comm._raise_if_broken(self._peer, None)
         return self._done
 
     def Wait(self) -> None:
         if not self._done:
-            self._obj, self._done = self._comm.recv(self._source, self._tag), True
+            self._obj, self._done = self._comm.recv(self._peer, self._tag), True     # counted there
 
     def _value(self) -> Any:
         return self._obj
@@ -210,7 +241,7 @@ class SimComm(Comm):
         w.progress()
         if self._cid in w.revoked:
             self._orphan(req)
-            raise RevokedError()
+            raise self._ml_noted(RevokedError())
         if not w.failed:
             return
         dead = self._dead()
@@ -232,7 +263,7 @@ class SimComm(Comm):
         """The error to raise; observers (the runtime's relay) hear of the failed world ranks."""
         if _errors._observers:
             _errors.saw_failed(self._world_of(r) for r in ranks)
-        return ProcFailedError(ranks)
+        return self._ml_noted(ProcFailedError(ranks))
 
     def _orphan(self, req: Any) -> None:
         if req is None:
@@ -272,23 +303,35 @@ class SimComm(Comm):
     # -- point-to-point --------------------------------------------------------------------
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
         self._enter(dest)
-        if self._msgfault is not None and not self._outgoing(dest):
-            return
-        self._wait(self._c.Isend(buf, dest, tag), dest)
+        if self._msgfault is None or self._outgoing(dest):
+            self._wait(self._c.Isend(buf, dest, tag), dest)
+        if self._ml_on and dest >= 0:           # a dropped message too
+            self._ml_sent[dest] += 1
 
     def Recv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> None:
         self._enter(source)
         self._wait(self._c.Irecv(buf, source, tag), source, status)
+        if self._ml_on and source >= 0:
+            self._ml_recvd[source] += 1
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         self._enter(dest)
         if self._msgfault is not None and not self._outgoing(dest):
-            return _SimReq(MPI.REQUEST_NULL, self, dest)
-        return _SimReq(self._c.Isend(buf, dest, tag), self, dest)
+            req: Any = MPI.REQUEST_NULL
+        else:
+            req = self._c.Isend(buf, dest, tag)
+        if self._ml_on:
+            if dest >= 0:                       # counted when posted (a dropped message too)
+                self._ml_sent[dest] += 1
+            return _SimLReq(req, self, dest, "Isend", tag, buf, -1)
+        return _SimReq(req, self, dest)
 
     def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
         self._enter(source)
-        return _SimReq(self._c.Irecv(buf, source, tag), self, source)
+        req = self._c.Irecv(buf, source, tag)
+        if self._ml_on:
+            return _SimLReq(req, self, source, "Irecv", tag, buf, source if source >= 0 else -1)
+        return _SimReq(req, self, source)
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG, status: Any = None) -> None:
@@ -297,12 +340,18 @@ class SimComm(Comm):
         if self._msgfault is None or self._outgoing(dest):
             self._wait(self._c.Isend(sendbuf, dest, sendtag), dest)
         self._wait(rreq, source, status)
+        if self._ml_on:
+            if dest >= 0:
+                self._ml_sent[dest] += 1
+            if source >= 0:
+                self._ml_recvd[source] += 1
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
         self._enter(dest)
-        if self._msgfault is not None and not self._outgoing(dest):
-            return
-        self._wait(self._c.isend(obj, dest, tag), dest)
+        if self._msgfault is None or self._outgoing(dest):
+            self._wait(self._c.isend(obj, dest, tag), dest)
+        if self._ml_on and dest >= 0:
+            self._ml_sent[dest] += 1
 
     def recv(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
         self._enter(source)
@@ -311,13 +360,22 @@ class SimComm(Comm):
         def test() -> Any:
             m = c.improbe(source, tag, status)
             return _PENDING if m is None else m.recv(status)
-        return self._poll(test, source, None)
+        obj = self._poll(test, source, None)
+        if self._ml_on and source >= 0:
+            self._ml_recvd[source] += 1
+        return obj
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         self._enter(dest)
         if self._msgfault is not None and not self._outgoing(dest):
-            return _SimReq(MPI.REQUEST_NULL, self, dest)
-        return _SimReq(self._c.isend(obj, dest, tag), self, dest)
+            req: Any = MPI.REQUEST_NULL
+        else:
+            req = self._c.isend(obj, dest, tag)
+        if self._ml_on:
+            if dest >= 0:
+                self._ml_sent[dest] += 1
+            return _SimLReq(req, self, dest, "isend", tag, None, -1)
+        return _SimReq(req, self, dest)
 
     def irecv(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
         self._enter(source)
@@ -325,50 +383,74 @@ class SimComm(Comm):
 
     # -- buffer collectives: non-blocking MPI-3 collectives, progressed with failure checks --
     def Barrier(self) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Ibarrier())
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Ibcast(buf, root))
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Ireduce(sendbuf, recvbuf, MPI.SUM if op is None else op, root))
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Iallreduce(sendbuf, recvbuf, MPI.SUM if op is None else op))
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Igather(sendbuf, recvbuf, root))
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Igatherv(sendbuf, recvbuf, root))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Iallgather(sendbuf, recvbuf))
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Iallgatherv(sendbuf, recvbuf))
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Iscatter(sendbuf, recvbuf, root))
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Iscatterv(sendbuf, recvbuf, root))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Ialltoall(sendbuf, recvbuf))
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         self._coll(self._c.Ialltoallv(sendbuf, recvbuf))
 
@@ -397,16 +479,20 @@ class SimComm(Comm):
         return len(self._acked)
 
     def agree(self, flag: bool | int) -> bool | int:
+        if self._ml_on:
+            self._ml_seq += 1
         if self._w.check is not None:
             self._w.check()
         value, failed, err = self._agreement(int(flag))
         if err:
             dead = {self._pos[f] for f in failed}
-            raise ProcFailedError(dead - self._acked or dead,
-                                  f"agreement found unacknowledged failures: rank(s) {sorted(dead)}")
+            raise self._ml_noted(ProcFailedError(dead - self._acked or dead,
+                                                 f"agreement found unacknowledged failures: rank(s) {sorted(dead)}"))
         return bool(value) if isinstance(flag, bool) else value
 
     def shrink(self) -> SimComm:
+        if self._ml_on:
+            self._ml_seq += 1
         w = self._w
         if w.check is not None:
             w.check()                     # a failure may strike as recovery starts
@@ -420,25 +506,35 @@ class SimComm(Comm):
         g.Free(), wg.Free()
         new = SimComm(w, newc, cid, survivors)
         new._msgfault = self._msgfault
+        if self._ml_on:
+            self._ml_child(new, "k")
         return new
 
     def dup(self) -> SimComm:
+        if self._ml_on:
+            self._ml_seq += 1
         self._enter(None)
         newc, req = _idup(self._c)
         self._coll(req)
         new = SimComm(self._w, newc, self._child_id("d"), list(self._members))
         new._msgfault = self._msgfault
+        if self._ml_on:
+            self._ml_child(new, "d")
         return new
 
     def split(self, color: int | None = 0, key: int = 0) -> SimComm | None:
         # Not MPI_Comm_split: a blocking collective would wait forever for a zombie. The
         # failure-safe allgather raises instead; once it completed everywhere no rank can
         # fail before the group is created (failures only strike at call entries).
+        if self._ml_on:
+            self._ml_seq += 1
         if color == MPI.UNDEFINED:
             color = None
         entries = self.allgather((color, key))
         cid = self._child_id("p")
         if color is None:
+            if self._ml_on:
+                self._ml_child(None, "s")
             return None
         members = sorted((k, r) for r, (c, k) in enumerate(entries) if c == color)
         wranks = [self._members[r] for _, r in members]
@@ -449,6 +545,8 @@ class SimComm(Comm):
         g.Free(), wg.Free()
         new = SimComm(w, newc, f"{cid}c{color}", wranks)
         new._msgfault = self._msgfault
+        if self._ml_on:
+            self._ml_child(new, "s", color)
         return new
 
     def free(self) -> None:

@@ -8,8 +8,9 @@ follow-ups of an exchange do not wait for idle ticks) it
    communicator, so probes travel the same network path as the data): ``ping`` -> ``pong``;
    ``status`` -> what this rank is blocked in, what it sent to / received from the asker;
    ``vote`` -> ping the target and report whether it answered;
-2. checks the message timers: the operation the application thread is blocked in (from the
-   message log) against its threshold (``Thresholds``: kind of operation x distance);
+2. checks the message timers: the operation the application thread is blocked in (the message
+   log reads it from the thread's stack; a call is timed from the tick that first saw it, see
+   ``comm/msglog.py``) against its threshold (``Thresholds``: kind of operation x distance);
 3. on a timeout, probes the peer: ping (reachable?), then status (did it post the matching
    send? is it computing? is it waiting for me?); a collective asks every member for its
    status to find the ranks that have not arrived;
@@ -88,6 +89,8 @@ class Service:
         self._is_dead = is_dead
         self._step = step
         self.log = msglog.log()
+        if self.log is not None:
+            self.log.resolution = self.tick     # a call first seen at a tick started at most a tick before
         self.svc = svc
         self.hosts = list(hosts)
         self.responsible = [responsible(r, self.hosts) for r in range(size)]
@@ -99,8 +102,8 @@ class Service:
         self._analysed: set[tuple] = set()
         self._emitted: dict[tuple, int] = {}
         self._recvd: dict[tuple[int, int], int] = {}
-        self._watch: list | None = None        # [call tuple, start, op map once slower than slow_after]
-        self._last_in_mpi = time.monotonic()   # (waiting rank, peer) -> receives it had completed from the peer
+        self._watch: list | None = None        # [call, time last seen in it, op map once slower than slow_after]
+        self._last_in_mpi = time.monotonic()
         self._cursor = {"slow": 0, "io": 0, "fail": 0}
         self._stop = threading.Event()
         self._running = threading.Event()      # cleared by pause(): the thread blocks until resumed or stopped
@@ -119,6 +122,7 @@ class Service:
     def pause(self) -> None:
         """Stop ticking (``set_detection(False)``): the thread blocks, making no MPI call, until resumed or stopped."""
         self._running.clear()
+        self._watch = None
 
     def resume(self) -> None:
         """Tick again; the first tick comes one idle tick after resuming, as in steady state."""
@@ -300,40 +304,41 @@ class Service:
             self._stop.wait(self.busy_tick if busy else self.tick)
 
     # -- detection (as the rank that waits) ------------------------------------------
-    def _track(self) -> None:
+    def _track(self) -> msglog.Call | None:
         """Follow the application's current call from tick to tick: when it was last in MPI, and
         receives that lasted longer than ``slow_after`` (message-performance anomalies, found here
-        rather than on the hot path; durations are known to the tick)."""
+        rather than on the hot path). A call is timed from half-way between the tick that first saw
+        it and the one before; it ended half-way between the last tick that saw it and this one."""
         lg = self.log
-        cur = lg.cur
+        call = lg.look()
         now = time.monotonic()
-        if cur is not None:
-            self._last_in_mpi = now
         w = self._watch
-        if w is not None and w[0] is not cur:
+        if w is not None and w[0] is not call:
             op = w[2]
             if op is not None and op["name"] in _RECEIVES and op["peer"] is not None:
-                lg.push("slow", (op["name"], op["comm"], op["peer"], op["tag"], now - w[1], time.time(), op["site"]))
+                end = now - min(now - w[1], self.tick) / 2
+                lg.push("slow", (op["name"], op["comm"], op["peer"], op["tag"], end - w[0].start, time.time(),
+                                 op["site"]))
             self._watch = w = None
-        if cur is not None:
+        if call is not None:
+            self._last_in_mpi = now
             if w is None:
-                self._watch = w = [cur, cur[4], None]
-            if w[2] is None and now - cur[4] > lg.slow_after:
-                op = msglog.describe(cur)
+                self._watch = w = [call, now, None]
+            w[1] = now
+            if w[2] is None and now - call.start > lg.slow_after:
+                op = msglog.describe(call)
                 op["site"] = lg.site()
                 w[2] = op
+        return call
 
     def _check_timers(self) -> None:
         lg = self.log
         if lg is None:
             return
-        self._track()
-        cur = lg.cur
-        if cur is None or time.monotonic() - cur[4] < min(self.th.p2p, self.th.coll):
+        call = self._track()
+        if call is None or time.monotonic() - call.start < min(self.th.p2p, self.th.coll):
             return                          # the common case, decided without building the op map
-        op = lg.current()
-        if op is None:
-            return
+        op = msglog.describe(call)
         key = (op["name"], op["comm"], op["seq"], round(time.monotonic() - op["since"], 1))
         same_host = op["peer"] is None or self.hosts[op["peer"]] == self.hosts[self.rank]
         members = lg.members_of(op["comm"])

@@ -11,7 +11,7 @@ assert lg is not None, "detection is off"
 d = comm.dup()
 s = comm.split(rank % 2, rank)
 comm.Barrier()
-comm.allreduce(rank)                    # object collective built on buffer ones: counted once
+comm.allreduce(rank)                    # object collective built on two buffer ones: counts once
 buf = np.zeros(4)
 right, left = (rank + 1) % size, (rank - 1) % size
 for i in range(3):
@@ -28,19 +28,61 @@ mine = everyone[rank]
 assert all(e[0] == everyone[0][0] or set(e[0]) ^ set(everyone[0][0]) <= {"world.s2c0", "world.s2c1"}
            for e in everyone), everyone
 assert "world.d1" in counts and f"world.s2c{rank % 2}" in counts, counts
-assert counts["world"] == 4, counts       # dup, split, Barrier, allreduce
+# every collective method counts on entry, an object collective once (not its two buffer
+# collectives): dup, split (on sim: split + its allgather), Barrier, allreduce
+assert counts["world"] == {"ulfm": 4, "sim": 5}[comm.backend], counts
+assert all(e[1]["world"] == counts["world"] for e in everyone), everyone
 assert counts[f"world.s2c{rank % 2}"] == 1, counts
 assert sent == {str(right): 4} and recvd == {str(left): 4}, (sent, recvd)
 assert mine[4]["world"] is None and mine[4]["world.d1"] is None, mine[4]
 assert mine[4][f"world.s2c{rank % 2}"] == [r for r in range(size) if r % 2 == rank % 2], mine[4]
 assert lg.current() is None
-import inspect  # noqa: E402
+assert type(comm).__name__ in ("UlfmComm", "SimComm") and comm._ml_on   # recorded by its own methods
 
-mon = type(comm)
-for name in msglog._SENDS + msglog._RECVS + msglog._BOTH + tuple(msglog._NONBLOCKING) + tuple(msglog._COLLECTIVES):
-    want = [(p.name, p.default) for p in inspect.signature(getattr(mon.__bases__[0], name)).parameters.values()]
-    got = [(p.name, p.default) for p in inspect.signature(getattr(mon, name)).parameters.values()]
-    assert got == want or [n for n, _ in got] == ["self", "a", "k"], (name, got, want)   # same signature, or generic
+
+def blocked_in(call, after=0.15):
+    """What another thread reads of the application thread while it is blocked in ``call()``."""
+    import threading
+    import time as _t
+    seen = {}
+
+    def peek():
+        _t.sleep(after)
+        seen["op"], seen["site"] = lg.current(), lg.site()
+    th = threading.Thread(target=peek)
+    th.start()
+    call()
+    th.join()
+    return seen["op"], seen["site"]
+
+
+import time  # noqa: E402
+
+# the current operation, read from the stack: a receive the peer answers late, a request's Wait, a collective
+if rank == 0:
+    op, site = blocked_in(lambda: comm.Recv(buf, source=1, tag=5))  # SITE:recv
+    assert op["name"] == "Recv" and op["kind"] == "p2p" and op["peer"] == 1 and op["tag"] == 5, op
+    assert op["comm"] == "world" and op["size"] == 32 and 0.0 < op["since"] < 5.0, op
+    assert site.startswith(__file__) and "SITE:recv" in open(__file__).read().splitlines()[int(site[len(__file__) + 1:].split()[0]) - 1], site
+    req = d.Irecv(buf, source=1, tag=6)
+    op, site = blocked_in(req.Wait)
+    assert op["name"] == "Wait(Irecv)" and op["peer"] == 1 and op["tag"] == 6 and op["comm"] == "world.d1", op
+elif rank == 1:
+    time.sleep(0.5)
+    comm.Send(np.ones(4), dest=0, tag=5)
+    time.sleep(0.5)
+    d.Send(np.ones(4), dest=0, tag=6)
+comm.Barrier()                                                     # rank 2 comes 0.5 s after rank 0
+seq = lg.colls()["world"] + 1
+if rank == 0:
+    op, site = blocked_in(lambda: comm.bcast("x", root=2))
+    assert op["name"] == "bcast" and op["kind"] == "coll" and op["peer"] == 2 and op["seq"] == seq, (op, seq)
+else:
+    if rank == 2:
+        time.sleep(0.5)
+    comm.bcast("x", root=2)
+assert lg.colls()["world"] == seq                                  # two Bcasts, one collective
+sent, recvd = lg.p2p_counts()
 import inspect
 import sys
 import time
@@ -69,8 +111,8 @@ def settle(paused, within=2.0):
         time.sleep(0.005)
 
 
-set_detection(False)                      # within-job overhead measurement: plain classes, service blocked
-assert not getattr(type(comm), "_ml_monitored", False) and not getattr(type(d), "_ml_monitored", False)
+set_detection(False)                      # within-job overhead measurement: nothing recorded, service blocked
+assert not comm._ml_on and not d._ml_on
 assert loc.paused
 settle(True)                              # blocked in the paused wait, not ticking:
 for _ in range(60):                       # still there over more than two idle ticks
@@ -79,8 +121,8 @@ for _ in range(60):                       # still there over more than two idle 
 comm.Sendrecv(np.ones(4), dest=right, sendtag=7, recvbuf=buf, source=left, recvtag=7)
 assert lg.p2p_counts() == (sent, recvd)   # nothing recorded while off
 set_detection(True)
-assert getattr(type(comm), "_ml_monitored", False) and not loc.paused
+assert comm._ml_on and d._ml_on and not loc.paused
 settle(False)
 comm.Sendrecv(np.ones(4), dest=right, sendtag=8, recvbuf=buf, source=left, recvtag=8)
-assert lg.p2p_counts()[0] == {str(right): 5}
+assert lg.p2p_counts()[0] == {**sent, str(right): sent[str(right)] + 1}
 print(f"OK msglog {rank}", flush=True)
