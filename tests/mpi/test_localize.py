@@ -21,6 +21,15 @@ def test_diagnosis_names_the_fault(case, tmp_path):
     res = localize.run_case(case, home=tmp_path, timeout=60)
     assert res["ok"], f"{case}: {res['problems']}\n{res['text']}"
     assert res["diagnose_s"] < 30
+    # every incident of the run-time localization is also announced on the event bus
+    import json
+    recs = [json.loads(x) for x in (Path(res["job"]) / "events.jsonl").read_text().splitlines() if x.strip()]
+    incidents = [r for r in recs if r.get("type") == "incident"]
+    announced = [r for r in recs if r.get("type") == "event" and r.get("name") == "PLANARIA_EVENT_FAULT_LOCALIZED"]
+    said = [(sorted(r["incident"]["ranks"]), r["incident"]["verdict"]) for r in incidents]
+    assert [(ev["affected"], ev["info"]["verdict"]) for ev in announced] == said[:len(announced)], (announced, said)
+    if case == "unmatched":              # the job stays hung long after its incident: all announced
+        assert incidents and len(announced) == len(incidents), (len(announced), len(incidents))
 
 
 @pytest.mark.timeout(150)

@@ -29,6 +29,12 @@ def test_codes_by_pmix_name_and_user_codes():
         codes.parse_code("PMIX_NOPE")
     assert all(codes.is_user(codes.user_code(n)) for n in (1, 50))
     assert not any(codes.is_user(c) for c in codes.NAMES)
+    # planaria's own codes lie below every user code
+    assert codes.parse_code("fault_localized") == codes.FAULT_LOCALIZED < codes.user_code(codes.PLANARIA_SPAN - 1)
+    assert codes.name_of(codes.FAULT_LOCALIZED) == "PLANARIA_EVENT_FAULT_LOCALIZED"
+    with pytest.raises(ValueError, match="user code numbers"):
+        codes.user_code(codes.PLANARIA_SPAN)
+    assert codes.FAULT_LOCALIZED not in codes.FAULT_CODES
 
 
 def test_range_targets():

@@ -9,6 +9,7 @@ See docs/events.md.
 from planaria.events.codes import (
     EXTERNAL_BASE,
     FAULT_CODES,
+    FAULT_LOCALIZED,
     JOB_END,
     LOST_CONNECTION,
     NODE_DOWN,
@@ -51,7 +52,7 @@ from planaria.events.registry import (
 )
 
 __all__ = [
-    "EXTERNAL_BASE", "FAULT_CODES", "JOB_END", "LOST_CONNECTION", "NODE_DOWN", "PROC_ABORTED",
+    "EXTERNAL_BASE", "FAULT_CODES", "FAULT_LOCALIZED", "JOB_END", "LOST_CONNECTION", "NODE_DOWN", "PROC_ABORTED",
     "PROC_ABORTED_BY_SIG", "PROC_FAILED_CODES", "PROC_KILLED_BY_CMD", "PROC_REQUESTED_ABORT",
     "PROC_TERM_WO_SYNC", "UNREACH", "name_of", "parse_code", "user_code",
     "DEFAULT_HANDLER", "EventsUnavailable", "default_action", "deregister", "handle_failures", "log", "lookup", "notify",

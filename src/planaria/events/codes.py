@@ -18,6 +18,11 @@ PROC_ABORTED_BY_SIG = -402         # PMIX_ERR_PROC_ABORTED_BY_SIG: killed by a s
 
 EXTERNAL_BASE = -3000              # PMIX_EXTERNAL_ERR_BASE: user codes are below this value
 
+# planaria's own events, far below the user codes (user_code(n) takes n < PLANARIA_SPAN)
+PLANARIA_SPAN = 1_000_000
+PLANARIA_BASE = EXTERNAL_BASE - PLANARIA_SPAN
+FAULT_LOCALIZED = PLANARIA_BASE - 1    # the run-time localization found a root cause (an incident)
+
 NAMES: dict[int, str] = {
     PROC_ABORTED: "PMIX_ERR_PROC_ABORTED",
     PROC_REQUESTED_ABORT: "PMIX_ERR_PROC_REQUESTED_ABORT",
@@ -28,6 +33,7 @@ NAMES: dict[int, str] = {
     NODE_DOWN: "PMIX_ERR_NODE_DOWN",
     PROC_KILLED_BY_CMD: "PMIX_ERR_PROC_KILLED_BY_CMD",
     PROC_ABORTED_BY_SIG: "PMIX_ERR_PROC_ABORTED_BY_SIG",
+    FAULT_LOCALIZED: "PLANARIA_EVENT_FAULT_LOCALIZED",
 }
 _ALIASES = {"PMIX_EVENT_NODE_DOWN": NODE_DOWN}
 
@@ -41,14 +47,14 @@ FAULT_CODES: tuple[int, ...] = PROC_FAILED_CODES + (LOST_CONNECTION, NODE_DOWN, 
 
 def user_code(n: int) -> int:
     """The ``n``-th user event code (n >= 1): ``EXTERNAL_BASE - n``."""
-    if n < 1:
-        raise ValueError(f"user code numbers start at 1 (got {n})")
+    if not 1 <= n < PLANARIA_SPAN:
+        raise ValueError(f"user code numbers are 1..{PLANARIA_SPAN - 1} (got {n})")
     return EXTERNAL_BASE - n
 
 
 def is_user(code: int) -> bool:
     """True for codes reserved to users."""
-    return code < EXTERNAL_BASE
+    return PLANARIA_BASE < code < EXTERNAL_BASE
 
 
 def name_of(code: int) -> str:
@@ -76,7 +82,7 @@ def parse_code(text: str | int) -> int:
     if up.startswith("USER+"):
         return user_code(int(up[5:]))
     by_name = {v: k for k, v in NAMES.items()} | _ALIASES
-    for cand in (up, "PMIX_" + up, "PMIX_ERR_" + up, "PMIX_EVENT_" + up):
+    for cand in (up, "PMIX_" + up, "PMIX_ERR_" + up, "PMIX_EVENT_" + up, "PLANARIA_EVENT_" + up):
         if cand in by_name:
             return by_name[cand]
     raise ValueError(f"unknown event code {text!r} (known: {', '.join(sorted(NAMES.values()))}, "

@@ -423,6 +423,14 @@ class Controller:
                                     "affected": list(affected), "range": range_kind}))
         self._wake()
 
+    def _announce_incident(self, inc: dict[str, Any], by: Any) -> None:
+        """A localized fault (one root cause from a responsible rank) as an event to the ranks and
+        attached tools: its kind, verdict and blamed ranks, without the evidence records."""
+        info = {k: inc.get(k) for k in ("kind", "verdict", "host", "status", "first", "last", "count")}
+        info["by"] = by
+        ranks = [r for r in inc.get("ranks") or () if isinstance(r, int)]
+        self.notify(ev_codes.FAULT_LOCALIZED, info, affected=ranks)
+
     def io(self, rank: int, channel: str, text: str) -> None:
         """One line of a rank's output, for attached tools (kept in a bounded history)."""
         rec = {"type": "io", "rank": rank, "channel": channel, "text": text, "t": time.time()}
@@ -488,6 +496,8 @@ class Controller:
                 for r in msg.get("ranks") or ():
                     if isinstance(r, int) and r != msg.get("rank"):
                         self.merger.add(r, "unreachable", now, by=msg.get("rank"))
+        elif mtype == "incident" and isinstance(msg.get("incident"), dict):
+            self._announce_incident(msg["incident"], msg.get("by"))
         elif mtype == "abort" and self.abort_request is None:
             self.abort_request = {"rank": msg.get("rank"), "reason": str(msg.get("reason") or "abort"),
                                   "event": msg.get("event"), "t": now}
