@@ -326,16 +326,9 @@ def _launch_faults(trials: int, workers: int, seed: int, timeout: float, backend
         cmd = [mpiexec_path()] + (["--with-ft", "ulfm"] if backend == "ulfm" else []) + [
             "--oversubscribe", "-n", str(workers + 1), sys.executable, "-m", "planaria.bench.abft_faults",
             "--trials", str(trials), "--seed", str(seed), "--backend", backend, "--out", str(out)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=job_env(THREAD_ENV), start_new_session=True)
-        try:
-            _, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise BenchError(f"fault campaign timed out after {timeout:.0f} s") from None
-        if proc.returncode != 0 or not out.is_file():
-            raise BenchError(f"fault campaign failed (exit {proc.returncode}): {' '.join(cmd)}\n{stderr[-3000:]}")
+        stderr = _run_job(cmd, THREAD_ENV, timeout, "fault campaign")
+        if not out.is_file():
+            raise BenchError(f"fault campaign wrote no result: {' '.join(cmd)}\n{stderr[-3000:]}")
         res = json.loads(out.read_text())
         res["cmd"] = " ".join(cmd)
         return res
