@@ -58,6 +58,20 @@ def mpiexec_cmd(nprocs: int, module: str, args: list[str], *, ft: bool) -> list[
     return cmd
 
 
+def run_bounded(cmd: list[str], env: dict[str, str] | None, timeout: float, what: str) -> tuple[int, str, str]:
+    """Run a job in its own session to its end: (exit status, stdout, stderr). After ``timeout``
+    its whole process group is killed and BenchError names ``what`` with the end of its stderr."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=job_env(env), start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        raise BenchError(f"{what} timed out after {timeout:.0f} s: {' '.join(cmd)}\n{stderr[-2000:]}") from None
+    return proc.returncode, stdout, stderr
+
+
 def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: float,
            env: dict[str, str] | None = None) -> Launch:
     """Run one job; rank 0 writes its JSON result to the file given by ``--out`` (and prints it as ``RESULT``)."""
@@ -65,15 +79,7 @@ def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: floa
         out = Path(tmp) / "result.json"
         cmd = mpiexec_cmd(nprocs, module, [*args, "--out", str(out), "--scratch", tmp], ft=ft)
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=job_env(env), start_new_session=True)
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stdout, stderr = proc.communicate()
-            raise BenchError(f"benchmark job timed out after {timeout:.0f} s: {' '.join(cmd)}\n"
-                             f"{stderr[-2000:]}") from None
+        code, stdout, stderr = run_bounded(cmd, env, timeout, "benchmark job")
         wall = time.perf_counter() - t0
         result = None
         if out.exists() and out.stat().st_size:
@@ -83,7 +89,7 @@ def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: floa
                 if line.startswith(RESULT_PREFIX):
                     result = json.loads(line[len(RESULT_PREFIX):])
         if result is None:
-            raise BenchError(f"benchmark job gave no result (exit {proc.returncode}): {' '.join(cmd)}\n"
+            raise BenchError(f"benchmark job gave no result (exit {code}): {' '.join(cmd)}\n"
                              f"--- stdout\n{stdout[-2000:]}\n--- stderr\n{stderr[-3000:]}")
         return Launch(cmd=cmd, result=result, wall_s=wall)
 

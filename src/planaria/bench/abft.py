@@ -31,7 +31,6 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from planaria.bench import _launch
-from planaria.bench._launch import BenchError, command_line, job_env, loadavg, median, mpiexec_path
+from planaria.bench._launch import BenchError, command_line, loadavg, median, mpiexec_path
 from planaria.bench.abft_series import file_digest
 
 MODES = ("plain", "abft", "duplicate")
@@ -109,16 +108,9 @@ def _mpiexec(workers: int, backend: str) -> list[str]:
 
 def _run_job(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> str:
     """Run one mpiexec job to its end (killed after ``timeout``); its stderr. BenchError when it fails."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=job_env(env), start_new_session=True)
-    try:
-        _, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-        raise BenchError(f"{what} timed out after {timeout:.0f} s") from None
-    if proc.returncode != 0:
-        raise BenchError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{stderr[-3000:]}")
+    code, _, stderr = _launch.run_bounded(cmd, env, timeout, what)
+    if code != 0:
+        raise BenchError(f"{what} failed (exit {code}): {' '.join(cmd)}\n{stderr[-3000:]}")
     return stderr
 
 
