@@ -470,12 +470,6 @@ def _received(op: dict[str, Any]) -> int:
     return sum(x["count"] for x in lg.received_from(op["peer"]) if x["comm"] == op["comm"])
 
 
-def _brief(op: dict[str, Any] | None) -> dict[str, Any] | None:
-    if op is None:
-        return None
-    return {k: op.get(k) for k in ("name", "comm", "peer", "tag", "seq", "site")}
-
-
 def _short(site: str | None, limit: int = 160) -> str | None:
     if site is None or len(site) <= limit:
         return site
