@@ -83,3 +83,19 @@ def test_detect_within_one_job_times_blocks_in_abba_order() -> None:
     row = out["rows"][0]
     assert len(row["pair_ratios"]) == 6 and row["ci_low"] <= row["ratio_median"] <= row["ci_high"]
     assert row["verdict"] in detect.VERDICTS
+
+
+@pytest.mark.timeout(120)
+def test_detect_within_pools_separate_jobs() -> None:
+    """--within-job --jobs 2: two launches of the kernel, each timed and verified, pooled with the job as unit."""
+    out = detect.run(["halo"], ranks=2, klass="S", pairs=4, backend="ulfm", timeout=60, within=True,
+                     block_s=0.002, jobs=2)
+    assert out["jobs_per_kernel"] == 2 and [j["job"] for j in out["jobs"]] == [0, 1]
+    for n, job in enumerate(out["jobs"]):
+        assert job["warmup"]["verified"] and all(r["verified"] for r in job["runs"])
+        assert [(b["pair"], b["mode"]) for b in out["blocks"] if b["job"] == n] == detect.schedule(4)
+    row = out["rows"][0]
+    assert row["jobs"] == 2 and row["pairs"] == 8 and len(row["per_job"]) == 2
+    assert sorted(row["pair_ratios"]) == sorted(r for j in row["per_job"] for r in j["pair_ratios"])
+    assert row["ci_low"] <= row["ratio_median"] <= row["ci_high"]
+    assert row["verdict"] == detect.verdict(row["ratio_median"], row["ci_high"], 8, jobs=2)

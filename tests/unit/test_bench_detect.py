@@ -290,3 +290,147 @@ def test_cg_matrix_is_symmetric_and_diagonally_dominant() -> None:
     np.add.at(blk, (rb, cb), vb)
     blk[np.arange(100), np.arange(100, 200)] += db
     assert np.array_equal(blk, a[100:200])
+
+
+# --- pooling several jobs per kernel (--within-job --jobs J) ---
+
+def _job(facs: list[float], off: float = 0.25, rate: float = 100.0) -> dict:
+    """One job's blocks in ABBA order: pair i took ``off`` with detection off and ``off*facs[i]`` with it on."""
+    return {"blocks": [{"kernel": "mg", **ln} for ln in _launches([off] * len(facs), facs)],
+            "calls_per_s": rate, "every": 1, "runs": 3, "launch_s": 30.0}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(factors, min_size=1, max_size=30), min_size=1, max_size=4),
+       st.integers(min_value=0, max_value=2**31))
+def test_one_job_per_kernel_is_the_pair_bootstrap(groups: list[list[float]], seed: int) -> None:
+    # the job stage has nothing to choose: the same draws as the (stratified) pair bootstrap
+    assert detect.jobs_median_ci([[g] for g in groups], resamples=300, seed=seed) == \
+        detect.median_ci(groups, resamples=300, seed=seed)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(factors, min_size=1, max_size=20), min_size=1, max_size=5))
+def test_pooled_interval_is_reproducible_and_within_the_values(jobs: list[list[float]]) -> None:
+    lo, hi = detect.jobs_median_ci([jobs], resamples=300)
+    assert (lo, hi) == detect.jobs_median_ci([jobs], resamples=300)          # fixed seed: same interval
+    values = [x for job in jobs for x in job]
+    assert min(values) <= lo <= hi <= max(values)
+
+
+def test_pooled_interval_changes_with_the_seed() -> None:
+    rng = np.random.default_rng(3)
+    jobs = [(1.0 + 0.05 * rng.standard_normal(40) + 0.01 * j).tolist() for j in range(4)]
+    assert detect.jobs_median_ci([jobs], seed=1) != detect.jobs_median_ci([jobs], seed=2)
+
+
+def test_interval_widens_when_the_jobs_differ() -> None:
+    # the same pairs inside each job, shifted by a job effect of -1.5 .. +1.5 %
+    rng = np.random.default_rng(7)
+    noise = [0.02 * rng.standard_normal(100) for _ in range(6)]
+    alike = [(1.0 + e).tolist() for e in noise]
+    apart = [(1.0 + e + s).tolist() for e, s in zip(noise, np.linspace(-0.015, 0.015, 6))]
+    a_lo, a_hi = detect.jobs_median_ci([alike])
+    b_lo, b_hi = detect.jobs_median_ci([apart])
+    assert b_hi - b_lo > 2 * (a_hi - a_lo)
+    p_lo, p_hi = detect.median_ci([[x for job in apart for x in job]])        # pairs only: blind to it
+    assert b_hi - b_lo > 2 * (p_hi - p_lo)
+
+
+def test_two_stage_interval_covers_despite_a_job_effect_the_pair_interval_misses() -> None:
+    # 8 jobs of 30 pairs; each job shifted by N(0, 1 %), pair noise 2 %; the true median is 1.0.
+    # The pair bootstrap treats 240 pairs as independent and covers far less than 95 %.
+    rng = np.random.default_rng(21)
+    trials, hits_jobs, hits_pairs = 100, 0, 0
+    for i in range(trials):
+        jobs = [(1.0 + 0.01 * rng.standard_normal() + 0.02 * rng.standard_normal(30)).tolist() for _ in range(8)]
+        lo, hi = detect.jobs_median_ci([jobs], resamples=400, seed=i)
+        hits_jobs += lo <= 1.0 <= hi
+        lo, hi = detect.median_ci([[x for job in jobs for x in job]], resamples=400, seed=i)
+        hits_pairs += lo <= 1.0 <= hi
+    assert hits_jobs >= 0.85 * trials
+    assert hits_pairs <= 0.8 * trials
+
+
+def test_jobs_of_unequal_length_pool_every_pair() -> None:
+    # job 0: 20 pairs at 1.00; job 1: 5 pairs at 1.10 -> a resample of (0, 0) gives 1.00, (1, 1) 1.10,
+    # and a mixed one 1.00 (20 of 25 values): the interval spans both
+    lo, hi = detect.jobs_median_ci([[[1.0] * 20, [1.1] * 5]])
+    assert (lo, hi) == (1.0, 1.1)
+    with pytest.raises(ValueError):
+        detect.jobs_median_ci([[[], []]])
+    with pytest.raises(ValueError, match="level"):
+        detect.jobs_median_ci([[[1.0]]], level=1.0)
+
+
+@pytest.mark.parametrize("ratio,hi,pairs,jobs,expect", [
+    (1.004, 1.009, 400, 4, "met"),
+    (1.004, 1.009, 400, detect.MIN_JOBS, "met"),
+    (1.004, 1.009, 400, 1, "consistent"),          # one job cannot show the job-to-job spread
+    (1.004, 1.012, 400, 4, "consistent"),
+    (1.012, 1.020, 400, 4, "missed"),
+    (1.004, 1.009, 400, None, "met"),              # not pooled: today's rule
+])
+def test_pooled_verdict_needs_two_jobs(ratio: float, hi: float, pairs: int, jobs: int | None, expect: str) -> None:
+    assert detect.verdict(ratio, hi, pairs, jobs=jobs) == expect
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(factors, min_size=1, max_size=12), min_size=1, max_size=5))
+def test_summarize_jobs_pools_every_pair_and_keeps_each_job(per_job: list[list[float]]) -> None:
+    row = detect.summarize_jobs("mg", [_job(f) for f in per_job])
+    pooled = [x for f in per_job for x in f]
+    assert row["jobs"] == len(per_job) and row["pairs"] == len(pooled)
+    assert row["ratio_median"] == pytest.approx(statistics.median(pooled), rel=1e-12)
+    assert [j["ratio_median"] for j in row["per_job"]] == pytest.approx([statistics.median(f) for f in per_job])
+    assert row["job_medians"] == [j["ratio_median"] for j in row["per_job"]]
+    assert row["median_of_job_medians"] == pytest.approx(statistics.median(row["job_medians"]))
+    for j, f in zip(row["per_job"], per_job):         # each job's own interval is its pair bootstrap
+        assert (j["ci_low"], j["ci_high"]) == detect.median_ci([j["pair_ratios"]])
+        assert sorted(j["pair_ratios"]) == pytest.approx(sorted(f))
+    assert (row["ci_low"], row["ci_high"]) == detect.jobs_median_ci([[j["pair_ratios"] for j in row["per_job"]]])
+    assert row["verdict"] == detect.verdict(row["ratio_median"], row["ci_high"], row["pairs"], jobs=row["jobs"])
+    if len(per_job) < detect.MIN_JOBS:
+        assert row["verdict"] != "met"
+
+
+def test_pooled_rows_and_overall_verdicts() -> None:
+    rng = np.random.default_rng(2)
+    near = [_job((1.002 + 0.004 * rng.standard_normal(60)).tolist()) for _ in range(4)]
+    row = detect.summarize_jobs("cg", near)
+    assert row["verdict"] == "met" and row["ci_high"] <= detect.GOAL
+    one = detect.summarize_jobs("ep", near[:1])                      # the same pairs, one job: never met
+    assert one["verdict"] == "consistent"
+    far = detect.summarize_jobs("is", [_job((1.02 + 0.004 * rng.standard_normal(60)).tolist()) for _ in range(3)])
+    assert far["verdict"] == "missed"
+    o = detect.overall([row, far])
+    assert o["verdict"] == "missed" and o["worst_kernel"] == "is"
+    assert (o["ci_low"], o["ci_high"]) == detect.jobs_median_ci(
+        [[j["pair_ratios"] for j in r["per_job"]] for r in (row, far)])
+    assert "jobs" in o["ci_method"]
+
+
+def test_pooled_table_lists_every_job_and_the_pool() -> None:
+    from rich.console import Console
+    rows = [detect.summarize_jobs("mg", [_job([1.0, 1.01, 0.99] * 4), _job([1.02, 1.0, 1.01] * 4)])]
+    result = {"within_job": True, "class": "A", "ranks": 4, "backend": "ulfm", "pairs": 12, "cores": 2,
+              "loadavg_before": [1.0, 1.0, 1.0], "loadavg_after": [4.0, 3.0, 2.0], "goal": detect.GOAL,
+              "rows": rows, "overall": detect.overall(rows), "jobs_per_kernel": 2,
+              "min_jobs_for_met": detect.MIN_JOBS, "blocks": [b for r in rows for b in r["per_job"]],
+              "jobs": [{}, {}], "total_s": 60.0}
+    con = Console(width=240, record=True)
+    con.print(detect.table(result))
+    text = con.export_text()
+    assert "pooled (2)" in text and "two-stage" in text and "at least 2 jobs" in text
+    assert f"{rows[0]['per_job'][1]['ratio_median']:.4f}" in text
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--within-job", "--jobs", "0"], "jobs"),
+    (["--jobs", "3"], "within-job"),
+])
+def test_bad_jobs_option_exits_2_with_one_line(args: list[str], words: str) -> None:
+    res = _cli(args)
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and words in lines[0], res.output

@@ -13,6 +13,11 @@ Two ways to compare detection on and off:
   ABBA order (off,on, on,off, ...), so both sides of a pair share processes, placement, memory
   and the state of the machine within a fraction of a second. ``pairs`` is the number of block
   pairs. Each block's figure is the maximum over ranks.
+- ``--within-job --jobs J``: J such jobs per kernel, one after the other, pooled. The spread from
+  one job to the next (where its ranks landed on the cores, what else ran) is larger than the
+  interval of one job admits, so the job, not the pair, is the independent unit: the pooled
+  interval is a two-stage bootstrap (jobs resampled, then pairs within each drawn job), and
+  *met* needs at least MIN_JOBS jobs.
 
 Every run must pass the kernel's verification, else the benchmark fails.
 
@@ -23,7 +28,9 @@ per message). Overall: the median of every pair ratio of every kernel, its inter
 kernel's pairs resampled within the kernel) and the worst kernel. Verdict against the goal
 (median <= 1.01): *met* when the interval's upper end is <= the goal (and at least MIN_PAIRS
 pairs), *consistent* when the median is but the interval is not, *missed* when the median is
-above; the overall verdict is the worst kernel's.
+above; the overall verdict is the worst kernel's. Pooled (``jobs`` > 1), per kernel: every job's
+own row, the median of all pair ratios of all jobs with the two-stage interval, and the median of
+the per-job medians.
 """
 from __future__ import annotations
 
@@ -46,6 +53,7 @@ PAIRS_LAUNCH = 7             # default launch pairs per kernel
 PAIRS_WITHIN = 200           # default block pairs per kernel with --within-job
 BLOCK_S = 0.25               # default seconds per block with --within-job
 MIN_PAIRS = 10               # fewer pairs never make a "met" verdict (their interval means little)
+MIN_JOBS = 2                 # pooled jobs: fewer never make a "met" verdict (one job cannot show the job-to-job spread)
 VERDICTS = ("met", "consistent", "missed")
 MODES = {"off": "0", "on": "1"}
 # one BLAS thread per rank: every rank is a process already, and idle BLAS threads spinning on an
@@ -95,11 +103,51 @@ def median_ci(groups: list[list[float]], level: float = LEVEL, resamples: int = 
     return float(lo), float(hi)
 
 
-def verdict(ratio: float, hi: float, pairs: int, goal: float = GOAL) -> str:
-    """met: the interval's upper end is within the goal; consistent: only the median is; missed: the median is not."""
+def jobs_median_ci(strata: list[list[list[float]]], level: float = LEVEL, resamples: int = RESAMPLES,
+                   seed: int = SEED) -> tuple[float, float]:
+    """Two-stage percentile-bootstrap interval of the median of all values pooled: jobs, then pairs.
+
+    ``strata[k][j]`` are the pair ratios of job j of kernel k. In every resample each kernel's jobs
+    are drawn with replacement (as many as it has), then each drawn job's pairs with replacement
+    (as many as it has), and the median of everything drawn is taken. Jobs are the unit because the
+    spread between jobs exceeds what the pairs inside one job show; kernels are kept apart as in
+    ``median_ci``. With one job per kernel this is ``median_ci`` (the same draws).
+    """
+    strata = [[np.asarray(job, dtype=np.float64) for job in jobs if len(job)] for jobs in strata]
+    strata = [jobs for jobs in strata if jobs]
+    if not strata:
+        raise ValueError("no values to bootstrap")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be between 0 and 1, not {level}")
+    pair_rng = np.random.default_rng(seed)            # the same stream as median_ci's
+    job_rng = np.random.default_rng([seed, 1])
+    cols = []
+    for jobs in strata:
+        n_jobs, width = len(jobs), max(len(job) for job in jobs)
+        chosen = (job_rng.integers(0, n_jobs, size=(resamples, n_jobs)) if n_jobs > 1
+                  else np.zeros((resamples, 1), dtype=np.int64))
+        for slot in range(n_jobs):
+            col = np.full((resamples, width), np.nan)
+            for j, vals in enumerate(jobs):
+                rows = np.flatnonzero(chosen[:, slot] == j)
+                if rows.size:
+                    col[rows, :len(vals)] = vals[pair_rng.integers(0, len(vals), size=(rows.size, len(vals)))]
+            cols.append(col)
+    pooled = np.concatenate(cols, axis=1)
+    meds = np.nanmedian(pooled, axis=1) if np.isnan(pooled).any() else np.median(pooled, axis=1)
+    tail = (1.0 - level) / 2.0
+    lo, hi = np.quantile(meds, [tail, 1.0 - tail])
+    return float(lo), float(hi)
+
+
+def verdict(ratio: float, hi: float, pairs: int, goal: float = GOAL, jobs: int | None = None) -> str:
+    """met: the interval's upper end is within the goal; consistent: only the median is; missed: the median is not.
+
+    ``jobs``: the number of jobs pooled (None: one job, not pooled); fewer than MIN_JOBS are never met.
+    """
     if not ratio <= goal:
         return "missed"
-    if hi <= goal and pairs >= MIN_PAIRS:
+    if hi <= goal and pairs >= MIN_PAIRS and (jobs is None or jobs >= MIN_JOBS):
         return "met"
     return "consistent"
 
@@ -127,19 +175,65 @@ def summarize(kernel: str, launches: list[dict[str, Any]], calls_per_s: float | 
             "goal": GOAL, "verdict": v, "goal_met": v == "met"}
 
 
+def summarize_jobs(kernel: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One kernel's pooled row over several jobs (each a dict with ``blocks`` and ``calls_per_s``).
+
+    Every job keeps its own row (``per_job``: median and pair interval of that job alone); pooled:
+    the median of all pair ratios with the two-stage interval (jobs, then pairs), the median of the
+    job medians, and a verdict that needs MIN_JOBS jobs to be met.
+    """
+    if not jobs:
+        raise ValueError(f"no jobs of {kernel} to pool")
+    per_job = []
+    for n, job in enumerate(jobs):
+        row = summarize(kernel, job["blocks"], calls_per_s=job["calls_per_s"])
+        row.update({k: job[k] for k in ("every", "runs", "launch_s") if k in job}, job=n)
+        if job["blocks"]:
+            row["block_s_median"] = median([b["time_s"] for b in job["blocks"]])
+        per_job.append(row)
+    groups = [row["pair_ratios"] for row in per_job]
+    ratios = [r for g in groups for r in g]
+    blocks = [b for job in jobs for b in job["blocks"]]
+    off = [b["time_s"] for b in blocks if b["mode"] == "off"]
+    on = [b["time_s"] for b in blocks if b["mode"] == "on"]
+    ratio = median(ratios)
+    lo, hi = jobs_median_ci([groups])
+    job_medians = [row["ratio_median"] for row in per_job]
+    v = verdict(ratio, hi, len(ratios), jobs=len(jobs))
+    return {"kernel": kernel, "jobs": len(jobs), "pairs": len(ratios), "off_s_median": median(off),
+            "on_s_median": median(on), "ratio_median": ratio, "ci_low": lo, "ci_high": hi, "ci_level": LEVEL,
+            "ci_method": "two-stage bootstrap: jobs, then pairs within each job",
+            "ratio_min": min(ratios), "ratio_max": max(ratios), "ratio_of_sums": sum(on) / sum(off),
+            "overhead_pct": (ratio - 1.0) * 100.0, "pair_ratios": ratios,
+            "job_medians": job_medians, "median_of_job_medians": median(job_medians),
+            "calls_per_s": median([row["calls_per_s"] for row in per_job]),
+            "every": sorted({row["every"] for row in per_job if "every" in row}),
+            "block_s_median": median([b["time_s"] for b in blocks]),
+            "per_job": per_job, "min_jobs_for_met": MIN_JOBS,
+            "goal": GOAL, "verdict": v, "goal_met": v == "met"}
+
+
 def overall(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The median of every pair ratio of every kernel with its stratified interval; the verdict of the worst kernel."""
     groups = [row["pair_ratios"] for row in rows]
     pooled = [r for g in groups for r in g]
     ratio = median(pooled)
-    lo, hi = median_ci(groups)
+    jobs = None
+    if any("per_job" in row for row in rows):        # pooled jobs: each kernel's jobs, then their pairs
+        lo, hi = jobs_median_ci([[job["pair_ratios"] for job in row.get("per_job") or [row]] for row in rows])
+        jobs = min(len(row.get("per_job") or [row]) for row in rows)
+    else:
+        lo, hi = median_ci(groups)
     bad = max(rows, key=lambda row: (VERDICTS.index(row["verdict"]), row["ratio_median"]))
     v = worst([row["verdict"] for row in rows])
-    return {"ratio_median": ratio, "ci_low": lo, "ci_high": hi, "ci_level": LEVEL,
-            "overhead_pct": (ratio - 1.0) * 100.0, "pairs": len(pooled),
-            "worst_kernel": bad["kernel"], "worst_ratio": bad["ratio_median"],
-            "pooled_verdict": verdict(ratio, hi, len(pooled)),
-            "goal": GOAL, "verdict": v, "goal_met": v == "met"}
+    out = {"ratio_median": ratio, "ci_low": lo, "ci_high": hi, "ci_level": LEVEL,
+           "overhead_pct": (ratio - 1.0) * 100.0, "pairs": len(pooled),
+           "worst_kernel": bad["kernel"], "worst_ratio": bad["ratio_median"],
+           "pooled_verdict": verdict(ratio, hi, len(pooled), jobs=jobs),
+           "goal": GOAL, "verdict": v, "goal_met": v == "met"}
+    if jobs is not None:
+        out["ci_method"] = "two-stage bootstrap per kernel: jobs, then pairs within each job"
+    return out
 
 
 def within_blocks(res: dict[str, Any], kernel: str, klass: str, ranks: int, pairs: int) -> dict[str, Any]:
@@ -176,14 +270,25 @@ def check_launch(res: dict[str, Any], kernel: str, klass: str, ranks: int, mode:
     return rec
 
 
+def run_within(k: str, ranks: int, klass: str, pairs: int, backend: str, timeout: float,
+               block_s: float) -> tuple[dict[str, Any], Any]:
+    """One ``--alternate`` job of kernel ``k``: (its verified kernel record, the launch)."""
+    got = launch(ranks, npb.MODULE, ["--kernel", k, "--class", klass, "--backend", backend,
+                                     "--alternate", str(pairs), "--block-s", repr(block_s)],
+                 ft=(backend == "ulfm"), timeout=timeout + 8 * pairs * block_s,
+                 env={"PLANARIA_DETECT": "1", **THREAD_ENV})
+    return within_blocks(got.result, k, klass, ranks, pairs), got
+
+
 def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int | None = None, backend: str = "ulfm",
         timeout: float = 120.0, progress: Any = None, within: bool = False,
-        block_s: float = BLOCK_S) -> dict[str, Any]:
+        block_s: float = BLOCK_S, jobs: int = 1) -> dict[str, Any]:
     """Per kernel, ``pairs`` pairs of launches with detection off and on (order flipped every pair).
 
     ``within``: one launch per kernel instead, timing ``pairs`` pairs of blocks of iterations
     (about ``block_s`` seconds each) with detection switched off and on between blocks in ABBA
-    order. ``pairs`` defaults to PAIRS_LAUNCH or PAIRS_WITHIN.
+    order. ``pairs`` defaults to PAIRS_LAUNCH or PAIRS_WITHIN. ``jobs`` (with ``within``): that
+    many such launches per kernel, one after the other, pooled (``summarize_jobs``).
     """
     names = npb.parse_kernels(kernels) if isinstance(kernels, str) else npb.parse_kernels(",".join(kernels))
     klass = npb.check_class(klass)
@@ -195,6 +300,10 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
         raise ValueError(f"ranks must be >= 2, not {ranks}")
     if pairs < 1:
         raise ValueError(f"pairs must be >= 1, not {pairs}")
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, not {jobs}")
+    if jobs > 1 and not within:
+        raise ValueError("jobs > 1 needs --within-job (without it every launch is a job already)")
     if timeout <= 0:
         raise ValueError(f"timeout must be > 0, not {timeout}")
     if not block_s > 0:
@@ -204,30 +313,44 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
         if err:
             raise ValueError(err)
     load0, t_start = loadavg(), time.perf_counter()
-    rows, launches, blocks, jobs, cmd = [], [], [], [], []
+    rows, launches, blocks, job_recs, cmd = [], [], [], [], []
     order = schedule(pairs)
     for k in names:
         mine = []
         if within:
-            got = launch(ranks, npb.MODULE, ["--kernel", k, "--class", klass, "--backend", backend,
-                                             "--alternate", str(pairs), "--block-s", repr(block_s)],
-                         ft=(backend == "ulfm"), timeout=timeout + 8 * pairs * block_s,
-                         env={"PLANARIA_DETECT": "1", **THREAD_ENV})
-            cmd = got.cmd
-            rec = within_blocks(got.result, k, klass, ranks, pairs)
-            mine = [{"kernel": k, **b} for b in rec["blocks"]]
-            rate = median([r["calls_per_s"] for r in rec["runs"]])
-            row = summarize(k, mine, calls_per_s=rate)
-            row.update(every=rec["every"], block_s_median=median([b["time_s"] for b in mine]),
-                       runs=len(rec["runs"]), launch_s=got.wall_s)
-            if progress:
-                progress(f"detect: {k} class {klass}, {ranks} ranks, {pairs} block pairs of {rec['every']} "
-                         f"iteration(s) ({row['block_s_median']:.3f} s) in one job: on/off {row['ratio_median']:.4f} "
-                         f"[{row['ci_low']:.4f}, {row['ci_high']:.4f}], {got.wall_s:.1f} s launch")
-            rows.append(row)
-            blocks += mine
-            jobs.append({"kernel": k, "every": rec["every"], "warmup": rec.get("warmup"), "runs": rec["runs"],
-                         "launch_s": got.wall_s})
+            pooled = []
+            for n in range(jobs):
+                rec, got = run_within(k, ranks, klass, pairs, backend, timeout, block_s)
+                cmd = got.cmd
+                mine = [{"kernel": k, **b} for b in rec["blocks"]]
+                rate = median([r["calls_per_s"] for r in rec["runs"]])
+                row = summarize(k, mine, calls_per_s=rate)
+                row.update(every=rec["every"], block_s_median=median([b["time_s"] for b in mine]),
+                           runs=len(rec["runs"]), launch_s=got.wall_s)
+                if progress:
+                    which = f"job {n + 1}/{jobs}" if jobs > 1 else "one job"
+                    progress(f"detect: {k} class {klass}, {ranks} ranks, {pairs} block pairs of {rec['every']} "
+                             f"iteration(s) ({row['block_s_median']:.3f} s) in {which}: on/off "
+                             f"{row['ratio_median']:.4f} [{row['ci_low']:.4f}, {row['ci_high']:.4f}], "
+                             f"{got.wall_s:.1f} s launch" + (f", load {loadavg()[0]:.1f}" if jobs > 1 else ""))
+                job = {"kernel": k, "every": rec["every"], "warmup": rec.get("warmup"), "runs": rec["runs"],
+                       "launch_s": got.wall_s}
+                if jobs > 1:
+                    mine = [{**b, "job": n} for b in mine]
+                    job["job"] = n
+                    pooled.append({"blocks": mine, "calls_per_s": rate, "every": rec["every"],
+                                   "runs": len(rec["runs"]), "launch_s": got.wall_s})
+                else:
+                    rows.append(row)
+                blocks += mine
+                job_recs.append(job)
+            if jobs > 1:
+                row = summarize_jobs(k, pooled)
+                if progress:
+                    progress(f"detect: {k} pooled over {jobs} jobs: on/off {row['ratio_median']:.4f} "
+                             f"[{row['ci_low']:.4f}, {row['ci_high']:.4f}] (jobs, then pairs resampled), "
+                             f"job medians {', '.join(f'{m:.4f}' for m in row['job_medians'])}: {row['verdict']}")
+                rows.append(row)
             continue
         for n, (pair, mode) in enumerate(order, 1):
             got = launch(ranks, npb.MODULE, ["--kernel", k, "--class", klass, "--backend", backend],
@@ -251,14 +374,58 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
            "date": time.strftime("%Y-%m-%d"), "loadavg_before": load0, "loadavg_after": loadavg(),
            "mpiexec": " ".join(cmd[:-4] + ["..."]) if cmd else "", "command": command_line()}
     if within:
-        out.update(block_s=block_s, blocks=blocks, jobs=jobs)
+        out.update(block_s=block_s, blocks=blocks, jobs=job_recs)
+        if jobs > 1:
+            out.update(jobs_per_kernel=jobs, min_jobs_for_met=MIN_JOBS)
     else:
         out["launches"] = launches
     return out
 
 
+def pooled_table(result: dict[str, Any]) -> Any:
+    """The table of ``--within-job --jobs J`` (J > 1): every job's row, then each kernel's pooled row."""
+    from rich.table import Table
+    pct = int(round(LEVEL * 100))
+    jobs = result["jobs_per_kernel"]
+    t = Table(title=f"Detection on/off (blocks inside {jobs} jobs per kernel, ABBA, pooled), NPB-like kernels class "
+                    f"{result['class']}, {result['ranks']} ranks, {result['backend']} ({result['pairs']} pair(s) per job; "
+                    f"{result['cores']} cores; load {result['loadavg_before'][0]:.1f}->{result['loadavg_after'][0]:.1f})")
+    for col in ["kernel", "job", "calls/s/rank", "block", "off (median)", "on (median)",
+                f"on/off median [{pct} % CI]", "pair range", "sum on/sum off", "median of job medians", "verdict"]:
+        t.add_column(col, justify="right")
+
+    def ci(g: dict[str, Any]) -> str:
+        return f"{g['ratio_median']:.4f} [{g['ci_low']:.4f}, {g['ci_high']:.4f}]"
+    for r in result["rows"]:
+        for j in r["per_job"]:
+            t.add_row(r["kernel"], str(j["job"] + 1), f"{j['calls_per_s']:.0f}",
+                      f"{j['every']} it, {j['block_s_median']:.3f} s", f"{j['off_s_median']:.4f} s",
+                      f"{j['on_s_median']:.4f} s", ci(j), f"{j['ratio_min']:.3f}-{j['ratio_max']:.3f}",
+                      f"{j['ratio_of_sums']:.4f}", "", "")
+        every = "-".join(str(e) for e in (r["every"][0], r["every"][-1])) if len(r["every"]) > 1 else str(r["every"][0])
+        t.add_row(r["kernel"], f"pooled ({r['jobs']})", f"{r['calls_per_s']:.0f}",
+                  f"{every} it, {r['block_s_median']:.3f} s", f"{r['off_s_median']:.4f} s",
+                  f"{r['on_s_median']:.4f} s", ci(r), f"{r['ratio_min']:.3f}-{r['ratio_max']:.3f}",
+                  f"{r['ratio_of_sums']:.4f}",
+                  f"{r['median_of_job_medians']:.4f} ({min(r['job_medians']):.4f}-{max(r['job_medians']):.4f})",
+                  r["verdict"], end_section=True)
+    o = result["overall"]
+    t.add_row("overall", "", "", "", "", "", ci(o), f"worst {o['worst_kernel']} {o['worst_ratio']:.4f}", "", "",
+              o["verdict"])
+    t.caption = (f"time = max over ranks (each block of iterations); job rows: median over that job's pairs, "
+                 f"{pct} % percentile-bootstrap interval of its pairs; pooled: median of all pair ratios of all "
+                 f"jobs, {pct} % two-stage bootstrap interval (jobs resampled, then pairs within each job); "
+                 f"goal median <= {result['goal']}: met = pooled interval within the goal and at least "
+                 f"{result['min_jobs_for_met']} jobs, consistent = median only, missed = median above; overall = "
+                 f"all {o['pairs']} pair ratios (kernels resampled separately), verdict of the worst kernel; "
+                 f"{len(result['blocks'])} blocks in {len(result['jobs'])} jobs in {result['total_s']:.0f} s")
+    return t
+
+
 def table(result: dict[str, Any]) -> Any:
     from rich.table import Table
+    if result.get("jobs_per_kernel", 1) > 1:
+        return pooled_table(result)
     within = result.get("within_job")
     where = "blocks in one job per kernel, ABBA" if within else "launches"
     pct = int(round(LEVEL * 100))
@@ -293,7 +460,7 @@ def table(result: dict[str, Any]) -> Any:
 
 def show(result: dict[str, Any], as_json: bool = False) -> None:
     """Print the result as JSON or as a table."""
-    _launch.show(result, as_json, table, min_width=150)
+    _launch.show(result, as_json, table, min_width=215 if result.get("jobs_per_kernel", 1) > 1 else 150)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--within-job", action="store_true",
                    help="time blocks of iterations inside one job per kernel, detection switched off/on in ABBA order")
     p.add_argument("--block-s", type=float, default=BLOCK_S, help="seconds per block with --within-job (about)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="with --within-job: jobs per kernel, one after the other, pooled (jobs, then pairs resampled)")
     p.add_argument("--backend", default="ulfm", help="ulfm or sim")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per launch")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -315,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def compute() -> dict[str, Any]:
         return run(args.kernels, args.ranks, args.klass, args.pairs, args.backend, args.timeout,
-                   progress=_launch.progress_printer(args.json), within=args.within_job, block_s=args.block_s)
+                   progress=_launch.progress_printer(args.json), within=args.within_job, block_s=args.block_s,
+                   jobs=args.jobs)
     return _launch.run_and_show("detect", compute, show, args.json)
 
 

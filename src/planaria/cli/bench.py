@@ -194,6 +194,8 @@ def detect(
     within_job: bool = typer.Option(False, "--within-job", help="Compare inside one job per kernel: blocks of "
                                     "iterations with detection switched off and on in ABBA order (no launch-to-launch spread)."),
     block_s: float = typer.Option(0.25, "--block-s", help="Seconds per block with --within-job (about; set from a warm-up run)."),
+    jobs: int = typer.Option(1, "--jobs", help="With --within-job: jobs per kernel, one after the other, pooled: "
+                             "median of all pairs, two-stage bootstrap interval (jobs, then pairs); 'met' needs >= 2 jobs."),
 ) -> None:
     """Time of NPB-like kernels with run-time error detection on (PLANARIA_DETECT=1) vs off, and their ratio.
 
@@ -202,13 +204,15 @@ def detect(
     With --within-job each kernel's iterations are timed in blocks inside one job, planaria's
     detection paused (message log off, probe service blocked) for the 'off' blocks; the median
     on/off ratio comes with a bootstrap 95 % interval and a verdict (met / consistent / missed).
+    --jobs J runs J such jobs per kernel and pools them, the job as the unit of the interval
+    (the spread between jobs is larger than one job's interval shows).
     """
     from planaria.bench import detect as db
     from planaria.bench._launch import run_and_show
 
     def compute():  # type: ignore[no-untyped-def]
         return db.run(kernels, ranks, klass, pairs, backend, timeout, progress=_progress(json_out),
-                      within=within_job, block_s=block_s)
+                      within=within_job, block_s=block_s, jobs=jobs)
     raise typer.Exit(run_and_show("detect", compute, db.show, json_out))
 
 
