@@ -125,6 +125,7 @@ def _report(since: float) -> dict[str, Any] | None:
 
 
 def _print(report: dict[str, Any]) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
     con = Console()
@@ -137,9 +138,11 @@ def _print(report: dict[str, Any]) -> None:
                     f"+ {report['spares']} spare ranks" + (f" ({end} working at the end)" if end != report["ranks"]
                                                            else "")
                     + f", {report['checkpoint']} checkpoints ({report['backend']})")
-    for col in ("failure", "lost rank", "at step", "detection ms", "revoke+shrink ms", "substitution ms",
-                "restore ms", "recovery ms", "resumed from", "attempts"):
-        t.add_column(col, justify="right")
+    # short headers and no vertical rules: the table fits an 80-column terminal without cutting a word
+    t.box, t.padding = box.SIMPLE_HEAD, (0, 1)
+    for col in ("#", "rank", "step", "detect", "revoke+\nshrink", "substi-\ntution", "restore", "total",
+                "from", "tries"):
+        t.add_column(col, justify="right", min_width=max(map(len, col.split("\n"))))
     for k, ev in enumerate(report["failures"], 1):
         det = ev.get("detection_s")
         t.add_row(str(k) + ("*" if ev.get("continued") else ""), ",".join(map(str, ev["lost"])) or "-",
@@ -148,6 +151,9 @@ def _print(report: dict[str, Any]) -> None:
                   f"{ev['substitution_s'] * 1e3:.1f}", f"{ev['restore_s'] * 1e3:.1f}", f"{ev['total_s'] * 1e3:.1f}",
                   str(ev["version"]), str(ev["attempts"]))
     con.print(t)
+    con.print("[dim]times in ms; detect: kill to the first error; total: revoke+shrink + substitution + restore; "
+              "rank: the logical rank lost; step: where the failure was seen; from: the checkpoint step resumed "
+              "from; tries: recovery attempts[/]")
     for k, ev in enumerate(report["failures"], 1):
         if ev.get("continued"):
             con.print(f"* failure {k}: not enough spares; continued on {ev['ranks']} working ranks")
