@@ -90,17 +90,7 @@ def median_ci(groups: list[list[float]], level: float = LEVEL, resamples: int = 
     One group: the ordinary bootstrap of a median. Several (kernels): a stratified bootstrap, so
     every resample keeps each kernel's number of pairs.
     """
-    groups = [list(g) for g in groups if len(g)]
-    if not groups:
-        raise ValueError("no values to bootstrap")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be between 0 and 1, not {level}")
-    rng = np.random.default_rng(seed)
-    draws = [np.asarray(g, dtype=np.float64)[rng.integers(0, len(g), size=(resamples, len(g)))] for g in groups]
-    meds = np.median(np.concatenate(draws, axis=1), axis=1)
-    tail = (1.0 - level) / 2.0
-    lo, hi = np.quantile(meds, [tail, 1.0 - tail])
-    return float(lo), float(hi)
+    return jobs_median_ci([[g] for g in groups], level, resamples, seed)
 
 
 def jobs_median_ci(strata: list[list[list[float]]], level: float = LEVEL, resamples: int = RESAMPLES,
@@ -111,7 +101,7 @@ def jobs_median_ci(strata: list[list[list[float]]], level: float = LEVEL, resamp
     are drawn with replacement (as many as it has), then each drawn job's pairs with replacement
     (as many as it has), and the median of everything drawn is taken. Jobs are the unit because the
     spread between jobs exceeds what the pairs inside one job show; kernels are kept apart as in
-    ``median_ci``. With one job per kernel this is ``median_ci`` (the same draws).
+    ``median_ci``, which is this with one job per kernel.
     """
     strata = [[np.asarray(job, dtype=np.float64) for job in jobs if len(job)] for jobs in strata]
     strata = [jobs for jobs in strata if jobs]
@@ -119,7 +109,7 @@ def jobs_median_ci(strata: list[list[list[float]]], level: float = LEVEL, resamp
         raise ValueError("no values to bootstrap")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be between 0 and 1, not {level}")
-    pair_rng = np.random.default_rng(seed)            # the same stream as median_ci's
+    pair_rng = np.random.default_rng(seed)
     job_rng = np.random.default_rng([seed, 1])
     cols = []
     for jobs in strata:
