@@ -34,6 +34,7 @@ worst under full load), far inside the timers' seconds.
 from __future__ import annotations
 
 import itertools
+import random
 import socket
 import threading
 import time
@@ -126,6 +127,9 @@ class Service:
         self._stop = threading.Event()
         self._running = threading.Event()      # cleared by pause(): the thread blocks until resumed or stopped
         self._running.set()
+        self._nudge = threading.Event()        # ends the thread's sleep early (pause, stop)
+        self._parked = threading.Event()       # set while the thread is blocked by a pause
+        self._awake = threading.Event()        # set when the thread has left a pause
         self._thread = threading.Thread(target=self._run, name="planaria-localize", daemon=True)
 
     def start(self) -> Service:
@@ -135,16 +139,30 @@ class Service:
     def stop(self, timeout: float = 1.0) -> None:
         self._stop.set()
         self._running.set()
+        self._nudge.set()
         self._thread.join(timeout)
 
-    def pause(self) -> None:
-        """Stop ticking (``set_detection(False)``): the thread blocks, making no MPI call, until resumed or stopped."""
+    def pause(self, settle: float = 1.0) -> None:
+        """Stop ticking (``set_detection(False)``): the thread blocks, making no MPI call, until resumed or stopped.
+
+        Returns once the thread is blocked (at most ``settle`` s), so that no tick it had
+        scheduled comes after the pause.
+        """
         self._running.clear()
         self._watch = None
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._nudge.set()
+            self._parked.wait(settle)
 
-    def resume(self) -> None:
-        """Tick again; the first tick comes one idle tick after resuming, as in steady state."""
+    def resume(self, settle: float = 1.0) -> None:
+        """Tick again. Returns once the thread has woken (at most ``settle`` s), so that waking it
+        is not charged to what follows; its first tick then comes after a random part of a tick,
+        as at a random moment of steady state."""
+        self._awake.clear()
+        self._nudge.clear()
         self._running.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._awake.wait(settle)
 
     @property
     def paused(self) -> bool:
@@ -307,8 +325,11 @@ class Service:
             if self._is_dead():
                 return
             if not self._running.is_set():
+                self._parked.set()
                 self._running.wait()           # blocked: no wake-up, no MPI call while paused
-                self._stop.wait(self.tick)
+                self._parked.clear()
+                self._awake.set()
+                self._sleep(random.uniform(0.0, self.tick))
                 continue
             try:
                 self._receive()
@@ -320,7 +341,12 @@ class Service:
             except Exception as exc:  # noqa: BLE001 - the service must never take the rank down
                 self._report_up({"error": f"{type(exc).__name__}: {exc}"})
             busy = self._waiting or self._sends or time.monotonic() < self._engaged_until
-            self._stop.wait(self.busy_tick if busy else self.tick)
+            self._sleep(self.busy_tick if busy else self.tick)
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep until the next tick, or until pause or stop nudges the thread."""
+        self._nudge.wait(seconds)
+        self._nudge.clear()
 
     # -- detection (as the rank that waits) ------------------------------------------
     def _track(self) -> msglog.Call | None:

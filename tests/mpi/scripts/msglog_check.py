@@ -113,7 +113,7 @@ def settle(paused, within=2.0):
 
 set_detection(False)                      # within-job overhead measurement: nothing recorded, service blocked
 assert not comm._ml_on and not d._ml_on
-assert loc.paused
+assert loc.paused and loc._parked.is_set()   # pause returns once the thread is blocked, no tick left over
 settle(True)                              # blocked in the paused wait, not ticking:
 for _ in range(60):                       # still there over more than two idle ticks
     assert service_line() == PAUSED_LINE, service_line()
@@ -122,6 +122,7 @@ comm.Sendrecv(np.ones(4), dest=right, sendtag=7, recvbuf=buf, source=left, recvt
 assert lg.p2p_counts() == (sent, recvd)   # nothing recorded while off
 set_detection(True)
 assert comm._ml_on and d._ml_on and not loc.paused
+assert loc._awake.is_set() and not loc._parked.is_set()   # resume returns once the thread has woken
 settle(False)
 comm.Sendrecv(np.ones(4), dest=right, sendtag=8, recvbuf=buf, source=left, recvtag=8)
 assert lg.p2p_counts()[0] == {**sent, str(right): sent[str(right)] + 1}
