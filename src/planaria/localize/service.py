@@ -24,12 +24,6 @@ follow-ups of an exchange do not wait for idle ticks) it
 Every payload is one msgpack map of at most ``MAX_PROBE_PAYLOAD`` bytes. The thread never
 blocks in MPI: sends are non-blocking and abandoned after the probe timeout; receives use
 matched probes. A rank that has failed (a simulated zombie) stops answering.
-
-The thread runs at nice ``SERVICE_NICE`` (Linux gives each thread its own nice value; the
-application thread keeps its own). At nice 0 each wake-up preempts some rank's process when
-ranks fill the cores, and a collective waits for that rank: about 0.8 ms per wake-up in an
-Alltoallv-bound kernel on this machine. At nice 19 a tick comes a few ms late (about 0.1 s at
-worst under full load), far inside the timers' seconds.
 """
 from __future__ import annotations
 
@@ -75,18 +69,6 @@ def service_comm() -> tuple[Any, list[str]] | None:
         return None
     hosts = [bytes(row).rstrip(b"\0").decode("utf-8", "replace") for row in every]
     return svc, hosts
-
-
-SERVICE_NICE = 19   # the service thread's nice value (see the module docstring)
-
-
-def _lower_priority() -> None:
-    """Give the calling thread nice ``SERVICE_NICE``, so that its wake-ups yield the CPU to the ranks."""
-    import os
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SERVICE_NICE)
-    except (OSError, AttributeError):
-        pass       # not Linux or not permitted: run at the process's priority
 
 
 class Service:
@@ -320,7 +302,6 @@ class Service:
 
     # -- the loop -------------------------------------------------------------------
     def _run(self) -> None:
-        _lower_priority()
         while not self._stop.is_set():
             if self._is_dead():
                 return
