@@ -130,6 +130,8 @@ class Service:
         Returns once the thread is blocked (at most ``settle`` s), so that no tick it had
         scheduled comes after the pause.
         """
+        if not self._running.is_set():
+            return                             # already paused
         self._running.clear()
         self._watch = None
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
@@ -140,6 +142,8 @@ class Service:
         """Tick again. Returns once the thread has woken (at most ``settle`` s), so that waking it
         is not charged to what follows; its first tick then comes after a random part of a tick,
         as at a random moment of steady state."""
+        if self._running.is_set():
+            return                             # already running
         self._awake.clear()
         self._nudge.clear()
         self._running.set()

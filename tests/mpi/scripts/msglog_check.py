@@ -123,6 +123,12 @@ assert lg.p2p_counts() == (sent, recvd)   # nothing recorded while off
 set_detection(True)
 assert comm._ml_on and d._ml_on and not loc.paused
 assert loc._awake.is_set() and not loc._parked.is_set()   # resume returns once the thread has woken
+t_again = time.monotonic()
+set_detection(True)                       # switching to the mode it is in returns at once
+set_detection(False)
+set_detection(False)
+set_detection(True)
+assert time.monotonic() - t_again < 0.5, time.monotonic() - t_again
 settle(False)
 comm.Sendrecv(np.ones(4), dest=right, sendtag=8, recvbuf=buf, source=left, recvtag=8)
 assert lg.p2p_counts()[0] == {**sent, str(right): sent[str(right)] + 1}
