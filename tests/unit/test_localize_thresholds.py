@@ -9,7 +9,7 @@ from planaria.localize.thresholds import Thresholds
 
 def test_defaults_and_parse():
     th = Thresholds.parse("p2p=2, coll=3,remote=2")
-    assert (th.p2p, th.coll, th.remote, th.slow, th.probe) == (2.0, 3.0, 2.0, 0.25, 1.0)
+    assert (th.p2p, th.coll, th.remote, th.slow, th.probe) == (2.0, 3.0, 2.0, 0.25, 3.0)
     assert Thresholds.parse("") == Thresholds()
     assert Thresholds.parse(None) == Thresholds()
 
@@ -43,10 +43,10 @@ def test_bigger_collectives_wait_longer(a, b):
 def test_tick_follows_the_thresholds():
     from planaria.localize.thresholds import TICK_MAX, TICK_MIN
     th = Thresholds()
-    assert th.tick() == TICK_MAX == 0.25 and th.busy_tick() == pytest.approx(0.05)
+    assert th.tick() == TICK_MAX == 1.0 and th.busy_tick() == pytest.approx(0.15)
     short = Thresholds.parse("p2p=1,coll=1.5,probe=1,slow=0.1")      # the localization tests' settings
     assert short.tick() == pytest.approx(0.05)                       # slow_after 0.1 s, seen within half of it
-    assert Thresholds(probe=0.4).tick() == pytest.approx(0.1)        # a probe answered within a quarter
+    assert Thresholds(probe=0.3).tick() == pytest.approx(0.1)        # a probe answered within a third
     assert Thresholds(p2p=0.8, slow=1.0).tick() == pytest.approx(0.1)  # a timer fires within an eighth
     assert Thresholds(p2p=1e-3, coll=1e-3, slow=1e-3, probe=1e-3).tick() == TICK_MIN
 
@@ -57,5 +57,5 @@ def test_tick_is_within_every_bound(p2p, coll, slow, probe):
     th = Thresholds(p2p=p2p, coll=coll, slow=slow, probe=probe)
     t, busy = th.tick(), th.busy_tick()
     assert TICK_MIN <= busy <= t <= TICK_MAX
-    assert t <= max(TICK_MIN, probe / 4) and t <= max(TICK_MIN, th.slow_after() / 2)
+    assert t <= max(TICK_MIN, probe / 3) and t <= max(TICK_MIN, th.slow_after() / 2)
     assert t <= max(TICK_MIN, min(p2p, coll) / 8) and busy <= max(TICK_MIN, probe / 20)

@@ -26,7 +26,7 @@ def run(
     reinject: bool = typer.Option(False, "--reinject", help="Pass the --inject plan to restarted attempts too (default: only the first attempt injects)."),
     netns: Optional[str] = typer.Option(None, "--netns", help="Run on the test hosts NAME1,NAME2 made by 'planaria hosts up' (network namespaces)."),
     detect: bool = typer.Option(True, "--detect/--no-detect", help="Run-time error detection in every rank: message timers, ping/status/vote probes, incidents in the job directory."),
-    detect_timeouts: Optional[str] = typer.Option(None, "--detect-timeouts", help="Message timer thresholds in seconds, e.g. p2p=10,coll=20,remote=1.5,slow=0.25,probe=1 (see docs/localize.md)."),
+    detect_timeouts: Optional[str] = typer.Option(None, "--detect-timeouts", help="Message timer thresholds in seconds, e.g. p2p=10,coll=20,remote=1.5,slow=0.25,probe=3 (see docs/localize.md)."),
     diagnose_on_timeout: bool = typer.Option(True, "--diagnose-on-timeout/--no-diagnose-on-timeout", help="Before a --timeout kill or a default-handler abort, collect every rank's state and write a diagnosis."),
     default_handler: str = typer.Option("abort", "--default-handler", help="What the ranks' default event handler does with a process-failure event no other handler completed: abort (end the job cleanly, exit 1) or none (see docs/events.md)."),
 ) -> None:

@@ -1,7 +1,7 @@
 """The per-rank localization service (paper 000 §2.2): timers, probes, responsible ranks, incidents.
 
-A daemon thread beside the application thread. Every tick (``Thresholds.tick``: 0.25 s with the
-default thresholds, shorter for short ones; ``busy_tick``, 0.05 s, while its own probes or sends
+A daemon thread beside the application thread. Every tick (``Thresholds.tick``: 1 s with the
+default thresholds, shorter for short ones; ``busy_tick``, 0.15 s, while its own probes or sends
 are outstanding and for ``probe`` seconds after a message from another rank, so that the
 follow-ups of an exchange do not wait for idle ticks) it
 1. answers probes from other ranks on a *service communicator* (a duplicate of the world

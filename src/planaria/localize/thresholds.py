@@ -5,15 +5,18 @@ A point-to-point wait times out after ``p2p`` seconds when the peer is on the sa
 trees take longer) times ``remote`` when its members span hosts. A completed operation that
 took longer than ``slow`` times its threshold is a *message-performance anomaly*.
 
-Configured with ``planaria run --detect-timeouts p2p=10,coll=20,remote=1.5,slow=0.25,probe=1``
+Configured with ``planaria run --detect-timeouts p2p=10,coll=20,remote=1.5,slow=0.25,probe=3``
 (or ``$PLANARIA_DETECT_TIMEOUTS``); ``probe`` is how long a probe waits for its answer.
 
 The localization service wakes up every ``tick()`` seconds, derived from the thresholds so that
-it is never the slow part of a detection: a probe is answered within a quarter of the probe
+it is never the slow part of a detection: a probe is answered within a third of the probe
 timeout, a receive slower than ``slow_after`` is seen within half of that, a timer fires within
 an eighth of the shortest timeout; never more than TICK_MAX. While its own probes or sends are
 outstanding, and for ``probe`` seconds after another rank's message reached it, it wakes every
-``busy_tick()`` (a twentieth of the probe timeout). With the defaults: 0.25 s idle, 0.05 s busy.
+``busy_tick()`` (a twentieth of the probe timeout). With the defaults: 1 s idle, 0.15 s busy.
+Every idle wake-up costs an application thread that computes in Python a few ms on a machine
+with more busy processes than cores (docs/benchmarks.md), hence the long default: a probe
+waits 3 s for its answer, so that the target can answer at its next idle tick.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 ENV_VAR = "PLANARIA_DETECT_TIMEOUTS"
-TICK_MAX = 0.25      # seconds: the longest interval between the service's wake-ups
+TICK_MAX = 1.0       # seconds: the longest interval between the service's wake-ups
 TICK_MIN = 0.005     # seconds: the shortest, whatever the thresholds (no busy loop)
 
 
@@ -33,7 +36,7 @@ class Thresholds:
     coll: float = 20.0
     remote: float = 1.5
     slow: float = 0.25
-    probe: float = 1.0
+    probe: float = 3.0
 
     @classmethod
     def parse(cls, text: str | None) -> Thresholds:
@@ -72,7 +75,7 @@ class Thresholds:
 
     def tick(self) -> float:
         """Seconds between the localization service's wake-ups while nothing of its own is outstanding."""
-        bound = min(TICK_MAX, self.probe / 4.0, self.slow_after() / 2.0, min(self.p2p, self.coll) / 8.0)
+        bound = min(TICK_MAX, self.probe / 3.0, self.slow_after() / 2.0, min(self.p2p, self.coll) / 8.0)
         return max(TICK_MIN, bound)
 
     def busy_tick(self) -> float:

@@ -115,7 +115,7 @@ set_detection(False)                      # within-job overhead measurement: not
 assert not comm._ml_on and not d._ml_on
 assert loc.paused and loc._parked.is_set()   # pause returns once the thread is blocked, no tick left over
 settle(True)                              # blocked in the paused wait, not ticking:
-for _ in range(60):                       # still there over more than two idle ticks
+for _ in range(int(2.2 * loc.tick / 0.01) + 1):   # still there over more than two idle ticks
     assert service_line() == PAUSED_LINE, service_line()
     time.sleep(0.01)
 comm.Sendrecv(np.ones(4), dest=right, sendtag=7, recvbuf=buf, source=left, recvtag=7)
