@@ -369,6 +369,16 @@ def test_part_of_a_host_failed_is_not_a_host_down() -> None:
     assert len(incs) == 4 and {i["kind"] for i in incs} == {"rank-failed"}
 
 
+def test_failure_error_without_a_rank_blames_no_rank() -> None:
+    # every rank of host n0 saw its communicator revoked (a failure error naming no rank): none of them failed
+    rb = rb_default()
+    for r in range(4):
+        rb.submit(rec(r, None, 20.0 + r, R.PROC_FAILED, comm="world", status=R.CONFIRMED))
+    incs = roots(rb)
+    assert incs and all(i["kind"] != "host-down" and i["ranks"] == [] for i in incs), incs
+    assert all("failed rank not known" in i["verdict"] and "rank 0 failed" not in i["verdict"] for i in incs), incs
+
+
 # =========================================================================== correlation rules
 
 

@@ -630,7 +630,9 @@ def _external_verdict(ext: Sequence[ErrorRecord], subject: int, related: int = 0
 
 
 def _is_failure(rec: ErrorRecord) -> bool:
-    return rec.type == PROC_FAILED or (rec.type == PING_TIMEOUT and rec.status == CONFIRMED)
+    """A record that names a failed rank (a failure error without a rank, e.g. a revoked
+    communicator, is about no rank: its reporter has not failed)."""
+    return rec.dst is not None and (rec.type == PROC_FAILED or (rec.type == PING_TIMEOUT and rec.status == CONFIRMED))
 
 
 class HostDownRule(MergeRule):
@@ -890,7 +892,8 @@ def _type_verdicts(records: Sequence[ErrorRecord]) -> list[Verdict]:
     """The verdict each group of same-type records about one rank supports on its own."""
     groups: dict[tuple, list[ErrorRecord]] = defaultdict(list)
     for r in records:
-        about = r.dst if r.dst is not None else (None if r.type == COLL_TIMEOUT else r.src)
+        # a timed-out collective or a failure error that names no rank is about no rank (not its reporter)
+        about = r.dst if r.dst is not None else (None if r.type in (COLL_TIMEOUT, PROC_FAILED) else r.src)
         groups[(r.type, -1 if about is None else about, (r.comm or "") if about is None else "")].append(r)
     out = []
     for (typ, about, _), rs in sorted(groups.items()):
@@ -898,7 +901,11 @@ def _type_verdicts(records: Sequence[ErrorRecord]) -> list[Verdict]:
         srcs = sorted({r.src for r in rs})
         host = first.host
         n = len(rs)
-        if typ == PROC_FAILED:
+        if typ == PROC_FAILED and about == -1:
+            out.append(Verdict(f"a process failure seen on {_join(r.comm for r in rs)} by {_who(srcs)}, "
+                               "failed rank not known (a revoked communicator, or a failure not yet acknowledged)",
+                               "rank-failed", PRIORITY["rank-failed"] - 2))
+        elif typ == PROC_FAILED:
             out.append(Verdict(f"rank {about} failed (reported by {_who(srcs)})", "rank-failed",
                                PRIORITY["rank-failed"], (about,), host))
         elif typ == PING_TIMEOUT:
