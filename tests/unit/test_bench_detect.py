@@ -235,6 +235,7 @@ def _cli(args: list[str]):
     (["--kernels", "ft", "--ranks", "3"], "ft class W"),
     (["--kernels", "ep", "--ranks", "3", "--within-job"], "evenly"),
     (["--within-job", "--block-s", "0"], "block-s"),
+    (["--bind-to", "socket"], "bind-to"),
 ])
 def test_bad_options_exit_2_with_one_line(args: list[str], words: str) -> None:
     res = _cli(args)
@@ -440,3 +441,16 @@ def test_bad_jobs_option_exits_2_with_one_line(args: list[str], words: str) -> N
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and words in lines[0], res.output
+
+
+def test_bind_to_core_pins_ranks_with_overload_and_none_leaves_the_default() -> None:
+    from planaria.bench._launch import mpiexec_cmd
+    plain = mpiexec_cmd(4, "planaria.bench.npb", ["--kernel", "halo"], ft=True)
+    bound = mpiexec_cmd(4, "planaria.bench.npb", ["--kernel", "halo"], ft=True, bind="core")
+    assert "--bind-to" not in plain
+    i = bound.index("--bind-to")
+    assert bound[i + 1] == "core:overload-allowed"          # 4 ranks on fewer cores: several per core
+    assert bound[:i] + bound[i + 2:] == plain                  # nothing else changes
+    assert bound.index("--oversubscribe") < i < bound.index("-n")
+    with pytest.raises(ValueError, match="bind-to"):
+        mpiexec_cmd(4, "m", [], ft=False, bind="socket")

@@ -49,12 +49,28 @@ def job_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def mpiexec_cmd(nprocs: int, module: str, args: list[str], *, ft: bool) -> list[str]:
-    """``mpiexec [--with-ft ulfm] --oversubscribe -n N python -m MODULE --rank ARGS``."""
+#: rank binding of a benchmark job (``--bind-to``): none leaves Open MPI's default, which binds
+#: nothing once a job oversubscribes the cores; core pins every rank (and its threads) to one
+#: core, several ranks per core when they outnumber the cores, as a cluster job pins one per core
+BINDINGS = ("none", "core")
+
+
+def check_bind(bind: str) -> str:
+    """``bind`` if it is one of BINDINGS, else ValueError (one line)."""
+    if bind not in BINDINGS:
+        raise ValueError(f"bind-to must be {' or '.join(BINDINGS)}, not {bind!r}")
+    return bind
+
+
+def mpiexec_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, bind: str = "none") -> list[str]:
+    """``mpiexec [--with-ft ulfm] --oversubscribe [--bind-to core:overload-allowed] -n N python -m MODULE --rank ARGS``."""
     cmd = [mpiexec_path()]
     if ft:
         cmd += ["--with-ft", "ulfm"]
-    cmd += ["--oversubscribe", "-n", str(nprocs), sys.executable, "-m", module, "--rank", *args]
+    cmd.append("--oversubscribe")
+    if check_bind(bind) == "core":
+        cmd += ["--bind-to", "core:overload-allowed"]     # overload: more ranks than cores share them
+    cmd += ["-n", str(nprocs), sys.executable, "-m", module, "--rank", *args]
     return cmd
 
 
@@ -73,11 +89,11 @@ def run_bounded(cmd: list[str], env: dict[str, str] | None, timeout: float, what
 
 
 def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: float,
-           env: dict[str, str] | None = None) -> Launch:
+           env: dict[str, str] | None = None, bind: str = "none") -> Launch:
     """Run one job; rank 0 writes its JSON result to the file given by ``--out`` (and prints it as ``RESULT``)."""
     with tempfile.TemporaryDirectory(prefix="planaria-bench-") as tmp:
         out = Path(tmp) / "result.json"
-        cmd = mpiexec_cmd(nprocs, module, [*args, "--out", str(out), "--scratch", tmp], ft=ft)
+        cmd = mpiexec_cmd(nprocs, module, [*args, "--out", str(out), "--scratch", tmp], ft=ft, bind=bind)
         t0 = time.perf_counter()
         code, stdout, stderr = run_bounded(cmd, env, timeout, "benchmark job")
         wall = time.perf_counter() - t0

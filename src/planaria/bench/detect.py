@@ -261,24 +261,25 @@ def check_launch(res: dict[str, Any], kernel: str, klass: str, ranks: int, mode:
 
 
 def run_within(k: str, ranks: int, klass: str, pairs: int, backend: str, timeout: float,
-               block_s: float) -> tuple[dict[str, Any], Any]:
+               block_s: float, bind: str = "none") -> tuple[dict[str, Any], Any]:
     """One ``--alternate`` job of kernel ``k``: (its verified kernel record, the launch)."""
     got = launch(ranks, npb.MODULE, ["--kernel", k, "--class", klass, "--backend", backend,
                                      "--alternate", str(pairs), "--block-s", repr(block_s)],
                  ft=(backend == "ulfm"), timeout=timeout + 8 * pairs * block_s,
-                 env={"PLANARIA_DETECT": "1", **THREAD_ENV})
+                 env={"PLANARIA_DETECT": "1", **THREAD_ENV}, bind=bind)
     return within_blocks(got.result, k, klass, ranks, pairs), got
 
 
 def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int | None = None, backend: str = "ulfm",
         timeout: float = 120.0, progress: Any = None, within: bool = False,
-        block_s: float = BLOCK_S, jobs: int = 1) -> dict[str, Any]:
+        block_s: float = BLOCK_S, jobs: int = 1, bind: str = "none") -> dict[str, Any]:
     """Per kernel, ``pairs`` pairs of launches with detection off and on (order flipped every pair).
 
     ``within``: one launch per kernel instead, timing ``pairs`` pairs of blocks of iterations
     (about ``block_s`` seconds each) with detection switched off and on between blocks in ABBA
     order. ``pairs`` defaults to PAIRS_LAUNCH or PAIRS_WITHIN. ``jobs`` (with ``within``): that
-    many such launches per kernel, one after the other, pooled (``summarize_jobs``).
+    many such launches per kernel, one after the other, pooled (``summarize_jobs``). ``bind``:
+    ``core`` pins the ranks to cores (``_launch.BINDINGS``), ``none`` leaves them to the scheduler.
     """
     names = npb.parse_kernels(kernels) if isinstance(kernels, str) else npb.parse_kernels(",".join(kernels))
     klass = npb.check_class(klass)
@@ -298,6 +299,7 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
         raise ValueError(f"timeout must be > 0, not {timeout}")
     if not block_s > 0:
         raise ValueError(f"block-s must be > 0, not {block_s}")
+    _launch.check_bind(bind)
     for k in names:
         err = npb.problem_error(k, klass, ranks) or (npb.alternate_error(k, klass, ranks) if within else None)
         if err:
@@ -310,7 +312,7 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
         if within:
             pooled = []
             for n in range(jobs):
-                rec, got = run_within(k, ranks, klass, pairs, backend, timeout, block_s)
+                rec, got = run_within(k, ranks, klass, pairs, backend, timeout, block_s, bind)
                 cmd = got.cmd
                 mine = [{"kernel": k, **b} for b in rec["blocks"]]
                 rate = median([r["calls_per_s"] for r in rec["runs"]])
@@ -345,7 +347,7 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
         for n, (pair, mode) in enumerate(order, 1):
             got = launch(ranks, npb.MODULE, ["--kernel", k, "--class", klass, "--backend", backend],
                          ft=(backend == "ulfm"), timeout=timeout,
-                         env={"PLANARIA_DETECT": MODES[mode], **THREAD_ENV})
+                         env={"PLANARIA_DETECT": MODES[mode], **THREAD_ENV}, bind=bind)
             rec = check_launch(got.result, k, klass, ranks, mode)
             cmd = got.cmd
             ln = {"kernel": k, "pair": pair, "mode": mode, "time_s": rec["time_s"],
@@ -359,6 +361,7 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
         rows.append(summarize(k, mine))
         launches += mine
     out = {"benchmark": "detect", "within_job": within, "class": klass, "ranks": ranks, "backend": backend,
+           "bind_to": bind,
            "pairs": pairs, "kernels": names, "goal": GOAL, "rows": rows, "overall": overall(rows),
            "total_s": time.perf_counter() - t_start, "cores": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d"), "loadavg_before": load0, "loadavg_after": loadavg(),
@@ -372,13 +375,18 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
     return out
 
 
+def _bound(result: dict[str, Any]) -> str:
+    """Table-title note of the ranks' binding (nothing for the default, unbound)."""
+    return " bound to cores" if result.get("bind_to", "none") == "core" else ""
+
+
 def pooled_table(result: dict[str, Any]) -> Any:
     """The table of ``--within-job --jobs J`` (J > 1): every job's row, then each kernel's pooled row."""
     from rich.table import Table
     pct = int(round(LEVEL * 100))
     jobs = result["jobs_per_kernel"]
     t = Table(title=f"Detection on/off (blocks inside {jobs} jobs per kernel, ABBA, pooled), NPB-like kernels class "
-                    f"{result['class']}, {result['ranks']} ranks, {result['backend']} ({result['pairs']} pair(s) per job; "
+                    f"{result['class']}, {result['ranks']} ranks{_bound(result)}, {result['backend']} ({result['pairs']} pair(s) per job; "
                     f"{result['cores']} cores; load {result['loadavg_before'][0]:.1f}->{result['loadavg_after'][0]:.1f})")
     for col in ["kernel", "job", "calls/s/rank", "block", "off (median)", "on (median)",
                 f"on/off median [{pct} % CI]", "pair range", "sum on/sum off", "median of job medians", "verdict"]:
@@ -419,7 +427,7 @@ def table(result: dict[str, Any]) -> Any:
     within = result.get("within_job")
     where = "blocks in one job per kernel, ABBA" if within else "launches"
     pct = int(round(LEVEL * 100))
-    t = Table(title=f"Detection on/off ({where}), NPB-like kernels class {result['class']}, {result['ranks']} ranks, "
+    t = Table(title=f"Detection on/off ({where}), NPB-like kernels class {result['class']}, {result['ranks']} ranks{_bound(result)}, "
                     f"{result['backend']} ({result['pairs']} pair(s) per kernel; {result['cores']} cores; "
                     f"load {result['loadavg_before'][0]:.1f}->{result['loadavg_after'][0]:.1f})")
     cols = ["kernel", "calls/s/rank"] + (["block"] if within else []) + [
@@ -468,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1,
                    help="with --within-job: jobs per kernel, one after the other, pooled (jobs, then pairs resampled)")
     p.add_argument("--backend", default="ulfm", help="ulfm or sim")
+    p.add_argument("--bind-to", dest="bind", default="none", help="none (default) or core: pin ranks to cores")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per launch")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
@@ -475,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     def compute() -> dict[str, Any]:
         return run(args.kernels, args.ranks, args.klass, args.pairs, args.backend, args.timeout,
                    progress=_launch.progress_printer(args.json), within=args.within_job, block_s=args.block_s,
-                   jobs=args.jobs)
+                   jobs=args.jobs, bind=args.bind)
     return _launch.run_and_show("detect", compute, show, args.json)
 
 

@@ -196,6 +196,8 @@ def detect(
     block_s: float = typer.Option(0.25, "--block-s", help="Seconds per block with --within-job (about; set from a warm-up run)."),
     jobs: int = typer.Option(1, "--jobs", help="With --within-job: jobs per kernel, one after the other, pooled: "
                              "median of all pairs, two-stage bootstrap interval (jobs, then pairs); 'met' needs >= 2 jobs."),
+    bind: str = typer.Option("none", "--bind-to", help="none: Open MPI's default (no binding once the ranks outnumber "
+                             "the cores); core: pin every rank to a core, several per core when they outnumber them."),
 ) -> None:
     """Time of NPB-like kernels with run-time error detection on (PLANARIA_DETECT=1) vs off, and their ratio.
 
@@ -212,7 +214,7 @@ def detect(
 
     def compute():  # type: ignore[no-untyped-def]
         return db.run(kernels, ranks, klass, pairs, backend, timeout, progress=_progress(json_out),
-                      within=within_job, block_s=block_s, jobs=jobs)
+                      within=within_job, block_s=block_s, jobs=jobs, bind=bind)
     raise typer.Exit(run_and_show("detect", compute, db.show, json_out))
 
 
