@@ -46,8 +46,22 @@ def _split(buf: bytearray | bytes, lengths: np.ndarray) -> list[Any]:
     return out
 
 
+#: how many subclasses of Comm and Request have been defined: the message log rebuilds its table of
+#: their operation methods only when this changes (it reads the stack at every service tick)
+CLASSES_DEFINED = 0
+
+
+def _count_class() -> None:
+    global CLASSES_DEFINED
+    CLASSES_DEFINED += 1
+
+
 class Request(ABC):
     """A pending non-blocking operation; ``wait``/``Wait`` raise the same failure errors as blocking calls."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _count_class()
 
     @abstractmethod
     def Test(self) -> bool:
@@ -85,6 +99,10 @@ class Comm(ABC):
     """
 
     backend: str = "?"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _count_class()
 
     def __init__(self, mpi_comm: Any) -> None:
         self._c = mpi_comm

@@ -9,7 +9,8 @@ point-to-point messages sent and received (``_ml_sent``, ``_ml_recvd``; a status
 
 What the application thread is blocked in is read from its stack when somebody asks
 (``look``, ``current``): the outermost frame of a communication method of a recorded
-communicator (``Comm`` operations, and ``Wait`` of a request, which keeps its peer and tag),
+communicator (``Comm`` operations, and ``Wait`` of a request, which keeps its peer and tag)
+among the frames above the innermost application frame (the walk stops there),
 with the method's arguments read from the frame's locals, and the call site (the innermost
 application frame) from the same stack. A call's start is estimated by the looks: a call that
 a look sees for the first time started after the previous look, and is taken to have started
@@ -35,6 +36,7 @@ import weakref
 from collections import deque
 from typing import Any
 
+from planaria.comm import base as _base
 from planaria.comm.base import Comm, Request
 from planaria.comm.errors import FailureError
 
@@ -109,7 +111,7 @@ class MsgLog:
         frame = sys._current_frames().get(self.thread_id)
         now = _now()
         codes = _codes()
-        found = _outermost(frame, codes)
+        found = _outermost_above_app(frame, codes)
         del frame
         with self._lock:
             seen, prev = self._seen, self._looked
@@ -231,7 +233,7 @@ def describe(call: Call) -> dict[str, Any]:
 
 
 # -- reading the stack ----------------------------------------------------------------------
-_CODES: tuple[tuple, dict[Any, str]] = ((), {})
+_CODES: tuple[int, dict[Any, str]] = (-1, {})
 
 
 def _subclasses(cls: type) -> list[type]:
@@ -244,12 +246,15 @@ def _subclasses(cls: type) -> list[type]:
 
 
 def _codes() -> dict[Any, str]:
-    """Code object -> method name, for the operation methods of every loaded ``Comm`` and ``Request`` class."""
+    """Code object -> method name, for the operation methods of every loaded ``Comm`` and ``Request`` class.
+
+    Rebuilt only when a class has been defined since the last build (``base.CLASSES_DEFINED``).
+    """
     global _CODES
-    comms, reqs = _subclasses(Comm), _subclasses(Request)
-    key = tuple(comms) + tuple(reqs)
-    if key == _CODES[0]:
+    epoch = _base.CLASSES_DEFINED
+    if epoch == _CODES[0]:
         return _CODES[1]
+    comms, reqs = _subclasses(Comm), _subclasses(Request)
     out: dict[Any, str] = {}
     for classes, names in ((comms, tuple(_P2P) + tuple(_COLLECTIVES)), (reqs, _WAITS)):
         for cls in classes:
@@ -258,7 +263,7 @@ def _codes() -> dict[Any, str]:
                 code = getattr(fn, "__code__", None)
                 if code is not None:
                     out[code] = name
-    _CODES = (key, out)
+    _CODES = (epoch, out)
     return out
 
 
@@ -268,6 +273,37 @@ def _outermost(frame: Any, codes: dict[Any, str]) -> Any:
     while frame is not None:
         if frame.f_code in codes:
             found = frame
+        frame = frame.f_back
+    return found
+
+
+_APP_CODE: dict[Any, bool] = {}      # code object -> is_app_file of its file (a look's walk asks per frame)
+_APP_CODE_MAX = 1 << 14
+
+
+def _outermost_above_app(frame: Any, codes: dict[Any, str]) -> Any:
+    """The outermost operation frame between ``frame`` and the innermost application frame, or None.
+
+    Operation methods do not call application code, so the call the thread is blocked in sits
+    above (inside) its innermost application frame: the walk stops there instead of going down
+    the whole stack (each frame it visits is materialized, which made the full walk most of a
+    service tick's cost). One exception, by design: inside a user function that an object
+    reduction calls, the thread is computing, and is reported so.
+    """
+    found = None
+    app = _APP_CODE
+    while frame is not None:
+        code = frame.f_code
+        if code in codes:
+            found = frame
+        else:
+            is_app = app.get(code)
+            if is_app is None:
+                if len(app) >= _APP_CODE_MAX:
+                    app.clear()
+                is_app = app[code] = is_app_file(code.co_filename)
+            if is_app:
+                break
         frame = frame.f_back
     return found
 

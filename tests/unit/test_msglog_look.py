@@ -1,0 +1,66 @@
+"""How the message log finds the call a thread is blocked in: the short walk of the stack and its table of methods."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from planaria.comm import base, msglog
+from planaria.comm.base import Comm
+
+
+class _Fake(Comm):
+    """Operation methods that call back instead of calling MPI (never instantiated)."""
+
+    def Allreduce(self, cb: Any) -> Any:  # noqa: N802 - mpi4py's name
+        return cb()
+
+    def allreduce(self, cb: Any) -> Any:
+        return _Fake.Allreduce(self, cb)
+
+
+def _here() -> Any:
+    return sys._getframe(1)
+
+
+def _look(frame: Any) -> str | None:
+    found = msglog._outermost_above_app(frame, msglog._codes())
+    return None if found is None else found.f_code.co_name
+
+
+def test_the_operation_the_thread_is_in_is_found() -> None:
+    frame = _Fake.Allreduce(None, _here)
+    assert _look(frame) == "Allreduce"
+
+
+def test_nested_operations_report_the_outermost() -> None:
+    frame = _Fake.allreduce(None, _here)          # allreduce -> Allreduce -> here
+    assert _look(frame) == "allreduce"
+    assert msglog._outermost(frame, msglog._codes()).f_code.co_name == "allreduce"
+
+
+def test_application_code_outside_any_operation_is_none() -> None:
+    assert _look(_here()) is None
+
+
+def test_the_walk_stops_at_the_innermost_application_frame() -> None:
+    # an operation that calls application code calling another operation (a user reduction
+    # function, say): the thread is inside the inner one, the full walk would name the outer one
+    def user_op() -> Any:
+        return _Fake.Allreduce(None, _here)
+    frame = _Fake.allreduce(None, user_op)
+    assert _look(frame) == "Allreduce"
+    assert msglog._outermost(frame, msglog._codes()).f_code.co_name == "allreduce"
+
+
+def test_the_method_table_is_rebuilt_when_a_class_is_defined() -> None:
+    before = msglog._codes()
+    assert msglog._codes() is before                  # nothing new: the same table, not rebuilt
+    epoch = base.CLASSES_DEFINED
+
+    class _Later(_Fake):
+        def Barrier(self, cb: Any) -> Any:  # noqa: N802
+            return cb()
+    assert base.CLASSES_DEFINED == epoch + 1
+    after = msglog._codes()
+    assert after is not before and after[_Later.Barrier.__code__] == "Barrier"
+    assert _look(_Later.Barrier(None, _here)) == "Barrier"
