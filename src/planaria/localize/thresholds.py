@@ -14,9 +14,10 @@ timeout, a receive slower than ``slow_after`` is seen within half of that, a tim
 an eighth of the shortest timeout; never more than TICK_MAX. While its own probes or sends are
 outstanding, and for ``probe`` seconds after another rank's message reached it, it wakes every
 ``busy_tick()`` (a twentieth of the probe timeout). With the defaults: 1 s idle, 0.15 s busy.
-Every idle tick costs an IS-like job a few ms on a machine with more busy ranks than cores,
-mostly the tick's own work (docs/benchmarks.md), hence the long default: a probe waits 3 s for
-its answer, so that the target can answer at its next idle tick.
+Every idle tick costs a job a few ms on a machine with more busy ranks than cores (for a
+tightly coupled one such as HALO, the wake-up itself more than the tick's work: see
+docs/benchmarks.md), hence the long default: a probe waits 3 s for its answer, so that the
+target can answer at its next idle tick.
 """
 from __future__ import annotations
 
