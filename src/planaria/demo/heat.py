@@ -27,7 +27,8 @@ import numpy as np
 
 import planaria as pl
 from planaria.checkpoint import FileStore, MemoryStore, MultiLevel, XorStore
-from planaria.recovery.driver import Resilient, SparesExhausted, Unrecoverable
+from planaria import events
+from planaria.recovery.driver import RESILIENT_HANDLER, Resilient, SparesExhausted, Unrecoverable
 
 REPORT_DONE_TAG = 4711      # rank 0 -> the others: the report is written
 
@@ -147,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="when more ranks fail than there are spares: stop, or continue on fewer ranks")
     args = ap.parse_args(argv)
 
+    # This program recovers from failures from its first line: a rank killed before Resilient
+    # exists (its handler replaces this one by name) must not let the default handler stop the job.
+    events.handle_failures(RESILIENT_HANDLER, action="ulfm-recovery")
     world = pl.world(args.backend)
     jobdir = os.environ.get("PLANARIA_JOB_DIR") or tempfile.mkdtemp(prefix="planaria-demo-")
     store = make_store(args.checkpoint, args.every, args.file_every, os.path.join(jobdir, "checkpoints"))
