@@ -30,6 +30,11 @@ def test_diagnosis_names_the_fault(case, tmp_path):
     assert [(ev["affected"], ev["info"]["verdict"]) for ev in announced] == said[:len(announced)], (announced, said)
     if case == "unmatched":              # the job stays hung long after its incident: all announced
         assert incidents and len(announced) == len(incidents), (len(announced), len(incidents))
+    if case == "spin":                   # the spinning rank's service answered the probes (woken by knocks)
+        faulty = localize.CASES[case].ranks
+        answered = [e["evidence"].get("ping") for r in incidents for e in r["incident"].get("evidence") or ()
+                    if e.get("dst") in faulty]
+        assert answered and all(a is True for a in answered), answered
 
 
 @pytest.mark.timeout(150)

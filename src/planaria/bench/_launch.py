@@ -74,6 +74,17 @@ def mpiexec_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, bind: st
     return cmd
 
 
+def planaria_run_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: float,
+                     bind: str = "none") -> list[str]:
+    """``planaria run -n N --backend ulfm|sim -- python -m MODULE --rank ARGS``: the job as users run it,
+    with the controller and every rank's agent (and its knocks, heartbeats and reports)."""
+    cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", str(nprocs), "--backend", "ulfm" if ft else "sim",
+           "--timeout", repr(float(timeout))]
+    if check_bind(bind) == "core":
+        cmd += ["--mpiexec-arg=--bind-to", "--mpiexec-arg=core:overload-allowed"]
+    return cmd + ["--", sys.executable, "-m", module, "--rank", *args]
+
+
 def run_bounded(cmd: list[str], env: dict[str, str] | None, timeout: float, what: str) -> tuple[int, str, str]:
     """Run a job in its own session to its end: (exit status, stdout, stderr). After ``timeout``
     its whole process group is killed and BenchError names ``what`` with the end of its stderr."""
@@ -89,11 +100,19 @@ def run_bounded(cmd: list[str], env: dict[str, str] | None, timeout: float, what
 
 
 def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: float,
-           env: dict[str, str] | None = None, bind: str = "none") -> Launch:
-    """Run one job; rank 0 writes its JSON result to the file given by ``--out`` (and prints it as ``RESULT``)."""
+           env: dict[str, str] | None = None, bind: str = "none", under_run: bool = False) -> Launch:
+    """Run one job; rank 0 writes its JSON result to the file given by ``--out`` (and prints it as ``RESULT``).
+
+    ``under_run``: through ``planaria run`` (job directory in the temporary directory) instead of a
+    bare ``mpiexec``."""
     with tempfile.TemporaryDirectory(prefix="planaria-bench-") as tmp:
         out = Path(tmp) / "result.json"
-        cmd = mpiexec_cmd(nprocs, module, [*args, "--out", str(out), "--scratch", tmp], ft=ft, bind=bind)
+        rargs = [*args, "--out", str(out), "--scratch", tmp]
+        if under_run:
+            cmd = planaria_run_cmd(nprocs, module, rargs, ft=ft, timeout=timeout * 0.95, bind=bind)
+            env = {**(env or {}), "PLANARIA_HOME": str(Path(tmp) / "home")}
+        else:
+            cmd = mpiexec_cmd(nprocs, module, rargs, ft=ft, bind=bind)
         t0 = time.perf_counter()
         code, stdout, stderr = run_bounded(cmd, env, timeout, "benchmark job")
         wall = time.perf_counter() - t0

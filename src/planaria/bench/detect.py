@@ -261,18 +261,18 @@ def check_launch(res: dict[str, Any], kernel: str, klass: str, ranks: int, mode:
 
 
 def run_within(k: str, ranks: int, klass: str, pairs: int, backend: str, timeout: float,
-               block_s: float, bind: str = "none") -> tuple[dict[str, Any], Any]:
+               block_s: float, bind: str = "none", under_run: bool = False) -> tuple[dict[str, Any], Any]:
     """One ``--alternate`` job of kernel ``k``: (its verified kernel record, the launch)."""
     got = launch(ranks, npb.MODULE, ["--kernel", k, "--class", klass, "--backend", backend,
                                      "--alternate", str(pairs), "--block-s", repr(block_s)],
                  ft=(backend == "ulfm"), timeout=timeout + 8 * pairs * block_s,
-                 env={"PLANARIA_DETECT": "1", **THREAD_ENV}, bind=bind)
+                 env={"PLANARIA_DETECT": "1", **THREAD_ENV}, bind=bind, under_run=under_run)
     return within_blocks(got.result, k, klass, ranks, pairs), got
 
 
 def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int | None = None, backend: str = "ulfm",
         timeout: float = 120.0, progress: Any = None, within: bool = False,
-        block_s: float = BLOCK_S, jobs: int = 1, bind: str = "none") -> dict[str, Any]:
+        block_s: float = BLOCK_S, jobs: int = 1, bind: str = "none", under_run: bool = False) -> dict[str, Any]:
     """Per kernel, ``pairs`` pairs of launches with detection off and on (order flipped every pair).
 
     ``within``: one launch per kernel instead, timing ``pairs`` pairs of blocks of iterations
@@ -280,6 +280,8 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
     order. ``pairs`` defaults to PAIRS_LAUNCH or PAIRS_WITHIN. ``jobs`` (with ``within``): that
     many such launches per kernel, one after the other, pooled (``summarize_jobs``). ``bind``:
     ``core`` pins the ranks to cores (``_launch.BINDINGS``), ``none`` leaves them to the scheduler.
+    ``under_run`` (with ``within``): each job runs under ``planaria run``, controller and agents
+    included, as detection is used; else under a bare ``mpiexec`` (the service without a controller).
     """
     names = npb.parse_kernels(kernels) if isinstance(kernels, str) else npb.parse_kernels(",".join(kernels))
     klass = npb.check_class(klass)
@@ -295,6 +297,8 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
         raise ValueError(f"jobs must be >= 1, not {jobs}")
     if jobs > 1 and not within:
         raise ValueError("jobs > 1 needs --within-job (without it every launch is a job already)")
+    if under_run and not within:
+        raise ValueError("--under-run needs --within-job (detection is switched inside the job)")
     if timeout <= 0:
         raise ValueError(f"timeout must be > 0, not {timeout}")
     if not block_s > 0:
@@ -312,7 +316,7 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
         if within:
             pooled = []
             for n in range(jobs):
-                rec, got = run_within(k, ranks, klass, pairs, backend, timeout, block_s, bind)
+                rec, got = run_within(k, ranks, klass, pairs, backend, timeout, block_s, bind, under_run)
                 cmd = got.cmd
                 mine = [{"kernel": k, **b} for b in rec["blocks"]]
                 rate = median([r["calls_per_s"] for r in rec["runs"]])
@@ -361,7 +365,7 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
         rows.append(summarize(k, mine))
         launches += mine
     out = {"benchmark": "detect", "within_job": within, "class": klass, "ranks": ranks, "backend": backend,
-           "bind_to": bind,
+           "bind_to": bind, "runner": "planaria run" if under_run else "mpiexec",
            "pairs": pairs, "kernels": names, "goal": GOAL, "rows": rows, "overall": overall(rows),
            "total_s": time.perf_counter() - t_start, "cores": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d"), "loadavg_before": load0, "loadavg_after": loadavg(),
@@ -477,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --within-job: jobs per kernel, one after the other, pooled (jobs, then pairs resampled)")
     p.add_argument("--backend", default="ulfm", help="ulfm or sim")
     p.add_argument("--bind-to", dest="bind", default="none", help="none (default) or core: pin ranks to cores")
+    p.add_argument("--under-run", action="store_true",
+                   help="with --within-job: run each job under 'planaria run' (controller and agents), as users do")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per launch")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
@@ -484,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     def compute() -> dict[str, Any]:
         return run(args.kernels, args.ranks, args.klass, args.pairs, args.backend, args.timeout,
                    progress=_launch.progress_printer(args.json), within=args.within_job, block_s=args.block_s,
-                   jobs=args.jobs, bind=args.bind)
+                   jobs=args.jobs, bind=args.bind, under_run=args.under_run)
     return _launch.run_and_show("detect", compute, show, args.json)
 
 

@@ -198,6 +198,8 @@ def detect(
                              "median of all pairs, two-stage bootstrap interval (jobs, then pairs); 'met' needs >= 2 jobs."),
     bind: str = typer.Option("none", "--bind-to", help="none: Open MPI's default (no binding once the ranks outnumber "
                              "the cores); core: pin every rank to a core, several per core when they outnumber them."),
+    under_run: bool = typer.Option(False, "--under-run", help="With --within-job: run every job under 'planaria run' "
+                                   "(controller and agents, as users run detection) instead of a bare mpiexec."),
 ) -> None:
     """Time of NPB-like kernels with run-time error detection on (PLANARIA_DETECT=1) vs off, and their ratio.
 
@@ -214,7 +216,7 @@ def detect(
 
     def compute():  # type: ignore[no-untyped-def]
         return db.run(kernels, ranks, klass, pairs, backend, timeout, progress=_progress(json_out),
-                      within=within_job, block_s=block_s, jobs=jobs, bind=bind)
+                      within=within_job, block_s=block_s, jobs=jobs, bind=bind, under_run=under_run)
     raise typer.Exit(run_and_show("detect", compute, db.show, json_out))
 
 

@@ -480,6 +480,13 @@ class Controller:
             return True
         if mtype in ("hello", "hb") and isinstance(msg.get("rank"), int):
             self.idents[msg["rank"]] = ident
+        if mtype == "knock":            # a rank's localization service wrote to these ranks: wake theirs
+            tok = self.secret.decode("utf-8")
+            for r in msg.get("ranks") or ():
+                dest = self.idents.get(r) if isinstance(r, int) else None
+                if dest is not None:
+                    self._send_packed(sock, dest, msgpack.packb({"type": "knock", "tok": tok}))
+            return True
         if mtype in self._TOOL_TYPES:
             self._tool(sock, ident, mtype, msg, now)
             return True

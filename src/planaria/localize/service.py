@@ -1,9 +1,10 @@
 """The per-rank localization service (paper 000 §2.2): timers, probes, responsible ranks, incidents.
 
 A daemon thread beside the application thread. Every tick (``Thresholds.tick``: 1 s with the
-default thresholds, shorter for short ones; ``busy_tick``, 0.15 s, while its own probes or sends
-are outstanding and for ``probe`` seconds after a message from another rank, so that the
-follow-ups of an exchange do not wait for idle ticks) it
+default thresholds, shorter for short ones, at the same wall-clock instants in every rank;
+``busy_tick``, 0.15 s, while its own probes or sends are outstanding and for ``probe`` seconds
+after a message from another rank, so that the follow-ups of an exchange do not wait for idle
+ticks) it
 1. answers probes from other ranks on a *service communicator* (a duplicate of the world
    communicator, so probes travel the same network path as the data): ``ping`` -> ``pong``;
    ``status`` -> what this rank is blocked in, what it sent to / received from the asker;
@@ -21,6 +22,12 @@ follow-ups of an exchange do not wait for idle ticks) it
    asks (ping, or a vote of the target's group), and reports each incident (one root cause
    with its evidence) to the controller, which writes it to the job directory.
 
+Under ``planaria run`` every message on the service communicator is followed by a *knock*: a
+short control-plane message, through the controller, that wakes the target's service at once
+(``knocked``), so that an idle tick needs no MPI call. An ``Improbe`` at every idle tick from this
+second thread slowed tightly coupled jobs (it contends with the application thread's progress
+loop: docs/benchmarks.md, HALO); without a controller the idle tick still probes for messages.
+
 Every payload is one msgpack map of at most ``MAX_PROBE_PAYLOAD`` bytes. The thread never
 blocks in MPI: sends are non-blocking and abandoned after the probe timeout; receives use
 matched probes. A rank that has failed (a simulated zombie) stops answering.
@@ -28,7 +35,6 @@ matched probes. A rank that has failed (a simulated zombie) stops answering.
 from __future__ import annotations
 
 import itertools
-import random
 import socket
 import threading
 import time
@@ -71,12 +77,23 @@ def service_comm() -> tuple[Any, list[str]] | None:
     return svc, hosts
 
 
+def aligned_delay(now: float, tick: float) -> float:
+    """Seconds from ``now`` (wall clock) to the next multiple of ``tick``: idle ticks fall on the same
+    instants in every rank, so a tightly coupled job is interrupted once per tick, by all its
+    service threads together, instead of once by each rank at its own moment (each of which
+    stalls the ranks that wait on it). Never less than a tenth of a tick, so that a tick that ran
+    late does not run again at once."""
+    delay = tick - (now % tick)
+    return delay + tick if delay < tick / 10 else delay
+
+
 class Service:
     """Localization service of one rank (start with ``start``; one per process)."""
 
     def __init__(self, rank: int, size: int, thresholds: Thresholds, report: Callable[[dict[str, Any]], None],
                  svc: Any, hosts: list[str], is_dead: Callable[[], bool] = lambda: False, tick: float | None = None,
-                 step: Callable[[], int | None] = lambda: None) -> None:
+                 step: Callable[[], int | None] = lambda: None,
+                 knock: Callable[[int], None] | None = None) -> None:
         from mpi4py import MPI
 
         from planaria.localize.rules import RuleBase
@@ -87,6 +104,7 @@ class Service:
         self.tick = thresholds.tick() if tick is None else tick         # idle wake-up interval
         self.busy_tick = min(self.tick, thresholds.busy_tick())          # while answers or sends are due
         self._report_up = report
+        self._knock = knock                    # rings a rank's agent (control plane) after a message to it
         self._is_dead = is_dead
         self._step = step
         self.log = msglog.log()
@@ -140,8 +158,8 @@ class Service:
 
     def resume(self, settle: float = 1.0) -> None:
         """Tick again. Returns once the thread has woken (at most ``settle`` s), so that waking it
-        is not charged to what follows; its first tick then comes after a random part of a tick,
-        as at a random moment of steady state."""
+        is not charged to what follows; its first tick then comes at the next aligned instant
+        (``aligned_delay``), as at any moment of steady state."""
         if self._running.is_set():
             return                             # already running
         self._awake.clear()
@@ -169,6 +187,11 @@ class Service:
         except self.MPI.Exception:
             return
         self._sends.append((req, buf, time.monotonic() + self.th.probe * 4))
+        if self._knock is not None:
+            try:
+                self._knock(dest)
+            except Exception:  # noqa: BLE001 - the message still arrives; the target sees it when busy or paged
+                pass
 
     def _poll_sends(self) -> None:
         keep = []
@@ -314,19 +337,29 @@ class Service:
                 self._running.wait()           # blocked: no wake-up, no MPI call while paused
                 self._parked.clear()
                 self._awake.set()
-                self._sleep(random.uniform(0.0, self.tick))
+                self._sleep(aligned_delay(time.time(), self.tick))
                 continue
             try:
-                self._receive()
-                self._poll_sends()
+                if self._knock is None or self._busy():   # with knocks, an idle tick makes no MPI call
+                    self._receive()
+                    self._poll_sends()
                 self._expire()
                 self._check_timers()
                 self._check_logs()
                 iowatch.install()
             except Exception as exc:  # noqa: BLE001 - the service must never take the rank down
                 self._report_up({"error": f"{type(exc).__name__}: {exc}"})
-            busy = self._waiting or self._sends or time.monotonic() < self._engaged_until
-            self._sleep(self.busy_tick if busy else self.tick)
+            self._sleep(self.busy_tick if self._busy() else aligned_delay(time.time(), self.tick))
+
+    def _busy(self) -> bool:
+        """Probes or sends of its own outstanding, or another rank's message (or knock) lately."""
+        return bool(self._waiting or self._sends) or time.monotonic() < self._engaged_until
+
+    def knocked(self) -> None:
+        """Another rank has just sent this one a message on the service communicator (called from
+        the agent thread): receive at busy ticks for ``probe`` seconds, starting now."""
+        self._engaged_until = time.monotonic() + self.th.probe
+        self._nudge.set()
 
     def _sleep(self, seconds: float) -> None:
         """Sleep until the next tick, or until pause or stop nudges the thread."""

@@ -66,6 +66,7 @@ class Agent:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self.endpoint: str | None = None
+        self.on_knock: Any = None             # called on the agent thread when another rank knocks
         self._ctx = zmq.Context()
         self._tree = self._bind_tree()        # bound here so that hello can name it; used by the agent thread
         self._chan: Writer | None = None      # the agent channel, when the controller has one
@@ -210,6 +211,11 @@ class Agent:
             return
         if mtype == "stdin":
             self._push_stdin(str(msg.get("data") or ""), bool(msg.get("eof")))
+            return
+        if mtype == "knock":              # another rank wrote to this one's localization service
+            cb = self.on_knock
+            if cb is not None:
+                cb()
             return
         mid = msg.get("id")
         if mid is not None:

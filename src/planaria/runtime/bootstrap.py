@@ -183,8 +183,15 @@ def _start_localizer(comm: Comm, thresholds: Any, svc: Any) -> None:
             _RT.agent.report(kind, incident=incident, by=comm.rank)
         else:
             sys.stderr.write(f"planaria: rank {comm.rank}: {kind}: {incident.get('verdict') or incident}\n")
-    _RT.localizer = Service(comm.rank, comm.size, thresholds, report, svc[0], svc[1],
-                            is_dead=lambda: _RT.dead, step=current_step).start()
+    agent = _RT.agent
+
+    def knock(rank: int) -> None:
+        agent.report("knock", ranks=[rank])
+    service = Service(comm.rank, comm.size, thresholds, report, svc[0], svc[1], is_dead=lambda: _RT.dead,
+                      step=current_step, knock=knock if agent is not None else None)
+    if agent is not None:
+        agent.on_knock = service.knocked
+    _RT.localizer = service.start()
 
 
 def _nworking(size: int) -> int:
