@@ -198,3 +198,12 @@ def test_ring_never_declares_finished_while_work_remains(rule, seed):
 def test_an_unknown_termination_rule_is_refused():
     with pytest.raises(ValueError, match="termination rule"):
         RingMember(0, 3, rule="never")
+
+
+def test_equal_weights_move_the_higher_priority_first():
+    m = LoadModel(2, BalancerConfig(0, 0.1))
+    m.ready(0, "low", "g", prio=0)
+    m.ready(0, "high", "g", prio=5)
+    m.ready(0, "mid", "g", prio=2)
+    m.ready(0, "low2", "g", prio=0)
+    assert m.plan() == [(0, 1, ["high", "mid"])]     # not the newest two: priority decides before age

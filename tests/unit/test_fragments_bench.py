@@ -7,7 +7,7 @@ import sys
 import pytest
 from hypothesis import given, strategies as st
 
-from planaria.bench.fragments import critical_path, ideal_makespan, irregular_graph
+from planaria.bench.fragments import critical_path, descendants, ideal_makespan, irregular_graph, list_schedule
 
 
 @given(st.integers(1, 200), st.integers(1, 8), st.integers(0, 50))
@@ -40,3 +40,19 @@ def test_ideal_makespan_bounds(dur, workers, rnd):
 def test_cli_bad_input_is_one_line_exit_2(args, needle):
     res = subprocess.run([sys.executable, "-m", "planaria.cli.main", *args], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_descendants_counts_every_task_below():
+    #   0 -> 1 -> 3,  0 -> 2 -> 3,  3 -> 4;  5 alone
+    deps = [[], [0], [0], [1, 2], [3], []]
+    assert descendants(deps) == [4, 2, 2, 1, 0, 0]
+
+
+@given(st.integers(8, 120), st.integers(2, 6), st.integers(0, 30), st.integers(1, 8))
+def test_priority_schedules_stay_within_the_bounds(tasks, layers, seed, workers):
+    g = irregular_graph(tasks, layers, 0.04, 1.0, seed)
+    ideal = ideal_makespan(g["dur"], g["deps"], workers)
+    for prio in ("fifo", "descendants", "critical"):
+        mk = list_schedule(g["dur"], g["deps"], workers, prio)
+        assert ideal - 1e-9 <= mk <= sum(g["dur"]) + 1e-9       # never below the bound, never worse than serial
+        assert mk <= sum(g["dur"]) / workers + critical_path(g["dur"], g["deps"]) + 1e-9   # Graham's bound for any greedy order

@@ -261,3 +261,34 @@ def test_a_signal_leaves_the_unfinished_cfs_in_the_trace(tmp_path, signame):
     assert rep["root_causes"][0]["state"] == "running"
     assert 0.0 < rep["root_causes"][0]["running_s"] < 30          # it was spinning when the signal came
     assert "[running for " in rep["text"]
+
+
+ORDER: list = []
+
+
+@fr.atomic
+def note(x: fr.Name, v: int):
+    ORDER.append(v)
+    x.set(v)
+
+
+@fr.sub
+def prio_main(prios: list):
+    x = fr.df("x")
+    for i, p in enumerate(prios):
+        note(x[i], i).priority(p)
+
+
+def test_ready_cfs_start_in_priority_order_then_in_order_of_arrival():
+    ORDER.clear()
+    res = fr.run(prio_main, [0, 3, 1, 3, -2, 0], comm=None, threads=1)
+    assert res.status == "finished"
+    assert ORDER == [1, 3, 2, 0, 5, 4]
+
+
+def test_a_priority_must_be_a_number(tmp_path):
+    ORDER.clear()
+    res = fr.run(prio_main, [float("nan")], comm=None, threads=1, timeout=20, trace_dir=str(tmp_path))
+    assert res.status == "failed" and res.errors == 1 and ORDER == []
+    errs = [r for r in read_traces(tmp_path) if "not a number" in json.dumps(r)]
+    assert errs, "the failed CF's record names the bad priority"

@@ -26,6 +26,7 @@ import planaria.fragments as fr
 from planaria.bench import _launch
 
 MODULE = "planaria.bench.fragments"
+PRIORITIES = ("none", "descendants")
 RESULTS: list[Any] = []
 
 
@@ -56,6 +57,21 @@ def critical_path(dur: list[float], deps: list[list[int]]) -> float:
     return max(finish) if finish else 0.0
 
 
+def descendants(deps: list[list[int]]) -> list[int]:
+    """Per task, how many tasks depend on it directly or not: a priority a program that builds the
+    graph knows without knowing durations (tasks that unlock more work start first)."""
+    n = len(deps)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i, ds in enumerate(deps):
+        for j in ds:
+            children[j].append(i)
+    below: list[int] = [0] * n        # bitmask of the tasks below each one
+    for i in range(n - 1, -1, -1):
+        for c in children[i]:
+            below[i] |= below[c] | (1 << c)
+    return [b.bit_count() for b in below]
+
+
 def ideal_makespan(dur: list[float], deps: list[list[int]], workers: int) -> float:
     """A lower bound on any schedule's makespan: max(total work / P, critical path)."""
     return max(sum(dur) / workers, critical_path(dur, deps))
@@ -65,7 +81,9 @@ def list_schedule(dur: list[float], deps: list[list[int]], workers: int, priorit
     """Makespan of a zero-overhead greedy list schedule (a free worker takes a ready task at once).
 
     ``fifo``: tasks in the order they became ready (what a runtime that knows no durations can do);
-    ``critical``: the ready task with the longest path to the end first (an oracle knowing durations).
+    ``critical``: the ready task with the longest path to the end first (an oracle knowing durations);
+    ``descendants``: the ready task with the most tasks depending on it first (``descendants``), ties in
+    the order they became ready (what the runtime does with ``--priority descendants``).
     """
     import heapq
     n = len(dur)
@@ -76,13 +94,15 @@ def list_schedule(dur: list[float], deps: list[list[int]], workers: int, priorit
     bottom = [0.0] * n
     for i in range(n - 1, -1, -1):
         bottom[i] = dur[i] + max((bottom[c] for c in children[i]), default=0.0)
+    below = descendants(deps) if priority == "descendants" else []
     waiting = [len(set(ds)) for ds in deps]
-    ready: list[tuple[float, int]] = []
+    ready: list[tuple[Any, int]] = []
     seq = 0
 
     def push(i: int) -> None:
         nonlocal seq
-        heapq.heappush(ready, ((-bottom[i], i) if priority == "critical" else (seq, i)))
+        key = (-bottom[i], i) if priority == "critical" else (-below[i], seq) if priority == "descendants" else (seq, i)
+        heapq.heappush(ready, (key, i))
         seq += 1
     for i in range(n):
         if waiting[i] == 0:
@@ -116,12 +136,14 @@ def gather(vals: list):
 
 
 @fr.sub
-def graph_main(dur: list, deps: list, workers: int, static: bool):
+def graph_main(dur: list, deps: list, workers: int, static: bool, prios: list | None = None):
     r = fr.df("r")
     for i, d in enumerate(dur):
         cf = task(r[i], d, [r[j] for j in deps[i]])
         if static:
             cf.at(i % workers)
+        if prios:
+            cf.priority(prios[i])
     gather([r[i] for i in range(len(dur))]).at(0)
 
 
@@ -180,7 +202,8 @@ def local_main(args: argparse.Namespace) -> None:
     g = irregular_graph(args.tasks, args.layers, args.mean_ms / 1000.0, args.sigma, args.seed)
     trace_dir = os.path.join(args.scratch, "trace") if args.trace else None
     t0 = time.perf_counter()
-    res = fr.run(graph_main, g["dur"], g["deps"], 1, False, comm=None, threads=args.threads, trace_dir=trace_dir,
+    prios = descendants(g["deps"]) if args.priority == "descendants" else None
+    res = fr.run(graph_main, g["dur"], g["deps"], 1, False, prios, comm=None, threads=args.threads, trace_dir=trace_dir,
                  trace=args.trace, timeout=args.timeout * 0.8, report=False)
     wall = time.perf_counter() - t0
     tb = sum(os.path.getsize(os.path.join(trace_dir, f)) for f in os.listdir(trace_dir)) if trace_dir else 0
@@ -201,7 +224,8 @@ def rank_main(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     if args.graph == "irregular":
         g = irregular_graph(args.tasks, args.layers, args.mean_ms / 1000.0, args.sigma, args.seed)
-        res = fr.run(graph_main, g["dur"], g["deps"], workers, static, comm=comm, threads=1, trace_dir=trace_dir,
+        prios = descendants(g["deps"]) if args.priority == "descendants" else None
+        res = fr.run(graph_main, g["dur"], g["deps"], workers, static, prios, comm=comm, threads=1, trace_dir=trace_dir,
                      trace=args.trace, balancer=bconf, timeout=args.timeout * 0.8, report=False)
     else:
         res = fr.run(matmul_main, args.nb, args.bs, workers, static, comm=comm, threads=1, trace_dir=trace_dir,
@@ -232,8 +256,9 @@ def _job(workers: int, mode: str, graph: str, opts: dict[str, Any], trace: bool,
     return r
 
 
-def _dask_irregular(g: dict[str, Any], workers: int) -> float:
-    """Makespan of the same DAG and sleeps on a Dask LocalCluster (P single-threaded worker processes)."""
+def _dask_irregular(g: dict[str, Any], workers: int, priority: str = "none") -> float:
+    """Makespan of the same DAG and sleeps on a Dask LocalCluster (P single-threaded worker processes),
+    with the same priorities as the fragments (``submit(..., priority=)``) under ``--priority descendants``."""
     import logging
 
     from dask.distributed import Client, LocalCluster
@@ -243,8 +268,10 @@ def _dask_irregular(g: dict[str, Any], workers: int) -> float:
         client.run(lambda: None)              # every worker is up before the clock starts
         t0 = time.perf_counter()
         futs: list[Any] = []
+        prios = descendants(g["deps"]) if priority == "descendants" else [0] * len(g["dur"])
         for i, d in enumerate(g["dur"]):
-            futs.append(client.submit(_dask_task, d, *[futs[j] for j in g["deps"][i]], pure=False, key=f"t{i}"))
+            futs.append(client.submit(_dask_task, d, *[futs[j] for j in g["deps"][i]], pure=False, key=f"t{i}",
+                                      priority=prios[i]))
         total = client.submit(_dask_sum, futs, pure=False).result()
         wall = time.perf_counter() - t0
     if abs(total - sum(g["dur"])) > 1e-6:
@@ -264,8 +291,12 @@ def _dask_sum(vals: list[float]) -> float:
 def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2, tasks: int = 96, layers: int = 4,
         mean_ms: float = 40.0, sigma: float = 1.0, seed: int = 1, nb: int = 4, bs: int = 300,
         jobs_left: int = 2, ratio: float = 0.2, overhead_workers: int = 4, overhead_repeat: int = 3,
-        timeout: float = 180.0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Every (graph, mode, P) cell: median wall of ``repeat`` launches, speedup vs 1 worker, efficiency vs ideal."""
+        timeout: float = 180.0, progress: Callable[[str], None] | None = None,
+        priority: str = "none") -> dict[str, Any]:
+    """Every (graph, mode, P) cell: median wall of ``repeat`` launches, speedup vs 1 worker, efficiency vs ideal.
+
+    ``priority="descendants"``: every task of the irregular graph gets its number of descendants as
+    its priority, in the fragments and in Dask alike."""
     say = progress or (lambda _m: None)
     for m in modes:
         if m not in ("balancer", "balancer-donor", "static", "dask"):
@@ -273,7 +304,10 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
     for g in graphs:
         if g not in ("irregular", "matmul"):
             raise ValueError(f"unknown graph {g!r} (irregular, matmul)")
-    gopts = {"irregular": {"tasks": tasks, "layers": layers, "mean_ms": mean_ms, "sigma": sigma, "seed": seed},
+    if priority not in PRIORITIES:
+        raise ValueError(f"unknown priority {priority!r} ({', '.join(PRIORITIES)})")
+    gopts = {"irregular": {"tasks": tasks, "layers": layers, "mean_ms": mean_ms, "sigma": sigma, "seed": seed,
+                           "priority": priority},
              "matmul": {"nb": nb, "bs": bs}}
     ig = irregular_graph(tasks, layers, mean_ms / 1000.0, sigma, seed)
     rows: list[dict[str, Any]] = []
@@ -288,7 +322,7 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
                 for rep in range(repeat):
                     say(f"{graph} {m} P={p} run {rep + 1}/{repeat}")
                     if m == "dask":
-                        walls.append(_dask_irregular(ig, p))
+                        walls.append(_dask_irregular(ig, p, priority))
                     else:
                         r = _job(p, m, graph, opts, False, timeout)
                         walls.append(r["wall_s"])
@@ -300,6 +334,7 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
                     row["efficiency"] = row["ideal_s"] / row["wall_s"]
                     row["greedy_fifo_s"] = list_schedule(ig["dur"], ig["deps"], p, "fifo")
                     row["greedy_critical_s"] = list_schedule(ig["dur"], ig["deps"], p, "critical")
+                    row["greedy_descendants_s"] = list_schedule(ig["dur"], ig["deps"], p, "descendants")
                 rows.append(row)
     for row in rows:   # speedup against the same graph and mode on 1 worker (static for the balancer)
         base = next((r for r in rows if r["graph"] == row["graph"] and r["workers"] == 1
@@ -310,7 +345,7 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
         overhead = tracing_overhead(overhead_workers, overhead_repeat, gopts["irregular"], jobs_left, ratio, timeout, say)
     return {"bench": "fragments", "command": _launch.command_line(), "loadavg": _launch.loadavg(),
             "cpus": os.cpu_count(), "graph_irregular": {"tasks": tasks, "layers": layers, "mean_ms": mean_ms,
-                                                        "sigma": sigma, "seed": seed,
+                                                        "sigma": sigma, "seed": seed, "priority": priority,
                                                         "total_work_s": sum(ig["dur"]),
                                                         "critical_path_s": critical_path(ig["dur"], ig["deps"])},
             "graph_matmul": {"nb": nb, "bs": bs}, "rows": rows, "tracing": overhead}
@@ -362,7 +397,8 @@ def tracing_overhead(workers: int, repeat: int, gopt: dict[str, Any], jobs_left:
 
 def table(result: dict[str, Any]) -> Any:
     from rich.table import Table
-    t = Table(title="fragmented programs: median wall per (graph, mode, workers)")
+    prio = result.get("graph_irregular", {}).get("priority", "none")
+    t = Table(title=f"fragmented programs: median wall per (graph, mode, workers); task priorities: {prio}")
     for c in ("graph", "mode", "P", "wall s", "ideal s", "speedup", "efficiency", "moves"):
         t.add_column(c, justify="right")
     for r in result["rows"]:
@@ -396,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mean-ms", type=float, default=40.0)
     p.add_argument("--sigma", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--priority", default="none", choices=PRIORITIES,
+                   help="none, or descendants: each task's priority is its number of descendants (fragments and Dask)")
     p.add_argument("--nb", type=int, default=4)
     p.add_argument("--bs", type=int, default=300)
     p.add_argument("--jobs-left", type=int, default=2)
@@ -421,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
                    [g for g in args.graphs.split(",") if g], [m for m in args.modes.split(",") if m],
                    args.repeat, args.tasks, args.layers, args.mean_ms, args.sigma, args.seed, args.nb, args.bs,
                    args.jobs_left, args.ratio, args.overhead_workers, args.overhead_repeat, args.timeout,
-                   progress=_launch.progress_printer(args.json))
+                   progress=_launch.progress_printer(args.json), priority=args.priority)
     return _launch.run_and_show("fragments", compute, show, args.json)
 
 

@@ -286,6 +286,9 @@ def fragments(
     tasks: int = typer.Option(96, "--tasks", help="Tasks of the irregular graph."),
     mean_ms: float = typer.Option(40.0, "--mean-ms", help="Mean task duration (sleep) of the irregular graph, ms."),
     sigma: float = typer.Option(1.0, "--sigma", help="Log-normal sigma of the durations (skew)."),
+    layers: int = typer.Option(4, "--layers", help="Layers of the irregular graph (each task depends on 2 tasks of the layer before)."),
+    seed: int = typer.Option(1, "--seed", help="Seed of the irregular graph's durations and edges."),
+    priority: str = typer.Option("none", "--priority", help="none, or descendants: every task's priority (.priority() in the program, priority= in Dask's submit) is the number of tasks that depend on it."),
     nb: int = typer.Option(4, "--nb", help="Blocks per matrix side (matmul)."),
     bs: int = typer.Option(300, "--bs", help="Block size (matmul)."),
     jobs_left: int = typer.Option(2, "--jobs-left-threshold", help="Balancer JOBS_LEFT_THRESHOLD."),
@@ -305,8 +308,8 @@ def fragments(
         if not 0.0 <= ratio <= 1.0:
             raise ValueError(f"--jobs-difference-ratio must be in [0, 1], got {ratio}")
         return fb.run(parse_counts(workers, "worker", "1,2,4,8", minimum=1), [g for g in graphs.split(",") if g],
-                      [m for m in modes.split(",") if m], repeat, tasks, 4, mean_ms, sigma, 1, nb, bs, jobs_left, ratio,
-                      4, overhead_repeat, timeout, progress=_progress(json_out))
+                      [m for m in modes.split(",") if m], repeat, tasks, layers, mean_ms, sigma, seed, nb, bs, jobs_left,
+                      ratio, 4, overhead_repeat, timeout, progress=_progress(json_out), priority=priority)
     raise typer.Exit(run_and_show("fragments", compute, fb.show, json_out))
 
 

@@ -6,7 +6,8 @@ group (the balancer groups CFs by code block, over all processes), else the mean
 finished on its process (else the mean over all processes, else 1.0 before anything finished). After each message: if fewer than
 JOBS_LEFT_THRESHOLD CFs are outstanding, stop; find the least (H1) and most (H2) loaded
 workers; if (H2 - H1) / H2 < JOBS_DIFFERENCE_RATIO, stop; else move ready CFs from the most
-loaded to the least loaded in decreasing weight, each counted as WEIGHT - SIZE/SPEED - LATENCY
+loaded to the least loaded in decreasing weight (equal weights: higher ``priority`` first, then the
+newest), each counted as WEIGHT - SIZE/SPEED - LATENCY
 (skipped when that is not positive), never pushing the receiver above the mean load; repeat.
 ``receiver_cap="donor"`` (an extension, not the paper's) lets the receiver go up to the donor's
 load after the move instead: with few outstanding CFs the mean is below one CF's weight and the
@@ -49,6 +50,7 @@ class _Job:
     group: str
     size: int
     seq: int
+    prio: float = 0.0
     movable: bool = True
 
 
@@ -70,9 +72,9 @@ class LoadModel:
         self.moves = 0
 
     # -- messages --------------------------------------------------------------------------
-    def ready(self, worker: int, cf: str, group: str, size: int = 0) -> None:
+    def ready(self, worker: int, cf: str, group: str, size: int = 0, prio: float = 0.0) -> None:
         self._seq += 1
-        self.jobs[worker][cf] = _Job(group, int(size), self._seq)
+        self.jobs[worker][cf] = _Job(group, int(size), self._seq, float(prio))
         self.where[cf] = worker
 
     def done(self, worker: int, cf: str, group: str, duration: float) -> None:
@@ -139,7 +141,7 @@ class LoadModel:
             tried.add((p2, p1))
             mean = sum(loads) / self.workers
             cands = [(self.weight(p2, j.group), j.seq, cf, j) for cf, j in self.jobs[p2].items() if j.movable]
-            cands.sort(key=lambda t: (-t[0], -t[1]))
+            cands.sort(key=lambda t: (-t[0], -t[3].prio, -t[1]))
             recv_load, donor_load, sent = h1, h2, []
             for w, _seq, cf, j in cands:
                 cost = self.transfer(p2, p1, j.size)

@@ -8,6 +8,7 @@ balancer (``balancer.py``) the last rank runs the load model instead of CFs.
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 import os
 import pickle
@@ -17,7 +18,6 @@ import threading
 import time
 import traceback
 import zlib
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +106,8 @@ class Executor:
         self.tw = TraceWriter(trace_dir, self.rank, flush_bytes) if (trace and trace_dir) else None
         self._ids = itertools.count()
         self.cfs: dict[str, _CF] = {}
-        self.ready: deque[str] = deque()
+        self.ready: list[tuple[float, int, str]] = []     # heap: (-priority, arrival, CF id)
+        self._arrivals = itertools.count()
         self.values: dict[str, Any] = {}
         self.home_pending: dict[str, set[int]] = {}
         self.waiters: dict[str, list[str]] = {}
@@ -249,11 +250,11 @@ class Executor:
 
     def make_ready(self, st: _CF) -> None:
         st.state = "ready"
-        self.ready.append(st.spec.id)
+        heapq.heappush(self.ready, (-st.spec.prio, next(self._arrivals), st.spec.id))
         self.ring.touch()
         if self.brank is not None:
             size = sum(_sizeof(self.values.get(r.id)) for r in st.spec.input_refs())
-            self.send(self.brank, ("ready", self.rank, st.spec.id, st.spec.group, size))
+            self.send(self.brank, ("ready", self.rank, st.spec.id, st.spec.group, size, st.spec.prio))
 
     def move_out(self, dest: int, ids: list[str]) -> None:
         """Balancer order: ship these CFs, if still ready here, with their input values to ``dest``."""
@@ -271,7 +272,8 @@ class Executor:
             self.send(dest, ("cf", st.spec, vals, "move"))
             moved.append(cf)
         if moved:
-            self.ready = deque(c for c in self.ready if c not in keep or c in self.cfs)
+            self.ready = [e for e in self.ready if e[2] not in keep or e[2] in self.cfs]
+            heapq.heapify(self.ready)
             self.moves += len(moved)
         self.send(self.brank, ("moved", self.rank, dest, moved, stuck))
 
@@ -464,7 +466,7 @@ class Executor:
                     self.finish(cf, payload)
                     busy = True
                 while self.ready and self.running < self.threads:
-                    cf = self.ready.popleft()
+                    cf = heapq.heappop(self.ready)[2]
                     st = self.cfs.get(cf)
                     if st is not None and st.state == "ready":
                         self.start(st)
@@ -559,7 +561,7 @@ class Executor:
                 got = True
                 kind = msg[0]
                 if kind == "ready":
-                    model.ready(msg[1], msg[2], msg[3], msg[4])
+                    model.ready(msg[1], msg[2], msg[3], msg[4], msg[5])
                 elif kind == "done":
                     model.done(msg[1], msg[2], msg[3], msg[4])
                 elif kind == "moved":

@@ -226,11 +226,21 @@ class CFSpec:
     place: int | None = None             # placement recommendation (worker index)
     deletes: list[str] = field(default_factory=list)   # DFs to delete after this CF
     weight: float | None = None          # optional weight hint (not used by the balancer's estimates)
+    prio: float = 0.0               # priority recommendation: higher starts first among ready CFs
 
     # -- recommendations, chainable on the value a code-fragment call returns ---------------
     def at(self, worker: int) -> CFSpec:
         """Recommend running this CF on worker ``worker`` (modulo the number of workers)."""
         self.place = int(worker)
+        return self
+
+    def priority(self, value: float) -> CFSpec:
+        """Recommend starting this CF before ready CFs of lower priority (default 0), on its rank and
+        when the balancer chooses which CFs to move (as Dask's ``submit(..., priority=)``)."""
+        value = float(value)
+        if value != value:
+            raise FragmentError(f"priority of {self.expr} is not a number")
+        self.prio = value
         return self
 
     def delete(self, *dfs: DFRef) -> CFSpec:
