@@ -16,8 +16,9 @@ outstanding, and for ``probe`` seconds after another rank's message reached it, 
 ``busy_tick()`` (a twentieth of the probe timeout). With the defaults: 1 s idle, 0.15 s busy.
 Every idle tick costs a job a few ms on a machine with more busy ranks than cores (for a
 tightly coupled one such as HALO, the wake-up itself more than the tick's work: see
-docs/benchmarks.md), hence the long default: a probe waits 3 s for its answer, so that the
-target can answer at its next idle tick.
+docs/benchmarks.md), hence the long default. Under ``planaria run`` a knock through the
+controller wakes a probe's target at once; without a controller the target answers at its next
+idle tick, hence a probe waits 3 s for its answer.
 """
 from __future__ import annotations
 
