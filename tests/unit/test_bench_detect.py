@@ -236,6 +236,7 @@ def _cli(args: list[str]):
     (["--kernels", "ep", "--ranks", "3", "--within-job"], "evenly"),
     (["--within-job", "--block-s", "0"], "block-s"),
     (["--bind-to", "socket"], "bind-to"),
+    (["--under-run"], "needs --within-job"),
 ])
 def test_bad_options_exit_2_with_one_line(args: list[str], words: str) -> None:
     res = _cli(args)

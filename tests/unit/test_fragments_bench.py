@@ -36,6 +36,7 @@ def test_ideal_makespan_bounds(dur, workers, rnd):
     (["fragments", "run", "-n", "2", "--termination", "never", "--", "python", "x.py"], "safra or paper"),
     (["bench", "fragments", "--workers", "0"], "worker list"),
     (["bench", "fragments", "--modes", "nope", "--workers", "1"], "unknown mode"),
+    (["bench", "fragments", "--priority", "nope", "--workers", "1"], "unknown priority"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(args, needle):
     res = subprocess.run([sys.executable, "-m", "planaria.cli.main", *args], capture_output=True, text=True, timeout=60)
