@@ -235,28 +235,30 @@ class SimComm(Comm):
         pos = self._pos
         return {pos[f] for f in failed if f in pos}
 
-    def _raise_if_broken(self, peer: int | None, req: Any) -> None:
+    def _raise_if_broken(self, peer: int | None, req: Any, keep: tuple = ()) -> None:
         """Raise RevokedError/ProcFailedError if the operation can no longer complete (ULFM rules)."""
         w = self._w
         w.progress()
         if self._cid in w.revoked:
-            self._orphan(req)
+            self._orphan(req, peer is None, keep)
             raise self._ml_noted(RevokedError())
         if not w.failed:
             return
         dead = self._dead()
         if not dead:
             return
-        if peer is None:                      # collective: any dead member breaks it
-            self._orphan(req)
+        if peer is None:                      # collective: any dead member breaks it ...
+            if req is not None and req.Test():
+                return                        # ... unless its last part arrived before the death
+            self._orphan(req, True, keep)
             raise self._failed(dead)
         if peer == MPI.ANY_SOURCE:
             unacked = dead - self._acked
             if unacked:
-                self._orphan(req)
+                self._orphan(req, False, keep)
                 raise self._failed(unacked)
         elif peer in dead:
-            self._orphan(req)
+            self._orphan(req, False, keep)
             raise self._failed({peer})
 
     def _failed(self, ranks: set[int]) -> ProcFailedError:
@@ -265,14 +267,22 @@ class SimComm(Comm):
             _errors.saw_failed(self._world_of(r) for r in ranks)
         return self._ml_noted(ProcFailedError(ranks))
 
-    def _orphan(self, req: Any) -> None:
+    def _orphan(self, req: Any, collective: bool = False, keep: tuple = ()) -> None:
+        """Give up on a request but keep it and its buffers alive; point-to-point ones are cancelled too.
+
+        A given-up request may still complete later and write into its receive buffer, and
+        mpi4py does not hold the buffers of every nonblocking collective (Iallgatherv with
+        counts, for one), so ``keep`` holds them here. Cancelling a nonblocking collective is
+        erroneous in MPI, so a collective request is only parked.
+        """
         if req is None:
             return
-        try:
-            req.Cancel()
-        except MPI.Exception:
-            pass
-        self._w.orphans.append(req)
+        if not collective:
+            try:
+                req.Cancel()
+            except MPI.Exception:
+                pass
+        self._w.orphans.append((req, keep))
 
     def _enter(self, peer: int | None) -> None:
         """Entry of every operation: injection point, then ULFM checks."""
@@ -281,24 +291,25 @@ class SimComm(Comm):
             w.check()
         self._raise_if_broken(peer, None)
 
-    def _poll(self, test: Callable[[], Any], peer: int | None, req: Any) -> Any:
+    def _poll(self, test: Callable[[], Any], peer: int | None, req: Any, keep: tuple = ()) -> Any:
         n = 0
         w = self._w
         while True:
             out = test()
             if out is not _PENDING:
                 return out
-            self._raise_if_broken(peer, req)
+            self._raise_if_broken(peer, req, keep)
             if w.check is not None:
                 w.check()
             n += 1
             _backoff(n)
 
-    def _wait(self, req: Any, peer: int | None, status: Any = None) -> None:
-        self._poll(lambda: None if req.Test(status) else _PENDING, peer, req)
+    def _wait(self, req: Any, peer: int | None, status: Any = None, keep: tuple = ()) -> None:
+        self._poll(lambda: None if req.Test(status) else _PENDING, peer, req, keep)
 
-    def _coll(self, req: Any) -> None:
-        self._wait(req, None)
+    def _coll(self, req: Any, *keep: Any) -> None:
+        """Wait for a nonblocking collective; ``keep``: its buffers, held if the request is given up."""
+        self._wait(req, None, keep=keep)
 
     # -- point-to-point --------------------------------------------------------------------
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
@@ -310,7 +321,7 @@ class SimComm(Comm):
 
     def Recv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> None:
         self._enter(source)
-        self._wait(self._c.Irecv(buf, source, tag), source, status)
+        self._wait(self._c.Irecv(buf, source, tag), source, status, keep=(buf,))
         if self._ml_on and source >= 0:
             self._ml_recvd[source] += 1
 
@@ -339,7 +350,7 @@ class SimComm(Comm):
         rreq = self._c.Irecv(recvbuf, source, recvtag)
         if self._msgfault is None or self._outgoing(dest):
             self._wait(self._c.Isend(sendbuf, dest, sendtag), dest)
-        self._wait(rreq, source, status)
+        self._wait(rreq, source, status, keep=(recvbuf,))
         if self._ml_on:
             if dest >= 0:
                 self._ml_sent[dest] += 1
@@ -392,67 +403,67 @@ class SimComm(Comm):
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        self._coll(self._c.Ibcast(buf, root))
+        self._coll(self._c.Ibcast(buf, root), buf)
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        self._coll(self._c.Ireduce(sendbuf, recvbuf, MPI.SUM if op is None else op, root))
+        self._coll(self._c.Ireduce(sendbuf, recvbuf, MPI.SUM if op is None else op, root), sendbuf, recvbuf)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> None:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        self._coll(self._c.Iallreduce(sendbuf, recvbuf, MPI.SUM if op is None else op))
+        self._coll(self._c.Iallreduce(sendbuf, recvbuf, MPI.SUM if op is None else op), sendbuf, recvbuf)
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        self._coll(self._c.Igather(sendbuf, recvbuf, root))
+        self._coll(self._c.Igather(sendbuf, recvbuf, root), sendbuf, recvbuf)
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        self._coll(self._c.Igatherv(sendbuf, recvbuf, root))
+        self._coll(self._c.Igatherv(sendbuf, recvbuf, root), sendbuf, recvbuf)
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        self._coll(self._c.Iallgather(sendbuf, recvbuf))
+        self._coll(self._c.Iallgather(sendbuf, recvbuf), sendbuf, recvbuf)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        self._coll(self._c.Iallgatherv(sendbuf, recvbuf))
+        self._coll(self._c.Iallgatherv(sendbuf, recvbuf), sendbuf, recvbuf)
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        self._coll(self._c.Iscatter(sendbuf, recvbuf, root))
+        self._coll(self._c.Iscatter(sendbuf, recvbuf, root), sendbuf, recvbuf)
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        self._coll(self._c.Iscatterv(sendbuf, recvbuf, root))
+        self._coll(self._c.Iscatterv(sendbuf, recvbuf, root), sendbuf, recvbuf)
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        self._coll(self._c.Ialltoall(sendbuf, recvbuf))
+        self._coll(self._c.Ialltoall(sendbuf, recvbuf), sendbuf, recvbuf)
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        self._coll(self._c.Ialltoallv(sendbuf, recvbuf))
+        self._coll(self._c.Ialltoallv(sendbuf, recvbuf), sendbuf, recvbuf)
 
     # -- fault tolerance -----------------------------------------------------------------------
     def revoke(self) -> None:

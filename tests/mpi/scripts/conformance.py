@@ -210,7 +210,14 @@ def case_kill_shrink_loop(comm: pl.Comm) -> None:
             pl.fail_stop(f"loop victim at size {c.size}")
         detect(c)
         c = recover(c)
-        check(c.allreduce(1) == c.size, "allreduce after shrink")
+        try:
+            total = c.allreduce(1)
+        except pl.FailureError:
+            # Legal under ULFM: the next victim finished this collective and died before this
+            # rank's part completed (or the others already revoked for it); the next round's
+            # detect() and shrink handle it.
+            continue
+        check(total == c.size, "allreduce after shrink")
     check(world_rank == 0, f"last rank standing is {world_rank}")
     ok(world_rank)
 
