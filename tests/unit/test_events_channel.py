@@ -123,3 +123,33 @@ def test_channel_refuses_a_client_without_the_secret(controller, data, why):
     assert refused and refused[0]["why"].startswith(why)
     assert refused[0]["peer"].startswith("agent channel (pid ")
     assert 9 not in controller.table()
+
+
+@pytest.mark.timeout(30)
+def test_a_knock_for_a_rank_not_yet_known_is_delivered_when_it_arrives(controller):
+    """A knock sent before the target's agent said hello, and before its service exists, still wakes it."""
+    from planaria.runtime.agent import Agent
+
+    sender = Agent(controller.uri, controller.jobdir.secret(), rank=0, size=2, heartbeat=0.05)
+    target = None
+    try:
+        sender.report("knock", ranks=[1])
+        deadline = time.time() + 5
+        while time.time() < deadline and 1 not in controller._unknocked:
+            time.sleep(0.01)
+        assert 1 not in controller.idents and 1 in controller._unknocked
+        target = Agent(controller.uri, controller.jobdir.secret(), rank=1, size=2, heartbeat=0.05)
+        deadline = time.time() + 5
+        while time.time() < deadline and not target._knock_early:
+            time.sleep(0.01)
+        woken = threading.Event()
+        target.on_knock = woken.set                # the service comes up after the knock arrived
+        assert woken.is_set() and 1 not in controller._unknocked
+        again = threading.Event()
+        target.on_knock = again.set
+        sender.report("knock", ranks=[1])          # known now: delivered straight away
+        assert again.wait(5)
+    finally:
+        sender.close()
+        if target is not None:
+            target.close()

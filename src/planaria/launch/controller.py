@@ -115,6 +115,7 @@ class Controller:
         self._sweep_due = False                           # set by the ticker every SWEEP_INTERVAL
         self._diagnosing = threading.Lock()
         self.idents: dict[int, Dest] = {}                 # rank -> where its agent is reached
+        self._unknocked: set[int] = set()                 # knocked before their agent said hello
         self.channels: ChannelServer | None = None
         self._records: list[dict[str, Any]] = []          # event records not yet written
         self.merger = FaultMerger()
@@ -452,6 +453,10 @@ class Controller:
         msg["tok"] = self.secret.decode("utf-8")
         self._send_packed(sock, dest, msgpack.packb(msg, use_bin_type=True))
 
+    def _knock(self, sock: Any, dest: Dest) -> None:
+        """Wake a rank's localization service: another rank wrote to it on the service communicator."""
+        self._send_packed(sock, dest, msgpack.packb({"type": "knock", "tok": self.secret.decode("utf-8")}))
+
     def _handle(self, sock: zmq.Socket, ident: Dest, payload: bytes) -> bool:
         """Act on one message from a peer; False when it was refused."""
         try:
@@ -480,12 +485,18 @@ class Controller:
             return True
         if mtype in ("hello", "hb") and isinstance(msg.get("rank"), int):
             self.idents[msg["rank"]] = ident
+            if msg["rank"] in self._unknocked:      # a knock came before this agent: deliver it now
+                self._unknocked.discard(msg["rank"])
+                self._knock(sock, ident)
         if mtype == "knock":            # a rank's localization service wrote to these ranks: wake theirs
-            tok = self.secret.decode("utf-8")
             for r in msg.get("ranks") or ():
-                dest = self.idents.get(r) if isinstance(r, int) else None
-                if dest is not None:
-                    self._send_packed(sock, dest, msgpack.packb({"type": "knock", "tok": tok}))
+                if not isinstance(r, int):
+                    continue
+                dest = self.idents.get(r)
+                if dest is None:
+                    self._unknocked.add(r)           # kept until the agent says hello, never dropped
+                else:
+                    self._knock(sock, dest)
             return True
         if mtype in self._TOOL_TYPES:
             self._tool(sock, ident, mtype, msg, now)

@@ -66,7 +66,9 @@ class Agent:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self.endpoint: str | None = None
-        self.on_knock: Any = None             # called on the agent thread when another rank knocks
+        self._on_knock: Any = None            # called on the agent thread when another rank knocks
+        self._knock_early = False             # a knock came before there was anyone to call
+        self._knock_lock = threading.Lock()
         self._ctx = zmq.Context()
         self._tree = self._bind_tree()        # bound here so that hello can name it; used by the agent thread
         self._chan: Writer | None = None      # the agent channel, when the controller has one
@@ -100,6 +102,19 @@ class Agent:
         return cls(uri, secret, rank, size, role=role, backend=backend, orphan_timeout=orphan)
 
     # --- app-thread API -----------------------------------------------
+    @property
+    def on_knock(self) -> Any:
+        """What to call when another rank knocks (its localization service wrote to this rank's)."""
+        return self._on_knock
+
+    @on_knock.setter
+    def on_knock(self, cb: Any) -> None:
+        with self._knock_lock:
+            self._on_knock = cb
+            early, self._knock_early = self._knock_early, False
+        if cb is not None and early:      # the knock arrived before the service existed
+            cb()
+
     def report(self, type: str, wait: bool = False, timeout: float = 1.0, **fields: Any) -> bool:
         """Send a ``type`` message; with ``wait`` block until acked (bounded); True if sent/acked."""
         if self._closed:
@@ -213,7 +228,10 @@ class Agent:
             self._push_stdin(str(msg.get("data") or ""), bool(msg.get("eof")))
             return
         if mtype == "knock":              # another rank wrote to this one's localization service
-            cb = self.on_knock
+            with self._knock_lock:
+                cb = self._on_knock
+                if cb is None:
+                    self._knock_early = True
             if cb is not None:
                 cb()
             return
