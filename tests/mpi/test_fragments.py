@@ -83,6 +83,19 @@ def test_balancer_spreads_cfs_created_on_one_rank(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_a_run_shorter_than_the_link_probe_ends_cleanly(tmp_path):
+    # the balancer measures its links while the run goes on; a program that is over at once must
+    # still match every ping before the closing collective, and five workers must all answer
+    res = mpiexec(6, [PROG, "tiny", str(tmp_path)], ft=True, env=ENV, timeout=45)
+    assert res.code == 0, res.err[-2000:]
+    st = _status(res.out)
+    assert sorted(st) == list(range(6)) and {r["status"] for r in st.values()} == {"finished"}
+    assert {int(r["done"]) for r in st.values()} == {1}                 # the root CF, nothing else
+    (links,) = [r for r in read_traces(tmp_path) if r["k"] == "links"]
+    assert len(links["bandwidth"]) == 5 and all(b > 0 and b != float("inf") for b in links["bandwidth"])
+
+
+@pytest.mark.timeout(60)
 def test_killed_rank_keeps_its_flushed_trace(tmp_path):
     env = root_env()
     env.update(ENV, PLANARIA_HOME=str(tmp_path))

@@ -147,6 +147,30 @@ def test_the_mean_cap_blocks_moves_with_few_cfs_and_the_donor_cap_does_not():
         BalancerConfig(receiver_cap="max")
 
 
+def test_the_donor_cap_gives_an_idle_worker_the_cf_queued_behind_a_running_one():
+    # worker 0 runs one CF and has one more ready; a move costs 5 % of a CF: worth it, the CF
+    # starts at once instead of after the running one (a cap at the donor's load after the
+    # move, donor - weight, refused it because of that cost)
+    m = LoadModel(2, BalancerConfig(0, 0.1, receiver_cap="donor"), latency=[0.025, 0.025], bandwidth=[1e9, 1e9])
+    m.ready(0, "running", "g")
+    m.ready(0, "queued", "g")
+    m.ready(1, "w1", "g")
+    m.done(1, "w1", "g", 1.0)                     # weight 1.0 s; worker 1 now idle
+    assert m.plan() == [(0, 1, ["queued"])]
+    assert m.plan() == []                         # and it never comes back: 1.05 is not below 1.0
+
+
+def test_the_donor_cap_queues_at_most_one_cf_beyond_a_receivers_free_slots():
+    for slots in (1, 2):
+        m = LoadModel(2, BalancerConfig(0, 0.1, receiver_cap="donor"), slots=slots)
+        for i in range(8):
+            m.ready(0, f"c{i}", "g")
+        (move,) = m.plan()
+        assert move[:2] == (0, 1) and len(move[2]) == slots + 1   # loads alone would move 4
+        m.done(1, move[2][0], "g", 1.0)                            # a slot frees: one more may come
+        assert [len(ids) for _s, _d, ids in m.plan()] == [1]
+
+
 def _schedule(n: int, rng, budget: int, rule: str) -> tuple[bool, int]:  # type: ignore[no-untyped-def]
     """One random run of a message-passing system with the ring; (quiet when it decided, visits after quiet)."""
     members = [RingMember(r, n, active=True, rule=rule) for r in range(n)]

@@ -281,7 +281,7 @@ def localize(
 def fragments(
     workers: str = typer.Option("1,2,4,8", "--workers", help="Worker-rank counts, comma-separated (the balancer adds one rank)."),
     graphs: str = typer.Option("irregular,matmul", "--graphs", help="irregular (sleep-based skewed DAG), matmul (numpy blocks)."),
-    modes: str = typer.Option("balancer,balancer-donor,static,dask", "--modes", help="balancer (all CFs created on worker 0, the paper's rule), balancer-donor (receiver capped by the donor's load), static (round-robin .at), dask (LocalCluster)."),
+    modes: str = typer.Option("balancer,balancer-donor,static,dask", "--modes", help="balancer (all CFs created on worker 0, the paper's rule), balancer-donor (our extension: a CF moves when it ends sooner at the receiver, one queued per receiver), static (round-robin .at), dask (LocalCluster)."),
     repeat: int = typer.Option(2, "--repeat", help="Launches per cell; the median is reported."),
     tasks: int = typer.Option(96, "--tasks", help="Tasks of the irregular graph."),
     mean_ms: float = typer.Option(40.0, "--mean-ms", help="Mean task duration (sleep) of the irregular graph, ms."),

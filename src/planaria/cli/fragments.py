@@ -19,7 +19,7 @@ def run(
     balancer: bool = typer.Option(False, "--balancer/--no-balancer", help="Dedicate one extra rank to the centralized dynamic load balancer."),
     jobs_left: int = typer.Option(2, "--jobs-left-threshold", help="JOBS_LEFT_THRESHOLD: fewest outstanding CFs for which the balancer acts."),
     ratio: float = typer.Option(0.2, "--jobs-difference-ratio", help="JOBS_DIFFERENCE_RATIO (0..1): least (H2-H1)/H2 between the most and least loaded workers that triggers a move."),
-    cap: str = typer.Option("mean", "--receiver-cap", help="mean: the paper's rule (a receiver ends at most at the mean load); donor: at most at the donor's load after the move (moves work even when few CFs are outstanding)."),
+    cap: str = typer.Option("mean", "--receiver-cap", help="mean: the paper's rule (a receiver ends at most at the mean load); donor: a CF moves when it ends sooner at the receiver, which holds at most one CF beyond its free slots (moves work even when few CFs are outstanding)."),
     threads: int = typer.Option(2, "--threads", help="CFs run at once on each worker rank."),
     termination: str = typer.Option("safra", "--termination", help="When the token ring decides: safra (after one quiet round, workers + 1 visits) or paper (after 2 x workers visits, LuNA's threshold)."),
     trace_dir: Optional[str] = typer.Option(None, "--trace-dir", help="Where the per-rank traces go (default: <job dir>/trace)."),

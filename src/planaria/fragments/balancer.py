@@ -9,9 +9,12 @@ workers; if (H2 - H1) / H2 < JOBS_DIFFERENCE_RATIO, stop; else move ready CFs fr
 loaded to the least loaded in decreasing weight (equal weights: higher ``priority`` first, then the
 newest), each counted as WEIGHT - SIZE/SPEED - LATENCY
 (skipped when that is not positive), never pushing the receiver above the mean load; repeat.
-``receiver_cap="donor"`` (an extension, not the paper's) lets the receiver go up to the donor's
-load after the move instead: with few outstanding CFs the mean is below one CF's weight and the
-paper's rule forbids every move, leaving idle workers idle.
+``receiver_cap="donor"`` (an extension, not the paper's) moves a CF whenever the receiver, with
+it and the transfer, stays below the donor's load before the move (the CF ends sooner there; it
+can never move back), and as long as the receiver holds at most one CF beyond its free slots
+(one waits, ready to start, while the others run): with few outstanding CFs the mean is below
+one CF's weight and the paper's rule forbids every move, leaving idle workers idle; and a CF
+queued deeper behind a long-running one waits there while other workers go idle.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ class BalancerConfig:
 
     jobs_left_threshold: int = 2
     jobs_difference_ratio: float = 0.2
-    receiver_cap: str = "mean"      # "mean": §6 (receiver stays <= the mean load); "donor": <= the donor's load after the move
+    receiver_cap: str = "mean"      # "mean": §6 (receiver stays <= the mean load); "donor": below the donor's load, one CF queued
 
     def __post_init__(self) -> None:
         if self.receiver_cap not in ("mean", "donor"):
@@ -62,6 +65,7 @@ class LoadModel:
     config: BalancerConfig = field(default_factory=BalancerConfig)
     latency: list[float] | None = None       # seconds, balancer <-> worker
     bandwidth: list[float] | None = None     # bytes/s, balancer <-> worker
+    slots: int = 1                           # CFs a worker runs at once (its pool threads)
 
     def __post_init__(self) -> None:
         self.jobs: list[dict[str, _Job]] = [{} for _ in range(self.workers)]
@@ -149,9 +153,13 @@ class LoadModel:
                 if new_w <= 0:
                     continue
                 w_recv = self.weight(p1, j.group)      # the receiver's own estimate of this CF
-                cap = mean if self.config.receiver_cap == "mean" else donor_load - w
-                if recv_load + w_recv + cost > cap + 1e-12:
-                    continue
+                if self.config.receiver_cap == "mean":
+                    if recv_load + w_recv + cost > mean + 1e-12:
+                        continue
+                elif recv_load + w_recv + cost >= donor_load - 1e-12:
+                    continue        # the receiver would not end before the donor would have: no gain
+                elif len(self.jobs[p1]) + len(sent) > self.slots:
+                    break           # the receiver already has a CF waiting for a free slot
                 recv_load += w_recv + cost
                 donor_load -= w
                 sent.append(cf)

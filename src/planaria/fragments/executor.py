@@ -121,6 +121,7 @@ class Executor:
         self.token: Token | None = Token.start(self.nworkers) if self.rank == 0 else None
         self.verdict: str | None = None
         self.moves = 0
+        self.pings_left = len(_PING_SIZES) if self.bconf is not None and not self.is_balancer else 0
         self.signals = interrupt.Catcher()
         self.t0 = time.time()
 
@@ -157,9 +158,26 @@ class Executor:
                 break
             got = True
             self.handle(msg)
+        self.echo_pings()
         if self.outbox:
             self.outbox = [r for r in self.outbox if not r.Test()]
         return got
+
+    def echo_pings(self) -> None:
+        """Answer the balancer's link probe (``_LinkProbe``) at once, from the loop."""
+        while self.pings_left:
+            done, payload = self.comm.irecv(self.brank, PING_TAG).test()
+            if not done:
+                return
+            self.outbox.append(self.comm.isend(payload, self.brank, PING_TAG))
+            self.pings_left -= 1
+
+    def finish_probe(self, probe: _LinkProbe | None = None) -> None:
+        """Before the closing collective: the link probe's messages must all be matched (bounded wait)."""
+        t_end = time.time() + 30.0
+        while (self.pings_left or (probe is not None and not probe.step())) and time.time() < t_end:
+            self.echo_pings()
+            time.sleep(0.0002)
 
     def handle(self, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
@@ -401,10 +419,8 @@ class Executor:
         self.signals.install()
         try:
             try:
-                if self.bconf is not None:
-                    lat, bw = self.measure_links()
                 if self.is_balancer:
-                    status = self.balance(lat, bw)
+                    status = self.balance()
                 else:
                     status = self.work(main, args, kwargs)
             except Exception as e:
@@ -475,16 +491,18 @@ class Executor:
                     self.stop_all("timeout")
                     break
                 idle = not self.ready and self.running == 0 and self.completions.empty()
+                # the token waits until this rank has been idle for idle_hold, counted from when it
+                # became idle, not from the token's arrival: a rank idle for long passes it on at once
                 if not idle:
                     idle_since = None
+                elif idle_since is None:
+                    idle_since = time.time()
                 if idle and self.token is not None:
-                    now = time.time()
-                    idle_since = idle_since or now
-                    if now - idle_since < self.idle_hold and self.nworkers > 1:
+                    assert idle_since is not None
+                    if time.time() - idle_since < self.idle_hold and self.nworkers > 1:
                         time.sleep(self.idle_hold / 4)
                     else:
                         tok, self.token = self.token, None
-                        idle_since = None
                         unfinished = sum(1 for s in self.cfs.values() if s.state != "done")
                         verdict = self.ring.visit(tok, self.sent, self.recvd, unfinished)
                         if verdict is not None:
@@ -504,6 +522,7 @@ class Executor:
         finally:
             for _ in range(self.threads):
                 self.pool.put(None)
+        self.finish_probe()
         return self.verdict or "finished"
 
     def stop_all(self, verdict: str) -> None:
@@ -513,43 +532,15 @@ class Executor:
                 self.send(r, ("stop", verdict))
 
     # -- balancer rank -----------------------------------------------------------------------
-    def measure_links(self) -> tuple[list[float], list[float]]:
-        """Ping-pong messages of a few sizes between the balancer and every worker at once: latency (s), bandwidth (B/s).
+    def start_link_probe(self) -> _LinkProbe | None:
+        """Balancer: ping every worker while the run goes on; the answers come from the workers' loops."""
+        return _LinkProbe(self.comm, self.nworkers) if self.is_balancer else None
 
-        All workers are pinged together (one round per size, replies taken as they come), so the
-        start-up costs three round trips instead of three per worker; each round trip then also
-        carries the others' traffic, which makes the estimate of a move's cost a little pessimistic.
-        """
-        lat, bw = [0.0] * self.nworkers, [float("inf")] * self.nworkers
-        if self.is_balancer:
-            rtts: list[list[float]] = [[] for _ in range(self.nworkers)]
-            for n in _PING_SIZES:
-                payload = b"x" * n
-                sends, t = [], time.perf_counter()
-                pending = {w: self.comm.irecv(w, PING_TAG) for w in range(self.nworkers)}
-                for w in range(self.nworkers):
-                    sends.append(self.comm.isend(payload, w, PING_TAG))
-                while pending:
-                    for w, req in list(pending.items()):
-                        if req.test()[0]:
-                            rtts[w].append(time.perf_counter() - t)
-                            del pending[w]
-                for r in sends:
-                    r.wait()
-            for w in range(self.nworkers):
-                lat[w] = rtts[w][0] / 2
-                big = max(rtts[w][-1] / 2 - lat[w], 1e-9)
-                bw[w] = _PING_SIZES[-1] / big
-            self.rec({"k": "links", "latency": lat, "bandwidth": bw})
-        else:
-            for _ in _PING_SIZES:
-                self.comm.send(self.comm.recv(self.brank, PING_TAG), self.brank, PING_TAG)
-        return lat, bw
-
-    def balance(self, lat: list[float], bw: list[float]) -> str:
-        model = LoadModel(self.nworkers, self.bconf, lat, bw)
+    def balance(self) -> str:
+        model = LoadModel(self.nworkers, self.bconf, slots=self.threads)   # free transfers until the links are measured
         deadline = self.t0 + self.timeout if self.timeout else None
         self._model = model
+        probe = self.start_link_probe()
         while self.verdict is None:
             self.signals.check()
             got = False
@@ -572,14 +563,24 @@ class Executor:
                     for src, dst, ids in model.plan():
                         self.rec({"k": "plan", "src": src, "dst": dst, "cfs": ids, "t": time.time()})
                         self.outbox.append(self.comm.isend(("move", dst, ids), src, TAG))
+            if probe is not None and probe.step():
+                self.links_measured(model, probe)
+                probe = None
             if self.outbox:
                 self.outbox = [r for r in self.outbox if not r.Test()]
             if deadline is not None and time.time() > deadline + 5:
                 self.verdict = "timeout"
             if not got:
                 time.sleep(0.0002)
+        if probe is not None:          # the run ended before the probe did
+            self.finish_probe(probe)
+            self.links_measured(model, probe)
         self.planned = model.moves
         return self.verdict
+
+    def links_measured(self, model: LoadModel, probe: _LinkProbe) -> None:
+        model.latency, model.bandwidth = probe.result()
+        self.rec({"k": "links", "latency": model.latency, "bandwidth": model.bandwidth, "t": time.time()})
 
     # -- the end ------------------------------------------------------------------------------
     def conclude(self, status: str) -> RunResult:
@@ -606,6 +607,51 @@ class Executor:
             status = "failed"
         return RunResult(status, self.rank, self.nworkers, time.time() - self.t0, tot["done"],
                          tot["unfinished"], tot["errors"], tot["moves"], self.trace_dir, local)
+
+
+class _LinkProbe:
+    """Balancer links measured alongside the run: one round per message size, all workers at once.
+
+    Latency is half the round trip of the 8-byte ping; bandwidth comes from the extra round-trip
+    time of the 256 KiB one. Workers echo pings from their loop, so a round trip includes a
+    worker's reaction time, as a move's does. Until the last round is back the balancer plans with
+    free transfers; CFs start meanwhile instead of waiting for the slowest rank to arrive.
+    """
+
+    def __init__(self, comm: Any, workers: int) -> None:
+        self.comm, self.workers = comm, workers
+        self.rtts: list[list[float]] = [[] for _ in range(workers)]
+        self.round = -1
+        self.sends: list[Any] = []
+        self._next_round()
+
+    def _next_round(self) -> None:
+        self.round += 1
+        payload = b"x" * _PING_SIZES[self.round]
+        self.pending = {w: self.comm.irecv(w, PING_TAG) for w in range(self.workers)}
+        self.t = time.perf_counter()
+        self.sends += [self.comm.isend(payload, w, PING_TAG) for w in range(self.workers)]
+
+    def step(self) -> bool:
+        """Collect the replies that came; start the next round when this one is complete. True when done."""
+        for w, req in list(self.pending.items()):
+            if req.test()[0]:
+                self.rtts[w].append(time.perf_counter() - self.t)
+                del self.pending[w]
+        self.sends = [r for r in self.sends if not r.Test()]
+        if self.pending:
+            return False
+        if self.round + 1 < len(_PING_SIZES):
+            self._next_round()
+            return False
+        return not self.sends
+
+    def result(self) -> tuple[list[float], list[float]]:
+        """Latency and bandwidth per worker; a link whose probe did not complete counts as free."""
+        lat = [r[0] / 2 if r else 0.0 for r in self.rtts]
+        bw = [_PING_SIZES[-1] / max(r[-1] / 2 - lat[w], 1e-9) if len(r) == len(_PING_SIZES) else float("inf")
+              for w, r in enumerate(self.rtts)]
+        return lat, bw
 
 
 def _drain_only(ex: Executor) -> None:

@@ -113,6 +113,8 @@ if __name__ == "__main__":
     elif mode in ("balance", "nobalance"):
         res = fr.run(skewed_main, 24, trace_dir=trace_dir, threads=1, timeout=30,
                      balancer=fr.BalancerConfig(2, 0.2) if mode == "balance" else None)
+    elif mode == "tiny":                           # over before the balancer's link probe is
+        res = fr.run(skewed_main, 0, trace_dir=trace_dir, threads=1, timeout=30, balancer=fr.BalancerConfig(2, 0.2))
     elif mode == "kill":
         res = fr.run(kill_main, 6, trace_dir=trace_dir, flush_bytes=1, timeout=30)
     elif mode == "spin":                           # default flush threshold: nothing is flushed before the signal
