@@ -88,3 +88,34 @@ def test_ulfm_survives_rank_killed_on_second_host(hosts):
     assert recovered.get("0") == h1 and recovered.get("1") == h1, report
     assert "3" not in recovered, report
     assert re.search(r"SHRUNK size=3 sum=3", cp.stdout), report
+
+
+def test_removing_a_host_deletes_its_open_mpi_shared_memory_files(hosts):
+    # a host whose processes were all killed leaves Open MPI's sm_segment files in /dev/shm,
+    # which no namespace separates; removing the host deletes its files and no other host's
+    name = f"{PREFIX}{os.getpid()}-gone"
+    mine = netns.SHM_DIR / f"sm_segment.{name}.0.5eed0001.0"
+    longer = netns.SHM_DIR / f"sm_segment.{name}0.0.5eed0001.0"     # another host whose name extends it
+    mine.write_bytes(b"x")
+    longer.write_bytes(b"x")
+    try:
+        assert netns.remove_host(name) is False                    # no namespace by that name
+        assert not mine.exists() and longer.exists()
+    finally:
+        mine.unlink(missing_ok=True)
+        longer.unlink(missing_ok=True)
+
+
+def test_orphaned_hosts_lose_their_shared_memory_files_and_live_ones_keep_them(hosts):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()                                                     # a pid that no longer runs
+    orphan = netns.SHM_DIR / f"sm_segment.{PREFIX}{dead.pid}-h2.0.5eed0002.0"
+    live = netns.SHM_DIR / f"sm_segment.{PREFIX}{os.getpid()}-h2.0.5eed0002.0"
+    orphan.write_bytes(b"x")
+    live.write_bytes(b"x")
+    try:
+        netns.remove_orphaned(PREFIX)
+        assert not orphan.exists() and live.exists()
+    finally:
+        orphan.unlink(missing_ok=True)
+        live.unlink(missing_ok=True)

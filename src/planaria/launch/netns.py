@@ -25,6 +25,7 @@ work here.
 """
 from __future__ import annotations
 
+import glob
 import ipaddress
 import json
 import os
@@ -414,6 +415,21 @@ def _destroy_namespace(ip: str, name: str) -> None:
             time.sleep(0.2)
         _run([ip, "netns", "delete", name], check=False)
     _remove_etc(NETNS_ETC / name)
+    _remove_shm_segments(name)
+
+
+#: where Open MPI's shared-memory transport keeps its files, ``sm_segment.<host>.<uid>.<job>.<n>``
+SHM_DIR = Path("/dev/shm")
+
+
+def _remove_shm_segments(name: str) -> None:
+    """Delete Open MPI's shared-memory files of host ``name``: its processes are dead (a killed
+    host unlinks nothing) and /dev/shm is not per namespace, so they would stay until reboot."""
+    for f in SHM_DIR.glob(f"sm_segment.{glob.escape(name)}.*"):
+        try:
+            f.unlink()
+        except OSError:
+            pass
 
 
 def remove_host(name: str) -> bool:
@@ -466,23 +482,34 @@ def remove_orphaned(prefix: str) -> list[str]:
     """Delete hosts named ``<prefix><pid>-...`` whose creating process ``pid`` no longer runs.
 
     Test runs name their hosts after their own pid; this clears what an interrupted run left
-    without touching the hosts of a run still in progress. Returns the names removed.
+    without touching the hosts of a run still in progress, Open MPI's shared-memory files of
+    such hosts included. Returns the names removed.
     """
     pattern = re.compile(rf"^{re.escape(prefix)}(\d+)-")
     removed = []
     for name in list_namespaces():
         m = pattern.match(name)
-        if not m or int(m.group(1)) == os.getpid():
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-            continue                       # its creator is still running
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
+        if not m or int(m.group(1)) == os.getpid() or _running(int(m.group(1))):
+            continue                       # ours, or its creator is still running
         removed += cleanup_stale(name)
+    for f in SHM_DIR.glob(f"sm_segment.{glob.escape(prefix)}*"):   # files of hosts already gone
+        m = pattern.match(f.name[len("sm_segment."):])
+        if m and not _running(int(m.group(1))):
+            try:
+                f.unlink()
+            except OSError:
+                pass
     return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _veth_names(names: tuple[str, str]) -> tuple[str, str]:
