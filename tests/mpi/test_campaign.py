@@ -70,7 +70,16 @@ def test_campaign_run(tmp_path, run: int) -> None:
     else:
         assert report["outcome"] == "spares exhausted", f"{report}\nplanaria {replay}\n{res.stderr[-3000:]}"
         assert res.returncode == 3
-        assert len(plan) > SPARES, f"spares exhausted with only {len(plan)} kill(s): planaria {replay}"
+        assert len(plan) > SPARES, (f"spares exhausted with only {len(plan)} kill(s): planaria {replay}"
+                                    f"{_library_crashes(tmp_path)}")
+
+
+def _library_crashes(home) -> str:
+    """Lines of the job's output where a process crashed inside the MPI library (see docs/recovery.md)."""
+    lines = [ln for log in home.glob("jobs/*/output.log")
+             for ln in log.read_text(errors="replace").splitlines()
+             if "Segmentation fault" in ln or "libmpi.so" in ln]
+    return ("\nprocesses crashed inside the MPI library:\n" + "\n".join(lines[:12])) if lines else ""
 
 
 def test_campaign_covers_every_phase() -> None:
