@@ -10,9 +10,11 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from planaria.launch.jobdir import OUTPUT
 from tests.mpi.mpijob import root_env
 
 pytestmark = [pytest.mark.mpi]
@@ -74,9 +76,9 @@ def test_campaign_run(tmp_path, run: int) -> None:
                                     f"{_library_crashes(tmp_path)}")
 
 
-def _library_crashes(home) -> str:
+def _library_crashes(home: Path) -> str:
     """Lines of the job's output where a process crashed inside the MPI library (see docs/recovery.md)."""
-    lines = [ln for log in home.glob("jobs/*/output.log")
+    lines = [ln for log in home.glob(f"jobs/*/{OUTPUT}")
              for ln in log.read_text(errors="replace").splitlines()
              if "Segmentation fault" in ln or "libmpi.so" in ln]
     return ("\nprocesses crashed inside the MPI library:\n" + "\n".join(lines[:12])) if lines else ""
