@@ -221,7 +221,7 @@ def rank_main(args: argparse.Namespace) -> None:
     bconf = fr.BalancerConfig(args.jobs_left, args.ratio, "donor" if args.mode == "balancer-donor" else "mean") \
         if balancer else None
     comm.barrier()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if args.graph == "irregular":
         g = irregular_graph(args.tasks, args.layers, args.mean_ms / 1000.0, args.sigma, args.seed)
         prios = descendants(g["deps"]) if args.priority == "descendants" else None
@@ -231,6 +231,7 @@ def rank_main(args: argparse.Namespace) -> None:
         res = fr.run(matmul_main, args.nb, args.bs, workers, static, comm=comm, threads=1, trace_dir=trace_dir,
                      trace=args.trace, balancer=bconf, timeout=args.timeout * 0.8, report=False)
     wall = time.perf_counter() - t0
+    cpu = comm.allgather(time.process_time() - c0)     # every thread of the rank, during fr.run
     rss = comm.allgather(_peak_rss_mb())
     checks = comm.allgather(list(RESULTS))
     trace_bytes = 0
@@ -238,7 +239,7 @@ def rank_main(args: argparse.Namespace) -> None:
         trace_bytes = sum(os.path.getsize(os.path.join(trace_dir, f)) for f in os.listdir(trace_dir))
     if comm.rank == 0:
         _launch.emit({"wall_s": wall, "status": res.status, "cfs": res.cfs_done, "moves": res.balancer_moves,
-                      "peak_rss_mb": rss, "check": [c for cs in checks for c in cs], "trace_bytes": trace_bytes},
+                      "cpu_s": cpu, "peak_rss_mb": rss, "check": [c for cs in checks for c in cs], "trace_bytes": trace_bytes},
                      args.out)
 
 
@@ -318,7 +319,7 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
                 continue
             for p in workers:
                 m = "static" if (mode.startswith("balancer") and p < 2) else mode
-                walls, extra = [], {}
+                walls, cpus, extra = [], [], {}
                 for rep in range(repeat):
                     say(f"{graph} {m} P={p} run {rep + 1}/{repeat}")
                     if m == "dask":
@@ -326,7 +327,11 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
                     else:
                         r = _job(p, m, graph, opts, False, timeout)
                         walls.append(r["wall_s"])
+                        cpus.append(sum(r["cpu_s"]))
                         extra = {"moves": r["moves"], "check": r["check"]}
+                if cpus:   # CPU seconds of all ranks together during fr.run (work here is sleep: this is overhead)
+                    extra["cpu_s"] = _launch.median(cpus)
+                    extra["cpus_s"] = [round(c, 4) for c in cpus]
                 row = {"graph": graph, "mode": mode, "workers": p, "wall_s": _launch.median(walls),
                        "walls": [round(w, 4) for w in walls], **extra}
                 if graph == "irregular":
@@ -399,13 +404,14 @@ def table(result: dict[str, Any]) -> Any:
     from rich.table import Table
     prio = result.get("graph_irregular", {}).get("priority", "none")
     t = Table(title=f"fragmented programs: median wall per (graph, mode, workers); task priorities: {prio}")
-    for c in ("graph", "mode", "P", "wall s", "ideal s", "speedup", "efficiency", "moves"):
+    for c in ("graph", "mode", "P", "wall s", "ideal s", "speedup", "efficiency", "moves", "CPU s"):
         t.add_column(c, justify="right")
     for r in result["rows"]:
         t.add_row(r["graph"], r["mode"], str(r["workers"]), f"{r['wall_s']:.3f}",
                   f"{r['ideal_s']:.3f}" if "ideal_s" in r else "-",
                   f"{r['speedup']:.2f}" if r.get("speedup") else "-",
-                  f"{r['efficiency']:.2f}" if "efficiency" in r else "-", str(r.get("moves", "-")))
+                  f"{r['efficiency']:.2f}" if "efficiency" in r else "-", str(r.get("moves", "-")),
+                  f"{r['cpu_s']:.2f}" if "cpu_s" in r else "-")
     return t
 
 

@@ -1,0 +1,40 @@
+"""``planaria bench fragments`` at a tiny size: each mode runs through real ranks and its numbers hang together."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from planaria.cli import bench
+
+pytestmark = pytest.mark.mpi
+
+
+def _invoke(args: list[str]) -> tuple[int, str]:
+    root = typer.Typer()
+    root.add_typer(bench.app, name="bench")
+
+    @root.callback()
+    def _group() -> None:
+        pass
+    res = CliRunner().invoke(root, ["bench", "fragments", *args])
+    return res.exit_code, res.stdout + (res.stderr if res.stderr_bytes is not None else "")
+
+
+@pytest.mark.timeout(120)
+def test_bench_fragments_tiny() -> None:
+    code, out = _invoke(["--graphs", "irregular", "--workers", "2", "--modes", "balancer-donor,static",
+                         "--tasks", "12", "--layers", "3", "--mean-ms", "5", "--repeat", "1",
+                         "--overhead-repeat", "0", "--timeout", "90", "--json"])
+    assert code == 0, out
+    r = json.loads(out)
+    assert [(x["mode"], x["workers"]) for x in r["rows"]] == [("balancer-donor", 2), ("static", 2)]
+    work = r["graph_irregular"]["total_work_s"]
+    for x in r["rows"]:
+        assert x["check"] == [pytest.approx(work, abs=1e-4)], x      # the sum of every task's duration (4 decimals)
+        assert x["ideal_s"] <= x["greedy_fifo_s"] <= work, x
+        assert 0 < x["efficiency"] <= 1.0, x                       # nothing beats the lower bound
+        assert 0 < x["cpu_s"] == pytest.approx(x["cpus_s"][0], abs=1e-4), x   # ranks' CPU during fr.run, one launch
+    assert r["rows"][1]["moves"] == 0                              # static placement never moves a CF
