@@ -30,3 +30,9 @@ def _mpich_python() -> Path:
 @pytest.fixture(scope="session")
 def mpich_python() -> str:
     return str(_mpich_python())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Jobs the tests kill unlink none of Open MPI's shared-memory files: delete those nothing maps any more."""
+    from planaria.launch import shmfiles
+    shmfiles.remove_orphaned()

@@ -115,16 +115,22 @@ def test_reported_failure_and_survivor_code(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_timeout_kills_everything(tmp_path):
+    from planaria.launch import shmfiles
+    before = set(shmfiles.SHM_DIR.glob("sm_segment.*"))
     marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
     t = time.time()
-    res = run(tmp_path, "-n", "2", "--timeout", "3", "--", "python", str(SCRIPTS / "sleeper.py"), "100", marker,
+    res = run(tmp_path, "-n", "2", "--timeout", "5", "--", "python", str(SCRIPTS / "sleeper.py"), "100", marker,
               timeout=40)
     assert res.returncode == 124, res.stderr
-    assert time.time() - t < 12
+    assert time.time() - t < 14
     assert "timeout" in res.stderr
     time.sleep(0.5)
     assert alive(marker) == []
     assert json.loads((only_job(tmp_path) / "manifest.json").read_text())["status"] == "timeout"
+    # the killed ranks unlinked none of Open MPI's shared-memory files; the launcher deleted them
+    # (a job starting meanwhile has mapped its files, or they are younger than the grace period)
+    new = set(shmfiles.SHM_DIR.glob("sm_segment.*")) - before
+    assert sorted(new & set(shmfiles.orphaned())) == []
 
 
 @pytest.mark.timeout(60)

@@ -40,6 +40,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from planaria.launch import shmfiles
+
 __all__ = [
     "HostSet",
     "HostSetError",
@@ -419,7 +421,7 @@ def _destroy_namespace(ip: str, name: str) -> None:
 
 
 #: where Open MPI's shared-memory transport keeps its files, ``sm_segment.<host>.<uid>.<job>.<n>``
-SHM_DIR = Path("/dev/shm")
+SHM_DIR = shmfiles.SHM_DIR
 
 
 def _remove_shm_segments(name: str) -> None:

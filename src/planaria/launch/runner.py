@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from planaria.launch import shmfiles
 from planaria.launch.controller import Controller
 from planaria.launch.jobdir import JobDir, _jsonable
 from planaria.launch.mpiexec import (
@@ -797,6 +798,8 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     from planaria.events.codes import JOB_END
     controller.notify(JOB_END, {"outcome": outcome, "mpiexec_rc": mpiexec_rc, "attempt": number})
     controller.stop()
+    # killed ranks unlink none of Open MPI's shared-memory files: delete those nothing maps any more
+    shmfiles.remove_orphaned()
 
     if outcome == "timeout":
         status = EXIT_TIMEOUT
