@@ -33,6 +33,6 @@ def mpich_python() -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Jobs the tests kill unlink none of Open MPI's shared-memory files: delete those nothing maps any more."""
+    """Jobs whose mpiexec the tests killed left Open MPI's shared-memory files: delete those nothing maps any more."""
     from planaria.launch import shmfiles
     shmfiles.remove_orphaned()

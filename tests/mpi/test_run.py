@@ -115,22 +115,47 @@ def test_reported_failure_and_survivor_code(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_timeout_kills_everything(tmp_path):
-    from planaria.launch import shmfiles
-    before = set(shmfiles.SHM_DIR.glob("sm_segment.*"))
     marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
     t = time.time()
-    res = run(tmp_path, "-n", "2", "--timeout", "5", "--", "python", str(SCRIPTS / "sleeper.py"), "100", marker,
+    res = run(tmp_path, "-n", "2", "--timeout", "3", "--", "python", str(SCRIPTS / "sleeper.py"), "100", marker,
               timeout=40)
     assert res.returncode == 124, res.stderr
-    assert time.time() - t < 14
+    assert time.time() - t < 12
     assert "timeout" in res.stderr
     time.sleep(0.5)
     assert alive(marker) == []
     assert json.loads((only_job(tmp_path) / "manifest.json").read_text())["status"] == "timeout"
-    # the killed ranks unlinked none of Open MPI's shared-memory files; the launcher deleted them
-    # (a job starting meanwhile has mapped its files, or they are younger than the grace period)
-    new = set(shmfiles.SHM_DIR.glob("sm_segment.*")) - before
-    assert sorted(new & set(shmfiles.orphaned())) == []
+
+
+@pytest.mark.timeout(60)
+def test_killed_job_leaves_no_shared_memory_files(tmp_path):
+    """mpiexec and its ranks SIGKILLed (a node's runtime lost, an mpiexec deaf to SIGTERM) unlink none
+    of Open MPI's /dev/shm files; the launcher deletes them once the job has ended."""
+    from planaria.launch import shmfiles
+    before = set(shmfiles.SHM_DIR.glob("sm_segment.*"))
+    marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(planaria(tmp_path, "-n", "2", "--timeout", "30", "--", "python",
+                                     str(SCRIPTS / "sleeper.py"), "100", marker),
+                            env=env_for(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def job() -> list[int]:        # mpiexec (prterun) and the ranks, not the launcher (same marker)
+            return [int(ln.split()[0]) for ln in alive(marker) if "planaria.cli.main" not in ln]
+        deadline = time.time() + 25
+        while len(job()) < 3 or len(set(shmfiles.SHM_DIR.glob("sm_segment.*")) - before) < 2:
+            assert time.time() < deadline, "the ranks did not start"
+            time.sleep(0.2)
+        time.sleep(shmfiles.GRACE_S + 0.5)      # the files are older than the grace period when the job ends
+        ours = set(shmfiles.SHM_DIR.glob("sm_segment.*")) - before
+        for pid in job():
+            os.kill(pid, signal.SIGKILL)
+        proc.communicate(timeout=25)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    assert len(ours) == 2
+    assert sorted(p for p in ours if p.exists()) == []
 
 
 @pytest.mark.timeout(60)

@@ -798,7 +798,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     from planaria.events.codes import JOB_END
     controller.notify(JOB_END, {"outcome": outcome, "mpiexec_rc": mpiexec_rc, "attempt": number})
     controller.stop()
-    # killed ranks unlink none of Open MPI's shared-memory files: delete those nothing maps any more
+    # a killed mpiexec leaves its ranks' shared-memory files in /dev/shm: delete those nothing maps any more
     shmfiles.remove_orphaned()
 
     if outcome == "timeout":
