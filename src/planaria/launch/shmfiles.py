@@ -1,13 +1,13 @@
 """Open MPI's shared-memory files that no running process uses any more, and their removal.
 
-Open MPI's shared-memory transport keeps one file per job and host in /dev/shm
-(``sm_segment.<host>.<uid>.<job>.<n>``, one per rank; ``vader_segment.*`` in Open MPI 4), and
-mpiexec deletes them when the job ends. When mpiexec is killed itself (SIGKILL after a timeout, a
-lost host's runtime) nothing does, so they stay until reboot: 16 MB each here, and a long series
-of killed test jobs fills /dev/shm with them. A file is an orphan when this user owns it, no process maps it, and it is
-older than a grace period (a starting job creates its file a moment before it maps it). Only
-files named after this host are considered: a container or namespace with another host name that
-shares /dev/shm may run jobs whose processes this one cannot see.
+Open MPI's shared-memory transport keeps its files in /dev/shm (``sm_segment.<host>.<uid>.<job>.<n>``,
+one per rank; ``vader_segment.*`` in Open MPI 4), and mpiexec deletes them when the job ends.
+When mpiexec is killed itself (SIGKILL after a timeout, a lost host's runtime) nothing does, so
+they stay until reboot: 16 MB each here, and a long series of killed test jobs fills /dev/shm with
+them. A file is an orphan when this user owns it, no process maps it, and it is older than a
+grace period (a starting job creates its file a moment before it maps it). Only files named after
+this host are considered: a container or namespace with another host name that shares /dev/shm
+may run jobs whose processes this one cannot see.
 """
 from __future__ import annotations
 
