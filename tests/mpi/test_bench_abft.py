@@ -4,23 +4,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
-from planaria.cli import bench
+from tests.mpi.mpijob import invoke_bench
 
 pytestmark = pytest.mark.mpi
 
 
 def _invoke(args: list[str]) -> tuple[int, str]:
-    root = typer.Typer()
-    root.add_typer(bench.app, name="bench")
-
-    @root.callback()
-    def _group() -> None:
-        pass
-    res = CliRunner().invoke(root, ["bench", "abft", *args])
-    return res.exit_code, res.stdout + (res.stderr if res.stderr_bytes is not None else "")
+    return invoke_bench("abft", args)
 
 
 @pytest.mark.timeout(150)
