@@ -427,11 +427,7 @@ SHM_DIR = shmfiles.SHM_DIR
 def _remove_shm_segments(name: str) -> None:
     """Delete Open MPI's shared-memory files of host ``name``: its processes are dead (a killed
     host unlinks nothing) and /dev/shm is not per namespace, so they would stay until reboot."""
-    for f in SHM_DIR.glob(f"sm_segment.{glob.escape(name)}.*"):
-        try:
-            f.unlink()
-        except OSError:
-            pass
+    shmfiles.remove_orphaned(SHM_DIR, grace_s=0.0, hosts={name})
 
 
 def remove_host(name: str) -> bool:

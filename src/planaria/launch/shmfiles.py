@@ -77,10 +77,11 @@ def orphaned(shm_dir: Path = SHM_DIR, *, grace_s: float = GRACE_S, now: float | 
     return sorted(p for p in candidates if str(p) not in mapped)
 
 
-def remove_orphaned(shm_dir: Path = SHM_DIR, *, grace_s: float = GRACE_S) -> list[Path]:
+def remove_orphaned(shm_dir: Path = SHM_DIR, *, grace_s: float = GRACE_S,
+                    hosts: set[str] | None = None) -> list[Path]:
     """Delete :func:`orphaned` files; returns those deleted (one that vanished meanwhile is skipped)."""
     removed = []
-    for p in orphaned(shm_dir, grace_s=grace_s):
+    for p in orphaned(shm_dir, grace_s=grace_s, hosts=hosts):
         try:
             p.unlink()
             removed.append(p)
