@@ -10,14 +10,10 @@ from tests.mpi.mpijob import invoke_bench
 pytestmark = pytest.mark.mpi
 
 
-def _invoke(args: list[str]) -> tuple[int, str]:
-    return invoke_bench("abft", args)
-
-
 @pytest.mark.timeout(150)
 def test_bench_abft_tiny(tmp_path) -> None:
-    code, out = _invoke(["--rows", "60", "--cols", "40", "--repeat", "1", "--kernels", "cutdepth", "--trials", "90",
-                         "--workdir", str(tmp_path), "--json"])
+    code, out = invoke_bench("abft", ["--rows", "60", "--cols", "40", "--repeat", "1", "--kernels", "cutdepth", "--trials", "90",
+                                      "--workdir", str(tmp_path), "--json"])
     assert code == 0, out
     r = json.loads(out)
     (row,) = r["overhead"]["rows"]
@@ -50,18 +46,18 @@ def test_bench_abft_tiny(tmp_path) -> None:
 
 @pytest.mark.timeout(30)
 def test_bench_abft_bad_options_exit_2() -> None:
-    code, out = _invoke(["--kernels", "aspect"])
+    code, out = invoke_bench("abft", ["--kernels", "aspect"])
     assert code == 2 and "kernel" in out
-    code, out = _invoke(["--rows", "10"])
+    code, out = invoke_bench("abft", ["--rows", "10"])
     assert code == 2 and "too small" in out
 
 
 @pytest.mark.timeout(120)
 def test_bench_abft_runs_in_one_job_on_tmpfs() -> None:
     """--per-job: a warm-up and the counted repetitions in the same processes, paired, with intervals."""
-    code, out = _invoke(["--rows", "60", "--cols", "40", "--repeat", "4", "--per-job", "2", "--kernels", "slope",
-                         "--modes", "plain,abft", "--parts", "overhead", "--tmpfs", "--keep-heap", "--settle", "0",
-                         "--json"])
+    code, out = invoke_bench("abft", ["--rows", "60", "--cols", "40", "--repeat", "4", "--per-job", "2", "--kernels", "slope",
+                                      "--modes", "plain,abft", "--parts", "overhead", "--tmpfs", "--keep-heap", "--settle", "0",
+                                      "--json"])
     assert code == 0, out
     r = json.loads(out)
     assert r["workdir_fs"] == "tmpfs" and r["keep_heap"] and r["per_job"] == 2
@@ -78,5 +74,5 @@ def test_bench_abft_runs_in_one_job_on_tmpfs() -> None:
     assert row["verdict_wall"] in ("met", "not shown", "missed") and row["verdict_cpu"] in ("met", "not shown", "missed")
     for x in ov["runs"]:
         assert 0 < x["compute_s_max"] < x["wall_s"] and x["cpu_total_s"] == pytest.approx(sum(x["cpu_per_rank_s"]))
-    code, out = _invoke(["--per-job", "0", "--keep-heap", "--parts", "overhead"])
+    code, out = invoke_bench("abft", ["--per-job", "0", "--keep-heap", "--parts", "overhead"])
     assert code == 2 and "--keep-heap" in out

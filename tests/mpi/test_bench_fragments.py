@@ -10,15 +10,11 @@ from tests.mpi.mpijob import invoke_bench
 pytestmark = pytest.mark.mpi
 
 
-def _invoke(args: list[str]) -> tuple[int, str]:
-    return invoke_bench("fragments", args)
-
-
 @pytest.mark.timeout(120)
 def test_bench_fragments_tiny() -> None:
-    code, out = _invoke(["--graphs", "irregular", "--workers", "2", "--modes", "balancer-donor,static",
-                         "--tasks", "12", "--layers", "3", "--mean-ms", "5", "--repeat", "1",
-                         "--overhead-repeat", "0", "--timeout", "90", "--json"])
+    code, out = invoke_bench("fragments", ["--graphs", "irregular", "--workers", "2", "--modes", "balancer-donor,static",
+                                           "--tasks", "12", "--layers", "3", "--mean-ms", "5", "--repeat", "1",
+                                           "--overhead-repeat", "0", "--timeout", "90", "--json"])
     assert code == 0, out
     r = json.loads(out)
     assert [(x["mode"], x["workers"]) for x in r["rows"]] == [("balancer-donor", 2), ("static", 2)]

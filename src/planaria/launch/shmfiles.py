@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def orphaned(shm_dir: Path = SHM_DIR, *, grace_s: float = GRACE_S, now: float | 
             st = p.lstat()
         except OSError:
             continue
-        if st.st_uid == uid and now - st.st_mtime >= grace_s and p.is_file():
+        if st.st_uid == uid and now - st.st_mtime >= grace_s and stat.S_ISREG(st.st_mode):
             candidates.append(p)
     if not candidates:
         return []
