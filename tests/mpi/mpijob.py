@@ -8,6 +8,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from planaria.launch.mpiexec import single_host_transport_args
+
 SCRIPTS = Path(__file__).parent / "scripts"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,11 +45,12 @@ def mpiexec(n: int, argv: list[str], *, python: str | None = None, ft: bool = Fa
     bindir = Path(python).parent
     cmd = [str(bindir / "mpiexec")]
     is_mpich = (bindir / "mpichversion").exists()
-    if not is_mpich:
-        cmd += ["--oversubscribe"] + (["--with-ft", "ulfm"] if ft else [])
-    cmd += ["-n", str(n), python, *argv]
     full_env = root_env()
     full_env.update(env or {})
+    if not is_mpich:
+        cmd += ["--oversubscribe"] + (["--with-ft", "ulfm"] if ft else [])
+        cmd += single_host_transport_args(full_env, (), cmd[0])    # as planaria run adds them
+    cmd += ["-n", str(n), python, *argv]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=full_env, start_new_session=True)
     try:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from planaria.launch.mpiexec import single_host_transport_args
 from planaria.trace.analyze import analyze_dir
 from planaria.trace.writer import read_traces
 from tests.mpi.mpijob import SCRIPTS, mpiexec, root_env
@@ -134,10 +135,11 @@ def test_sigterm_to_mpiexec_leaves_every_ranks_unfinished_cfs(tmp_path):
     """SIGTERM to mpiexec while a CF spins (how a batch system or Ctrl-C ends a job): mpiexec passes it on, each rank
     writes what it had buffered, its unfinished CFs and an exit record; the analyzer names the spinning CF."""
     import signal
-    cmd = [str(Path(sys.executable).parent / "mpiexec"), "--oversubscribe", "--with-ft", "ulfm", "-n", "3",
-           sys.executable, PROG, "spin", str(tmp_path)]
     env = root_env()
     env.update(ENV)
+    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    cmd = [mpiexec, "--oversubscribe", "--with-ft", "ulfm", *single_host_transport_args(env, (), mpiexec), "-n", "3",
+           sys.executable, PROG, "spin", str(tmp_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     try:

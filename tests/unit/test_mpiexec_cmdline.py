@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from planaria.launch.mpiexec import (
+    SKIP_FABRIC_PROBE,
     LaunchError,
     allocation_hosts,
     build_mpiexec_cmd,
@@ -83,6 +84,36 @@ def test_prefix_agent_and_passthrough():
     j = argv.index("--mca")
     assert argv[j:j + 3] == ["--mca", "btl", "self,tcp"]
     assert j < argv.index("app.py")
+
+
+def skips_fabric_probe(argv: list[str]) -> bool:
+    k = len(SKIP_FABRIC_PROBE)
+    hits = [i for i in range(len(argv) - k + 1) if tuple(argv[i:i + k]) == SKIP_FABRIC_PROBE]
+    return bool(hits) and hits[0] < argv.index("app.py")
+
+
+def test_one_host_job_skips_the_fabric_probe_unless_transports_are_chosen(tmp_path):
+    assert skips_fabric_probe(build()[0])
+    assert not skips_fabric_probe(build(hosts="h1:2,h2:2", nprocs=4)[0])
+    slurm = {"SLURM_JOB_NODELIST": "c1", "SLURM_TASKS_PER_NODE": "2"}
+    assert not skips_fabric_probe(build(environ=slurm)[0])
+    assert not skips_fabric_probe(build(environ={"OMPI_MCA_btl": "self,sm"})[0])
+    assert not skips_fabric_probe(build(environ={"OMPI_MCA_mca_base_param_files": "/x.conf"})[0])
+    argv, _ = build(mpiexec_args=["--mca", "btl", "self,sm"])
+    assert argv.count("--mca") == 1 and opt_value(argv, "--mca") == "btl"
+    assert not skips_fabric_probe(build(mpiexec_args=["--tune", "/x.conf"])[0])
+    assert skips_fabric_probe(build(mpiexec_args=["--mca", "pml", "ob1"])[0])
+    # MCA parameter files: the user's, and the one of the Open MPI installation
+    (tmp_path / ".openmpi").mkdir()
+    user_conf = tmp_path / ".openmpi" / "mca-params.conf"
+    user_conf.write_text("# btl = self,sm\nbtl_tcp_if_include = lo\n")
+    assert skips_fabric_probe(build(environ={"HOME": str(tmp_path)})[0])
+    user_conf.write_text("  btl = self,sm\n")
+    assert not skips_fabric_probe(build(environ={"HOME": str(tmp_path)})[0])
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "openmpi-mca-params.conf").write_text("btl=^tcp\n")
+    assert not skips_fabric_probe(build(mpiexec=str(tmp_path / "bin" / "mpiexec"))[0])
 
 
 def test_errors():

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planaria.launch.mpiexec import single_host_transport_args
+
 RESULT_PREFIX = "RESULT "
 
 
@@ -68,6 +70,7 @@ def mpiexec_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, bind: st
     if ft:
         cmd += ["--with-ft", "ulfm"]
     cmd.append("--oversubscribe")
+    cmd += single_host_transport_args(os.environ, (), cmd[0])
     if check_bind(bind) == "core":
         cmd += ["--bind-to", "core:overload-allowed"]     # overload: more ranks than cores share them
     cmd += ["-n", str(nprocs), sys.executable, "-m", module, "--rank", *args]

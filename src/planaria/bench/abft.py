@@ -43,6 +43,7 @@ import numpy as np
 from planaria.bench import _launch
 from planaria.bench._launch import BenchError, command_line, loadavg, median, mpiexec_path
 from planaria.bench.abft_series import file_digest
+from planaria.launch.mpiexec import single_host_transport_args
 
 MODES = ("plain", "abft", "duplicate")
 ORDERS = list(itertools.permutations(MODES))
@@ -103,6 +104,7 @@ def _mpiexec(workers: int, backend: str) -> list[str]:
     cmd = [mpiexec_path()]
     if backend == "ulfm":
         cmd += ["--with-ft", "ulfm"]
+    cmd += single_host_transport_args(os.environ, (), cmd[0])
     return cmd + ["--oversubscribe", "-n", str(workers + 2), sys.executable, "-m"]
 
 
@@ -315,7 +317,8 @@ def faults(trials: int, workers: int, seed: int, timeout: float, backend: str = 
 def _launch_faults(trials: int, workers: int, seed: int, timeout: float, backend: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="planaria-abft-faults-") as tmp:
         out = Path(tmp) / "faults.json"
-        cmd = [mpiexec_path()] + (["--with-ft", "ulfm"] if backend == "ulfm" else []) + [
+        cmd = [mpiexec_path()] + (["--with-ft", "ulfm"] if backend == "ulfm" else [])
+        cmd += single_host_transport_args(os.environ, (), cmd[0]) + [
             "--oversubscribe", "-n", str(workers + 1), sys.executable, "-m", "planaria.bench.abft_faults",
             "--trials", str(trials), "--seed", str(seed), "--backend", backend, "--out", str(out)]
         stderr = _run_job(cmd, THREAD_ENV, timeout, "fault campaign")

@@ -131,6 +131,45 @@ def allocation_hosts(environ: Mapping[str, str], use_scontrol: bool = True) -> l
     return None
 
 
+#: added for a job on this host alone: its ranks talk through shared memory, and Open MPI's
+#: libfabric (ofi) transport, which would find nothing to use, costs ~1 s of every start here
+SKIP_FABRIC_PROBE = ("--mca", "btl", "^ofi")
+
+_MCA_OPTIONS = ("--mca", "-mca", "--omca", "--gmca")
+
+
+def btl_configured(env: Mapping[str, str], mpiexec_args: Sequence[str], exe: str) -> bool:
+    """True when the user chose Open MPI's transports (``btl``) anywhere planaria must not override:
+    the environment, ``--mpiexec-arg``, a ``--tune`` file, or an MCA parameter file."""
+    if "OMPI_MCA_btl" in env or "OMPI_MCA_mca_base_param_files" in env:
+        return True
+    args = list(mpiexec_args)
+    if any(a in ("--tune", "-tune") or a.startswith("--tune=") for a in args):
+        return True
+    if any(a in _MCA_OPTIONS and b == "btl" for a, b in zip(args, args[1:])):
+        return True
+    home = env.get("HOME")
+    files = [Path(exe).resolve().parent.parent / "etc" / "openmpi-mca-params.conf",
+             Path("/etc/openmpi/openmpi-mca-params.conf")]      # Debian's system-wide file
+    if home:
+        files.append(Path(home) / ".openmpi" / "mca-params.conf")
+    return any(_sets_btl(f) for f in files)
+
+
+def single_host_transport_args(env: Mapping[str, str], mpiexec_args: Sequence[str], exe: str) -> list[str]:
+    """mpiexec options for a job whose ranks all run on this host: SKIP_FABRIC_PROBE, unless the
+    user chose the transports (``btl_configured``)."""
+    return [] if btl_configured(env, mpiexec_args, exe) else list(SKIP_FABRIC_PROBE)
+
+
+def _sets_btl(path: Path) -> bool:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    return any(re.match(r"\s*btl\s*=", ln) for ln in lines)
+
+
 def build_mpiexec_cmd(
     command: Sequence[str],
     nprocs: int,
@@ -179,6 +218,8 @@ def build_mpiexec_cmd(
     if nprocs > slots:
         argv.append("--oversubscribe")
     argv += ["--output", "tag", "--stdin", "none"]   # stdin reaches ranks only through planaria attach
+    if not host_list:
+        argv += single_host_transport_args(env, mpiexec_args, exe)
     if ssh_agent:
         argv += ["--prtemca", "plm_ssh_agent", ssh_agent]
     for name in sorted(k for k in env if k.startswith("PLANARIA_")):
