@@ -7,14 +7,44 @@ Quick start (inside a rank started by ``planaria run``)::
     for i in range(steps):
         pl.step(i)                    # cheap; drives iteration-triggered fault injection
         ...
+
+The names below are loaded on first use (PEP 562), so tools that only need a sub-package,
+such as the ``planaria`` command, start without numpy and mpi4py.
 """
-from planaria.comm.base import Comm, Request
-from planaria.comm.errors import FailureError, ProcFailedError, RevokedError
-from planaria.runtime.bootstrap import fail_stop, finalize, phase, step, watch, world
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from planaria.comm.base import Comm, Request
+    from planaria.comm.errors import FailureError, ProcFailedError, RevokedError
+    from planaria.runtime.bootstrap import fail_stop, finalize, phase, step, watch, world
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Comm", "Request", "FailureError", "ProcFailedError", "RevokedError",
-    "world", "step", "phase", "watch", "finalize", "fail_stop", "__version__",
-]
+#: public name -> the module that defines it
+_HOME = {
+    "Comm": "planaria.comm.base", "Request": "planaria.comm.base",
+    "FailureError": "planaria.comm.errors", "ProcFailedError": "planaria.comm.errors",
+    "RevokedError": "planaria.comm.errors",
+    "world": "planaria.runtime.bootstrap", "step": "planaria.runtime.bootstrap",
+    "phase": "planaria.runtime.bootstrap", "watch": "planaria.runtime.bootstrap",
+    "finalize": "planaria.runtime.bootstrap", "fail_stop": "planaria.runtime.bootstrap",
+}
+
+__all__ = [*_HOME, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module when the name is first used, and keep the name here."""
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'planaria' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))

@@ -123,6 +123,7 @@ import numpy as np
 
 import planaria
 from planaria import events
+from planaria.abft.names import KINDS, MODES
 from planaria.abft.partition import Block, partition
 from planaria.abft.recovery import NoLiveWorkerError, plan
 from planaria.abft.verify import (CORRECT, TRANSIENT, UNRECOVERABLE, block_digest, compare, locate,
@@ -132,8 +133,6 @@ from planaria.terrain import DemInfo, dem_info, kernels, read_dem_rows, write_de
 from planaria.terrain.window import slab_bounds
 
 T_START, T_RESULT, T_FINISH, T_CMD, T_MASTER, T_ACK, T_CPU = 11, 12, 13, 14, 16, 17, 18
-KINDS = ("crash", "silent", "nodata", "readerror", "memory")
-MODES = ("abft", "plain", "duplicate")
 TMAXLAT = 5.0
 POLL = 0.002
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from planaria.abft.runtime import KINDS, MODES
+from planaria.abft.names import KINDS, MODES
 
 app = typer.Typer(name="abft", help="Fault-tolerant terrain analysis (N-ABFT, two masters verify N workers).",
                   no_args_is_help=True, add_completion=False)

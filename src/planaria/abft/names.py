@@ -1,0 +1,10 @@
+"""Names of the N-ABFT fault kinds and run modes, shared by the runtime and the CLI.
+
+Kept apart from :mod:`planaria.abft.runtime` (numpy, MPI) so that ``planaria`` starts without them.
+"""
+from __future__ import annotations
+
+#: faults a worker can be given (``--force KIND:RANK``, or drawn at ``--error-rate``)
+KINDS = ("crash", "silent", "nodata", "readerror", "memory")
+#: ``abft``: redundant rows and verification; ``plain``: neither; ``duplicate``: every block twice
+MODES = ("abft", "plain", "duplicate")
