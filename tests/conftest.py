@@ -32,6 +32,13 @@ def mpich_python() -> str:
     return str(_mpich_python())
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The tests start hundreds of Python processes that import planaria: compile its bytecode once,
+    also where PYTHONDONTWRITEBYTECODE keeps each of those processes from caching what it compiled."""
+    import compileall
+    compileall.compile_dir(str(REPO / "src" / "planaria"), quiet=1)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Jobs whose mpiexec the tests killed left Open MPI's shared-memory files: delete those nothing maps any more."""
     from planaria.launch import shmfiles
