@@ -94,6 +94,24 @@ def test_agent_talks_to_the_controller_over_its_channel(controller):
     assert types[:2] == ["hello", "inject"] and "bye" in types
 
 
+@pytest.mark.timeout(30)
+def test_the_answer_to_a_bye_says_whether_the_job_had_a_failed_rank(controller):
+    """A rank that never talked to a failed one learns of the failure here (its MPI_Finalize then gets 3 s, not 10)."""
+    from planaria.runtime.agent import Agent
+
+    agents = [Agent(controller.uri, controller.jobdir.secret(), rank=r, size=3, heartbeat=0.05) for r in range(3)]
+    try:
+        first = agents[0].request({"type": "bye", "code": 0, "step": 1}, 5)
+        assert first is not None and first["failures"] is False
+        assert agents[1].report("fail", wait=True, timeout=5, reason="test failure")
+        later = agents[2].request({"type": "bye", "code": 0, "step": 1}, 5)
+        assert later is not None and later["failures"] is True
+        assert controller.table()[2]["state"] == "finished"
+    finally:
+        for a in agents:
+            a.close()
+
+
 def _frame_msg(msg: dict) -> bytes:
     return frame(msgpack.packb(msg, use_bin_type=True))
 

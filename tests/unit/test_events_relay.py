@@ -14,15 +14,16 @@ from planaria.launch.toolclient import format_event, format_line, parse_kv, pars
 
 def test_merger_one_event_per_burst_most_specific_code():
     m = FaultMerger(window=0.05)
-    assert m.take(0.0) is None
+    assert m.take(0.0) is None and not m.any_failure()
     assert m.add(3, "unreachable", 1.00, by=0)
+    assert m.any_failure()                          # pending counts
     assert m.add(3, "signal", 1.01, signal=9)
     assert m.add(5, "exited", 1.02)
     assert m.take(1.04) is None                     # window still open
     ev = m.take(1.06)
     assert ev["affected"] == [3, 5] and ev["code"] == codes.PROC_ABORTED_BY_SIG
     assert [c["kind"] for c in ev["info"]["causes"]["3"]] == ["unreachable", "signal"]
-    assert ev["info"]["signal"] == 9
+    assert ev["info"]["signal"] == 9 and m.any_failure()     # announced counts
     assert not m.add(3, "exited", 2.0)              # already announced: merged away
     assert m.absorbed == 1 and m.take(5.0) is None
     assert m.add(7, "lost-connection", 3.0)

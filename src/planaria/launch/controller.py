@@ -525,7 +525,10 @@ class Controller:
             rec["t_recv"] = now
             self._record(rec)
         if "id" in msg:
-            self._reply(sock, ident, {"type": "ack", "id": msg["id"]})
+            ack: dict[str, Any] = {"type": "ack", "id": msg["id"]}
+            if mtype == "bye":           # the rank bounds its MPI_Finalize tighter after a failure
+                ack["failures"] = self.failures_known()
+            self._reply(sock, ident, ack)
         elif mtype == "hb":
             self._reply(sock, ident, {"type": "hbok"})
         return True
@@ -637,6 +640,11 @@ class Controller:
         self._record({"type": "ctl", "t": now, "action": action, "signal": int(sig),
                       "ranks": done, "errors": errors})
         return {"action": action, "signal": int(sig), "ranks": done, "errors": errors}
+
+    def failures_known(self) -> bool:
+        """Whether the controller knows of any failed or lost rank of this job."""
+        with self._lock:
+            return self.merger.any_failure() or any(r["state"] in ("failed", "lost") for r in self.ranks.values())
 
     def _update_table(self, msg: dict[str, Any], now: float) -> None:
         mtype = msg.get("type")

@@ -43,6 +43,10 @@ class FaultMerger:
             self._due = now + self.window
         return True
 
+    def any_failure(self) -> bool:
+        """Whether any rank has been reported failed (announced or still pending)."""
+        return bool(self.announced or self._pending)
+
     def next_due(self) -> float | None:
         """When the pending burst is to be emitted (None: nothing pending)."""
         return self._due

@@ -239,7 +239,7 @@ class Agent:
         if mid is not None:
             with self._lock:
                 ev = self._pending.get(mid)
-                if ev is not None and mtype != "ack":
+                if ev is not None:
                     self._answers[mid] = msg
             if ev is not None:
                 ev.set()

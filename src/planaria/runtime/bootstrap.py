@@ -5,7 +5,8 @@ Rules this module enforces (see design.md, traps seen with Open MPI 5 + ULFM):
   not a job-wide abort, so the rank dies by SIGKILL (ULFM) or turns into a zombie (sim);
 - ``MPI_Finalize`` can spin forever after failures, so it runs under a watchdog that
   ends the process after ``PLANARIA_FINALIZE_TIMEOUT`` seconds (default 10, or 3 in a process
-  that has seen a process failure: there finalize often spins).
+  that has seen a process failure or in a job the controller knows had one: there finalize
+  often spins).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class _Runtime:
         self.exit_code = 0
         self.dead = False
         self.localizer: Any = None
+        self.job_failures = False      # the controller knew of a failed rank when this one said bye
 
 
 _RT = _Runtime()
@@ -325,7 +327,8 @@ def finalize(code: int | None = None) -> None:
     _stop_services()
     if _RT.agent is not None:
         try:
-            _RT.agent.report("bye", wait=True, code=code, step=_RT.step)
+            ack = _RT.agent.request({"type": "bye", "code": code, "step": _RT.step, "t": time.time()}, timeout=1.0)
+            _RT.job_failures = bool(ack and ack.get("failures"))
             _RT.agent.close()
         except Exception:
             pass
@@ -373,9 +376,12 @@ def _finalize_mpi(code: int) -> None:
         return
     from planaria.comm.errors import failures_seen
     # After a failure Open MPI 5's finalize often spins until the watchdog ends it; every rank
-    # has said bye by then, so waiting the full default only delays the job's end.
+    # has said bye by then, so waiting the full default only delays the job's end. That holds
+    # for a rank that never communicated with the failed one too: the controller's answer to
+    # its bye says whether the job had a failure.
     env = os.environ.get("PLANARIA_FINALIZE_TIMEOUT")
-    limit = float(env) if env else (FINALIZE_AFTER_FAILURE if failures_seen() else FINALIZE_TIMEOUT)
+    after_failure = failures_seen() or _RT.job_failures
+    limit = float(env) if env else (FINALIZE_AFTER_FAILURE if after_failure else FINALIZE_TIMEOUT)
     done = threading.Event()
 
     def watchdog() -> None:
