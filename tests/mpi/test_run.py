@@ -96,11 +96,52 @@ def test_killed_rank_is_named_lost(tmp_path):
     summary = json.loads(res.stdout)
     by_rank = {r["rank"]: r for r in summary["ranks"]}
     assert by_rank[1]["state"] == "lost"
-    assert "killed or crashed" in by_rank[1]["how"]
+    assert by_rank[1]["how"] == "killed by signal 9 (SIGKILL) (no report)"
     assert by_rank[1]["t"] is not None and by_rank[1]["t"] > 0
     assert by_rank[0]["state"] == by_rank[2]["state"] == "finished"
     assert res.returncode == 0  # survivors finished
-    assert "lost" in res.stderr and "killed or crashed" in res.stderr  # the rich summary
+    assert "lost" in res.stderr and "SIGKILL" in res.stderr  # the rich summary
+
+
+@pytest.mark.timeout(60)
+def test_plain_program_killed_rank_sets_the_status(tmp_path):
+    # no planaria runtime in the ranks, and with ULFM mpiexec itself exits 0 here
+    res = run(tmp_path, "-n", "2", "--json", "--", "python", str(SCRIPTS / "plain_fate.py"), "kill")
+    assert res.returncode == 128 + signal.SIGKILL, res.stderr
+    summary = json.loads(res.stdout)
+    by_rank = {r["rank"]: r for r in summary["ranks"]}
+    assert by_rank[1]["state"] == "lost" and by_rank[1]["how"] == "killed by signal 9 (SIGKILL)"
+    assert by_rank[0]["state"] == "finished" and by_rank[0]["exit_code"] == 0
+    assert by_rank[1]["host"] and by_rank[1]["pid"]
+
+
+@pytest.mark.timeout(60)
+def test_plain_program_abort_leaves_nothing_running(tmp_path):
+    marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
+    t = time.time()
+    res = run(tmp_path, "-n", "2", "--json", "--", "python", str(SCRIPTS / "plain_fate.py"), "abort", marker,
+              timeout=50)
+    assert time.time() - t < 30         # rank 1 sleeps 60 s
+    assert res.returncode == 5, res.stderr
+    by_rank = {r["rank"]: r for r in json.loads(res.stdout)["ranks"]}
+    assert by_rank[0]["exit_code"] == 5
+    assert by_rank[1]["state"] == "lost"
+    if "still running" in by_rank[1]["how"]:     # mpiexec left it behind; the launcher ended it
+        assert "rank(s) 1 still ran after mpiexec exited: killed" in res.stderr
+    else:                                        # the MPI runtime ended it
+        assert by_rank[1]["how"].startswith("killed by signal"), by_rank[1]
+    time.sleep(0.5)
+    assert alive(marker) == []
+
+
+@pytest.mark.timeout(60)
+def test_no_rank_fates_runs_the_command_directly(tmp_path):
+    res = run(tmp_path, "-n", "1", "--no-rank-fates", "--", "python", str(SCRIPTS / "hello.py"))
+    assert res.returncode == 0, res.stderr
+    job = only_job(tmp_path)
+    argv = json.loads((job / "manifest.json").read_text())["argv"]
+    assert not any("rankfate" in a for a in argv)
+    assert not (job / "fates").exists()
 
 
 @pytest.mark.timeout(60)

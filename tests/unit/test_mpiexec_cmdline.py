@@ -86,6 +86,13 @@ def test_prefix_agent_and_passthrough():
     assert j < argv.index("app.py")
 
 
+def test_rank_prefix_goes_right_before_the_command():
+    argv, _ = build(rank_prefix=["/py", "-S", "-I", "/x/rankfate.py"], mpiexec_args=["--mca", "btl", "tcp"])
+    assert argv[-8:] == ["/py", "-S", "-I", "/x/rankfate.py", *CMD]
+    assert argv.index("--mca") < argv.index("/py")
+    assert build()[0][-4:] == CMD
+
+
 def skips_fabric_probe(argv: list[str]) -> bool:
     k = len(SKIP_FABRIC_PROBE)
     hits = [i for i in range(len(argv) - k + 1) if tuple(argv[i:i + k]) == SKIP_FABRIC_PROBE]

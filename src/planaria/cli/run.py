@@ -28,6 +28,7 @@ def run(
     detect: bool = typer.Option(True, "--detect/--no-detect", help="Run-time error detection in every rank: message timers, ping/status/vote probes, incidents in the job directory."),
     detect_timeouts: Optional[str] = typer.Option(None, "--detect-timeouts", help="Message timer thresholds in seconds, e.g. p2p=10,coll=20,remote=1.5,slow=0.25,probe=3 (see docs/localize.md)."),
     diagnose_on_timeout: bool = typer.Option(True, "--diagnose-on-timeout/--no-diagnose-on-timeout", help="Before a --timeout kill or a default-handler abort, collect every rank's state and write a diagnosis."),
+    rank_fates: bool = typer.Option(True, "--rank-fates/--no-rank-fates", help="Start every rank under a small recorder process that notes how it ended (exit code or signal) and ends what outlives mpiexec: with ULFM, mpiexec exits 0 when ranks are killed. --no-rank-fates where remote hosts lack this Python installation."),
     default_handler: str = typer.Option("abort", "--default-handler", help="What the ranks' default event handler does with a process-failure event no other handler completed: abort (end the job cleanly, exit 1) or none (see docs/events.md)."),
 ) -> None:
     """Run an MPI program (the command after --) with failure tracking.
@@ -57,7 +58,8 @@ def run(
 
     Exit status (of the last attempt): 0 finished; the survivors' exit code if non-zero; 1 no rank
     finished (or the default event handler aborted the job); 2 usage or launch error; 124 --timeout;
-    130 interrupted (Ctrl-C).
+    130 interrupted (Ctrl-C). A program without planaria's runtime (plain mpi4py): the lowest rank
+    that ended badly decides, 128 + its signal or its exit code, as mpiexec without ULFM would.
     """
     from planaria.launch.runner import RunOptions, run_job
 
@@ -68,7 +70,8 @@ def run(
                       inject=list(inject), timeout=timeout, hosts=hosts, json=json_out,
                       mpiexec_args=list(mpiexec_arg), control=control, restart=restart,
                       reinject=reinject, netns=netns, detect=detect, detect_timeouts=detect_timeouts,
-                      diagnose_on_timeout=diagnose_on_timeout, default_handler=default_handler)
+                      diagnose_on_timeout=diagnose_on_timeout, default_handler=default_handler,
+                      rank_fates=rank_fates)
     raise typer.Exit(run_job(opts))
 
 

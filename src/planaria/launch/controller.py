@@ -47,6 +47,7 @@ from planaria.events import codes as ev_codes
 from planaria.events.channel import address_for, frame
 from planaria.events.ranges import SESSION, Range, targets
 from planaria.launch.channels import ChannelServer, Peer
+from planaria.launch import rankfate
 from planaria.launch.jobdir import JobDir
 from planaria.launch.relay import FaultMerger, KVStore
 
@@ -97,6 +98,7 @@ class Controller:
         self.requested = address or default_address(jobdir)
         self.t0 = time.time() if t0 is None else t0
         self.pid_check = pid_check
+        self.fates_dir: Path | None = None     # where rankfate records how each rank's process ended
         self.uri: str | None = None
         self.ranks: dict[int, dict[str, Any]] = {}
         self.refused = 0
@@ -171,11 +173,14 @@ class Controller:
         with self._lock:
             return [int(v["pid"]) for v in self.ranks.values() if v.get("pid")]
 
-    def sweep(self, final: bool = False, final_ok: bool = False) -> None:
+    def sweep(self, final: bool = False, final_ok: bool = False,
+              fates: dict[int, dict[str, Any]] | None = None) -> None:
         """Mark active ranks lost when their pid is gone or their heartbeat is silent.
 
-        With ``final`` (mpiexec has exited) every active rank is settled: ``finished`` without
-        a bye when ``final_ok`` (mpiexec exited 0), ``lost`` otherwise.
+        With ``final`` (mpiexec has exited) every active rank is settled: by how its process
+        ended when ``fates`` (``planaria.launch.rankfate`` records) says so (an exit code:
+        ``finished`` without a bye; a signal: ``lost``), else ``finished`` without a bye when
+        ``final_ok`` (mpiexec exited 0), ``lost`` otherwise.
         """
         now = time.time()
         lost: list[dict[str, Any]] = []
@@ -183,21 +188,33 @@ class Controller:
             for info in self.ranks.values():
                 if info["state"] not in ACTIVE:
                     continue
+                fate = (fates or {}).get(info["rank"]) if final else None
+                if fate is not None and "exit_code" in fate:
+                    info.update(state="finished", exit_code=fate["exit_code"],
+                                end_time=fate.get("end") or now, reason="exited without a bye")
+                    continue
                 gone: bool | None = None
                 if self.pid_check and info.get("pid"):
                     alive = pid_alive(int(info["pid"]))
                     gone = None if alive is None else not alive
                 if gone is None:
                     gone = now - info["last_hb"] > HEARTBEAT_SILENCE
-                if final and final_ok:
+                if fate is None and gone and self.fates_dir is not None:
+                    fate = rankfate.read_one(self.fates_dir, info["rank"])
+                    if fate is not None and "end" not in fate and not final:
+                        continue        # its recorder is writing how it ended: next sweep
+                killed = fate is not None and "signal" in fate
+                if final and final_ok and not killed:
                     info.update(state="finished", exit_code=0, end_time=now,
                                 reason="exited without a bye")
                     continue
-                if gone or final:
-                    info.update(state="lost", fail_time=now, reason=LOST_REASON)
+                if gone or final or killed:
+                    why = f"{rankfate.describe(fate)} (no report)" if killed else LOST_REASON
+                    when = (fate or {}).get("end") or now
+                    info.update(state="lost", fail_time=when, reason=why)
                     lost.append({"type": "lost", "rank": info["rank"], "pid": info.get("pid"),
-                                 "reason": LOST_REASON, "t": now})
-                    silent = not (self.pid_check and info.get("pid"))
+                                 "reason": why, "t": now})
+                    silent = not (self.pid_check and info.get("pid")) and not killed
                     self.merger.add(info["rank"], "lost-connection" if silent else "exited", now,
                                     pid=info.get("pid"))
         if not lost:

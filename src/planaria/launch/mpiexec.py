@@ -185,8 +185,12 @@ def build_mpiexec_cmd(
     cpu_count: int | None = None,
     mpiexec: str | None = None,
     use_scontrol: bool = True,
+    rank_prefix: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
-    """Return ``(argv, env)`` to launch ``command`` on ``nprocs`` processes with Open MPI."""
+    """Return ``(argv, env)`` to launch ``command`` on ``nprocs`` processes with Open MPI.
+
+    ``rank_prefix`` goes between mpiexec's options and ``command``: what every rank runs it under.
+    """
     if nprocs < 1:
         raise LaunchError(f"need at least one process, got {nprocs}")
     if not command:
@@ -225,5 +229,5 @@ def build_mpiexec_cmd(
     for name in sorted(k for k in env if k.startswith("PLANARIA_")):
         argv += ["-x", name]
     argv += list(mpiexec_args)
-    argv += list(command)
+    argv += list(rank_prefix) + list(command)
     return argv, env

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from planaria.launch import shmfiles
+from planaria.launch import rankfate, shmfiles
 from planaria.launch.controller import Controller
 from planaria.launch.jobdir import JobDir, _jsonable
 from planaria.launch.mpiexec import (
@@ -72,6 +72,7 @@ class RunOptions:
     detect_timeouts: str | None = None   # thresholds, see planaria.localize.thresholds
     diagnose_on_timeout: bool = True   # collect and analyze the global state before a --timeout kill
     default_handler: str = "abort"     # what the ranks' default event handler does with a fault: abort | none
+    rank_fates: bool = True     # run every rank under planaria.launch.rankfate (how it ended, no orphans)
 
 
 def _err(msg: str) -> None:
@@ -208,9 +209,14 @@ def _kill_all(proc: subprocess.Popen[bytes], controller: Controller) -> None:
             pass
 
 
-def exit_status(table: dict[int, dict[str, Any]], mpiexec_rc: int | None) -> int:
-    """Job exit status from the rank table (or from mpiexec's status when no rank reported)."""
+def exit_status(table: dict[int, dict[str, Any]], mpiexec_rc: int | None,
+                fates: dict[int, dict[str, Any]] | None = None) -> int:
+    """Job exit status from the rank table; when no rank reported, from how the ranks' processes
+    ended (``rankfate.status_of``), else from mpiexec's status."""
     if not table:
+        by_fates = rankfate.status_of(fates or {})
+        if by_fates is not None:
+            return by_fates
         if mpiexec_rc is None:
             return EXIT_FAILED
         return 128 - mpiexec_rc if mpiexec_rc < 0 else mpiexec_rc
@@ -222,6 +228,20 @@ def exit_status(table: dict[int, dict[str, Any]], mpiexec_rc: int | None) -> int
         if isinstance(code, int) and code != 0:
             return code
     return EXIT_OK
+
+
+def fate_table(fates: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Rank-table rows built from ``rankfate`` records, for ranks that never talked to the controller."""
+    rows: dict[int, dict[str, Any]] = {}
+    for r, rec in fates.items():
+        row: dict[str, Any] = {"rank": r, "host": rec.get("host"), "pid": rec.get("pid"),
+                               "reason": rankfate.describe(rec)}
+        if "exit_code" in rec:
+            row.update(state="finished", exit_code=rec["exit_code"], end_time=rec.get("end"))
+        else:
+            row.update(state="lost", fail_time=rec.get("end"))
+        rows[r] = row
+    return rows
 
 
 def _how(info: dict[str, Any]) -> str:
@@ -432,6 +452,7 @@ class _Attempt:
     daemon_loss: bool = False
     lost_hosts: list[str] = field(default_factory=list)
     rank_signalled: bool = False
+    fates: dict[int, dict[str, Any]] = field(default_factory=dict)   # rankfate records by world rank
 
 
 def node_failure(att: _Attempt) -> str | None:
@@ -451,6 +472,8 @@ def node_failure(att: _Attempt) -> str | None:
         return f"the MPI runtime lost its daemon{where} and aborted the job"
     if any(info["state"] == "finished" for info in att.table.values()):
         return None
+    if not att.table and any(rec.get("exit_code") == 0 for rec in att.fates.values()):
+        return None             # a program without planaria's runtime: a rank exited cleanly
     bad = sorted(r for r, info in att.table.items() if info["state"] in ("lost", "failed"))
     if bad:
         return f"{len(bad)} rank(s) lost or failed and no rank finished"
@@ -633,7 +656,8 @@ def run_job(opts: RunOptions) -> int:
     out.close()
     assert att is not None
 
-    summary = build_summary(jobdir, opts, att.table, t0, att.status, att.outcome, att.mpiexec_rc,
+    rows = att.table or fate_table(att.fates)   # a program without planaria's runtime: no rank talked
+    summary = build_summary(jobdir, opts, rows, t0, att.status, att.outcome, att.mpiexec_rc,
                             attempts)
     jobdir.write_summary(summary)
     jobdir.update_manifest(status=att.outcome, exit_status=att.status, mpiexec_rc=att.mpiexec_rc,
@@ -698,11 +722,22 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         "PLANARIA_DETECT_TIMEOUTS": opts.detect_timeouts or "",
         "PLANARIA_EVENTS_DEFAULT": opts.default_handler,
     }
+    fates_dir = jobdir.path / "fates" / str(number)
+    if opts.rank_fates:
+        try:
+            fates_dir.mkdir(parents=True, exist_ok=True)
+            penv[rankfate.FATES_ENV] = str(fates_dir)
+            controller.fates_dir = fates_dir
+        except OSError as exc:
+            _err(f"cannot create {fates_dir}: {exc}")
+            controller.stop()
+            return EXIT_USAGE
     try:
         argv, env = build_mpiexec_cmd(command, total, backend=backend, hosts=layout.hosts_arg(opts),
                                       planaria_env=penv, mpiexec_args=layout.mpiexec_args(opts),
                                       launch_prefix=layout.launch_prefix(opts),
-                                      ssh_agent=layout.ssh_agent(opts))
+                                      ssh_agent=layout.ssh_agent(opts),
+                                      rank_prefix=rankfate.shim_argv() if opts.rank_fates else ())
     except LaunchError as exc:
         _err(str(exc))
         controller.stop()
@@ -776,16 +811,23 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         mpiexec_rc = proc.poll()
     for th in pumps:
         th.join(5.0)
+    # how each rank's process ended, read before anything still running is ended below
+    fates = att.fates = rankfate.settle(fates_dir) if opts.rank_fates else {}
+    left = rankfate.kill_leftovers(fates)
+    if left:       # with ULFM, mpiexec can exit (after an MPI_Abort) while ranks still run
+        _note(out, f"rank(s) {', '.join(map(str, left))} still ran after mpiexec exited: killed")
+        for r in left:
+            fates[r]["left_running"] = True
     watch = out.watch
     att.daemon_loss, att.lost_hosts = watch.daemon_loss, list(watch.lost_hosts)
-    att.rank_signalled = watch.rank_signalled
+    att.rank_signalled = watch.rank_signalled or any("signal" in rec for rec in fates.values())
     # mpiexec may exit 0 after losing a daemon: then nothing was ok
     final_ok = outcome == "finished" and mpiexec_rc == 0 and not watch.daemon_loss
     if opts.restart > 0 and outcome == "finished":
         # with ULFM mpiexec may exit 0 although ranks were killed: with --restart a rank whose
         # process is gone without a bye counts as lost, not as "exited without a bye"
         controller.sweep()
-    controller.sweep(final=True, final_ok=final_ok)
+    controller.sweep(final=True, final_ok=final_ok, fates=fates)
     table = controller.table()
     if outcome == "aborted" and controller.abort_request is not None:
         for info in table.values():      # ranks the abort took down, not failures of their own
@@ -808,7 +850,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     elif outcome == "aborted":
         status = EXIT_FAILED
     else:
-        status = exit_status(table, mpiexec_rc)
+        status = exit_status(table, mpiexec_rc, fates)
         finished = sum(1 for info in table.values() if info["state"] == "finished")
         if status == EXIT_OK and watch.daemon_loss and finished < total:
             # the runtime aborted the job: ranks that still said bye had not completed it

@@ -1,0 +1,248 @@
+"""How each rank's process ended, recorded by a small parent process around it.
+
+With ``--with-ft ulfm``, Open MPI 5's mpiexec exits 0 when ranks are killed by a signal, and after
+an ``MPI_Abort`` it can exit while other ranks still run. So ``planaria run`` starts every rank's
+command under this file run as a script (``python -S -I rankfate.py CMD...``: standard library
+only, so it starts in a few tens of ms). It runs CMD as its only child, passes on the signals sent
+to it alone (the MPI runtime signals the whole process group, CMD included), writes ``$PLANARIA_FATES_DIR/<world rank>.json`` when the child starts and again
+when it ends (exit code or signal), and then ends the way its child did, so mpiexec sees what it
+would have seen. The launcher reads the records (``read_fates``) and ends what outlived mpiexec
+(``kill_leftovers``).
+
+Written by hand rather than with a process-supervision package: it must start fast with nothing
+but the standard library, under an interpreter run with ``-S -I``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+try:    # the C module behind ``signal``: the same calls without the enum import (a third of the start)
+    import _signal as signal
+except ImportError:  # pragma: no cover - other interpreters
+    import signal  # type: ignore[no-redef]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:                       # typing, json and pathlib are left out of the recorder's start
+    from pathlib import Path
+    from typing import Any
+
+FATES_ENV = "PLANARIA_FATES_DIR"
+# signals the MPI runtime (or a user at the terminal) sends to a rank: passed on to the command
+FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT",
+             "SIGTSTP", "SIGWINCH")
+
+
+def _world_rank() -> int | None:
+    for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        try:
+            return int(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def _write(path: str, record: dict[str, Any]) -> None:
+    """Replace ``path`` atomically (no fsync: the record matters only while this machine is up).
+
+    JSON by hand: the values are ints, floats and a host name, and importing ``json`` would cost
+    the recorder a third of its start-up."""
+    def enc(v: Any) -> str:
+        if isinstance(v, str):
+            return '"' + "".join(c if c.isalnum() or c in "-_." else "?" for c in v) + '"'
+        return repr(v)
+
+    text = "{" + ", ".join(f'"{k}": {enc(v)}' for k, v in record.items()) + "}"
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    """Run ``argv`` as a child, record how it ended, and end the same way."""
+    if not argv:
+        print("planaria rankfate: no command", file=sys.stderr)
+        return 2
+    where = os.environ.get(FATES_ENV)
+    rank = _world_rank()
+    if not where or rank is None:
+        return _exec(argv)
+    path = os.path.join(where, f"{rank}.json")
+    parent = os.getpid()
+    # Signals are taken with sigwaitinfo, which tells who sent them. The MPI runtime (our parent)
+    # signals the whole process group, the command included, so those are not passed on: a
+    # second SIGTERM would cut short a command's own clean-up. Anyone else's are passed on.
+    waited = {signal.SIGCHLD} | {getattr(signal, n) for n in FORWARDED if hasattr(signal, n)}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    pid = os.fork()
+    if pid == 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        _exec(argv)
+    record: dict[str, Any] = {"rank": rank, "host": os.uname().nodename, "pid": pid, "shim": parent,
+                              "start": time.time()}
+    try:
+        _write(path, record)
+    except OSError:
+        pass                            # the job directory is unreachable: run without a record
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        info = signal.sigwaitinfo(waited)           # a child that ends meanwhile leaves SIGCHLD pending
+        if info.si_signo != signal.SIGCHLD and info.si_pid != os.getppid():
+            try:
+                os.kill(pid, info.si_signo)
+            except ProcessLookupError:
+                pass                    # already ended: waitpid returns next
+    signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    record["end"] = time.time()
+    if os.WIFSIGNALED(status):
+        record["signal"] = os.WTERMSIG(status)
+    else:
+        record["exit_code"] = os.waitstatus_to_exitcode(status)
+    try:
+        _write(path, record)
+    except OSError:
+        pass
+    if "signal" in record:              # end as the child did: mpiexec reports it the same way
+        sig = record["signal"]
+        try:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError, ImportError):
+            pass                        # SIGKILL and SIGSTOP cannot be caught: already default
+        os.kill(os.getpid(), sig)
+        time.sleep(1.0)                 # a stopped or ignored signal: fall back to 128 + signal
+        return 128 + sig
+    return int(record["exit_code"])
+
+
+def _exec(argv: list[str]) -> int:
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        print(f"planaria: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr, flush=True)
+        os._exit(127)
+    return 127                          # not reached
+
+
+# --------------------------------------------------------------------------- launcher side
+
+
+def shim_argv(python: str | None = None) -> list[str]:
+    """The command prefix that runs a rank under this recorder."""
+    return [python or sys.executable, "-S", "-I", os.path.realpath(__file__)]
+
+
+def read_fates(where: Path) -> dict[int, dict[str, Any]]:
+    """The records in ``where`` by world rank (a rank still running has no ``end``)."""
+    import json
+
+    out: dict[int, dict[str, Any]] = {}
+    try:
+        files = sorted(where.glob("*.json"))
+    except OSError:
+        return out
+    for f in files:
+        try:
+            rec = json.loads(f.read_text())
+            out[int(rec["rank"])] = rec
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def read_one(where: Path, rank: int) -> dict[str, Any] | None:
+    """The record of world rank ``rank``, or None."""
+    import json
+
+    try:
+        with open(os.path.join(where, f"{rank}.json")) as fh:
+            rec = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def settle(where: Path, wait: float = 0.5) -> dict[int, dict[str, Any]]:
+    """``read_fates`` once every record has its end, or after ``wait`` seconds (mpiexec has
+    exited: a recorder is then writing its last record, or its command outlived mpiexec)."""
+    deadline = time.monotonic() + wait
+    while True:
+        fates = read_fates(where)
+        if all("end" in rec for rec in fates.values()) or time.monotonic() >= deadline:
+            return fates
+        time.sleep(0.02)
+
+
+def describe(rec: dict[str, Any]) -> str:
+    """``exit 3``, ``killed by signal 9 (SIGKILL)``, ``still running after mpiexec exited ...``."""
+    if "signal" in rec:
+        import signal as signals
+
+        try:
+            name = signals.Signals(rec["signal"]).name
+        except ValueError:
+            name = "?"
+        return f"killed by signal {rec['signal']} ({name})"
+    if "exit_code" in rec:
+        return f"exit {rec['exit_code']}"
+    if rec.get("left_running"):
+        return "still running after mpiexec exited (killed by the launcher)"
+    return "ended, how is not known (its recorder was killed)"
+
+
+def status_of(fates: dict[int, dict[str, Any]]) -> int | None:
+    """mpiexec's status as it would be without ULFM: the lowest rank that ended badly gives it
+    (128 + signal, or its exit code); 0 if every rank exited 0; None if a rank has no end."""
+    if not fates:
+        return None
+    for r in sorted(fates):
+        rec = fates[r]
+        if "signal" in rec:
+            return 128 + int(rec["signal"])
+        if rec.get("exit_code") not in (0, None):
+            return int(rec["exit_code"])
+    if any("end" not in rec for rec in fates.values()):
+        return None
+    return 0
+
+
+def _ppid_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def kill_leftovers(fates: dict[int, dict[str, Any]]) -> list[int]:
+    """SIGKILL the commands still running under a recorder of this machine; return their ranks.
+
+    A pid is only signalled while it is still the recorder's child (so a reused pid is left alone).
+    """
+    killed = []
+    for r, rec in sorted(fates.items()):
+        if "end" in rec:
+            continue
+        pid, shim = rec.get("pid"), rec.get("shim")
+        if not isinstance(pid, int) or not isinstance(shim, int) or _ppid_of(pid) != shim:
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(r)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return killed
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,23 @@
+"""Test job without planaria's runtime (plain mpi4py). argv: MODE [MARKER]; the marker tags the processes.
+  kill     rank 1 SIGKILLs itself, rank 0 exits 0 a little later
+  abort    rank 0 calls MPI_Abort(5) while rank 1 sleeps (with ULFM, mpiexec then leaves rank 1 running)
+"""
+import os
+import signal
+import sys
+import time
+
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+comm.Barrier()
+if sys.argv[1] == "kill":
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)
+elif sys.argv[1] == "abort":
+    if rank == 0:
+        time.sleep(0.3)
+        comm.Abort(5)
+    time.sleep(60)

@@ -1,0 +1,166 @@
+"""The rank recorder (planaria.launch.rankfate) around real child processes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from planaria.launch import rankfate
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def shim(tmp: Path | None, *cmd: str, rank: int = 2, **kw) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k not in (rankfate.FATES_ENV, "OMPI_COMM_WORLD_RANK", "PMIX_RANK")}
+    if tmp is not None:
+        env[rankfate.FATES_ENV] = str(tmp)
+        env["OMPI_COMM_WORLD_RANK"] = str(rank)
+    return subprocess.Popen(rankfate.shim_argv() + list(cmd), env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def wait_record(tmp: Path, rank: int, key: str, timeout: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rec = rankfate.read_one(tmp, rank)
+        if rec is not None and key in rec:
+            return rec
+        time.sleep(0.02)
+    raise AssertionError(f"no record of rank {rank} with {key!r} in {timeout} s")
+
+
+def test_exit_code_is_recorded_and_passed_on(tmp_path):
+    p = shim(tmp_path, "sh", "-c", "exit 3")
+    p.communicate(timeout=20)
+    assert p.returncode == 3
+    rec = json.loads((tmp_path / "2.json").read_text())
+    assert rec["rank"] == 2 and rec["exit_code"] == 3 and "signal" not in rec
+    assert rec["shim"] == p.pid and rec["pid"] != p.pid
+    assert rec["end"] >= rec["start"]
+    assert rankfate.describe(rec) == "exit 3"
+
+
+def test_signal_is_recorded_and_the_recorder_ends_by_it(tmp_path):
+    p = shim(tmp_path, "sh", "-c", "kill -KILL $$")
+    p.communicate(timeout=20)
+    assert p.returncode == -signal.SIGKILL      # mpiexec sees what it would see without the recorder
+    rec = rankfate.read_one(tmp_path, 2)
+    assert rec["signal"] == signal.SIGKILL and "exit_code" not in rec
+    assert rankfate.describe(rec) == "killed by signal 9 (SIGKILL)"
+
+
+COUNT_TERMS = """
+import signal, sys, time
+n = 0
+def note(s, f):
+    global n
+    n += 1
+signal.signal(signal.SIGTERM, note)
+print("ready", flush=True)
+while n == 0:
+    time.sleep(0.01)
+time.sleep(0.5)
+sys.exit(10 + n)
+"""
+
+
+def test_a_group_signal_reaches_the_command_once(tmp_path):
+    # the MPI runtime signals the process group: the recorder must not pass it on a second time
+    p = shim(tmp_path, sys.executable, "-c", COUNT_TERMS, start_new_session=True)
+    assert p.stdout.readline().strip() == "ready"
+    start = wait_record(tmp_path, 2, "pid")
+    assert "end" not in start and rankfate.describe(start).startswith("ended, how")
+    os.killpg(p.pid, signal.SIGTERM)
+    p.communicate(timeout=20)
+    assert p.returncode == 11
+    assert rankfate.read_one(tmp_path, 2)["exit_code"] == 11
+
+
+def test_a_signal_from_another_process_is_passed_on(tmp_path):
+    p = shim(tmp_path, sys.executable, "-c", COUNT_TERMS, start_new_session=True)
+    assert p.stdout.readline().strip() == "ready"
+    subprocess.run(["kill", "-TERM", str(p.pid)], check=True, timeout=10)   # to the recorder alone
+    p.communicate(timeout=20)
+    assert p.returncode == 11
+
+
+def test_a_command_killed_by_a_passed_on_signal_is_recorded_so(tmp_path):
+    p = shim(tmp_path, "sleep", "30")
+    start = wait_record(tmp_path, 2, "pid")
+    subprocess.run(["kill", "-TERM", str(p.pid)], check=True, timeout=10)
+    p.communicate(timeout=20)
+    assert p.returncode == -signal.SIGTERM
+    rec = rankfate.read_one(tmp_path, 2)
+    assert rec["signal"] == signal.SIGTERM and rec["pid"] == start["pid"]
+
+
+def test_without_a_records_directory_the_command_replaces_the_recorder():
+    p = shim(None, "sh", "-c", "echo $$")
+    out, _ = p.communicate(timeout=20)
+    assert p.returncode == 0 and int(out) == p.pid
+
+
+def test_missing_command_is_one_line_and_127(tmp_path):
+    p = shim(tmp_path, "no-such-command-xyz")
+    _, err = p.communicate(timeout=20)
+    assert p.returncode == 127
+    assert err.strip().splitlines() == ["planaria: cannot run no-such-command-xyz: No such file or directory"]
+    assert rankfate.read_one(tmp_path, 2)["exit_code"] == 127
+
+
+def test_kill_leftovers_ends_only_commands_still_under_their_recorder(tmp_path):
+    p = shim(tmp_path, "sleep", "30", rank=0)
+    wait_record(tmp_path, 0, "pid")
+    fates = rankfate.read_fates(tmp_path)
+    fates[5] = {"rank": 5, "pid": os.getpid(), "shim": 1, "start": 0.0}   # not a recorder's child
+    assert rankfate.kill_leftovers(fates) == [0]
+    p.communicate(timeout=20)
+    assert p.returncode == -signal.SIGKILL
+    assert rankfate.read_one(tmp_path, 0)["signal"] == signal.SIGKILL
+
+
+def test_settle_returns_at_once_when_every_record_has_its_end(tmp_path):
+    (tmp_path / "0.json").write_text(json.dumps({"rank": 0, "pid": 1, "shim": 1, "start": 0, "end": 1, "exit_code": 0}))
+    (tmp_path / "junk.json").write_text("{not json")
+    t = time.monotonic()
+    assert list(rankfate.settle(tmp_path, wait=5.0)) == [0]
+    assert time.monotonic() - t < 1.0
+    (tmp_path / "1.json").write_text(json.dumps({"rank": 1, "pid": 1, "shim": 1, "start": 0}))
+    t = time.monotonic()
+    assert sorted(rankfate.settle(tmp_path, wait=0.3)) == [0, 1]
+    assert 0.3 <= time.monotonic() - t < 2.0
+
+
+def test_host_names_are_written_as_valid_json(tmp_path):
+    rankfate._write(str(tmp_path / "3.json"), {"rank": 3, "host": 'a"b\\c', "start": 1.5})
+    rec = json.loads((tmp_path / "3.json").read_text())
+    assert rec == {"rank": 3, "host": "a?b?c", "start": 1.5}
+
+
+@pytest.mark.parametrize("fates, status", [
+    ({}, None),
+    ({0: {"end": 1, "exit_code": 0}, 1: {"end": 1, "exit_code": 0}}, 0),
+    ({0: {"end": 1, "exit_code": 0}, 1: {"end": 1, "signal": 9}}, 137),
+    ({0: {"end": 1, "exit_code": 4}, 1: {"end": 1, "signal": 9}}, 4),      # the lowest rank decides
+    ({0: {"start": 0}, 1: {"end": 1, "exit_code": 5}}, 5),                  # rank 0 outlived mpiexec
+    ({0: {"start": 0}, 1: {"end": 1, "exit_code": 0}}, None),               # nothing bad known
+])
+def test_status_as_mpiexec_without_ulfm_would_give_it(fates, status):
+    assert rankfate.status_of(fates) == status
+
+
+def test_recorder_imports_only_what_it_needs():
+    # it starts once per rank, before the rank itself: its start-up is on every job's path
+    argv = rankfate.shim_argv()
+    out = subprocess.run(argv[:1] + ["-X", "importtime"] + argv[1:] + ["true"], capture_output=True,
+                         text=True, timeout=20)
+    assert out.returncode == 0, out.stderr
+    loaded = {ln.rsplit("|", 1)[-1].strip() for ln in out.stderr.splitlines() if ln.startswith("import time:")}
+    assert "encodings" in loaded                # the listing works
+    assert loaded.isdisjoint({"json", "typing", "pathlib", "enum", "ctypes", "subprocess"})
