@@ -93,6 +93,13 @@ def test_rank_prefix_goes_right_before_the_command():
     assert build()[0][-4:] == CMD
 
 
+def test_hosts_on_this_machine_skip_the_fabric_probe_too():
+    assert not skips_fabric_probe(build(hosts="h1:2,h2:2")[0])
+    assert skips_fabric_probe(build(hosts="h1:2,h2:2", one_machine=True)[0])
+    argv, _ = build(hosts="h1:2,h2:2", one_machine=True, mpiexec_args=["--mca", "btl", "self,tcp"])
+    assert not skips_fabric_probe(argv)
+
+
 def skips_fabric_probe(argv: list[str]) -> bool:
     k = len(SKIP_FABRIC_PROBE)
     hits = [i for i in range(len(argv) - k + 1) if tuple(argv[i:i + k]) == SKIP_FABRIC_PROBE]

@@ -186,10 +186,13 @@ def build_mpiexec_cmd(
     mpiexec: str | None = None,
     use_scontrol: bool = True,
     rank_prefix: Sequence[str] = (),
+    one_machine: bool = False,
 ) -> tuple[list[str], dict[str, str]]:
     """Return ``(argv, env)`` to launch ``command`` on ``nprocs`` processes with Open MPI.
 
     ``rank_prefix`` goes between mpiexec's options and ``command``: what every rank runs it under.
+    ``one_machine``: the hosts are all on this machine (network namespaces, ``planaria hosts``),
+    so the fabric probe is skipped as for a job without hosts.
     """
     if nprocs < 1:
         raise LaunchError(f"need at least one process, got {nprocs}")
@@ -222,7 +225,7 @@ def build_mpiexec_cmd(
     if nprocs > slots:
         argv.append("--oversubscribe")
     argv += ["--output", "tag", "--stdin", "none"]   # stdin reaches ranks only through planaria attach
-    if not host_list:
+    if not host_list or one_machine:
         argv += single_host_transport_args(env, mpiexec_args, exe)
     if ssh_agent:
         argv += ["--prtemca", "plm_ssh_agent", ssh_agent]

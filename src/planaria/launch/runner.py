@@ -737,7 +737,8 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
                                       planaria_env=penv, mpiexec_args=layout.mpiexec_args(opts),
                                       launch_prefix=layout.launch_prefix(opts),
                                       ssh_agent=layout.ssh_agent(opts),
-                                      rank_prefix=rankfate.shim_argv() if opts.rank_fates else ())
+                                      rank_prefix=rankfate.shim_argv() if opts.rank_fates else (),
+                                      one_machine=layout.hostset is not None)
     except LaunchError as exc:
         _err(str(exc))
         controller.stop()
