@@ -64,8 +64,9 @@ def check_bind(bind: str) -> str:
     return bind
 
 
-def mpiexec_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, bind: str = "none") -> list[str]:
-    """``mpiexec [--with-ft ulfm] --oversubscribe [--bind-to core:overload-allowed] -n N python -m MODULE --rank ARGS``."""
+def mpiexec_prefix(nprocs: int, *, ft: bool, bind: str = "none") -> list[str]:
+    """``mpiexec [--with-ft ulfm] --oversubscribe [--mca btl ^ofi] [--bind-to core:overload-allowed] -n N``:
+    a benchmark job on this machine; the command follows."""
     cmd = [mpiexec_path()]
     if ft:
         cmd += ["--with-ft", "ulfm"]
@@ -73,8 +74,12 @@ def mpiexec_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, bind: st
     cmd += single_host_transport_args(os.environ, (), cmd[0])
     if check_bind(bind) == "core":
         cmd += ["--bind-to", "core:overload-allowed"]     # overload: more ranks than cores share them
-    cmd += ["-n", str(nprocs), sys.executable, "-m", module, "--rank", *args]
-    return cmd
+    return cmd + ["-n", str(nprocs)]
+
+
+def mpiexec_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, bind: str = "none") -> list[str]:
+    """``mpiexec_prefix(...) python -m MODULE --rank ARGS``."""
+    return mpiexec_prefix(nprocs, ft=ft, bind=bind) + [sys.executable, "-m", module, "--rank", *args]
 
 
 def planaria_run_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: float,

@@ -41,9 +41,8 @@ from typing import Any
 import numpy as np
 
 from planaria.bench import _launch
-from planaria.bench._launch import BenchError, command_line, loadavg, median, mpiexec_path
+from planaria.bench._launch import BenchError, command_line, loadavg, median
 from planaria.bench.abft_series import file_digest
-from planaria.launch.mpiexec import single_host_transport_args
 
 MODES = ("plain", "abft", "duplicate")
 ORDERS = list(itertools.permutations(MODES))
@@ -101,11 +100,7 @@ def _record(rep: dict[str, Any], kernel: str, mode: str, digest: str, launch_s: 
 
 
 def _mpiexec(workers: int, backend: str) -> list[str]:
-    cmd = [mpiexec_path()]
-    if backend == "ulfm":
-        cmd += ["--with-ft", "ulfm"]
-    cmd += single_host_transport_args(os.environ, (), cmd[0])
-    return cmd + ["--oversubscribe", "-n", str(workers + 2), sys.executable, "-m"]
+    return _launch.mpiexec_prefix(workers + 2, ft=backend == "ulfm") + [sys.executable, "-m"]
 
 
 def _run_job(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> str:
@@ -317,9 +312,8 @@ def faults(trials: int, workers: int, seed: int, timeout: float, backend: str = 
 def _launch_faults(trials: int, workers: int, seed: int, timeout: float, backend: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="planaria-abft-faults-") as tmp:
         out = Path(tmp) / "faults.json"
-        cmd = [mpiexec_path()] + (["--with-ft", "ulfm"] if backend == "ulfm" else [])
-        cmd += single_host_transport_args(os.environ, (), cmd[0]) + [
-            "--oversubscribe", "-n", str(workers + 1), sys.executable, "-m", "planaria.bench.abft_faults",
+        cmd = _launch.mpiexec_prefix(workers + 1, ft=backend == "ulfm") + [
+            sys.executable, "-m", "planaria.bench.abft_faults",
             "--trials", str(trials), "--seed", str(seed), "--backend", backend, "--out", str(out)]
         stderr = _run_job(cmd, THREAD_ENV, timeout, "fault campaign")
         if not out.is_file():
