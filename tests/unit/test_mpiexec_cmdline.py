@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+import planaria.launch.mpiexec as mpiexec_mod
 from planaria.launch.mpiexec import (
     SKIP_FABRIC_PROBE,
     LaunchError,
@@ -15,6 +16,14 @@ from planaria.launch.mpiexec import (
 
 CMD = ["python", "app.py", "--steps", "3"]
 PENV = {"PLANARIA_JOB_DIR": "/j", "PLANARIA_CONTROL_URI": "ipc:///j/control.sock"}
+
+
+@pytest.fixture(autouse=True)
+def no_system_mca_file(tmp_path, monkeypatch):
+    """The system's MCA parameter file is a test file here, not this machine's /etc/openmpi one."""
+    path = tmp_path / "system-mca-params.conf"
+    monkeypatch.setattr(mpiexec_mod, "SYSTEM_PARAM_FILES", (path,))
+    return path
 
 
 def build(**kw):
@@ -106,7 +115,7 @@ def skips_fabric_probe(argv: list[str]) -> bool:
     return bool(hits) and hits[0] < argv.index("app.py")
 
 
-def test_one_host_job_skips_the_fabric_probe_unless_transports_are_chosen(tmp_path):
+def test_one_host_job_skips_the_fabric_probe_unless_transports_are_chosen(tmp_path, no_system_mca_file):
     assert skips_fabric_probe(build()[0])
     assert not skips_fabric_probe(build(hosts="h1:2,h2:2", nprocs=4)[0])
     slurm = {"SLURM_JOB_NODELIST": "c1", "SLURM_TASKS_PER_NODE": "2"}
@@ -128,6 +137,8 @@ def test_one_host_job_skips_the_fabric_probe_unless_transports_are_chosen(tmp_pa
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "openmpi-mca-params.conf").write_text("btl=^tcp\n")
     assert not skips_fabric_probe(build(mpiexec=str(tmp_path / "bin" / "mpiexec"))[0])
+    no_system_mca_file.write_text("btl = self,sm,tcp\n")       # and the system's
+    assert not skips_fabric_probe(build()[0])
 
 
 def test_errors():

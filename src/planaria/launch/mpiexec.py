@@ -136,6 +136,8 @@ def allocation_hosts(environ: Mapping[str, str], use_scontrol: bool = True) -> l
 SKIP_FABRIC_PROBE = ("--mca", "btl", "^ofi")
 
 _MCA_OPTIONS = ("--mca", "-mca", "--omca", "--gmca")
+#: MCA parameter files of the system (Debian's), read besides the installation's and the user's
+SYSTEM_PARAM_FILES: tuple[Path, ...] = (Path("/etc/openmpi/openmpi-mca-params.conf"),)
 
 
 def btl_configured(env: Mapping[str, str], mpiexec_args: Sequence[str], exe: str) -> bool:
@@ -149,8 +151,7 @@ def btl_configured(env: Mapping[str, str], mpiexec_args: Sequence[str], exe: str
     if any(a in _MCA_OPTIONS and b == "btl" for a, b in zip(args, args[1:])):
         return True
     home = env.get("HOME")
-    files = [Path(exe).resolve().parent.parent / "etc" / "openmpi-mca-params.conf",
-             Path("/etc/openmpi/openmpi-mca-params.conf")]      # Debian's system-wide file
+    files = [Path(exe).resolve().parent.parent / "etc" / "openmpi-mca-params.conf", *SYSTEM_PARAM_FILES]
     if home:
         files.append(Path(home) / ".openmpi" / "mca-params.conf")
     return any(_sets_btl(f) for f in files)
