@@ -490,13 +490,14 @@ def remove_orphaned(prefix: str) -> list[str]:
         if not m or int(m.group(1)) == os.getpid() or _running(int(m.group(1))):
             continue                       # ours, or its creator is still running
         removed += cleanup_stale(name)
-    for f in SHM_DIR.glob(f"sm_segment.{glob.escape(prefix)}*"):   # files of hosts already gone
-        m = pattern.match(f.name[len("sm_segment."):])
+    gone = set()                           # hosts already gone whose files are still there
+    for f in SHM_DIR.glob(f"sm_segment.{glob.escape(prefix)}*"):
+        host = f.name[len("sm_segment."):].split(".", 1)[0]
+        m = pattern.match(host)
         if m and not _running(int(m.group(1))):
-            try:
-                f.unlink()
-            except OSError:
-                pass
+            gone.add(host)
+    if gone:
+        shmfiles.remove_orphaned(SHM_DIR, grace_s=0.0, hosts=gone)
     return removed
 
 
