@@ -96,7 +96,6 @@ def main(argv: list[str]) -> int:
                 os.kill(pid, info.si_signo)
             except ProcessLookupError:
                 pass                    # already ended: waitpid returns next
-    signal.pthread_sigmask(signal.SIG_SETMASK, before)
     record["end"] = time.time()
     if os.WIFSIGNALED(status):
         record["signal"] = os.WTERMSIG(status)
@@ -106,8 +105,10 @@ def main(argv: list[str]) -> int:
         _write(path, record)
     except OSError:
         pass
+    # the signals stayed blocked until the record was written: a late SIGTERM cannot cut it short
     if "signal" in record:              # end as the child did: mpiexec reports it the same way
         sig = record["signal"]
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
         try:
             import resource
 
