@@ -216,3 +216,8 @@ def test_runtime_watch_and_restart_rule():
     # after a daemon loss the runtime aborted the job, whatever some ranks said before dying
     assert node_failure(att(outcome="failed", status=1, table=some_done, daemon_loss=True))
     assert node_failure(att(outcome="failed", status=3, mpiexec_rc=3)) is None
+    # a program without planaria's runtime: the rank recorder's records stand in for the table
+    killed = {0: {"end": 1.0, "signal": 9}, 1: {"end": 1.0, "signal": 9}}
+    assert node_failure(att(outcome="failed", status=137, fates=killed, rank_signalled=True))
+    one_done = {0: {"end": 1.0, "exit_code": 0}, 1: {"end": 1.0, "signal": 9}}
+    assert node_failure(att(outcome="failed", status=137, fates=one_done, rank_signalled=True)) is None

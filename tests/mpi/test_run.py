@@ -106,7 +106,8 @@ def test_killed_rank_is_named_lost(tmp_path):
 @pytest.mark.timeout(60)
 def test_plain_program_killed_rank_sets_the_status(tmp_path):
     # no planaria runtime in the ranks, and with ULFM mpiexec itself exits 0 here
-    res = run(tmp_path, "-n", "2", "--json", "--", "python", str(SCRIPTS / "plain_fate.py"), "kill")
+    res = run(tmp_path, "-n", "2", "--json", "--timeout", "30", "--", "python", str(SCRIPTS / "plain_fate.py"),
+              "kill", timeout=50)
     assert res.returncode == 128 + signal.SIGKILL, res.stderr
     summary = json.loads(res.stdout)
     by_rank = {r["rank"]: r for r in summary["ranks"]}
@@ -119,9 +120,9 @@ def test_plain_program_killed_rank_sets_the_status(tmp_path):
 def test_plain_program_abort_leaves_nothing_running(tmp_path):
     marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
     t = time.time()
-    res = run(tmp_path, "-n", "2", "--json", "--", "python", str(SCRIPTS / "plain_fate.py"), "abort", marker,
-              timeout=50)
-    assert time.time() - t < 30         # rank 1 sleeps 60 s
+    res = run(tmp_path, "-n", "2", "--json", "--timeout", "30", "--", "python", str(SCRIPTS / "plain_fate.py"),
+              "abort", marker, timeout=50)
+    assert time.time() - t < 20         # rank 1 sleeps 60 s, and --timeout would end it at 30 s
     assert res.returncode == 5, res.stderr
     by_rank = {r["rank"]: r for r in json.loads(res.stdout)["ranks"]}
     assert by_rank[0]["exit_code"] == 5

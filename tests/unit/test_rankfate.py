@@ -164,3 +164,20 @@ def test_recorder_imports_only_what_it_needs():
     loaded = {ln.rsplit("|", 1)[-1].strip() for ln in out.stderr.splitlines() if ln.startswith("import time:")}
     assert "encodings" in loaded                # the listing works
     assert loaded.isdisjoint({"json", "typing", "pathlib", "enum", "ctypes", "subprocess"})
+
+
+def test_status_and_rows_of_a_program_without_the_runtime():
+    from planaria.launch.runner import exit_status, fate_table
+
+    fates = {0: {"rank": 0, "host": "h", "pid": 5, "start": 0.0, "end": 2.0, "exit_code": 0},
+             1: {"rank": 1, "host": "h", "pid": 6, "start": 0.0, "end": 1.5, "signal": 11},
+             2: {"rank": 2, "host": "h", "pid": 7, "start": 0.0, "left_running": True}}
+    assert exit_status({}, 0, fates) == 128 + 11        # with ULFM mpiexec said 0
+    assert exit_status({}, -9, {}) == 137 and exit_status({}, 0, None) == 0   # no records: mpiexec's
+    rows = fate_table(fates)
+    assert rows[0]["state"] == "finished" and rows[0]["exit_code"] == 0 and rows[0]["end_time"] == 2.0
+    assert rows[1]["state"] == "lost" and rows[1]["reason"] == "killed by signal 11 (SIGSEGV)"
+    assert rows[1]["fail_time"] == 1.5 and rows[1]["host"] == "h"
+    assert rows[2]["reason"] == "still running after mpiexec exited (killed by the launcher)"
+    # ranks that talked to the controller: their table decides, as before
+    assert exit_status({0: {"state": "finished", "exit_code": 0}}, 0, fates) == 0
