@@ -106,14 +106,40 @@ def test_killed_rank_is_named_lost(tmp_path):
 @pytest.mark.timeout(60)
 def test_plain_program_killed_rank_sets_the_status(tmp_path):
     # no planaria runtime in the ranks, and with ULFM mpiexec itself exits 0 here
-    res = run(tmp_path, "-n", "2", "--json", "--timeout", "30", "--", "python", str(SCRIPTS / "plain_fate.py"),
-              "kill", timeout=50)
+    # --default-handler none: the job ends by itself (rank 0 exits 0.5 s later), not by the launcher
+    res = run(tmp_path, "-n", "2", "--json", "--timeout", "30", "--default-handler", "none", "--",
+              "python", str(SCRIPTS / "plain_fate.py"), "kill", timeout=50)
     assert res.returncode == 128 + signal.SIGKILL, res.stderr
     summary = json.loads(res.stdout)
     by_rank = {r["rank"]: r for r in summary["ranks"]}
     assert by_rank[1]["state"] == "lost" and by_rank[1]["how"] == "killed by signal 9 (SIGKILL)"
     assert by_rank[0]["state"] == "finished" and by_rank[0]["exit_code"] == 0
     assert by_rank[1]["host"] and by_rank[1]["pid"]
+
+
+@pytest.mark.timeout(60)
+def test_plain_program_failure_ends_the_job_by_default(tmp_path):
+    # rank 0 waits for ever (here 60 s) after rank 1 died: with ULFM nothing would end the job
+    marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
+    t = time.time()
+    res = run(tmp_path, "-n", "2", "--json", "--timeout", "30", "--", "python", str(SCRIPTS / "plain_fate.py"),
+              "hang", marker, timeout=50)
+    assert time.time() - t < 20
+    assert res.returncode == 128 + signal.SIGKILL, res.stderr
+    assert "rank 1 killed by signal 9 (SIGKILL) and no rank uses planaria's runtime" in res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["outcome"] == "aborted"
+    by_rank = {r["rank"]: r for r in summary["ranks"]}
+    assert by_rank[1]["how"] == "killed by signal 9 (SIGKILL)"
+    assert by_rank[0]["state"] == "lost" and by_rank[0]["how"] == "ended by the job abort (default handler)"
+    time.sleep(0.5)
+    assert alive(marker) == []
+    # --default-handler none: as plain ULFM, the job runs on (here until its --timeout)
+    res = run(tmp_path / "none", "-n", "2", "--timeout", "6", "--default-handler", "none", "--",
+              "python", str(SCRIPTS / "plain_fate.py"), "hang", marker, timeout=40)
+    assert res.returncode == 124, res.stderr
+    time.sleep(0.5)
+    assert alive(marker) == []
 
 
 @pytest.mark.timeout(60)

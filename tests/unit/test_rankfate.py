@@ -181,3 +181,19 @@ def test_status_and_rows_of_a_program_without_the_runtime():
     assert rows[2]["reason"] == "still running after mpiexec exited (killed by the launcher)"
     # ranks that talked to the controller: their table decides, as before
     assert exit_status({0: {"state": "finished", "exit_code": 0}}, 0, fates) == 0
+
+
+def test_failure_watch_waits_out_its_grace_and_a_runtime_in_use(tmp_path):
+    w = rankfate.FailureWatch(tmp_path, interval=0.5, grace=1.0)
+    no_runtime = lambda: False   # noqa: E731
+    assert w.check(0.0, no_runtime) is None                  # nothing recorded yet
+    (tmp_path / "0.json").write_text(json.dumps({"rank": 0, "start": 0.0, "end": 1.0, "exit_code": 0}))
+    assert w.check(0.6, no_runtime) is None                  # exit 0 is no failure
+    (tmp_path / "1.json").write_text(json.dumps({"rank": 1, "start": 0.0, "end": 1.0, "signal": 9}))
+    assert w.check(0.8, no_runtime) is None                  # before its interval
+    assert w.check(1.2, no_runtime) is None                  # first seen: the grace starts
+    assert w.check(1.8, no_runtime) is None
+    rank, rec, fates = w.check(2.3, no_runtime)
+    assert rank == 1 and rec["signal"] == 9 and sorted(fates) == [0, 1]
+    w = rankfate.FailureWatch(tmp_path, interval=0.5, grace=1.0)
+    assert w.check(0.0, lambda: True) is None and w.check(5.0, lambda: True) is None   # ranks said hello

@@ -29,7 +29,7 @@ def run(
     detect_timeouts: Optional[str] = typer.Option(None, "--detect-timeouts", help="Message timer thresholds in seconds, e.g. p2p=10,coll=20,remote=1.5,slow=0.25,probe=3 (see docs/localize.md)."),
     diagnose_on_timeout: bool = typer.Option(True, "--diagnose-on-timeout/--no-diagnose-on-timeout", help="Before a --timeout kill or a default-handler abort, collect every rank's state and write a diagnosis."),
     rank_fates: bool = typer.Option(True, "--rank-fates/--no-rank-fates", help="Start every rank under a small recorder process that notes how it ended (exit code or signal) and ends what outlives mpiexec: with ULFM, mpiexec exits 0 when ranks are killed. --no-rank-fates where remote hosts lack this Python installation."),
-    default_handler: str = typer.Option("abort", "--default-handler", help="What the ranks' default event handler does with a process-failure event no other handler completed: abort (end the job cleanly, exit 1) or none (see docs/events.md)."),
+    default_handler: str = typer.Option("abort", "--default-handler", help="What the ranks' default event handler does with a process-failure event no other handler completed: abort (end the job cleanly, exit 1; for a program without planaria's runtime, the launcher ends the job when a rank dies, with that rank's status) or none (as plain ULFM; see docs/events.md)."),
 ) -> None:
     """Run an MPI program (the command after --) with failure tracking.
 

@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover - other interpreters
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:                       # typing, json and pathlib are left out of the recorder's start
+    from collections.abc import Callable
     from pathlib import Path
     from typing import Any
 
@@ -180,8 +181,52 @@ def settle(where: Path, wait: float = 0.5) -> dict[int, dict[str, Any]]:
         time.sleep(0.02)
 
 
+def first_failure(fates: dict[int, dict[str, Any]]) -> tuple[int, dict[str, Any]] | None:
+    """The lowest rank whose command ended badly (a signal, or a non-zero exit code), or None."""
+    for r in sorted(fates):
+        rec = fates[r]
+        if "signal" in rec or rec.get("exit_code") not in (0, None):
+            return r, rec
+    return None
+
+
+class FailureWatch:
+    """While a job runs: the first rank whose command ended badly, once no rank of the job has used
+    planaria's runtime for ``grace`` seconds since it was seen (a plain MPI program has no event
+    handler of its own, so the launcher plays its default handler). Reads ``where`` every
+    ``interval`` seconds."""
+
+    def __init__(self, where: Path, *, interval: float = 0.5, grace: float = 1.0) -> None:
+        self.where = where
+        self.interval = interval
+        self.grace = grace
+        self._next = 0.0
+        self._since: float | None = None
+
+    def check(self, now: float, runtime_in_use: Callable[[], bool]) -> tuple[int, dict[str, Any], dict[int, dict[str, Any]]] | None:
+        """``(rank, its record, all records)`` when the launcher should end the job, else None."""
+        if now < self._next:
+            return None
+        self._next = now + self.interval
+        if runtime_in_use():
+            self._since = None
+            return None
+        fates = read_fates(self.where)
+        bad = first_failure(fates)
+        if bad is None:
+            self._since = None
+            return None
+        if self._since is None:
+            self._since = now
+        if now - self._since < self.grace:
+            return None
+        return bad[0], bad[1], fates
+
+
 def describe(rec: dict[str, Any]) -> str:
     """``exit 3``, ``killed by signal 9 (SIGKILL)``, ``still running after mpiexec exited ...``."""
+    if rec.get("by_abort"):
+        return "ended by the job abort (default handler)"
     if "signal" in rec:
         import signal as signals
 

@@ -779,12 +779,21 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         th.start()
     outcome = "finished"
     mpiexec_rc: int | None = None
+    # a program without planaria's runtime has no default event handler: the launcher is it
+    plain_watch = (rankfate.FailureWatch(fates_dir) if opts.rank_fates and opts.default_handler == "abort"
+                   else None)
+    plain_abort: tuple[int, dict[str, Any], dict[int, dict[str, Any]]] | None = None
     while True:
         try:
             mpiexec_rc = proc.wait(0.1)
             break
         except subprocess.TimeoutExpired:
             pass
+        if plain_watch is not None:
+            plain_abort = plain_watch.check(time.time(), lambda: bool(controller.pids()))
+            if plain_abort is not None:
+                outcome = "aborted"
+                break
         if _DIAG_REQUESTS.is_set():
             _DIAG_REQUESTS.clear()
             threading.Thread(target=_diagnose_now, args=(controller, out, "SIGUSR1"), daemon=True,
@@ -798,7 +807,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         if deadline is not None and time.time() > deadline:
             outcome = "timeout"
             break
-    if outcome in ("timeout", "aborted") and opts.diagnose_on_timeout:
+    if outcome in ("timeout", "aborted") and opts.diagnose_on_timeout and plain_abort is None:
         # the survivors' state says where they were when the job had to end (a dead peer shows
         # up in the count check)
         _diagnose_now(controller, out, outcome)
@@ -806,6 +815,10 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         why = ("interrupted (Ctrl-C)" if outcome == "interrupted"
                else f"aborted by rank {controller.abort_request.get('rank')}'s {controller.abort_request['reason']}"
                if outcome == "aborted" and controller.abort_request is not None
+               else f"rank {plain_abort[0]} {rankfate.describe(plain_abort[1])} and no rank uses planaria's "
+                    "runtime: the default handler ends the job, as mpiexec without ULFM would "
+                    "(--default-handler none lets it run on, as plain ULFM)"
+               if plain_abort is not None
                else f"timeout after {opts.timeout:g} s")
         _err(f"{why}: stopping the job")
         _kill_all(proc, controller)
@@ -819,6 +832,10 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         _note(out, f"rank(s) {', '.join(map(str, left))} still ran after mpiexec exited: killed")
         for r in left:
             fates[r]["left_running"] = True
+    if plain_abort is not None:         # what was still running when the launcher ended the job
+        for r, rec in fates.items():
+            if "end" not in plain_abort[2].get(r, {}):
+                rec["by_abort"] = True
     watch = out.watch
     att.daemon_loss, att.lost_hosts = watch.daemon_loss, list(watch.lost_hosts)
     att.rank_signalled = watch.rank_signalled or any("signal" in rec for rec in fates.values())
@@ -849,7 +866,9 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     elif outcome == "interrupted":
         status = EXIT_INTERRUPTED
     elif outcome == "aborted":
-        status = EXIT_FAILED
+        # a program without the runtime: the status mpiexec without ULFM would give for its failure
+        status = (rankfate.status_of({plain_abort[0]: plain_abort[1]}) or EXIT_FAILED
+                  if plain_abort is not None else EXIT_FAILED)
     else:
         status = exit_status(table, mpiexec_rc, fates)
         finished = sum(1 for info in table.values() if info["state"] == "finished")
