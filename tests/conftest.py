@@ -37,9 +37,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     also where PYTHONDONTWRITEBYTECODE keeps each of those processes from caching what it compiled."""
     import compileall
     compileall.compile_dir(str(REPO / "src" / "planaria"), quiet=1)
+    from planaria.launch import sessiondirs
+    sessiondirs.remove_stale()      # a killed mpiexec's directory fails the next mpiexec with its pid
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Jobs whose mpiexec the tests killed left Open MPI's shared-memory files: delete those nothing maps any more."""
-    from planaria.launch import shmfiles
+    """Jobs whose mpiexec the tests killed left Open MPI's shared-memory files (delete those nothing
+    maps any more) and session directories."""
+    from planaria.launch import sessiondirs, shmfiles
     shmfiles.remove_orphaned()
+    sessiondirs.remove_stale()

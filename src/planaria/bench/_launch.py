@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planaria.launch import sessiondirs
 from planaria.launch.mpiexec import single_host_transport_args
 
 RESULT_PREFIX = "RESULT "
@@ -113,6 +114,7 @@ def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: floa
 
     ``under_run``: through ``planaria run`` (job directory in the temporary directory) instead of a
     bare ``mpiexec``."""
+    sessiondirs.remove_stale()     # a killed mpiexec's directory fails the next mpiexec with its pid
     with tempfile.TemporaryDirectory(prefix="planaria-bench-") as tmp:
         out = Path(tmp) / "result.json"
         rargs = [*args, "--out", str(out), "--scratch", tmp]

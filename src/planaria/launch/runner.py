@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from planaria.launch import rankfate, shmfiles
+from planaria.launch import rankfate, sessiondirs, shmfiles
 from planaria.launch.controller import Controller
 from planaria.launch.jobdir import JobDir, _jsonable
 from planaria.launch.mpiexec import (
@@ -764,6 +764,8 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
                                env={k: v for k, v in penv.items() if k != "PLANARIA_SECRET_FILE"})
     out.watch = _RuntimeWatch()
     out.sink = controller.io
+    # a killed mpiexec's session directory makes the next mpiexec with its pid fail at start
+    sessiondirs.remove_stale(sessiondirs.base_dir(env))
     try:
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
@@ -858,8 +860,10 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     from planaria.events.codes import JOB_END
     controller.notify(JOB_END, {"outcome": outcome, "mpiexec_rc": mpiexec_rc, "attempt": number})
     controller.stop()
-    # a killed mpiexec leaves its ranks' shared-memory files in /dev/shm: delete those nothing maps any more
+    # a killed mpiexec leaves its ranks' shared-memory files in /dev/shm (delete those nothing maps
+    # any more) and its session directory
     shmfiles.remove_orphaned()
+    sessiondirs.remove_stale(sessiondirs.base_dir(env))
 
     if outcome == "timeout":
         status = EXIT_TIMEOUT

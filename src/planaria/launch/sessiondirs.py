@@ -1,0 +1,77 @@
+"""Open MPI's session directories that a killed mpiexec left behind, and their removal.
+
+Each mpiexec (PRRTE's ``prterun``) keeps its session directory in the temporary directory as
+``ompi.<its pid>``, with the PMIx server's rendezvous sockets in it, and deletes it when it ends.
+A killed mpiexec (SIGKILL after a timeout or a Ctrl-C) leaves it. Once the pid comes round again,
+the next mpiexec with that pid finds its sockets' names taken and stops at once: "The PMIx
+server's listener thread failed to start" (exit 213). Seen here in a test run, and reproduced by
+giving an mpiexec a stale directory under its own pid. A directory is removed only when it
+belongs to this user, is older than a grace period, and no process with its pid runs.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import time
+from pathlib import Path
+
+#: a session directory of Open MPI 5's launcher: ``ompi.<pid>``
+NAME = re.compile(r"^ompi\.(\d+)$")
+#: directories younger than this are left alone: their launcher may be starting
+GRACE_S = 2.0
+
+
+def base_dir(env: dict[str, str] | None = None) -> Path:
+    """Where Open MPI puts its session directories: TMPDIR (or TEMP, TMP), else /tmp."""
+    env = dict(os.environ) if env is None else env
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        if env.get(name):
+            return Path(env[name])
+    return Path("/tmp")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def stale(base: Path | None = None, *, grace_s: float = GRACE_S, now: float | None = None) -> list[Path]:
+    """This user's ``ompi.<pid>`` directories in ``base`` whose pid no longer runs."""
+    base = base_dir() if base is None else base
+    now = time.time() if now is None else now
+    uid = os.getuid()
+    out = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return []
+    for e in entries:
+        m = NAME.match(e.name)
+        if not m:
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if st.st_uid != uid or not stat.S_ISDIR(st.st_mode) or now - st.st_mtime < grace_s:
+            continue
+        if not _running(int(m.group(1))):
+            out.append(Path(e.path))
+    return sorted(out)
+
+
+def remove_stale(base: Path | None = None, *, grace_s: float = GRACE_S) -> list[Path]:
+    """Delete :func:`stale` directories; returns those deleted."""
+    removed = []
+    for d in stale(base, grace_s=grace_s):
+        shutil.rmtree(d, ignore_errors=True)
+        if not d.exists():
+            removed.append(d)
+    return removed
