@@ -97,6 +97,7 @@ def planaria_run_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, tim
 def run_bounded(cmd: list[str], env: dict[str, str] | None, timeout: float, what: str) -> tuple[int, str, str]:
     """Run a job in its own session to its end: (exit status, stdout, stderr). After ``timeout``
     its whole process group is killed and BenchError names ``what`` with the end of its stderr."""
+    sessiondirs.remove_stale()     # a killed mpiexec's directory fails the next mpiexec with its pid
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=job_env(env), start_new_session=True)
     try:
@@ -114,7 +115,6 @@ def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: floa
 
     ``under_run``: through ``planaria run`` (job directory in the temporary directory) instead of a
     bare ``mpiexec``."""
-    sessiondirs.remove_stale()     # a killed mpiexec's directory fails the next mpiexec with its pid
     with tempfile.TemporaryDirectory(prefix="planaria-bench-") as tmp:
         out = Path(tmp) / "result.json"
         rargs = [*args, "--out", str(out), "--scratch", tmp]
