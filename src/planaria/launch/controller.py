@@ -49,6 +49,7 @@ from planaria.events.ranges import SESSION, Range, targets
 from planaria.launch.channels import ChannelServer, Peer
 from planaria.launch import rankfate
 from planaria.launch.jobdir import JobDir
+from planaria.launch.procs import pid_alive
 from planaria.launch.relay import FaultMerger, KVStore
 
 LOST_REASON = "killed or crashed (no report)"
@@ -64,19 +65,6 @@ SWEEP_INTERVAL = 0.5                      # seconds between pid/heartbeat sweeps
 RECORD_BATCH = 256                        # event records kept before they are written anyway
 
 Dest = bytes | Peer                       # a ZeroMQ peer identity or an agent channel
-
-
-def pid_alive(pid: int) -> bool | None:
-    """True if ``pid`` exists, False if it is gone, None when that cannot be told."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return None
-    return True
 
 
 def default_address(jobdir: JobDir) -> str:

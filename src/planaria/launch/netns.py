@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planaria.launch import shmfiles
+from planaria.launch.procs import pid_alive
 
 __all__ = [
     "HostSet",
@@ -502,13 +503,7 @@ def remove_orphaned(prefix: str) -> list[str]:
 
 
 def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
+    return pid_alive(pid) is not False     # unknown counts as running: nothing of it is deleted
 
 
 def _veth_names(names: tuple[str, str]) -> tuple[str, str]:

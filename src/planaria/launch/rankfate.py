@@ -142,20 +142,17 @@ def shim_argv(python: str | None = None) -> list[str]:
 
 def read_fates(where: Path) -> dict[int, dict[str, Any]]:
     """The records in ``where`` by world rank (a rank still running has no ``end``)."""
-    import json
-
     out: dict[int, dict[str, Any]] = {}
     try:
-        files = sorted(where.glob("*.json"))
+        names = os.listdir(where)
     except OSError:
         return out
-    for f in files:
-        try:
-            rec = json.loads(f.read_text())
-            out[int(rec["rank"])] = rec
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return out
+    for name in names:
+        stem, ext = os.path.splitext(name)
+        rec = read_one(where, int(stem)) if ext == ".json" and stem.isdigit() else None
+        if rec is not None and rec.get("rank") == int(stem):
+            out[int(stem)] = rec
+    return dict(sorted(out.items()))
 
 
 def read_one(where: Path, rank: int) -> dict[str, Any] | None:
@@ -245,15 +242,11 @@ def describe(rec: dict[str, Any]) -> str:
 def status_of(fates: dict[int, dict[str, Any]]) -> int | None:
     """mpiexec's status as it would be without ULFM: the lowest rank that ended badly gives it
     (128 + signal, or its exit code); 0 if every rank exited 0; None if a rank has no end."""
-    if not fates:
-        return None
-    for r in sorted(fates):
-        rec = fates[r]
-        if "signal" in rec:
-            return 128 + int(rec["signal"])
-        if rec.get("exit_code") not in (0, None):
-            return int(rec["exit_code"])
-    if any("end" not in rec for rec in fates.values()):
+    bad = first_failure(fates)
+    if bad is not None:
+        rec = bad[1]
+        return 128 + int(rec["signal"]) if "signal" in rec else int(rec["exit_code"])
+    if not fates or any("end" not in rec for rec in fates.values()):
         return None
     return 0
 

@@ -17,6 +17,8 @@ import stat
 import time
 from pathlib import Path
 
+from planaria.launch.procs import pid_alive
+
 #: a session directory of Open MPI 5's launcher: ``ompi.<pid>``
 NAME = re.compile(r"^ompi\.(\d+)$")
 #: directories younger than this are left alone: their launcher may be starting
@@ -30,16 +32,6 @@ def base_dir(env: dict[str, str] | None = None) -> Path:
         if env.get(name):
             return Path(env[name])
     return Path("/tmp")
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
 
 
 def stale(base: Path | None = None, *, grace_s: float = GRACE_S, now: float | None = None) -> list[Path]:
@@ -62,7 +54,7 @@ def stale(base: Path | None = None, *, grace_s: float = GRACE_S, now: float | No
             continue
         if st.st_uid != uid or not stat.S_ISDIR(st.st_mode) or now - st.st_mtime < grace_s:
             continue
-        if not _running(int(m.group(1))):
+        if pid_alive(int(m.group(1))) is False:     # unknown counts as running
             out.append(Path(e.path))
     return sorted(out)
 
