@@ -5,6 +5,8 @@ import sys
 
 import typer
 
+from planaria.cli.helptext import reflow_app
+
 app = typer.Typer(
     name="planaria",
     help="Keep MPI jobs alive through process failures, inject failures, and explain failed or hung runs.",
@@ -28,6 +30,7 @@ def _register() -> None:
     tools.register(app)
     app.add_typer(trace.app, name="trace")
     app.add_typer(fragments.app, name="fragments")
+    reflow_app(app)
 
 
 def main() -> None:
