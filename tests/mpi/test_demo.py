@@ -32,10 +32,12 @@ def test_demo_spares_exhausted_is_reported(tmp_path) -> None:
 
 
 def test_demo_plot(tmp_path) -> None:
-    png = tmp_path / "heat.png"
+    png = tmp_path / "heat"            # a PNG under the name given, whatever it ends with
+    png.write_bytes(b"an older plot")
     res, report = demo(tmp_path, "--backend", "sim", "--plot", str(png), "--inject", "kill:rank=2,iter=70")
     assert res.returncode == 0, res.stderr[-3000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20000
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("heat", ".heat"))) == ["heat"]
 
 
 def test_serial_reference_detects_a_changed_cell() -> None:
@@ -52,10 +54,17 @@ def test_serial_reference_detects_a_changed_cell() -> None:
 
 @pytest.mark.parametrize("args,message", [(["-n", "0"], "-n must be at least 1"),
                                           (["--steps", "-5"], "--steps must be at least 1"),
-                                          (["--checkpoint", "bogus"], "unknown --checkpoint 'bogus'")])
+                                          (["--checkpoint", "bogus"], "unknown --checkpoint 'bogus'"),
+                                          (["--backend", "xyz"], "unknown backend 'xyz'"),
+                                          (["--inject", "bogus"], "bad inject spec 'bogus'"),
+                                          (["--plot", "/nonexistent-dir/heat.png"],
+                                           "--plot /nonexistent-dir/heat.png: directory /nonexistent-dir does not"),
+                                          (["--plot", "{tmp}"], "--plot {tmp}: is a directory")])
 def test_demo_bad_options_exit_2_with_one_line(tmp_path, args: list[str], message: str) -> None:
     env = root_env()
     env["PLANARIA_HOME"] = str(tmp_path)
+    args = [a.format(tmp=tmp_path) for a in args]
+    message = message.format(tmp=tmp_path)
     res = subprocess.run([sys.executable, "-m", "planaria.cli.main", "demo", *args],
                          capture_output=True, text=True, timeout=60, env=env)
     assert res.returncode == 2

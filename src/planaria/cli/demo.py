@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ def demo(
 
       planaria demo --spares 1 --when-exhausted continue
     """
-    from planaria.launch.runner import RunOptions, run_job
+    from planaria.launch.runner import EXIT_USAGE, RunOptions, run_job
 
     for name, value, least in (("-n", np_, 1), ("--spares", spares, 0), ("--steps", steps, 1),
                                ("--every", every, 1), ("--file-every", file_every, 1),
@@ -73,16 +73,23 @@ def demo(
         typer.echo(f"planaria demo: unknown --when-exhausted {when_exhausted!r} (expected stop or continue)",
                    err=True)
         raise typer.Exit(2)
+    problem = _plot_problem(plot) if plot is not None else None
+    if problem:
+        typer.echo(f"planaria demo: --plot {plot}: {problem}", err=True)
+        raise typer.Exit(2)
     plan = DEFAULT_INJECT if not inject else ([] if inject == ["none"] else list(inject))
     cmd = [sys.executable, "-m", "planaria.demo.heat", "--steps", str(steps), "--every", str(every),
            "--cells-per-rank", str(cells_per_rank), "--checkpoint", checkpoint, "--file-every", str(file_every),
            "--when-exhausted", when_exhausted]
     opts = RunOptions(command=cmd, nprocs=np_, spares=spares, backend=backend, inject=plan, timeout=timeout,
-                      json=json_out, emit_summary=False)
-    started = time.time()
+                      json=json_out, emit_summary=False, prog="planaria demo")
+    jobdirs: list[Path] = []
+    opts.on_jobdir = jobdirs.append
     code = run_job(opts)
-    report = _report(since=started)
+    report = _report(jobdirs[0]) if jobdirs else None
     if report is None:
+        if code == EXIT_USAGE:                       # the run already named the problem in one line
+            raise typer.Exit(code)
         typer.echo("planaria demo: the job ended without a result (see the summary above)", err=True)
         raise typer.Exit(code or 1)
     if json_out:
@@ -100,16 +107,25 @@ def demo(
     raise typer.Exit(0 if ok else (code or 1))
 
 
-def _report(since: float) -> dict[str, Any] | None:
-    """This run's demo.json (a job started after ``since``), with kill times and detection delays from its summary."""
-    from planaria.launch.jobdir import jobs_root
-    root = Path(jobs_root())
-    found = sorted((p for p in root.glob("*/demo.json") if p.stat().st_mtime >= since),
-                   key=lambda p: p.stat().st_mtime) if root.exists() else []
-    if not found:
+def _plot_problem(plot: Path) -> str | None:
+    """Why the plot could not be written there, checked before the job runs; None when it can."""
+    if plot.is_dir():
+        return "is a directory"
+    parent = plot.parent
+    if not parent.is_dir():
+        return f"directory {parent} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"directory {parent} is not writable"
+    return None
+
+
+def _report(jobdir: Path) -> dict[str, Any] | None:
+    """This run's demo.json, with kill times and detection delays from its summary; None if it wrote none."""
+    path = jobdir / "demo.json"
+    if not path.exists():
         return None
-    report = json.loads(found[-1].read_text())
-    summary = found[-1].parent / "summary.json"
+    report = json.loads(path.read_text())
+    summary = jobdir / "summary.json"
     if summary.exists():
         run = json.loads(summary.read_text())
         report["run"] = {k: v for k, v in run.items() if k != "ranks"}
@@ -120,7 +136,7 @@ def _report(since: float) -> dict[str, Any] | None:
             before = [t for t, _ in kills if t <= ev["t_detect"]]
             if before:
                 ev["detection_s"] = ev["t_detect"] - before[-1]
-    report["jobdir"] = str(found[-1].parent)
+    report["jobdir"] = str(jobdir)
     return report
 
 

@@ -1,8 +1,11 @@
 """Picture of a demo run: the rod's temperature profile, and the step counter over time with failures."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
+
+from planaria.launch.fsutil import atomic_write
 
 
 def plot_report(report: dict[str, Any], path: str | Path) -> Path:
@@ -35,7 +38,7 @@ def plot_report(report: dict[str, Any], path: str | Path) -> Path:
     bottom.set_xlabel("seconds since start")
     bottom.set_ylabel("time step")
     bottom.set_title("progress, failures (dashed) and recoveries (shaded)")
-    out = Path(path)
-    fig.savefig(out, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)       # PNG whatever the name ends with
     plt.close(fig)
-    return out
+    return atomic_write(path, buf.getvalue())     # an existing plot is replaced whole or not at all

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,7 @@ class RunOptions:
     hosts: str | None = None
     json: bool = False
     emit_summary: bool = True   # with json: print the summary (a caller embedding it in its own JSON says False)
+    prog: str = "planaria run"  # the command named in error lines (planaria demo runs its job through here)
     mpiexec_args: list[str] = field(default_factory=list)
     launch_prefix: list[str] = field(default_factory=list)
     ssh_agent: str | None = None
@@ -73,10 +75,11 @@ class RunOptions:
     diagnose_on_timeout: bool = True   # collect and analyze the global state before a --timeout kill
     default_handler: str = "abort"     # what the ranks' default event handler does with a fault: abort | none
     rank_fates: bool = True     # run every rank under planaria.launch.rankfate (how it ended, no orphans)
+    on_jobdir: Callable[[Path], None] | None = None   # told the job directory once it exists
 
 
-def _err(msg: str) -> None:
-    print(f"planaria run: {msg}", file=sys.stderr, flush=True)
+def _err(msg: str, prog: str = "planaria run") -> None:
+    print(f"{prog}: {msg}", file=sys.stderr, flush=True)
 
 
 def tag_line(line: str) -> tuple[int | None, str, str]:
@@ -529,45 +532,45 @@ def run_job(opts: RunOptions) -> int:
     """Run one job under the controller (restarting it after node failures); return the exit status."""
     # ---- checks before anything is created or launched
     if opts.nprocs < 1:
-        _err(f"-n must be at least 1 (got {opts.nprocs})")
+        _err(f"-n must be at least 1 (got {opts.nprocs})", opts.prog)
         return EXIT_USAGE
     if opts.spares < 0:
-        _err(f"--spares must be >= 0 (got {opts.spares})")
+        _err(f"--spares must be >= 0 (got {opts.spares})", opts.prog)
         return EXIT_USAGE
     if opts.restart < 0:
-        _err(f"--restart must be >= 0 (got {opts.restart})")
+        _err(f"--restart must be >= 0 (got {opts.restart})", opts.prog)
         return EXIT_USAGE
     if opts.timeout is not None and opts.timeout <= 0:
-        _err(f"--timeout must be positive (got {opts.timeout})")
+        _err(f"--timeout must be positive (got {opts.timeout})", opts.prog)
         return EXIT_USAGE
     if not opts.command:
-        _err("no command given (usage: planaria run -n N -- python script.py)")
+        _err("no command given (usage: planaria run -n N -- python script.py)", opts.prog)
         return EXIT_USAGE
     if opts.default_handler not in ("abort", "none"):
-        _err(f"--default-handler must be abort or none (got {opts.default_handler!r})")
+        _err(f"--default-handler must be abort or none (got {opts.default_handler!r})", opts.prog)
         return EXIT_USAGE
     if opts.backend not in BACKENDS:
-        _err(f"unknown backend {opts.backend!r} (choose ulfm, sim or auto)")
+        _err(f"unknown backend {opts.backend!r} (choose ulfm, sim or auto)", opts.prog)
         return EXIT_USAGE
     if opts.netns and (opts.hosts or opts.launch_prefix or opts.ssh_agent):
-        _err("--netns cannot be combined with --hosts (it sets the hosts and how to reach them)")
+        _err("--netns cannot be combined with --hosts (it sets the hosts and how to reach them)", opts.prog)
         return EXIT_USAGE
     backend = resolve_backend(opts.backend)
     total = opts.nprocs + opts.spares
     try:
         spec = _parse_plan(opts, total)
     except ImportError as exc:
-        _err(f"fault injection is unavailable: {exc}")
+        _err(f"fault injection is unavailable: {exc}", opts.prog)
         return EXIT_USAGE
     except ValueError as exc:  # PlanError is a ValueError
-        _err(str(exc))
+        _err(str(exc), opts.prog)
         return EXIT_USAGE
     if opts.detect_timeouts:
         from planaria.localize.thresholds import Thresholds
         try:
             Thresholds.parse(opts.detect_timeouts)
         except ValueError as exc:
-            _err(str(exc))
+            _err(str(exc), opts.prog)
             return EXIT_USAGE
     command = _python_fix(list(opts.command))
     try:  # catch command-line errors (hosts, mpiexec missing) before creating the job
@@ -578,10 +581,10 @@ def run_job(opts: RunOptions) -> int:
         local = (hostset is None and not opts.hosts
                  and allocation_hosts(os.environ, use_scontrol=False) is None)
     except LaunchError as exc:
-        _err(str(exc))
+        _err(str(exc), opts.prog)
         return EXIT_USAGE
     if local and not opts.launch_prefix and shutil.which(command[0]) is None:
-        _err(f"command not found: {command[0]}")
+        _err(f"command not found: {command[0]}", opts.prog)
         return EXIT_USAGE
 
     # ---- job directory
@@ -589,8 +592,10 @@ def run_job(opts: RunOptions) -> int:
     try:
         jobdir = JobDir.create(opts.job_root)
     except OSError as exc:
-        _err(f"cannot create the job directory: {exc}")
+        _err(f"cannot create the job directory: {exc}", opts.prog)
         return EXIT_USAGE
+    if opts.on_jobdir is not None:
+        opts.on_jobdir(jobdir.path)
     deadline = None if opts.timeout is None else t0 + opts.timeout
     out = _Output(jobdir, opts.json)
     interrupted = threading.Event()
@@ -668,10 +673,10 @@ def run_job(opts: RunOptions) -> int:
         if summary["ranks"]:
             print_summary(summary)
         else:
-            _err(f"job {jobdir.id} {att.outcome} (exit {att.status}); job directory: {jobdir.path}")
+            _err(f"job {jobdir.id} {att.outcome} (exit {att.status}); job directory: {jobdir.path}", opts.prog)
     elif len(attempts) > 1:
         _err(f"job {jobdir.id} finished after {len(attempts) - 1} restart(s); "
-             f"job directory: {jobdir.path}")
+             f"job directory: {jobdir.path}", opts.prog)
     if opts.json and opts.emit_summary:
         print(json.dumps(_jsonable(summary), indent=2, sort_keys=True), flush=True)
     return att.status
@@ -706,7 +711,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     try:
         uri = controller.start()
     except RuntimeError as exc:
-        _err(str(exc))
+        _err(str(exc), opts.prog)
         return EXIT_USAGE
     penv = {
         "PLANARIA_JOB_DIR": str(jobdir.path),
@@ -729,7 +734,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
             penv[rankfate.FATES_ENV] = str(fates_dir)
             controller.fates_dir = fates_dir
         except OSError as exc:
-            _err(f"cannot create {fates_dir}: {exc}")
+            _err(f"cannot create {fates_dir}: {exc}", opts.prog)
             controller.stop()
             return EXIT_USAGE
     try:
@@ -740,7 +745,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
                                       rank_prefix=rankfate.shim_argv() if opts.rank_fates else (),
                                       one_machine=layout.hostset is not None)
     except LaunchError as exc:
-        _err(str(exc))
+        _err(str(exc), opts.prog)
         controller.stop()
         return EXIT_USAGE
     if layout.hostset is not None:   # prted and friends for the remote side of the test hosts
@@ -770,7 +775,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
     except OSError as exc:
-        _err(f"cannot start {argv[0]}: {exc}")
+        _err(f"cannot start {argv[0]}: {exc}", opts.prog)
         controller.stop()
         jobdir.update_manifest(status="launch-error", error=str(exc))
         return EXIT_USAGE
@@ -822,7 +827,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
                     "(--default-handler none lets it run on, as plain ULFM)"
                if plain_abort is not None
                else f"timeout after {opts.timeout:g} s")
-        _err(f"{why}: stopping the job")
+        _err(f"{why}: stopping the job", opts.prog)
         _kill_all(proc, controller)
         mpiexec_rc = proc.poll()
     for th in pumps:
