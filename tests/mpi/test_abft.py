@@ -34,11 +34,12 @@ def _serial(dem: Path, kernel: str) -> np.ndarray:
     return kernels[kernel][0](d.data, cell_size=d.cell_size, nodata=d.nodata)
 
 
-def _abft(tmp: Path, kernel: str, *args: str, timeout: float = 100) -> tuple[subprocess.CompletedProcess, dict, Path]:
+def _abft(tmp: Path, kernel: str, *args: str, timeout: float = 100,
+          out: Path | None = None) -> tuple[subprocess.CompletedProcess, dict, Path]:
     dem = tmp / "dem.npz"
     if not dem.exists():
         _dem(dem)
-    out = tmp / f"out-{kernel}.npz"
+    out = out if out is not None else tmp / f"out-{kernel}.npz"
     out.unlink(missing_ok=True)
     env = root_env()
     env["PLANARIA_HOME"] = str(tmp / "home")
@@ -117,6 +118,12 @@ def test_bad_options_exit_2(tmp_path) -> None:
     assert res.returncode == 2 and "--error-rate" in res.stderr
     res, _, _ = _abft(tmp_path, "slope", "--force", "crash:9")
     assert res.returncode == 2 and "--force" in res.stderr
+    for out, problem in (("out.txt", "unsupported DEM format '.txt'"), ("missing-dir/out.npy", f"directory {tmp_path / 'missing-dir'} does not exist")):
+        res, _, _ = _abft(tmp_path, "slope", out=tmp_path / out)
+        assert res.returncode == 2, res.stderr[-3000:]
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"planaria abft: {tmp_path / out}: {problem}"), res.stderr
+    assert not (tmp_path / "missing-dir").exists()
 
 
 @pytest.mark.timeout(120)

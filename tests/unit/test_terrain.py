@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import shutil
 import subprocess
 
@@ -313,6 +314,29 @@ def test_bad_files_give_one_line_value_errors(tmp_path):
     if HAVE_RASTERIO:
         (tmp_path / "bad.tif").write_bytes(b"II*\x00garbage\nmore")
         _one_line_error(tmp_path / "bad.tif", "cannot read GeoTIFF")
+
+
+def test_check_output_names_why_a_raster_cannot_be_written(tmp_path):
+    from planaria.terrain import check_output
+    assert check_output(tmp_path / "out.tif") == tmp_path / "out.tif"
+    for path, match in ((tmp_path / "out.txt", "unsupported DEM format '.txt'"),
+                        (tmp_path / "no-such-dir" / "out.npy", "does not exist"),
+                        (tmp_path, "unsupported DEM format '(no extension)'")):
+        with pytest.raises(ValueError, match=re.escape(match)):
+            check_output(path)
+    (tmp_path / "d.npy").mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        check_output(tmp_path / "d.npy")
+    assert not (tmp_path / "no-such-dir").exists()
+
+
+@pytest.mark.skipif(not HAVE_RASTERIO, reason="rasterio not installed")
+def test_geotiff_without_georeference_is_written_without_warning(tmp_path):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_dem(tmp_path / "plain.tif", Dem(np.ones((4, 5))))
+    assert read_dem(tmp_path / "plain.tif").data.shape == (4, 5)
 
 
 # ---------------------------------------------------------------- gdaldem

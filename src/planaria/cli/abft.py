@@ -47,8 +47,9 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
         if kind not in KINDS or not rank.isdigit() or not 2 <= int(rank) < n + 2:
             _usage(f"--force {item!r}: expected KIND:RANK, KIND in {', '.join(KINDS)}, RANK in 2..{n + 1}")
     try:
-        from planaria.terrain import dem_info
+        from planaria.terrain import check_output, dem_info
         rows = dem_info(dem).shape[0]
+        check_output(out)
     except ValueError as exc:
         _usage(str(exc))
     if rows < n:

@@ -18,7 +18,7 @@ this.
 from __future__ import annotations
 
 from planaria.terrain.cutdepth import cut_depth
-from planaria.terrain.dem import Dem, DemInfo, dem_info, read_dem, read_dem_rows, write_dem, write_dem_rows
+from planaria.terrain.dem import Dem, DemInfo, check_output, dem_info, read_dem, read_dem_rows, write_dem, write_dem_rows
 from planaria.terrain.slope import slope_degrees
 from planaria.terrain.window import halo, slab_bounds
 
@@ -27,4 +27,4 @@ kernels = {
     "cutdepth": (cut_depth, 11),
 }
 
-__all__ = ["Dem", "DemInfo", "dem_info", "read_dem_rows", "write_dem_rows", "cut_depth", "halo", "kernels", "read_dem", "slab_bounds", "slope_degrees", "write_dem"]
+__all__ = ["Dem", "DemInfo", "check_output", "dem_info", "read_dem_rows", "write_dem_rows", "cut_depth", "halo", "kernels", "read_dem", "slab_bounds", "slope_degrees", "write_dem"]

@@ -27,6 +27,7 @@ import io
 import math
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Iterable
@@ -84,6 +85,21 @@ def _one_line(exc: BaseException) -> str:
 
 def _bad(path: Path, problem: str) -> ValueError:
     return ValueError(f"{path}: {' '.join(problem.split())}")
+
+
+def check_output(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a raster to write, or a ValueError naming why it cannot be (format, directory)."""
+    p = Path(path)
+    ext = p.suffix.lower()
+    if ext not in (".npy", ".npz", *_TIFF):
+        raise _bad(p, f"unsupported DEM format {ext or '(no extension)'!r} (use .npy, .npz, .tif)")
+    if p.is_dir():
+        raise _bad(p, "is a directory")
+    if not p.parent.is_dir():
+        raise _bad(p, f"directory {p.parent} does not exist")
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise _bad(p, f"directory {p.parent} is not writable")
+    return p
 
 
 def read_dem(path: str | os.PathLike[str]) -> Dem:
@@ -367,6 +383,7 @@ def _write_tiff_rows(p: Path, shape: tuple[int, int], dt: np.dtype, blocks: Iter
                      nodata: float | None, cell_size: tuple[float, float], profile: dict[str, Any] | None) -> Path:
     try:
         import rasterio
+        from rasterio.errors import NotGeoreferencedWarning
         from rasterio.transform import Affine
         from rasterio.windows import Window
     except ImportError:
@@ -384,7 +401,11 @@ def _write_tiff_rows(p: Path, shape: tuple[int, int], dt: np.dtype, blocks: Iter
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp.tif", dir=str(p.parent))
     os.close(fd)
     try:
-        with rasterio.open(tmp, "w", **prof) as dst:
+        with warnings.catch_warnings():
+            # a DEM read from .npy/.npz has no georeference; writing it without one is intended
+            warnings.simplefilter("ignore", NotGeoreferencedWarning)
+            dst_ctx = rasterio.open(tmp, "w", **prof)
+        with dst_ctx as dst:
             for r0, part in blocks:
                 dst.write(np.asarray(part, dtype=dt), 1, window=Window(0, r0, cols, part.shape[0]))
         with open(tmp, "rb+") as fh:
