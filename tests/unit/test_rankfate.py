@@ -197,3 +197,25 @@ def test_failure_watch_waits_out_its_grace_and_a_runtime_in_use(tmp_path):
     assert rank == 1 and rec["signal"] == 9 and sorted(fates) == [0, 1]
     w = rankfate.FailureWatch(tmp_path, interval=0.5, grace=1.0)
     assert w.check(0.0, lambda: True) is None and w.check(5.0, lambda: True) is None   # ranks said hello
+
+
+def test_the_controller_shows_recorded_ranks_that_never_said_hello(tmp_path):
+    from planaria.launch.controller import Controller
+    from planaria.launch.jobdir import JobDir
+
+    ctl = Controller(JobDir.create(tmp_path / "jobs"))
+    assert ctl.view() == {}
+    ctl.fates_dir = tmp_path / "fates"
+    ctl.fates_dir.mkdir()
+    recs = {0: {"rank": 0, "host": "n1", "pid": 11, "shim": 10, "start": 1.0},
+            1: {"rank": 1, "host": "n1", "pid": 13, "shim": 12, "start": 1.0, "end": 2.0, "signal": 9},
+            2: {"rank": 2, "host": "n1", "pid": 15, "shim": 14, "start": 1.0, "end": 2.0, "exit_code": 0}}
+    for r, rec in recs.items():
+        (ctl.fates_dir / f"{r}.json").write_text(json.dumps(rec))
+    ctl._update_table({"type": "hello", "rank": 2, "pid": 15, "host": "n1", "role": "initial"}, 1.5)
+    view = ctl.view()
+    assert list(view) == [0, 1, 2]
+    assert (view[0]["state"], view[0]["pid"], view[0]["runtime"]) == ("running", 11, False)
+    assert (view[1]["state"], view[1]["reason"]) == ("failed", "killed by signal 9 (SIGKILL)")
+    assert view[2]["role"] == "initial" and "runtime" not in view[2]     # the rank table's own row
+    assert set(ctl.table()) == {2}

@@ -1,6 +1,7 @@
 """``planaria diagnose``: explain a hung or failed job -- live through the collection tree, or from files."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -85,7 +86,12 @@ def online(job: str | None, json_out: bool, k: int = 8, hop: float = 1.0, sample
     status = manifest.get("status")
     if status not in ("running", "starting", "restarting"):
         from planaria.diagnose.postmortem import postmortem
-        report = postmortem(jd.events(), jd.id)
+        rows = None
+        try:
+            rows = json.loads((jd.path / "summary.json").read_text()).get("ranks")
+        except (OSError, ValueError, AttributeError):
+            pass                          # no summary yet (the launcher was killed): events only
+        report = postmortem(jd.events(), jd.id, summary=rows if isinstance(rows, list) else None)
         report["job"] = jd.id
         _emit(report, json_out, dot)
         return 0

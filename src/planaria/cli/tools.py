@@ -66,13 +66,16 @@ def ps(job: str = _JOB, timeout: float = _TIMEOUT, json_out: bool = _JSON) -> No
     now = time.time()
     rows = [{"rank": r["rank"], "host": r.get("host"), "pid": r.get("pid"), "state": r.get("state"),
              "role": r.get("role"), "last_heartbeat_s": round(now - r["last_hb"], 3) if r.get("last_hb") else None,
-             "step": r.get("step"), "backend": r.get("backend")} for r in reply.get("ranks") or []]
+             "step": r.get("step"), "backend": r.get("backend"), "runtime": r.get("runtime", True)}
+            for r in reply.get("ranks") or []]
     if json_out:
         _print_json({"job": jd.id, "t0": reply.get("t0"), "ranks": rows})
         return
     from rich.console import Console
     from rich.table import Table
-    table = Table(title=f"job {jd.id}")
+    plain = any(r["runtime"] is False for r in rows)
+    table = Table(title=f"job {jd.id}", caption="ranks without planaria's runtime: known from the rank recorder "
+                                                "(no heartbeat, role or step)" if plain else None)
     for col in ("rank", "host", "pid", "state", "role", "heartbeat", "step"):
         table.add_column(col, justify="right" if col in ("rank", "pid", "heartbeat", "step") else "left")
     for r in rows:

@@ -14,12 +14,21 @@ from typing import Any
 from planaria.diagnose.hangfilter import rank_ranges
 
 
-def postmortem(events: list[dict[str, Any]], job: str = "") -> dict[str, Any]:
-    """Report (same top-level keys as the live diagnosis: verdict, root_causes, evidence, text) from ``events``."""
+def postmortem(events: list[dict[str, Any]], job: str = "",
+               summary: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Report (same top-level keys as the live diagnosis: verdict, root_causes, evidence, text) from ``events``.
+
+    ``summary`` (the rows of the job's ``summary.json``) adds the failed or lost ranks no event
+    names: the ranks of a program without planaria's runtime, known from how their process ended."""
     first: dict[int, dict[str, Any]] = {}
     for ev in sorted(events, key=lambda e: float(e.get("t_recv") or e.get("t") or 0.0)):
         if ev.get("type") in ("fail", "lost") and isinstance(ev.get("rank"), int):
             first.setdefault(ev["rank"], ev)
+    for row in summary or []:
+        r = row.get("rank")
+        if isinstance(r, int) and r not in first and row.get("state") in ("failed", "lost"):
+            first[r] = {"type": "summary", "rank": r, "reason": row.get("how") or row["state"], "t": row.get("t")}
+    by_ctl = {r for e in events if e.get("type") == "ctl" and e.get("action") == "kill" for r in e.get("ranks") or ()}
     injected = {e.get("rank"): e for e in events if e.get("type") == "inject" and e.get("kind") == "kill"}
     incidents = [dict(e["incident"], by=e.get("by")) for e in events
                  if e.get("type") == "incident" and isinstance(e.get("incident"), dict)]
@@ -32,9 +41,12 @@ def postmortem(events: list[dict[str, Any]], job: str = "") -> dict[str, Any]:
             consequences[rank] = {"blames": blamed, "op": saw.get("op"), "comm": saw.get("comm"),
                                   "site": saw.get("site")}
             continue
-        how = "lost (killed or crashed, no report)" if ev.get("type") == "lost" else str(ev.get("reason") or "failed")
+        how = ("lost (killed or crashed, no report)" if ev.get("type") == "lost" else
+               str(ev.get("reason") or "failed"))
         if rank in injected:
             how = f"killed by injection ({injected[rank].get('detail')})"
+        elif rank in by_ctl:
+            how = f"killed by command (planaria ctl): {how}"
         roots.append({"kind": "no-state", "ranks": rank_ranges([rank]), "rank_list": [rank], "reason": how,
                       "site": ev.get("site"), "op": (ev.get("op") or {}).get("name"),
                       "step": ev.get("step"), "t": ev.get("t")})
@@ -48,7 +60,8 @@ def postmortem(events: list[dict[str, Any]], job: str = "") -> dict[str, Any]:
     for inc in incidents[-10:]:
         evidence.append(f"incident from rank {inc.get('by')}: {inc.get('verdict') or inc.get('kind')}")
     verdict = "dead-ranks" if roots else ("no-failure" if not first else "failures")
-    lines = [f"post-mortem diagnosis of job {job} (not running; from its event log)".strip()]
+    source = "its event log and summary" if summary else "its event log"
+    lines = [f"post-mortem diagnosis of job {job} (not running; from {source})".strip()]
     if not first:
         lines.append("no rank failed or was lost")
     for rc in roots:

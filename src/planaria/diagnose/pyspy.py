@@ -18,6 +18,12 @@ from pathlib import Path
 from typing import Any
 
 
+#: status of a rank of a program without planaria's runtime, read from outside
+PLAIN_STATUS = "no planaria runtime (stacks read with py-spy)"
+#: file name of the frame standing for the MPI function a native stack is in (``MPI_Recv``)
+MPI_FILE = "<MPI>"
+
+
 def executable() -> str | None:
     """The py-spy executable next to this Python, else on PATH, else None."""
     cand = Path(sys.executable).parent / "py-spy"
@@ -26,14 +32,33 @@ def executable() -> str | None:
     return shutil.which("py-spy")
 
 
-def dump(pid: int, timeout: float = 5.0) -> list[dict[str, Any]] | None:
-    """Threads of ``pid``: name, ident, stack (frames ``[file, line, func]``, outermost first), owns_gil; None on failure."""
+def _frames(raw: list[dict[str, Any]]) -> list[list[Any]]:
+    """py-spy's frames (innermost first) as ``[file, line, func]``, outermost first.
+
+    Native frames (those with a ``module``) are dropped, except the outermost MPI function
+    (``PMPI_Recv`` or ``MPI_Recv``), kept as ``[MPI_FILE, 0, "MPI_Recv"]`` in place of everything
+    inside it: the progress engine's frames change from sample to sample, the call does not."""
+    out: list[list[Any]] = []
+    for f in reversed(raw):
+        name = str(f.get("name") or "?")
+        if f.get("module") is None:
+            out.append([f.get("filename"), int(f.get("line") or 0), name])
+        elif name.startswith(("PMPI_", "MPI_")):
+            out.append([MPI_FILE, 0, name[1:] if name.startswith("PMPI_") else name])
+            break
+    return out
+
+
+def dump(pid: int, timeout: float = 5.0, native: bool = False) -> list[dict[str, Any]] | None:
+    """Threads of ``pid``: name, ident, stack (frames ``[file, line, func]``, outermost first), owns_gil; None on failure.
+
+    With ``native`` the stack ends in the MPI function the thread is in, if any (see ``_frames``)."""
     exe = executable()
     if exe is None:
         return None
     try:
-        res = subprocess.run([exe, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True,
-                             timeout=timeout)
+        res = subprocess.run([exe, "dump", "--pid", str(pid), "--json"] + (["--native"] if native else []),
+                             capture_output=True, text=True, timeout=timeout)
         data = json.loads(res.stdout) if res.returncode == 0 else None
     except (subprocess.TimeoutExpired, OSError, ValueError):
         return None
@@ -41,21 +66,23 @@ def dump(pid: int, timeout: float = 5.0) -> list[dict[str, Any]] | None:
         return None
     out = []
     for th in data:
-        frames = [[f.get("filename"), int(f.get("line") or 0), f.get("name")] for f in th.get("frames") or []]
-        frames.reverse()
+        frames = _frames(th.get("frames") or [])
         out.append({"name": th.get("thread_name") or f"thread-{th.get('thread_id')}", "ident": th.get("thread_id"),
                     "stack": frames, "owns_gil": bool(th.get("owns_gil"))})
     return out
 
 
-def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float) -> dict[str, Any] | None:
-    """A one-rank collection *part* (see ``planaria.diagnose.collect``) read with py-spy, or None."""
+def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float,
+           status: str | None = None) -> dict[str, Any] | None:
+    """A one-rank collection *part* (see ``planaria.diagnose.collect``) read with py-spy, or None.
+
+    ``status`` names the rank's condition; by default it is an unresponsive agent's."""
     rounds = max(rounds, 1)
     per_round: list[list[dict[str, Any]]] = []
     for i in range(rounds):
         if i:
             time.sleep(interval)
-        got = dump(pid)
+        got = dump(pid, native=status == PLAIN_STATUS)
         if got is None:
             return None
         per_round.append(got)
@@ -78,7 +105,8 @@ def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float) 
         if len(ent["samples"]) == rounds and not str(ent["name"]).startswith("planaria-"):
             ent["stack"] = ent["samples"][0]
             recs.append(ent)
-    status = "unresponsive (read with py-spy)" + (f": thread {gil} holds the GIL" if gil else "")
+    if status is None:
+        status = "unresponsive (read with py-spy)" + (f": thread {gil} holds the GIL" if gil else "")
     rec = {"rank": rank, "host": host, "pid": pid, "t": time.time(), "op": None, "threads": recs,
            "status": status, "source": "py-spy"}
     return {"stacks": stacks, "ranks": [rec], "missing": []}

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from planaria.diagnose import hangfilter, offline, stacktree
+from planaria.diagnose import hangfilter, offline, pyspy, stacksonly, stacktree
 
 MAX_CLASSES_SHOWN = 12
 
@@ -56,7 +56,9 @@ def hang_filter(state: dict[str, Any]) -> dict[str, Any] | None:
              f"needs s >= {needed}); {sum(c.count for c in classes)} never changed stack, "
              f"in {len(classes)} class(es), smallest first:"]
     for c in out_classes[:MAX_CLASSES_SHOWN]:
-        lines.append(f"  {c['threads']} thread(s) on rank(s) {c['ranks']} [{', '.join(c['names'])}] at {c['site']}")
+        inner = c["innermost"] or ""
+        call = f" (in {inner.rsplit(' in ', 1)[-1]})" if inner.startswith(pyspy.MPI_FILE) else ""
+        lines.append(f"  {c['threads']} thread(s) on rank(s) {c['ranks']} [{', '.join(c['names'])}] at {c['site']}{call}")
     if len(out_classes) > MAX_CLASSES_SHOWN:
         lines.append(f"  ... {len(out_classes) - MAX_CLASSES_SHOWN} more class(es)")
     if tree is not None:
@@ -163,7 +165,11 @@ MAX_INCIDENTS_SHOWN = 8
 def analyze(state: dict[str, Any]) -> dict[str, Any]:
     """Full report of a state file (see the module docstring)."""
     waits = [float((r.get("op") or {}).get("since") or 0.0) for r in state.get("ranks") or [] if r.get("op")]
-    if waits and max(waits) < HUNG_AFTER:
+    if stacksonly.applies(state):        # a program without the runtime: its stacks are all there is
+        rep = stacksonly.diagnose(state)
+        out = rep.to_dict()
+        parts = [rep.to_text().rstrip()]
+    elif waits and max(waits) < HUNG_AFTER:
         out: dict[str, Any] = {"verdict": "progressing", "root_causes": [], "evidence": [
             f"{len(waits)} rank(s) in MPI, the longest wait {max(waits):.3f} s: the job is progressing"]}
         parts = [f"job {state.get('job')}: {len(state.get('ranks') or [])} ranks answered; verdict: progressing "

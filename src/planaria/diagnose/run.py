@@ -69,7 +69,8 @@ def _read_unresponsive(part: dict[str, Any], table: dict[int, dict[str, Any]], r
             continue
         if not pyspy.local_pid(info.get("pid")):
             continue
-        got = pyspy.sample(int(r), int(info["pid"]), info.get("host"), rounds, interval)
+        got = pyspy.sample(int(r), int(info["pid"]), info.get("host"), rounds, interval,
+                           status=pyspy.PLAIN_STATUS if info.get("runtime") is False else None)
         if got is not None:
             extra.append(got)
     if not extra:
@@ -89,11 +90,14 @@ def collect_and_analyze(jobdir: Any, table: dict[int, dict[str, Any]], secret: s
     from planaria.diagnose.report import analyze
     from planaria.diagnose.state import write_state
     t0 = time.monotonic()
-    ask = {int(r): v.get("ep") for r, v in table.items() if v.get("state") in ("starting", "running")}
+    active = {int(r): v for r, v in table.items() if v.get("state") in ("starting", "running")}
+    ask = {r: v.get("ep") for r, v in active.items() if v.get("runtime") is not False}
+    plain = sorted(r for r, v in active.items() if v.get("runtime") is False)  # no agent: read from outside
     if rounds <= 0:
         rounds = samples_needed(max(3 * len(table), 2))
     part = _collect.collect(ask, secret, k=k, hop=hop, rounds=rounds, interval=interval) if ask else \
         {"stacks": [], "ranks": [], "missing": [], "collect": {"k": k, "hop": hop, "seconds": 0.0}}
+    part["missing"] = sorted(set(part.get("missing", [])) | set(plain))
     part = _read_unresponsive(part, table, rounds, interval)
     known = known_facts(table, jobdir.events())
     state = build_state(table, part, jobdir.path.name, known)

@@ -156,6 +156,32 @@ class Controller:
         with self._lock:
             return {r: dict(v) for r, v in self.ranks.items()}
 
+    def plain_ranks(self) -> dict[int, dict[str, Any]]:
+        """Ranks the rank recorder started that never said hello: a program without planaria's
+        runtime. Rows like ``table()``'s, with ``runtime`` False and no heartbeat, role or step."""
+        if self.fates_dir is None:
+            return {}
+        fates = rankfate.read_fates(self.fates_dir)
+        with self._lock:
+            known = set(self.ranks)
+        out: dict[int, dict[str, Any]] = {}
+        for r, rec in fates.items():
+            if r in known:
+                continue
+            ended = "end" in rec
+            state = "running" if not ended else "finished" if rec.get("exit_code") == 0 else "failed"
+            out[r] = {"rank": r, "state": state, "pid": rec.get("pid"), "host": rec.get("host"), "role": None,
+                      "backend": None, "last_hb": None, "step": None, "runtime": False,
+                      "start_time": rec.get("start"), "end_time": rec.get("end"), "exit_code": rec.get("exit_code"),
+                      "reason": rankfate.describe(rec) if ended else None}
+        return out
+
+    def view(self) -> dict[int, dict[str, Any]]:
+        """Every rank a tool can see: the rank table, plus the ranks of a program without the runtime."""
+        rows = self.plain_ranks()
+        rows.update(self.table())
+        return dict(sorted(rows.items()))
+
     def pids(self) -> list[int]:
         """Pids of all ranks that said hello."""
         with self._lock:
@@ -481,7 +507,7 @@ class Controller:
         mtype = msg.get("type")
         now = time.time()
         if mtype == "ps":
-            ranks = [v for _, v in sorted(self.table().items())]
+            ranks = list(self.view().values())
             self._reply(sock, ident, {"type": "ps", "ranks": ranks, "t0": self.t0})
             return True
         if mtype == "diagnose":
@@ -618,8 +644,7 @@ class Controller:
         want = msg.get("ranks")
         done: list[int] = []
         errors: dict[str, str] = {}
-        with self._lock:
-            rows = {r: dict(v) for r, v in self.ranks.items() if want is None or r in want}
+        rows = {r: v for r, v in self.view().items() if want is None or r in want}
         for r in sorted(set(want or ()) - set(rows)):
             errors[str(r)] = "no such rank"
         for r, info in sorted(rows.items()):
@@ -633,6 +658,8 @@ class Controller:
                 errors[str(r)] = exc.strerror or str(exc)
                 continue
             done.append(r)
+            if info.get("runtime") is False:
+                continue                  # its recorder records how it ended
             with self._lock:
                 row = self.ranks[r]
                 if action == "pause":
@@ -709,7 +736,7 @@ class Controller:
         """
         from planaria.diagnose.run import collect_and_analyze
         with self._diagnosing:
-            return collect_and_analyze(self.jobdir, self.table(), self.secret.decode("utf-8"),
+            return collect_and_analyze(self.jobdir, self.view(), self.secret.decode("utf-8"),
                                        k=k, hop=hop, rounds=rounds, interval=interval)
 
 

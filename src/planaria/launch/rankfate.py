@@ -222,8 +222,8 @@ class FailureWatch:
 
 def describe(rec: dict[str, Any]) -> str:
     """``exit 3``, ``killed by signal 9 (SIGKILL)``, ``still running after mpiexec exited ...``."""
-    if rec.get("by_abort"):
-        return "ended by the job abort (default handler)"
+    if rec.get("ended_by"):
+        return f"ended by {rec['ended_by']}"
     if "signal" in rec:
         import signal as signals
 

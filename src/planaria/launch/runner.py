@@ -828,6 +828,8 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
                if plain_abort is not None
                else f"timeout after {opts.timeout:g} s")
         _err(f"{why}: stopping the job", opts.prog)
+        running = {r for r, rec in rankfate.read_fates(fates_dir).items() if "end" not in rec} \
+            if opts.rank_fates else set()
         _kill_all(proc, controller)
         mpiexec_rc = proc.poll()
     for th in pumps:
@@ -839,10 +841,13 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         _note(out, f"rank(s) {', '.join(map(str, left))} still ran after mpiexec exited: killed")
         for r in left:
             fates[r]["left_running"] = True
-    if plain_abort is not None:         # what was still running when the launcher ended the job
-        for r, rec in fates.items():
-            if "end" not in plain_abort[2].get(r, {}):
-                rec["by_abort"] = True
+    if outcome != "finished":           # what was still running when the launcher ended the job
+        if plain_abort is not None:
+            running |= {r for r in fates if "end" not in plain_abort[2].get(r, {})}
+        ender = {"timeout": f"the launcher at the timeout ({opts.timeout:g} s)", "interrupted": "Ctrl-C",
+                 "aborted": "the job abort (default handler)"}[outcome]
+        for r in running & set(fates):
+            fates[r]["ended_by"] = ender
     watch = out.watch
     att.daemon_loss, att.lost_hosts = watch.daemon_loss, list(watch.lost_hosts)
     att.rank_signalled = watch.rank_signalled or any("signal" in rec for rec in fates.values())

@@ -2,6 +2,7 @@
   kill     rank 1 SIGKILLs itself, rank 0 exits 0 a little later (without MPI_Finalize)
   abort    rank 0 calls MPI_Abort(5) while rank 1 sleeps (with ULFM, mpiexec then leaves rank 1 running)
   hang     rank 1 SIGKILLs itself, rank 0 sleeps 60 s (as if waiting for it)
+  stuck    rank 1 sleeps 60 s outside MPI while the other ranks wait for it in a barrier
 """
 import os
 import signal
@@ -22,6 +23,10 @@ elif sys.argv[1] == "hang":
     if rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(60)
+elif sys.argv[1] == "stuck":
+    if rank == 1:
+        time.sleep(60)  # STUCK_LINE
+    comm.Barrier()
 elif sys.argv[1] == "abort":
     if rank == 0:
         time.sleep(0.3)

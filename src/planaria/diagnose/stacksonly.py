@@ -1,0 +1,101 @@
+"""Diagnosis of a program without planaria's runtime, from its ranks' sampled stacks alone.
+
+A plain mpi4py program has no agent to report the MPI call it is in, its peer or its
+communicator. The launcher still knows every rank's pid (``planaria.launch.rankfate``), so the
+diagnosis reads each local rank's stacks from outside with ``py-spy --native``
+(``planaria.diagnose.pyspy``): the Python frames, plus the MPI function the rank is in when
+there is one (a frame ``("<MPI>", 0, "MPI_Barrier")``). As in STAT, ranks that are not in an MPI
+call while others wait in one are the root causes; which communicator or peer a call waits on
+is not known, and the report says so.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from planaria.diagnose.offline import Report, RootCause, _short, frame_site
+from planaria.diagnose.pyspy import MPI_FILE, PLAIN_STATUS
+
+_ADVICE = ("no rank uses planaria's runtime: the MPI call each rank is in comes from its native stack "
+           "(py-spy --native); communicators, peers and tags are unknown (with pl.world() the diagnosis "
+           "follows waits to their peers)")
+
+
+def applies(state: dict[str, Any]) -> bool:
+    """True when the ranks that answered are all ranks of a program without the runtime (or finished)."""
+    recs = list(state.get("ranks") or [])
+    plain = [r for r in recs if r.get("status") == PLAIN_STATUS]
+    others = [r for r in recs if r.get("status") not in (PLAIN_STATUS, "finished")]
+    return bool(plain) and not others
+
+
+def _main_stack(rec: dict[str, Any], stacks: list[Any]) -> list[Any] | None:
+    """The stack of the thread that runs the program's ``<module>`` (else the first thread's)."""
+    best = None
+    for th in rec.get("threads") or []:
+        sid = th.get("stack")
+        if not isinstance(sid, int) or not 0 <= sid < len(stacks):
+            continue
+        st = [list(f) for f in stacks[sid]]
+        if best is None:
+            best = st
+        if any(str(f[2]) == "<module>" for f in st):
+            return st
+    return best
+
+
+def _ranges(ranks: list[int]) -> str:
+    from planaria.diagnose.hangfilter import rank_ranges
+    return rank_ranges(ranks)
+
+
+def diagnose(state: dict[str, Any]) -> Report:
+    """Verdict and root causes of a plain program's hang from where its ranks' stacks are."""
+    stacks = list(state.get("stacks") or [])
+    recs = sorted(state.get("ranks") or [], key=lambda r: int(r["rank"]))
+    missing = sorted(int(r) for r in state.get("missing") or [])
+    size = int(state.get("size") or 0) or (max([int(r["rank"]) for r in recs] + missing, default=-1) + 1)
+    waiting: dict[tuple[str, str], list[int]] = {}       # (MPI call, site) -> ranks in it
+    outside: dict[str, list[int]] = {}                   # site -> ranks not in an MPI call
+    hosts: dict[int, str | None] = {}
+    finished: list[int] = []
+    for rec in recs:
+        r = int(rec["rank"])
+        hosts[r] = rec.get("host")
+        if rec.get("status") == "finished":
+            finished.append(r)
+            continue
+        st = _main_stack(rec, stacks) or []
+        site = frame_site([f for f in st if f[0] != MPI_FILE]) or "?"
+        if st and st[-1][0] == MPI_FILE:
+            waiting.setdefault((str(st[-1][2]), site), []).append(r)
+        else:
+            outside.setdefault(site, []).append(r)
+    n_wait = sum(len(v) for v in waiting.values())
+    causes: list[RootCause] = []
+    for r in missing:
+        causes.append(RootCause("no-state", [r], "has no state: its stacks could not be read (py-spy failed, "
+                                "the process ended, or it runs on another host)", waiters=n_wait))
+    for site, ranks in sorted(outside.items(), key=lambda kv: (len(kv[1]), kv[1])) if n_wait else ():
+        causes.append(RootCause("computing", ranks, "not in an MPI call (computing, or blocked outside MPI)",
+                                site=site, host=hosts.get(ranks[0]), waiters=n_wait))
+    calls = sorted(waiting.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    wait_rows = [{"comm": None, "kind": None, "op": call, "seq": None, "waiting": len(ranks),
+                  "ranks": _ranges(ranks), "site": site,
+                  "text": f"{len(ranks)} rank(s) {_ranges(ranks)} in {call} at {_short(site)}"}
+                 for (call, site), ranks in calls]
+    if n_wait:
+        example = "; ".join(f"rank(s) {_ranges(ranks)} in {call} at {_short(site)}" for (call, site), ranks in calls[:3])
+        for rc in causes:
+            rc.example = f"waiting in MPI: {example}"
+    evidence = [_ADVICE]
+    if n_wait and not outside and not missing:
+        evidence.append("every rank that answered is in an MPI call: a deadlock or a message that never "
+                        "came; without the runtime the peers they wait on are not known")
+    if not n_wait:
+        evidence.append(f"no rank is in an MPI call ({len(recs) - len(finished)} read, none in MPI)")
+    if finished:
+        evidence.append(f"rank(s) {_ranges(finished)} had already ended")
+    verdict = "hang" if n_wait else "dead-ranks" if missing else "no-hang"
+    return Report(verdict=verdict, job=state.get("job"), size=size, answered=len(recs), missing=missing,
+                  root_causes=causes, waiting=wait_rows, evidence=evidence,
+                  computing=sum(len(v) for v in outside.values()))
