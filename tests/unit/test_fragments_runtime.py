@@ -131,7 +131,19 @@ def test_trace_flushes_at_threshold_before_exit(tmp_path):
     assert tw.flushes >= 2 and 0 < len(on_disk) < 10 and [r["i"] for r in on_disk] == list(range(len(on_disk)))
     with open(tmp_path / "trace-r3.jsonl", "a") as fh:
         fh.write('{"k": "torn')                       # a writer killed mid-line
-    assert [r["i"] for r in read_traces(tmp_path)] == list(range(len(on_disk)))
+    problems: list[str] = []
+    assert [r["i"] for r in read_traces(tmp_path, problems)] == list(range(len(on_disk)))
+    assert problems == []                             # a torn last line is expected, not a problem
+
+
+def test_lines_that_are_not_records_are_named_and_no_records_is_an_error(tmp_path):
+    (tmp_path / "trace-r0.jsonl").write_text('{"k": "run"}\nnot json\n[1, 2]\n{"k": "exit"}\n')
+    problems: list[str] = []
+    assert [r["k"] for r in read_traces(tmp_path, problems)] == ["run", "exit"]
+    assert problems == ["trace-r0.jsonl: 2 line(s) are not trace records (line 2 and 1 more), skipped"]
+    (tmp_path / "trace-r0.jsonl").write_text("garbage\n")
+    with pytest.raises(ValueError, match="no trace records in 1 file.s. .1 line.s. are not trace records"):
+        read_traces(tmp_path)
 
 
 @fr.atomic

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -84,39 +84,36 @@ def run(
     if trace_dir:
         os.environ["PLANARIA_TRACE_DIR"] = os.path.abspath(trace_dir)
     from planaria.launch.runner import RunOptions, run_job
-    opts = RunOptions(command=command, nprocs=workers + (1 if balancer else 0), timeout=timeout, json=json_out)
-    started = time.time()
+    jobdirs: list[Path] = []
+    opts = RunOptions(command=command, nprocs=workers + (1 if balancer else 0), timeout=timeout, json=json_out,
+                      prog="planaria fragments run", on_jobdir=jobdirs.append)
     code = run_job(opts)
+    # the traces of this run: the directory given, else the job directory's trace/
+    trace_dir = trace_dir or (str(jobdirs[0] / "trace") if jobdirs else None)
     if code == 0 and trace:
-        status = _run_status(trace_dir, started)
+        status = _run_status(trace_dir)
         if status not in (None, "finished"):
             print(f"planaria fragments run: the program {status} (report above; "
                   f"'planaria trace analyze' explains it again)", file=sys.stderr)
             code = 1
-    elif code != 0 and trace and _run_status(trace_dir, started) == "killed":
+    elif code != 0 and trace and _run_status(trace_dir) == "killed":
         print("planaria fragments run: the ranks were ended by a signal; 'planaria trace analyze' shows the "
               "CFs that never finished and what they awaited", file=sys.stderr)
     raise typer.Exit(code)
 
 
-def _run_status(trace_dir: str | None, since: float) -> str | None:
+def _run_status(trace_dir: str | None) -> str | None:
     """The worst status the ranks' traces end with (failed, hung, timeout, killed) for this run; None if unknown.
 
     A hung program exits normally on every rank (the runtime detected the hang and stopped), so
     the job's exit status alone would say "finished".
     """
-    from planaria.launch.jobdir import jobs_root
     from planaria.trace.writer import read_traces
     if trace_dir is None:
-        root = jobs_root()
-        jobs = sorted(p for p in root.glob("*/trace") if p.is_dir() and p.stat().st_mtime >= since - 1) \
-            if root.is_dir() else []
-        if not jobs:
-            return None
-        trace_dir = str(jobs[-1])
+        return None
     try:
         statuses = {r.get("status") for r in read_traces(trace_dir) if r.get("k") == "exit"}
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):
         return None
     for worst in ("failed", "hung", "timeout", "killed"):
         if worst in statuses:

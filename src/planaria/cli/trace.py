@@ -37,14 +37,18 @@ def analyze(
 
       planaria trace analyze /tmp/t1 --all --json > report.json
 
-    Exit status: 0 report printed, 2 no traces in DIR.
+    Exit status: 0 report printed (lines that are not trace records are named on stderr and
+    skipped), 2 no trace records in DIR.
     """
     from planaria.trace.analyze import analyze_dir
+    problems: list[str] = []
     try:
-        rep = analyze_dir(_resolve(directory), all_hung=all_hung)
-    except FileNotFoundError as e:
+        rep = analyze_dir(_resolve(directory), all_hung=all_hung, problems=problems)
+    except (FileNotFoundError, ValueError) as e:
         print(f"planaria trace analyze: {e}", file=sys.stderr)
         raise typer.Exit(2)
+    for p in problems:
+        print(f"planaria trace analyze: warning: {p}", file=sys.stderr)
     if json_out:
         sys.stdout.write(json.dumps(rep, indent=2, default=repr) + "\n")
     else:
@@ -66,11 +70,14 @@ def export(
     from planaria.launch.fsutil import atomic_write
     from planaria.trace.perfetto import to_chrome
     from planaria.trace.writer import read_traces
+    problems: list[str] = []
     try:
-        recs = read_traces(_resolve(directory))
-    except FileNotFoundError as e:
+        recs = read_traces(_resolve(directory), problems)
+    except (FileNotFoundError, ValueError) as e:
         print(f"planaria trace export: {e}", file=sys.stderr)
         raise typer.Exit(2)
+    for p in problems:
+        print(f"planaria trace export: warning: {p}", file=sys.stderr)
     if not out.parent.is_dir():
         print(f"planaria trace export: {out.parent}: no such directory", file=sys.stderr)
         raise typer.Exit(2)

@@ -16,8 +16,10 @@ from planaria.graphs import cyclic_components
 from planaria.trace.writer import read_traces
 
 
-def analyze_dir(directory: str | os.PathLike[str], all_hung: bool = False) -> dict[str, Any]:
-    return analyze(read_traces(directory), all_hung=all_hung)
+def analyze_dir(directory: str | os.PathLike[str], all_hung: bool = False,
+                problems: list[str] | None = None) -> dict[str, Any]:
+    """The report of the traces in ``directory`` (lines that are not records are named in ``problems``)."""
+    return analyze(read_traces(directory, problems), all_hung=all_hung)
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -78,8 +78,12 @@ class TraceWriter:
             self._fd = -1
 
 
-def read_traces(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every record of every ``trace-r*.jsonl`` in ``directory``; a torn last line (killed writer) is skipped."""
+def read_traces(directory: str | os.PathLike[str], problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every record of every ``trace-r*.jsonl`` in ``directory``.
+
+    A torn last line (a killed writer) is skipped silently; any other line that is not a JSON
+    record is skipped and named in ``problems``. ValueError when the files hold no record at all.
+    """
     d = Path(directory)
     if not d.is_dir():
         raise FileNotFoundError(f"{d}: not a directory")
@@ -87,16 +91,28 @@ def read_traces(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if not files:
         raise FileNotFoundError(f"{d}: no trace-r*.jsonl files")
     out: list[dict[str, Any]] = []
+    bad_total = 0
     for f in files:
         with open(f, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict):
-                    out.append(rec)
+            lines = fh.read().split("\n")
+        bad: list[int] = []
+        for no, line in enumerate(lines, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                rec = None
+            if isinstance(rec, dict):
+                out.append(rec)
+            elif no < len(lines):            # the last piece has no newline: a torn write
+                bad.append(no)
+        bad_total += len(bad)
+        if bad and problems is not None:
+            problems.append(f"{f.name}: {len(bad)} line(s) are not trace records (line {bad[0]}"
+                            + (f" and {len(bad) - 1} more)" if len(bad) > 1 else ")") + ", skipped")
+    if not out:
+        raise ValueError(f"{d}: no trace records in {len(files)} file(s)"
+                         + (f" ({bad_total} line(s) are not trace records)" if bad_total else ""))
     return out
