@@ -231,3 +231,42 @@ def test_equal_weights_move_the_higher_priority_first():
     m.ready(0, "mid", "g", prio=2)
     m.ready(0, "low2", "g", prio=0)
     assert m.plan() == [(0, 1, ["high", "mid"])]     # not the newest two: priority decides before age
+
+
+def test_a_donor_ships_alternates_for_planned_cfs_it_has_started():
+    m = LoadModel(2, BalancerConfig(0, 0.1, receiver_cap="donor"))
+    for i in range(3):
+        m.ready(0, f"c{i}", "g", prio=float(i))
+    m.ready(0, "x", "h", prio=-1.0)
+    (src, dst, ids), = m.plan()
+    assert (src, dst, ids) == (0, 1, ["c2", "c1"])     # highest priority first: c2 is likely running already
+    assert m.alternates(0, ids) == ["c0"]              # next in the plan's order, of the planned CFs' groups
+    # the donor had started c2 and shipped c1 and the alternate c0
+    m.shipped(0, 1, ids, moved=["c1", "c0"], stuck=["c2"])
+    assert set(m.jobs[1]) == {"c1", "c0"} and set(m.jobs[0]) == {"c2", "x"}
+    assert not m.jobs[0]["c2"].movable
+    # planned CFs the donor did not ship return to it, still movable
+    m2 = LoadModel(2, BalancerConfig(0, 0.1, receiver_cap="donor"))
+    for i in range(3):
+        m2.ready(0, f"c{i}", "g", prio=float(i))
+    (_, _, ids2), = m2.plan()
+    m2.shipped(0, 1, ids2, moved=[], stuck=[])
+    assert set(m2.jobs[0]) == {"c0", "c1", "c2"} and all(j.movable for j in m2.jobs[0].values())
+
+
+def test_a_cf_is_in_one_place_however_the_answers_interleave():
+    m = LoadModel(3, BalancerConfig(0, 0.1, receiver_cap="donor"))
+    for i in range(4):
+        m.ready(0, f"c{i}", "g", prio=float(i))
+    (_, dst, ids), *_ = m.plan()
+    alt = m.alternates(0, ids)
+    # the donor had started the planned CF and shipped an alternate, which is ready at the receiver
+    # before the balancer reads the donor's answer
+    m.ready(dst, alt[0], "g")
+    m.shipped(0, dst, ids, moved=[alt[0]], stuck=[ids[0]])
+    m.done(dst, alt[0], "g", 0.04)
+    m.done(0, ids[0], "g", 0.04)
+    placed = [cf for jobs in m.jobs for cf in jobs]
+    assert sorted(placed) == sorted(set(placed))                 # no CF twice
+    assert alt[0] not in placed and ids[0] not in placed        # finished CFs leave the model
+    assert m.outstanding() == 2

@@ -77,6 +77,9 @@ class LoadModel:
 
     # -- messages --------------------------------------------------------------------------
     def ready(self, worker: int, cf: str, group: str, size: int = 0, prio: float = 0.0) -> None:
+        prev = self.where.get(cf)
+        if prev is not None and prev != worker:     # a moved CF is ready where it arrived: one place only
+            self.jobs[prev].pop(cf, None)
         self._seq += 1
         self.jobs[worker][cf] = _Job(group, int(size), self._seq, float(prio))
         self.where[cf] = worker
@@ -84,6 +87,7 @@ class LoadModel:
     def done(self, worker: int, cf: str, group: str, duration: float) -> None:
         w = self.where.pop(cf, worker)
         self.jobs[w].pop(cf, None)
+        self.jobs[worker].pop(cf, None)             # where it ran, whatever the model believed
         g = self.done_group[worker].setdefault(group, [0.0, 0])
         g[0] += duration
         g[1] += 1
@@ -171,6 +175,34 @@ class LoadModel:
                 self.where[cf] = p1
             self.moves += len(sent)
             moves.append((p2, p1, sent))
+
+    def alternates(self, src: int, planned: list[str], limit: int = 4) -> list[str]:
+        """Other movable CFs of ``src``, in the plan's order: the donor ships these instead of planned
+        CFs it has started meanwhile (the balancer hears of a start only when the CF is done)."""
+        groups = {j.group for cf, j in self.jobs[src].items() if cf in planned}
+        groups |= {self.jobs[w][cf].group for cf in planned for w in [self.where.get(cf)]
+                   if w is not None and cf in self.jobs[w]}
+        # same groups as the planned CFs: the same weight, so the plan's receiver rule still holds
+        cands = [(self.weight(src, j.group), j.prio, j.seq, cf) for cf, j in self.jobs[src].items()
+                 if j.movable and cf not in planned and j.group in groups]
+        cands.sort(key=lambda t: (-t[0], -t[1], -t[2]))
+        return [cf for *_, cf in cands[:limit]]
+
+    def shipped(self, src: int, dst: int, planned: list[str], moved: list[str], stuck: list[str]) -> None:
+        """A donor's answer to a move: ``moved`` went to ``dst`` (alternates included), ``stuck`` had
+        started on ``src``; planned CFs it did not need to ship stay on ``src``. (``moves`` keeps
+        counting the planned moves.)"""
+        self.unmovable(src, stuck)
+        for cf in moved:
+            prev = self.where.get(cf)
+            if prev is not None and prev != dst:
+                self.jobs[dst][cf] = self.jobs[prev].pop(cf)
+                self.where[cf] = dst
+        for cf in planned:
+            prev = self.where.get(cf)
+            if cf not in moved and cf not in stuck and prev is not None and prev != src:
+                self.jobs[src][cf] = self.jobs[prev].pop(cf)
+                self.where[cf] = src
 
     def snapshot(self) -> dict[str, Any]:
         return {"loads": [round(self.load(w), 6) for w in range(self.workers)],

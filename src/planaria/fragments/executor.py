@@ -212,7 +212,7 @@ class Executor:
         elif kind == "stop":
             self.verdict = msg[1]
         elif kind == "move":
-            self.move_out(msg[1], msg[2])
+            self.move_out(msg[1], msg[2], msg[3] if len(msg) > 3 else None)
         else:  # pragma: no cover - protocol error
             raise FragmentError(f"unknown fragments message {kind!r}")
 
@@ -274,11 +274,17 @@ class Executor:
             size = sum(_sizeof(self.values.get(r.id)) for r in st.spec.input_refs())
             self.send(self.brank, ("ready", self.rank, st.spec.id, st.spec.group, size, st.spec.prio))
 
-    def move_out(self, dest: int, ids: list[str]) -> None:
-        """Balancer order: ship these CFs, if still ready here, with their input values to ``dest``."""
+    def move_out(self, dest: int, ids: list[str], count: int | None = None) -> None:
+        """Balancer order: ship ``count`` of these CFs (all by default), the first ones still ready here,
+        with their input values to ``dest``; the ids past the first ``count`` are alternates for
+        planned CFs this rank has started meanwhile."""
+        count = len(ids) if count is None else count
+        planned = ids[:count]
         moved, stuck = [], []
         keep = set(ids)
         for cf in ids:
+            if len(moved) == count:
+                break
             st = self.cfs.get(cf)
             if st is None or st.state != "ready":
                 stuck.append(cf)
@@ -293,7 +299,7 @@ class Executor:
             self.ready = [e for e in self.ready if e[2] not in keep or e[2] in self.cfs]
             heapq.heapify(self.ready)
             self.moves += len(moved)
-        self.send(self.brank, ("moved", self.rank, dest, moved, stuck))
+        self.send(self.brank, ("moved", self.rank, dest, moved, stuck, planned))
 
     def spawn(self, spec: CFSpec) -> None:
         self.rec(spec.record())
@@ -556,13 +562,15 @@ class Executor:
                 elif kind == "done":
                     model.done(msg[1], msg[2], msg[3], msg[4])
                 elif kind == "moved":
-                    model.unmovable(msg[1], msg[4])
+                    model.shipped(msg[1], msg[2], msg[5], msg[3], msg[4])
                 elif kind == "stop":
                     self.verdict = msg[1]
                 if kind in ("ready", "done", "moved"):
                     for src, dst, ids in model.plan():
-                        self.rec({"k": "plan", "src": src, "dst": dst, "cfs": ids, "t": time.time()})
-                        self.outbox.append(self.comm.isend(("move", dst, ids), src, TAG))
+                        alt = model.alternates(src, ids)
+                        self.rec({"k": "plan", "src": src, "dst": dst, "cfs": ids, "alternates": alt,
+                                  "t": time.time()})
+                        self.outbox.append(self.comm.isend(("move", dst, ids + alt, len(ids)), src, TAG))
             if probe is not None and probe.step():
                 self.links_measured(model, probe)
                 probe = None
