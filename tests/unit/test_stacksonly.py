@@ -59,8 +59,8 @@ def test_all_in_mpi_none_in_mpi_and_unreadable_ranks():
     rep = stacksonly.diagnose(_state({0: (3, None), 1: (4, None)}, finished=[2]))
     assert rep.verdict == "no-hang" and rep.root_causes == []
     assert any("had already ended" in e for e in rep.evidence)
-    rep = stacksonly.diagnose(_state({0: (6, "MPI_Barrier")}, missing=[1]))
-    assert rep.verdict == "hang" and [(c.kind, c.ranks) for c in rep.root_causes] == [("no-state", [1])]
+    rep = stacksonly.diagnose(_state({0: (6, "MPI_Barrier")}, missing=[1, 2, 3]))
+    assert rep.verdict == "hang" and [(c.kind, c.ranks) for c in rep.root_causes] == [("no-state", [1, 2, 3])]
 
 
 def test_runtime_ranks_keep_the_full_analysis():

@@ -72,9 +72,10 @@ def diagnose(state: dict[str, Any]) -> Report:
             outside.setdefault(site, []).append(r)
     n_wait = sum(len(v) for v in waiting.values())
     causes: list[RootCause] = []
-    for r in missing:
-        causes.append(RootCause("no-state", [r], "has no state: its stacks could not be read (py-spy failed, "
-                                "the process ended, or it runs on another host)", waiters=n_wait))
+    if missing:
+        causes.append(RootCause("no-state", missing, "have no state: their stacks were not read (py-spy "
+                                "failed, the process ended, it runs on another host, or more ranks than "
+                                "one diagnosis reads)", waiters=n_wait))
     for site, ranks in sorted(outside.items(), key=lambda kv: (len(kv[1]), kv[1])) if n_wait else ():
         causes.append(RootCause("computing", ranks, "not in an MPI call (computing, or blocked outside MPI)",
                                 site=site, host=hosts.get(ranks[0]), waiters=n_wait))
