@@ -212,10 +212,18 @@ def test_the_controller_shows_recorded_ranks_that_never_said_hello(tmp_path):
             2: {"rank": 2, "host": "n1", "pid": 15, "shim": 14, "start": 1.0, "end": 2.0, "exit_code": 0}}
     for r, rec in recs.items():
         (ctl.fates_dir / f"{r}.json").write_text(json.dumps(rec))
-    ctl._update_table({"type": "hello", "rank": 2, "pid": 15, "host": "n1", "role": "initial"}, 1.5)
-    view = ctl.view()
+    view = ctl.view()                       # long after the start no rank said hello: a plain program
     assert list(view) == [0, 1, 2]
     assert (view[0]["state"], view[0]["pid"], view[0]["runtime"]) == ("running", 11, False)
     assert (view[1]["state"], view[1]["reason"]) == ("failed", "killed by signal 9 (SIGKILL)")
+    assert view[2]["state"] == "finished"
+    ctl._update_table({"type": "hello", "rank": 2, "pid": 15, "host": "n1", "role": "initial"}, 1.5)
+    view = ctl.view()                       # a rank said hello: the others are still starting
+    assert (view[0]["state"], view[0]["runtime"]) == ("starting", None)
     assert view[2]["role"] == "initial" and "runtime" not in view[2]     # the rank table's own row
     assert set(ctl.table()) == {2}
+    recs[3] = {"rank": 3, "host": "n1", "pid": 17, "shim": 16, "start": time.time()}
+    (ctl.fates_dir / "3.json").write_text(json.dumps(recs[3]))
+    ctl2 = Controller(ctl.jobdir)
+    ctl2.fates_dir = ctl.fates_dir
+    assert (ctl2.view()[3]["state"], ctl2.view()[3]["runtime"]) == ("starting", None)   # just started

@@ -55,6 +55,7 @@ from planaria.launch.relay import FaultMerger, KVStore
 LOST_REASON = "killed or crashed (no report)"
 HEARTBEAT_SILENCE = 3.0
 ACTIVE = ("starting", "running")
+PLAIN_AFTER = 2.0      # seconds after its start with no hello from any rank: a program without the runtime
 REACHABLE = ACTIVE + ("paused",)          # ranks events are forwarded to
 SUBSCRIPTION_TTL = 5.0                    # seconds a tool subscription lives without renewal
 IO_HISTORY = 500                          # output lines kept for tools that attach late
@@ -157,21 +158,26 @@ class Controller:
             return {r: dict(v) for r, v in self.ranks.items()}
 
     def plain_ranks(self) -> dict[int, dict[str, Any]]:
-        """Ranks the rank recorder started that never said hello: a program without planaria's
-        runtime. Rows like ``table()``'s, with ``runtime`` False and no heartbeat, role or step."""
+        """Ranks the rank recorder started that have not said hello. Rows like ``table()``'s, no
+        heartbeat, role or step. ``runtime`` is False (a program without planaria's runtime) once
+        no rank of the job has said hello ``PLAIN_AFTER`` seconds after its start; until then, or
+        when other ranks did, a live one is ``starting`` and ``runtime`` None (not known yet)."""
         if self.fates_dir is None:
             return {}
         fates = rankfate.read_fates(self.fates_dir)
         with self._lock:
             known = set(self.ranks)
+        now = time.time()
         out: dict[int, dict[str, Any]] = {}
         for r, rec in fates.items():
             if r in known:
                 continue
             ended = "end" in rec
-            state = "running" if not ended else "finished" if rec.get("exit_code") == 0 else "failed"
+            plain = not known and (ended or now - float(rec.get("start") or now) >= PLAIN_AFTER)
+            state = ("finished" if rec.get("exit_code") == 0 else "failed") if ended else \
+                "running" if plain else "starting"
             out[r] = {"rank": r, "state": state, "pid": rec.get("pid"), "host": rec.get("host"), "role": None,
-                      "backend": None, "last_hb": None, "step": None, "runtime": False,
+                      "backend": None, "last_hb": None, "step": None, "runtime": False if plain else None,
                       "start_time": rec.get("start"), "end_time": rec.get("end"), "exit_code": rec.get("exit_code"),
                       "reason": rankfate.describe(rec) if ended else None}
         return out
@@ -658,10 +664,10 @@ class Controller:
                 errors[str(r)] = exc.strerror or str(exc)
                 continue
             done.append(r)
-            if info.get("runtime") is False:
-                continue                  # its recorder records how it ended
             with self._lock:
-                row = self.ranks[r]
+                row = self.ranks.get(r)
+                if row is None:           # known from its recorder only, which records how it ends
+                    continue
                 if action == "pause":
                     row["state"] = "paused"
                 elif action == "resume" and row["state"] == "paused":
