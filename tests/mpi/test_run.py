@@ -139,8 +139,10 @@ def test_plain_program_failure_ends_the_job_by_default(tmp_path):
     time.sleep(0.5)
     assert alive(marker) == []
     # --default-handler none: as plain ULFM, the job runs on (here until its --timeout)
-    res, _, _ = run_plain(tmp_path / "none", "hang", "--default-handler", "none", marker=marker, timeout=6)
+    res, _, by_rank = run_plain(tmp_path / "none", "hang", "--default-handler", "none", marker=marker, timeout=6)
     assert res.returncode == 124, res.stderr
+    assert by_rank[0]["how"] == "ended by the launcher at the timeout (6 s)" and by_rank[0]["t"] >= 6
+    assert by_rank[1]["how"] == "killed by signal 9 (SIGKILL)"
     time.sleep(0.5)
     assert alive(marker) == []
 

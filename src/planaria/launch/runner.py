@@ -242,7 +242,7 @@ def fate_table(fates: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         if "exit_code" in rec:
             row.update(state="finished", exit_code=rec["exit_code"], end_time=rec.get("end"))
         else:
-            row.update(state="lost", fail_time=rec.get("end"))
+            row.update(state="lost", fail_time=rec.get("end") or rec.get("ended_at"))
         rows[r] = row
     return rows
 
@@ -830,6 +830,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         _err(f"{why}: stopping the job", opts.prog)
         running = {r for r, rec in rankfate.read_fates(fates_dir).items() if "end" not in rec} \
             if opts.rank_fates else set()
+        t_end = time.time()
         _kill_all(proc, controller)
         mpiexec_rc = proc.poll()
     for th in pumps:
@@ -848,6 +849,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
                  "aborted": "the job abort (default handler)"}[outcome]
         for r in running & set(fates):
             fates[r]["ended_by"] = ender
+            fates[r]["ended_at"] = t_end        # when the launcher began to end the job
     watch = out.watch
     att.daemon_loss, att.lost_hosts = watch.daemon_loss, list(watch.lost_hosts)
     att.rank_signalled = watch.rank_signalled or any("signal" in rec for rec in fates.values())
