@@ -71,13 +71,13 @@ def test_ps_diagnose_and_ctl_on_a_plain_program(tmp_path):
             proc.communicate(timeout=30)
     summary = json.loads(out)
     assert summary["outcome"] in ("failed", "aborted"), err
-    assert {r["rank"]: r["how"] for r in summary["ranks"]}[1] == "killed by signal 9 (SIGKILL)"
+    assert {r["rank"]: r["how"] for r in summary["ranks"]}[1] == "ended by planaria ctl kill"
 
     res = _cli(env, "diagnose", "--json", timeout=30)      # post-mortem, from the log and the summary
     assert res.returncode == 0, res.stderr
     post = json.loads(res.stdout)
     assert [c["rank_list"] for c in post["root_causes"]] == [[1]], post["text"]
-    assert post["root_causes"][0]["reason"].startswith("killed by command (planaria ctl)"), post["text"]
+    assert post["root_causes"][0]["reason"] == "ended by planaria ctl kill", post["text"]
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     assert left == []

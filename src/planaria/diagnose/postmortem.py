@@ -45,7 +45,7 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
                str(ev.get("reason") or "failed"))
         if rank in injected:
             how = f"killed by injection ({injected[rank].get('detail')})"
-        elif rank in by_ctl:
+        elif rank in by_ctl and "planaria ctl" not in how:
             how = f"killed by command (planaria ctl): {how}"
         roots.append({"kind": "no-state", "ranks": rank_ranges([rank]), "rank_list": [rank], "reason": how,
                       "site": ev.get("site"), "op": (ev.get("op") or {}).get("name"),

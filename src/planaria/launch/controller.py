@@ -88,6 +88,7 @@ class Controller:
         self.t0 = time.time() if t0 is None else t0
         self.pid_check = pid_check
         self.fates_dir: Path | None = None     # where rankfate records how each rank's process ended
+        self.ctl_killed: set[int] = set()       # ranks known from their recorder only, killed by planaria ctl
         self.uri: str | None = None
         self.ranks: dict[int, dict[str, Any]] = {}
         self.refused = 0
@@ -667,6 +668,8 @@ class Controller:
             with self._lock:
                 row = self.ranks.get(r)
                 if row is None:           # known from its recorder only, which records how it ends
+                    if action == "kill":
+                        self.ctl_killed.add(r)
                     continue
                 if action == "pause":
                     row["state"] = "paused"

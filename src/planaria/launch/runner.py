@@ -842,6 +842,9 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         _note(out, f"rank(s) {', '.join(map(str, left))} still ran after mpiexec exited: killed")
         for r in left:
             fates[r]["left_running"] = True
+    for r in controller.ctl_killed & set(fates):
+        if fates[r].get("signal") == signal.SIGKILL:
+            fates[r]["ended_by"] = "planaria ctl kill"
     if outcome != "finished":           # what was still running when the launcher ended the job
         if plain_abort is not None:
             running |= {r for r in fates if "end" not in plain_abort[2].get(r, {})}
