@@ -342,7 +342,9 @@ def test_cli_bad_input(tmp_path: Path) -> None:
                        (["--offline", str(tmp_path / "none.state")], "no such state file"),
                        (["job-17"], "no job 'job-17'"),
                        ([], "no job under"),
-                       (["job-17", "--offline", str(bad)], "not both")):
+                       (["job-17", "--offline", str(bad)], "not both"),
+                       (["--offline", str(bad), "--dot", str(tmp_path / "no-dir" / "t.dot")], "does not exist"),
+                       (["--offline", str(bad), "--dot", str(tmp_path)], "is a directory")):
         res = _cli(*args, home=tmp_path / "home")
         assert res.returncode == 2 and res.stdout == ""
         assert res.stderr.count("\n") == 1 and res.stderr.startswith("planaria diagnose: ") and text in res.stderr
