@@ -170,8 +170,10 @@ def rank_main(args: argparse.Namespace) -> None:
 def run_checkpoint_bench(ranks: int = 8, sizes_mb: list[float] | tuple[float, ...] = (2, 32, 256),
                          stores: list[str] | tuple[str, ...] = STORES, backend: str = "ulfm",
                          reps: int = 3, warmup: int = 2, group_size: int = 4, lost: int = 1, timeout: float = 3600.0,
-                         scratch: str | None = None, cold: bool = False) -> dict[str, Any]:
-    """Run one job of ``ranks`` ranks; returns the rows (one per store and size) and the goal checks."""
+                         scratch: str | None = None, cold: bool = False, progress: Any = None) -> dict[str, Any]:
+    """Run one job of ``ranks`` ranks; returns the rows (one per store and size) and the goal checks.
+
+    ``progress`` (a callable) is told what the job runs once the arguments have been checked."""
     if backend not in ("ulfm", "sim"):
         raise ValueError(f"backend must be ulfm or sim, not {backend!r}")
     if int(ranks) < 2:
@@ -183,6 +185,9 @@ def run_checkpoint_bench(ranks: int = 8, sizes_mb: list[float] | tuple[float, ..
     sizes = [float(s) for s in sizes_mb]
     if not sizes or any(s <= 0 for s in sizes):
         raise ValueError("sizes must be > 0 MB")
+    if progress:
+        progress(f"checkpoint: {ranks} ranks, {','.join(f'{x:g}' for x in sizes)} MB/rank, {','.join(stores)}, "
+                 f"{backend}")
     args = ["--backend", backend, "--sizes", ",".join(f"{s:g}" for s in sizes),
             "--stores", ",".join(stores), "--reps", str(reps), "--warmup", str(warmup), "--group-size", str(group_size),
             "--lost", str(lost)] + (["--cold"] if cold else [])
@@ -276,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_checkpoint_bench(args.ranks, _sizes(args.sizes), [s for s in args.stores.split(",") if s],
                                     args.backend, reps=args.reps, warmup=args.warmup,
                                     group_size=args.group_size, lost=args.lost, timeout=args.timeout,
-                                    cold=args.cold)
+                                    cold=args.cold, progress=_launch.progress_printer(args.json))
     return _launch.run_and_show("checkpoint", compute, show, args.json)
 
 

@@ -95,11 +95,9 @@ def checkpoint(
         except ValueError:
             raise ValueError(f"bad size list {sizes!r} (expected MB per rank, e.g. 2,32,256)") from None
         store_list = [s for s in stores.replace(" ", "").split(",") if s]
-        if not json_out:
-            print(f"checkpoint: {ranks} ranks, {sizes} MB/rank, {','.join(store_list)}, {backend}",
-                  file=sys.stderr, flush=True)
+        from planaria.bench._launch import progress_printer
         return cb.run_checkpoint_bench(ranks, size_list, store_list, backend, reps=reps, warmup=warmup,
-                                         timeout=timeout, cold=cold)
+                                         timeout=timeout, cold=cold, progress=progress_printer(json_out))
     raise typer.Exit(run_and_show("checkpoint", compute, cb.show, json_out))
 
 
