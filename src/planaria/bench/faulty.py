@@ -16,8 +16,24 @@ def ready(rank: int) -> None:
     print(f"READY {rank}", flush=True)
 
 
+def plain() -> None:
+    """A plain mpi4py program, without planaria's runtime: rank 2 loops outside MPI while the
+    others wait for it in a barrier (diagnosed from the ranks' stacks alone)."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    comm.Barrier()
+    ready(comm.rank)
+    if comm.rank == 2:
+        x = 1
+        while True: x = (x * 7 + 3) % 1000003  # noqa: E701  SITE:plain
+    comm.Barrier()  # SITE:plain-barrier
+
+
 def main(case: str) -> None:
     """Run scenario ``case`` in this rank (never returns normally for the hanging ones)."""
+    if case == "plain":
+        plain()
+        return
     comm = pl.world()
     rank, size = comm.rank, comm.size
     buf = np.zeros(8)

@@ -3,7 +3,8 @@
 Each case (``planaria.bench.faulty``) puts one fault into a 4-rank job: a rank killed while the
 others are in a collective, an unmatched receive, a rank spinning in a compute loop, a message
 dropped by injection, a slow rank (delayed messages), repeated I/O errors on the ranks of one
-host. The driver waits until the job has reached the faulty state, lets the run-time detection
+host; and, outside the default set, a rank holding the GIL and a plain mpi4py program without
+planaria's runtime (``plain``). The driver waits until the job has reached the faulty state, lets the run-time detection
 work for a few seconds, then asks for a global diagnosis (``planaria diagnose``; for the killed
 rank, after the job has ended, from its event log) and checks that the report names the faulty
 rank(s) and the call site. Every wait is bounded. Reported times: from the fault being in place
@@ -48,6 +49,7 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("slow", (2,), "slow", ("delay:src=2,dst=0,p=1,ms=120",), settle=3.0, words=("slow messages",)),
     Case("ioerr", (2, 3), "ioerr", ("ioerror:rank=2+3,iter=5",), words=("i/o",)),
     Case("gil", (2,), "gil", words=("gil",)),
+    Case("plain", (2,), "plain", words=("not in an mpi call", "mpi_barrier")),
 )}
 DEFAULT_CASES = ("killcoll", "unmatched", "spin", "drop", "slow", "ioerr")
 

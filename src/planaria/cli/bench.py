@@ -247,7 +247,9 @@ def diagnose(
 @app.command("localize")
 def localize(
     cases: str = typer.Option("killcoll,unmatched,spin,drop,slow,ioerr", "--cases",
-                              help="Scenarios, comma-separated: killcoll, unmatched, spin, drop, slow, ioerr."),
+                              help="Scenarios, comma-separated: killcoll, unmatched, spin, drop, slow, ioerr; "
+                                   "also gil (a rank holding the GIL) and plain (a program without "
+                                   "planaria's runtime)."),
     backend: str = typer.Option("ulfm", "--backend", help="ulfm (mpiexec --with-ft ulfm) or sim."),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Runs per scenario."),
     timeout: float = typer.Option(90.0, "--timeout", help="Seconds allowed per job."),
