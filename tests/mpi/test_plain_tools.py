@@ -81,3 +81,21 @@ def test_ps_diagnose_and_ctl_on_a_plain_program(tmp_path):
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     assert left == []
+
+
+@pytest.mark.timeout(90)
+def test_timed_kills_of_the_plan_reach_a_plain_program(tmp_path):
+    env = root_env()
+    env["PLANARIA_HOME"] = str(tmp_path)
+    res = _cli(env, "run", "-n", "3", "--timeout", "40", "--json", "--default-handler", "none",
+               "--inject", "kill:rank=1,time=3", "--inject", "hang:rank=2,iter=4",
+               "--", "python", str(SCRIPT), "sleep", timeout=80)
+    assert res.returncode == 128 + signal.SIGKILL, res.stderr
+    assert "these faults are not applied (they act inside a rank): hang:rank=2,iter=4" in res.stderr
+    how = {r["rank"]: (r["how"], r["t"]) for r in json.loads(res.stdout)["ranks"]}
+    assert how[1][0] == "injected kill at t=3.00s (sent by the launcher)", how
+    assert 3 <= how[1][1] < 6, how
+    assert how[0][0] == how[2][0] == "exit 0"
+    post = json.loads(_cli(env, "diagnose", "--json", timeout=30).stdout)
+    assert [c["rank_list"] for c in post["root_causes"]] == [[1]], post["text"]
+    assert post["root_causes"][0]["reason"].startswith("killed by injection (injected kill at t=3.00s"), post["text"]

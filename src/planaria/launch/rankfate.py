@@ -222,6 +222,8 @@ class FailureWatch:
 
 def describe(rec: dict[str, Any]) -> str:
     """``exit 3``, ``killed by signal 9 (SIGKILL)``, ``still running after mpiexec exited ...``."""
+    if rec.get("injected"):
+        return str(rec["injected"])
     if rec.get("ended_by"):
         return f"ended by {rec['ended_by']}"
     if "signal" in rec:
@@ -263,24 +265,24 @@ def _ppid_of(pid: int) -> int | None:
         return None
 
 
-def kill_leftovers(fates: dict[int, dict[str, Any]]) -> list[int]:
-    """SIGKILL the commands still running under a recorder of this machine; return their ranks.
+def kill_command(rec: dict[str, Any]) -> bool:
+    """SIGKILL the command of ``rec`` while it still runs as its recorder's child (a reused pid is
+    left alone); True when the signal was sent."""
+    if "end" in rec:
+        return False
+    pid, shim = rec.get("pid"), rec.get("shim")
+    if not isinstance(pid, int) or not isinstance(shim, int) or _ppid_of(pid) != shim:
+        return False
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
-    A pid is only signalled while it is still the recorder's child (so a reused pid is left alone).
-    """
-    killed = []
-    for r, rec in sorted(fates.items()):
-        if "end" in rec:
-            continue
-        pid, shim = rec.get("pid"), rec.get("shim")
-        if not isinstance(pid, int) or not isinstance(shim, int) or _ppid_of(pid) != shim:
-            continue
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed.append(r)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return killed
+
+def kill_leftovers(fates: dict[int, dict[str, Any]]) -> list[int]:
+    """SIGKILL the commands still running under a recorder of this machine; return their ranks."""
+    return [r for r, rec in sorted(fates.items()) if kill_command(rec)]
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from planaria.launch import rankfate, sessiondirs, shmfiles
+from planaria.launch.plaininject import PlainKills
 from planaria.launch.controller import Controller
 from planaria.launch.jobdir import JobDir, _jsonable
 from planaria.launch.mpiexec import (
@@ -790,12 +791,25 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     plain_watch = (rankfate.FailureWatch(fates_dir) if opts.rank_fates and opts.default_handler == "abort"
                    else None)
     plain_abort: tuple[int, dict[str, Any], dict[int, dict[str, Any]]] | None = None
+    # nor an injector: the launcher sends the plan's timed kills itself
+    plain_kills = PlainKills(inject, total, fates_dir) if opts.rank_fates and inject else None
+    injected: dict[int, str] = {}
     while True:
         try:
             mpiexec_rc = proc.wait(0.1)
             break
         except subprocess.TimeoutExpired:
             pass
+        if plain_kills is not None:
+            for r, why in plain_kills.check(time.time(), lambda: bool(controller.pids())):
+                injected[r] = why
+                _note(out, f"rank {r}: {why}")
+                jobdir.append_events([{"type": "inject", "rank": r, "kind": "kill", "detail": why,
+                                       "t": time.time(), "by": "launcher"}])
+            if plain_kills.decided and plain_kills.unsupported:
+                _note(out, f"no rank uses planaria's runtime, so these faults are not applied (they act "
+                           f"inside a rank): {'; '.join(plain_kills.unsupported)}")
+                plain_kills.unsupported = []
         if plain_watch is not None:
             plain_abort = plain_watch.check(time.time(), lambda: bool(controller.pids()))
             if plain_abort is not None:
@@ -842,6 +856,9 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         _note(out, f"rank(s) {', '.join(map(str, left))} still ran after mpiexec exited: killed")
         for r in left:
             fates[r]["left_running"] = True
+    for r, why in injected.items():
+        if r in fates and fates[r].get("signal") == signal.SIGKILL:
+            fates[r]["injected"] = why
     for r in controller.ctl_killed & set(fates):
         if fates[r].get("signal") == signal.SIGKILL:
             fates[r]["ended_by"] = "planaria ctl kill"

@@ -3,6 +3,7 @@
   abort    rank 0 calls MPI_Abort(5) while rank 1 sleeps (with ULFM, mpiexec then leaves rank 1 running)
   hang     rank 1 SIGKILLs itself, rank 0 sleeps 60 s (as if waiting for it)
   stuck    rank 1 sleeps 60 s outside MPI while the other ranks wait for it in a barrier
+  sleep    every rank sleeps 6 s, then exits 0 (without MPI_Finalize)
 """
 import os
 import signal
@@ -27,6 +28,9 @@ elif sys.argv[1] == "stuck":
     if rank == 1:
         time.sleep(60)  # STUCK_LINE
     comm.Barrier()
+elif sys.argv[1] == "sleep":
+    time.sleep(6)
+    os._exit(0)
 elif sys.argv[1] == "abort":
     if rank == 0:
         time.sleep(0.3)
