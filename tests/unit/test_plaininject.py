@@ -46,3 +46,13 @@ def test_nothing_is_sent_while_the_runtime_may_apply_the_plan(tmp_path, ranks):
     missing = PlainKills("kill:rank=1,time=0.5", 3, tmp_path)  # a third rank has not started yet
     assert missing.check(time.time(), lambda: False) == []
     assert all(kid.poll() is None for kid in ranks)
+
+
+@pytest.mark.timeout(30)
+def test_a_rank_on_another_host_is_named_not_signalled(tmp_path, ranks):
+    rec = json.loads((tmp_path / "1.json").read_text())
+    (tmp_path / "1.json").write_text(json.dumps(dict(rec, host="elsewhere")))
+    kills = PlainKills("kill:rank=1,time=0.5", 2, tmp_path)
+    assert kills.check(time.time(), lambda: False) == []
+    assert [r for r, _ in kills.missed] == [1] and "runs on elsewhere" in kills.missed[0][1]
+    assert ranks[1].poll() is None

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from planaria.launch import rankfate
 
@@ -34,6 +33,7 @@ class PlainKills:
                             and not (isinstance(f, Kill) and f.time is not None and f.phase is None)]
         self.decided: bool | None = None        # None: not known yet; True: plain; False: runtime in use
         self.t0: float | None = None
+        self.missed: list[tuple[int, str]] = []  # (rank, why) of kills that could not be sent
 
     def check(self, now: float, runtime_in_use: Callable[[], bool]) -> list[tuple[int, str]]:
         """Send the kills that are due; return ``(rank, reason)`` for each one sent."""
@@ -61,11 +61,10 @@ class PlainKills:
             late = now - (self.t0 + t)
             reason = why + (f" (sent by the launcher {late:.2f} s late: the program was seen to run without "
                             "planaria's runtime only then)" if late > 0.5 else " (sent by the launcher)")
-            if _kill(fates.get(r)):
+            rec = fates.get(r)
+            if rec is not None and rec.get("host") != os.uname().nodename:
+                self.missed.append((r, f"{why} not sent: the rank runs on {rec.get('host')}, and the launcher "
+                                       "can signal only its own machine's processes"))
+            elif rec is not None and rankfate.kill_command(rec):
                 sent.append((r, reason))
         return sent
-
-
-def _kill(rec: dict[str, Any] | None) -> bool:
-    """SIGKILL a rank's command on this machine (only there are the recorder's pids meaningful)."""
-    return rec is not None and rec.get("host") == os.uname().nodename and rankfate.kill_command(rec)

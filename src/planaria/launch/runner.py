@@ -806,6 +806,9 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
                 _note(out, f"rank {r}: {why}")
                 jobdir.append_events([{"type": "inject", "rank": r, "kind": "kill", "detail": why,
                                        "t": time.time(), "by": "launcher"}])
+            for r, why in plain_kills.missed:
+                _note(out, f"rank {r}: {why}")
+            plain_kills.missed = []
             if plain_kills.decided and plain_kills.unsupported:
                 _note(out, f"no rank uses planaria's runtime, so these faults are not applied (they act "
                            f"inside a rank): {'; '.join(plain_kills.unsupported)}")
