@@ -51,6 +51,8 @@ def test_ps_diagnose_and_ctl_on_a_plain_program(tmp_path):
         assert [r["rank"] for r in rows] == [0, 1, 2], rows
         assert all(r["runtime"] is False for r in rows)
         time.sleep(1.0)                         # ranks 0 and 2 are in the barrier by now
+        res = _cli(env, "event", "latest", "USER+1", timeout=20)
+        assert res.returncode == 0 and "no handler runs" in res.stdout, res.stdout + res.stderr
 
         res = _cli(env, "diagnose", "--json", timeout=90)
         assert res.returncode == 0, res.stderr

@@ -153,7 +153,8 @@ def event(
     if json_out:
         _print_json(reply)
     else:
-        print(f"event {reply.get('event')} sent")
+        none = " (no rank of the job runs planaria's runtime, so no handler runs)" if reply.get("agents") == 0 else ""
+        print(f"event {reply.get('event')} sent{none}")
 
 
 def publish(

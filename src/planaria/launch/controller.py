@@ -589,6 +589,8 @@ class Controller:
                                 "rank" if isinstance(msg.get("rank"), int) else "tool", t=msg.get("t"),
                                 source_host=msg.get("source_host"), cache=bool(msg.get("cache", True)))
                 reply["event"] = ev["id"]
+                with self._lock:     # ranks with an agent that handles events (none in a plain program)
+                    reply["agents"] = sum(1 for v in self.ranks.values() if v["state"] in REACHABLE)
             if mid is None and isinstance(msg.get("rank"), int):
                 reply = None                 # a rank's notify is fire-and-forget
         elif mtype == "ctl":
