@@ -89,11 +89,15 @@ def test_ps_diagnose_and_ctl_on_a_plain_program(tmp_path):
 def test_timed_kills_of_the_plan_reach_a_plain_program(tmp_path):
     env = root_env()
     env["PLANARIA_HOME"] = str(tmp_path)
+    plan = ["--inject", "kill:rank=1,time=3", "--inject", "hang:rank=2,iter=4"]
+    res = _cli(env, "run", "-n", "3", "--timeout", "40", "--json", *plan, "--", "python", str(SCRIPT), "sleep",
+               timeout=80)
+    assert res.returncode == 0, res.stderr                      # no injector in the ranks: nothing happened
+    assert "--inject had no effect: no rank used planaria's runtime" in res.stderr
     res = _cli(env, "run", "-n", "3", "--timeout", "40", "--json", "--default-handler", "none",
-               "--inject", "kill:rank=1,time=3", "--inject", "hang:rank=2,iter=4",
-               "--", "python", str(SCRIPT), "sleep", timeout=80)
+               "--launcher-kills", *plan, "--", "python", str(SCRIPT), "sleep", timeout=80)
     assert res.returncode == 128 + signal.SIGKILL, res.stderr
-    assert "these faults are not applied (they act inside a rank): hang:rank=2,iter=4" in res.stderr
+    assert "these faults need planaria's runtime in the ranks: hang:rank=2,iter=4" in res.stderr
     how = {r["rank"]: (r["how"], r["t"]) for r in json.loads(res.stdout)["ranks"]}
     assert how[1][0] == "injected kill at t=3.00s (sent by the launcher)", how
     assert 3 <= how[1][1] < 6, how

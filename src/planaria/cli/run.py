@@ -28,6 +28,7 @@ def run(
     detect: bool = typer.Option(True, "--detect/--no-detect", help="Run-time error detection in every rank: message timers, ping/status/vote probes, incidents in the job directory."),
     detect_timeouts: Optional[str] = typer.Option(None, "--detect-timeouts", help="Message timer thresholds in seconds, e.g. p2p=10,coll=20,remote=1.5,slow=0.25,probe=3 (see docs/localize.md)."),
     diagnose_on_timeout: bool = typer.Option(True, "--diagnose-on-timeout/--no-diagnose-on-timeout", help="Before a --timeout kill or a default-handler abort, collect every rank's state and write a diagnosis."),
+    launcher_kills: bool = typer.Option(False, "--launcher-kills", help="The launcher sends the --inject plan's timed kills (kill:rank=R,time=T, random kills) itself, through the recorders' pids: for a program without planaria's runtime, whose ranks have no injector. Time counts from when every rank had started."),
     rank_fates: bool = typer.Option(True, "--rank-fates/--no-rank-fates", help="Start every rank under a small recorder process that notes how it ended (exit code or signal) and ends what outlives mpiexec: with ULFM, mpiexec exits 0 when ranks are killed. --no-rank-fates where remote hosts lack this Python installation."),
     default_handler: str = typer.Option("abort", "--default-handler", help="What the ranks' default event handler does with a process-failure event no other handler completed: abort (end the job cleanly, exit 1; for a program without planaria's runtime, the launcher ends the job when a rank dies, with that rank's status) or none (as plain ULFM; see docs/events.md)."),
 ) -> None:
@@ -71,7 +72,7 @@ def run(
                       mpiexec_args=list(mpiexec_arg), control=control, restart=restart,
                       reinject=reinject, netns=netns, detect=detect, detect_timeouts=detect_timeouts,
                       diagnose_on_timeout=diagnose_on_timeout, default_handler=default_handler,
-                      rank_fates=rank_fates)
+                      rank_fates=rank_fates, launcher_kills=launcher_kills)
     raise typer.Exit(run_job(opts))
 
 

@@ -76,6 +76,7 @@ class RunOptions:
     diagnose_on_timeout: bool = True   # collect and analyze the global state before a --timeout kill
     default_handler: str = "abort"     # what the ranks' default event handler does with a fault: abort | none
     rank_fates: bool = True     # run every rank under planaria.launch.rankfate (how it ended, no orphans)
+    launcher_kills: bool = False   # the launcher sends the plan's timed kills (programs without the runtime)
     on_jobdir: Callable[[Path], None] | None = None   # told the job directory once it exists
 
 
@@ -553,6 +554,9 @@ def run_job(opts: RunOptions) -> int:
     if opts.backend not in BACKENDS:
         _err(f"unknown backend {opts.backend!r} (choose ulfm, sim or auto)", opts.prog)
         return EXIT_USAGE
+    if opts.launcher_kills and not opts.rank_fates:
+        _err("--launcher-kills needs the rank recorder (leave out --no-rank-fates)", opts.prog)
+        return EXIT_USAGE
     if opts.netns and (opts.hosts or opts.launch_prefix or opts.ssh_agent):
         _err("--netns cannot be combined with --hosts (it sets the hosts and how to reach them)", opts.prog)
         return EXIT_USAGE
@@ -791,8 +795,12 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     plain_watch = (rankfate.FailureWatch(fates_dir) if opts.rank_fates and opts.default_handler == "abort"
                    else None)
     plain_abort: tuple[int, dict[str, Any], dict[int, dict[str, Any]]] | None = None
-    # nor an injector: the launcher sends the plan's timed kills itself
-    plain_kills = PlainKills(inject, total, fates_dir) if opts.rank_fates and inject else None
+    # nor an injector: on request the launcher sends the plan's timed kills itself
+    plain_kills = PlainKills(inject, total, fates_dir) if opts.rank_fates and inject and opts.launcher_kills \
+        else None
+    if plain_kills is not None and plain_kills.unsupported:
+        _note(out, f"--launcher-kills sends only timed kills; these faults need planaria's runtime in the "
+                   f"ranks: {'; '.join(plain_kills.unsupported)}")
     injected: dict[int, str] = {}
     while True:
         try:
@@ -801,7 +809,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         except subprocess.TimeoutExpired:
             pass
         if plain_kills is not None:
-            for r, why in plain_kills.check(time.time(), lambda: bool(controller.pids())):
+            for r, why in plain_kills.check(time.time()):
                 injected[r] = why
                 _note(out, f"rank {r}: {why}")
                 jobdir.append_events([{"type": "inject", "rank": r, "kind": "kill", "detail": why,
@@ -809,10 +817,6 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
             for r, why in plain_kills.missed:
                 _note(out, f"rank {r}: {why}")
             plain_kills.missed = []
-            if plain_kills.decided and plain_kills.unsupported:
-                _note(out, f"no rank uses planaria's runtime, so these faults are not applied (they act "
-                           f"inside a rank): {'; '.join(plain_kills.unsupported)}")
-                plain_kills.unsupported = []
         if plain_watch is not None:
             plain_abort = plain_watch.check(time.time(), lambda: bool(controller.pids()))
             if plain_abort is not None:
@@ -884,6 +888,9 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         controller.sweep()
     controller.sweep(final=True, final_ok=final_ok, fates=fates)
     table = controller.table()
+    if inject and not opts.launcher_kills and fates and not table:
+        _note(out, "--inject had no effect: no rank used planaria's runtime (planaria.world()); with "
+                   "--launcher-kills the launcher sends the plan's timed kills")
     if outcome == "aborted" and controller.abort_request is not None:
         for info in table.values():      # ranks the abort took down, not failures of their own
             if info["state"] == "lost" and (info.get("fail_time") or 0) >= controller.abort_request["t"]:
