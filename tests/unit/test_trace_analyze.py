@@ -156,7 +156,7 @@ def test_perfetto_export_has_cfs_and_flows(tmp_path):
     starts = {e["id"] for e in ev if e["ph"] == "s"}
     assert starts and starts == {e["id"] for e in ev if e["ph"] == "f"}
     assert sum(1 for e in ev if e["ph"] == "i" and e["name"].startswith("unfinished")) == 2
-    for bad, why in ((tmp_path, "is a directory"), (tmp_path / "no-dir" / "t.json", "no such directory")):
+    for bad, why in ((tmp_path, "is a directory"), (tmp_path / "no-dir" / "t.json", "does not exist")):
         res = subprocess.run([sys.executable, "-m", "planaria.cli.main", "trace", "export", str(tmp_path),
                               "--out", str(bad)], capture_output=True, text=True, timeout=60)
         assert res.returncode == 2 and res.stderr.count("\n") == 1 and why in res.stderr, res.stderr

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,7 +72,8 @@ def demo(
         typer.echo(f"planaria demo: unknown --when-exhausted {when_exhausted!r} (expected stop or continue)",
                    err=True)
         raise typer.Exit(2)
-    problem = _plot_problem(plot) if plot is not None else None
+    from planaria.launch.fsutil import output_problem
+    problem = output_problem(plot) if plot is not None else None
     if problem:
         typer.echo(f"planaria demo: --plot {plot}: {problem}", err=True)
         raise typer.Exit(2)
@@ -105,18 +105,6 @@ def demo(
         raise typer.Exit(3)
     ok = report.get("bit_identical") is True and code == 0
     raise typer.Exit(0 if ok else (code or 1))
-
-
-def _plot_problem(plot: Path) -> str | None:
-    """Why the plot could not be written there, checked before the job runs; None when it can."""
-    if plot.is_dir():
-        return "is a directory"
-    parent = plot.parent
-    if not parent.is_dir():
-        return f"directory {parent} does not exist"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"directory {parent} is not writable"
-    return None
 
 
 def _report(jobdir: Path) -> dict[str, Any] | None:

@@ -48,8 +48,9 @@ def diagnose(
     Exit status: 0 a report was produced (see its verdict), 1 the job did not answer,
     2 bad arguments or an unusable state file.
     """
-    if dot is not None and (dot.is_dir() or not dot.parent.is_dir()):
-        why = "is a directory" if dot.is_dir() else f"directory {dot.parent} does not exist"
+    from planaria.launch.fsutil import output_problem
+    why = output_problem(dot) if dot is not None else None
+    if why:
         print(f"planaria diagnose: --dot {dot}: {why}", file=sys.stderr)
         raise typer.Exit(2)
     if offline is not None:

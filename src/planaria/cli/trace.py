@@ -78,9 +78,10 @@ def export(
         raise typer.Exit(2)
     for p in problems:
         print(f"planaria trace export: warning: {p}", file=sys.stderr)
-    if not out.parent.is_dir() or out.is_dir():
-        why = f"{out}: is a directory" if out.is_dir() else f"{out.parent}: no such directory"
-        print(f"planaria trace export: {why}", file=sys.stderr)
+    from planaria.launch.fsutil import output_problem
+    why = output_problem(out)
+    if why:
+        print(f"planaria trace export: --out {out}: {why}", file=sys.stderr)
         raise typer.Exit(2)
     doc = to_chrome(recs)
     atomic_write(out, json.dumps(doc))

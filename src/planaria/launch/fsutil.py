@@ -38,3 +38,16 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
             os.close(dfd)
     except OSError:
         pass
+
+
+def output_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``atomic_write`` could not write ``path`` (a directory, a missing or read-only
+    directory), checked before work whose result would be lost; None when it can."""
+    p = Path(path)
+    if p.is_dir():
+        return "is a directory"
+    if not p.parent.is_dir():
+        return f"directory {p.parent} does not exist"
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        return f"directory {p.parent} is not writable"
+    return None

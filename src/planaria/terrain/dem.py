@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from planaria.launch.fsutil import atomic_write, fsync_dir
+from planaria.launch.fsutil import atomic_write, fsync_dir, output_problem
 
 _TIFF = (".tif", ".tiff")
 
@@ -93,12 +93,9 @@ def check_output(path: str | os.PathLike[str]) -> Path:
     ext = p.suffix.lower()
     if ext not in (".npy", ".npz", *_TIFF):
         raise _bad(p, f"unsupported DEM format {ext or '(no extension)'!r} (use .npy, .npz, .tif)")
-    if p.is_dir():
-        raise _bad(p, "is a directory")
-    if not p.parent.is_dir():
-        raise _bad(p, f"directory {p.parent} does not exist")
-    if not os.access(p.parent, os.W_OK | os.X_OK):
-        raise _bad(p, f"directory {p.parent} is not writable")
+    problem = output_problem(p)
+    if problem:
+        raise _bad(p, problem)
     return p
 
 
