@@ -870,8 +870,6 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         if fates[r].get("signal") == signal.SIGKILL:
             fates[r]["ended_by"] = "planaria ctl kill"
     if outcome != "finished":           # what was still running when the launcher ended the job
-        if plain_abort is not None:
-            running |= {r for r in fates if "end" not in plain_abort[2].get(r, {})}
         ender = {"timeout": f"the launcher at the timeout ({opts.timeout:g} s)", "interrupted": "Ctrl-C",
                  "aborted": "the job abort (default handler)"}[outcome]
         for r in running & set(fates):
