@@ -165,6 +165,8 @@ def test_tools_against_a_running_job_and_refusals(tmp_path):
         assert _cli(tmp_path, "log", "latest", "tool note", "--field", "k=1").returncode == 0
         sent = json.loads(_cli(tmp_path, "event", "latest", "USER+5", "--info", "a=1", "--json").stdout)
         assert sent["event"] >= 1
+        wrong = _cli(tmp_path, "event", "latest", "USER+5", "--range", "custom", "--ranks", "7")
+        assert wrong.returncode == 2 and "rank 7 is not in job" in wrong.stderr, wrong.stderr
         assert _cli(tmp_path, "ctl", "latest", "pause", "--ranks", "2").returncode == 0
         rows = json.loads(_cli(tmp_path, "ps", "latest", "--json").stdout)["ranks"]
         assert [r["state"] for r in rows] == ["running", "running", "paused"]

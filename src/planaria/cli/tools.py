@@ -148,6 +148,14 @@ def event(
         _fail("event", str(exc), 2)
     aff = _ranks("event", affected) or []
     jd = _job("event", job)
+    try:
+        manifest = jd.manifest()
+        size = int(manifest.get("nranks") or 0) + int(manifest.get("spares") or 0)
+    except (OSError, ValueError, TypeError):
+        size = 0                                  # unknown: the controller decides
+    outside = sorted(r for r in (_ranks("event", ranks) or []) + aff if size and not 0 <= r < size)
+    if outside:
+        _fail("event", f"rank {outside[0]} is not in job {jd.id} (ranks 0-{size - 1})", 2)
     reply = _call("event", jd, {"type": "notify", "code": c, "range": rng.to_wire(), "info": data,
                                 "affected": aff, "t": time.time()}, timeout)
     if json_out:
