@@ -83,6 +83,30 @@ def test_balancer_spreads_cfs_created_on_one_rank(tmp_path):
     assert {r["threads"] for r in recs if r["k"] == "run"} == {1}
 
 
+@pytest.mark.timeout(90)
+def test_idle_ranks_sleep_until_rung_and_polling_still_works(tmp_path):
+    # one CF of 1 s on rank 0: the other ranks wait. With the doorbell they sleep until a message
+    # or the 20 ms fallback; polling MPI every 0.5 ms cost about 0.1-0.2 s of CPU per idle second
+    res = mpiexec(4, [PROG, "idle", str(tmp_path / "bell")], ft=True, env=ENV, timeout=45)
+    assert res.code == 0, res.err[-2000:]
+    st = _status(res.out)
+    assert {r["status"] for r in st.values()} == {"finished"} and len(st) == 4
+    # CPU seconds and wall seconds of each rank's fr.run (a rank that started late waits less)
+    cpu = {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
+           for m in re.finditer(r"CPU (\d+) ([\d.]+) ([\d.]+)", res.out)}
+    assert sorted(cpu) == [0, 1, 2, 3] and cpu[0][1] >= 1.0
+    assert all(cpu[r][1] >= 0.5 and cpu[r][0] < 0.06 * cpu[r][1] for r in (1, 2, 3)), cpu
+    assert {r["wakeups"] for r in read_traces(tmp_path / "bell") if r["k"] == "run"} == {"doorbell"}
+    # PLANARIA_FRAGMENT_WAKEUPS=poll: the loop polls MPI as it would without a doorbell, and
+    # CFs still find their inputs across ranks
+    res = mpiexec(3, [PROG, "spread", str(tmp_path / "poll")], ft=True,
+                  env={**ENV, "PLANARIA_FRAGMENT_WAKEUPS": "poll"}, timeout=45)
+    assert res.code == 0, res.err[-2000:]
+    assert {r["status"] for r in _status(res.out).values()} == {"finished"}
+    assert re.search(r"RESULT 572 on 2 inputs from \[0, 1, 2\]", res.out)
+    assert {r["wakeups"] for r in read_traces(tmp_path / "poll") if r["k"] == "run"} == {"poll"}
+
+
 @pytest.mark.timeout(60)
 def test_a_run_shorter_than_the_link_probe_ends_cleanly(tmp_path):
     # the balancer measures its links while the run goes on; a program that is over at once must

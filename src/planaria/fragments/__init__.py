@@ -56,7 +56,8 @@ def run(main: Code, *args: Any, comm: Any = "auto", threads: int | None = None,
     one quiet round, workers + 1 token visits) or "paper" (after 2 x workers visits, LuNA's
     threshold). Defaults come from PLANARIA_FRAGMENT_THREADS,
     PLANARIA_TRACE_DIR / PLANARIA_JOB_DIR, PLANARIA_TRACE (0 = off), PLANARIA_TRACE_FLUSH_BYTES,
-    PLANARIA_BALANCER (1 = on), PLANARIA_FRAGMENT_TIMEOUT, PLANARIA_TERMINATION. With ``report`` rank 0 prints the
+    PLANARIA_BALANCER (1 = on), PLANARIA_FRAGMENT_TIMEOUT, PLANARIA_TERMINATION; PLANARIA_FRAGMENT_WAKEUPS=poll makes
+    idle ranks poll MPI instead of sleeping until rung (``doorbell.py``). With ``report`` rank 0 prints the
     analyzer's report when the run did not finish cleanly.
     """
     if not isinstance(main, Code) or main.kind != "sub":

@@ -4,7 +4,8 @@ One thread per rank (the loop) owns all MPI traffic and the CF tables; a pool of
 worker threads runs CF bodies. DF values live at a *home* rank (hash of the DF id): writers
 send ``put``, readers send ``get`` (answered once the value exists) and cache the value.
 A token ring (``termination.py``) ends the run and tells "finished" from "hung"; with a
-balancer (``balancer.py``) the last rank runs the load model instead of CFs.
+balancer (``balancer.py``) the last rank runs the load model instead of CFs. Between turns the
+loop sleeps until a peer or a pool thread rings its doorbell (``doorbell.py``).
 """
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ import time
 import traceback
 import zlib
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from planaria.fragments import interrupt
 from planaria.fragments.balancer import BalancerConfig, LoadModel
+from planaria.fragments.doorbell import Doorbell
 from planaria.fragments.model import (CFSpec, Code, DFRef, FragmentError, Out, SubContext, resolve,
                                       type_ok)
 from planaria.fragments.termination import RingMember, Token
@@ -32,6 +35,7 @@ TAG = 7301
 PING_TAG = 7302
 _WORK = frozenset({"put", "get", "val", "cf", "del"})
 _PING_SIZES = (8, 1 << 14, 1 << 18)
+_RUNG_TRIES = 3        # probes after a ring: the ringing message is usually matched by the second
 
 
 @dataclass
@@ -116,7 +120,9 @@ class Executor:
         self.running = 0
         self.sent = self.recvd = 0
         self.done = self.errors = 0
-        self.outbox: list[Any] = []
+        self.outbox: list[tuple[Any, int]] = []        # sends not complete yet, with their destination
+        self.ready_notes: list[tuple[str, str, int, float]] = []   # (CF, group, input bytes, priority) for the balancer
+        self.bell = Doorbell(self.rank, self.size) if comm is not None else Doorbell(0, 1)
         self.ring = RingMember(self.rank, self.nworkers, rule=termination)
         self.token: Token | None = Token.start(self.nworkers) if self.rank == 0 else None
         self.verdict: str | None = None
@@ -144,10 +150,32 @@ class Executor:
         if dest == self.rank:
             self.handle(msg)
             return
-        self.outbox.append(self.comm.isend(msg, dest, TAG))
+        self.post(self.comm.isend(msg, dest, TAG), dest)
 
-    def poll(self) -> bool:
-        """Receive and handle every pending message; reap finished sends. True if anything came."""
+    def post(self, req: Any, dest: int) -> None:
+        """After an ``isend`` to ``dest``: ring its doorbell; keep the request if it is not complete."""
+        self.bell.ring(dest)
+        if not req.Test():
+            self.outbox.append((req, dest))
+
+    def reap(self) -> None:
+        """Drop completed sends; ring again for each that completed late (it may have reached the
+        receiver only now, after the first ring)."""
+        if not self.outbox:
+            return
+        keep = []
+        for req, dest in self.outbox:
+            if req.Test():
+                self.bell.ring(dest)
+            else:
+                keep.append((req, dest))
+        self.outbox = keep
+
+    def poll(self, tries: int = 1) -> bool:
+        """Receive and handle every pending message; reap finished sends. True if anything came.
+
+        ``tries``: probes that may come back empty before giving up. After a ring the message is
+        often matched only by the second probe (the first one's progress call pulls it in)."""
         if self.comm is None or self.size == 1:
             return False
         got = False
@@ -155,12 +183,14 @@ class Executor:
             req = self.comm.irecv(tag=TAG)
             done, msg = req.test()
             if not done:
-                break
+                tries -= 1
+                if tries <= 0:
+                    break
+                continue
             got = True
             self.handle(msg)
         self.echo_pings()
-        if self.outbox:
-            self.outbox = [r for r in self.outbox if not r.Test()]
+        self.reap()
         return got
 
     def echo_pings(self) -> None:
@@ -169,7 +199,7 @@ class Executor:
             done, payload = self.comm.irecv(self.brank, PING_TAG).test()
             if not done:
                 return
-            self.outbox.append(self.comm.isend(payload, self.brank, PING_TAG))
+            self.post(self.comm.isend(payload, self.brank, PING_TAG), self.brank)
             self.pings_left -= 1
 
     def finish_probe(self, probe: _LinkProbe | None = None) -> None:
@@ -272,7 +302,14 @@ class Executor:
         self.ring.touch()
         if self.brank is not None:
             size = sum(_sizeof(self.values.get(r.id)) for r in st.spec.input_refs())
-            self.send(self.brank, ("ready", self.rank, st.spec.id, st.spec.group, size, st.spec.prio))
+            self.ready_notes.append((st.spec.id, st.spec.group, size, st.spec.prio))
+
+    def flush_ready(self) -> None:
+        """Tell the balancer, in one message, every CF that became ready since the last flush: it then
+        chooses among all of them by weight and priority instead of moving the first one it hears of."""
+        if self.ready_notes:
+            notes, self.ready_notes = self.ready_notes, []
+            self.send(self.brank, ("ready", self.rank, notes))
 
     def move_out(self, dest: int, ids: list[str], count: int | None = None) -> None:
         """Balancer order: ship ``count`` of these CFs (all by default), the first ones still ready here,
@@ -362,16 +399,21 @@ class Executor:
                 with ctx:
                     code.fn(**args)
                 result = ("sub", ctx.spawned, ctx.declared)
-            self.completions.put((spec.id, (result, t0, time.time())))
+            self._completed(spec.id, (result, t0, time.time()))
         except _Failure as f:
-            self.completions.put((spec.id, (("error", f.rec), t0, time.time())))
+            self._completed(spec.id, (("error", f.rec), t0, time.time()))
         except BaseException as e:  # the user's code failed: record where, keep the runtime going
             tb = traceback.extract_tb(e.__traceback__)
             where = tb[-1] if tb else None
-            self.completions.put((spec.id, (("error", {
+            self._completed(spec.id, (("error", {
                 "k": "error", "kind": "exception", "cf": spec.id, "exc": type(e).__name__, "message": str(e),
                 "file": where.filename if where else None, "line": where.lineno if where else None,
-                "traceback": "".join(traceback.format_exception(e))[-2000:]}), t0, time.time())))
+                "traceback": "".join(traceback.format_exception(e))[-2000:]}), t0, time.time()))
+
+    def _completed(self, cf_id: str, payload: Any) -> None:
+        """In a pool thread: hand the finished CF to the loop and wake it."""
+        self.completions.put((cf_id, payload))
+        self.bell.ring_self()
 
     def finish(self, cf_id: str, payload: Any) -> None:
         (result, t0, t1) = payload
@@ -421,8 +463,10 @@ class Executor:
         self.site = site or (main.file, main.line)
         self.rec({"k": "run", "t": self.t0, "rank": self.rank, "size": self.size, "workers": self.nworkers,
                   "balancer": self.brank, "threads": self.threads, "termination": self.ring.rule,
+                  "wakeups": "doorbell" if self.bell.armed else "poll",
                   "pid": os.getpid(), "argv": sys.argv})
         self.signals.install()
+        self.bell.wake_on_signals()
         try:
             try:
                 if self.is_balancer:
@@ -446,6 +490,7 @@ class Executor:
             raise
         finally:
             self.signals.close()
+            self.bell.close()
 
     def abort(self, why: dict[str, Any], status: str, **extra: Any) -> None:
         """The run ends early: an ``abort`` record, the unfinished CFs, an ``exit`` record; the trace is closed."""
@@ -477,9 +522,11 @@ class Executor:
                 self.spawn(root)
             deadline = self.t0 + self.timeout if self.timeout else None
             idle_since: float | None = None
+            rung = False
             while self.verdict is None:
                 self.signals.check()
-                busy = self.poll()
+                busy = self.poll(_RUNG_TRIES if rung else 1)
+                rung = False
                 while True:
                     try:
                         cf, payload = self.completions.get_nowait()
@@ -493,6 +540,7 @@ class Executor:
                     if st is not None and st.state == "ready":
                         self.start(st)
                         busy = True
+                self.flush_ready()
                 if deadline is not None and time.time() > deadline:
                     self.stop_all("timeout")
                     break
@@ -520,6 +568,9 @@ class Executor:
                             self.send(self.ring.next(), ("tok", tok))
                     continue
                 if not busy:
+                    if self.bell.armed:     # until a message, a finished CF, or the fallback poll
+                        rung = self.bell.wait(self.bell.short if self.outbox else None)
+                        continue
                     try:
                         cf, payload = self.completions.get(timeout=0.0005 if self.size > 1 else 0.05)
                         self.finish(cf, payload)
@@ -540,46 +591,55 @@ class Executor:
     # -- balancer rank -----------------------------------------------------------------------
     def start_link_probe(self) -> _LinkProbe | None:
         """Balancer: ping every worker while the run goes on; the answers come from the workers' loops."""
-        return _LinkProbe(self.comm, self.nworkers) if self.is_balancer else None
+        return _LinkProbe(self.comm, self.nworkers, self.bell.ring) if self.is_balancer else None
 
     def balance(self) -> str:
         model = LoadModel(self.nworkers, self.bconf, slots=self.threads)   # free transfers until the links are measured
         deadline = self.t0 + self.timeout if self.timeout else None
         self._model = model
         probe = self.start_link_probe()
+        rung = False
         while self.verdict is None:
             self.signals.check()
-            got = False
-            while True:
+            got = news = False
+            tries = _RUNG_TRIES if rung else 1
+            while True:          # take every message there is, then plan once on all that news
                 req = self.comm.irecv(tag=TAG)
                 done, msg = req.test()
                 if not done:
-                    break
+                    tries -= 1
+                    if tries <= 0:
+                        break
+                    continue
                 got = True
                 kind = msg[0]
                 if kind == "ready":
-                    model.ready(msg[1], msg[2], msg[3], msg[4], msg[5])
+                    for cf, group, size, prio in msg[2]:
+                        model.ready(msg[1], cf, group, size, prio)
                 elif kind == "done":
                     model.done(msg[1], msg[2], msg[3], msg[4])
                 elif kind == "moved":
                     model.shipped(msg[1], msg[2], msg[5], msg[3], msg[4])
                 elif kind == "stop":
                     self.verdict = msg[1]
-                if kind in ("ready", "done", "moved"):
-                    for src, dst, ids in model.plan():
-                        alt = model.alternates(src, ids)
-                        self.rec({"k": "plan", "src": src, "dst": dst, "cfs": ids, "alternates": alt,
-                                  "t": time.time()})
-                        self.outbox.append(self.comm.isend(("move", dst, ids + alt, len(ids)), src, TAG))
+                news = news or kind in ("ready", "done", "moved")
+            if news:
+                for src, dst, ids in model.plan():
+                    alt = model.alternates(src, ids)
+                    self.rec({"k": "plan", "src": src, "dst": dst, "cfs": ids, "alternates": alt,
+                              "t": time.time()})
+                    self.post(self.comm.isend(("move", dst, ids + alt, len(ids)), src, TAG), src)
             if probe is not None and probe.step():
                 self.links_measured(model, probe)
                 probe = None
-            if self.outbox:
-                self.outbox = [r for r in self.outbox if not r.Test()]
+            self.reap()
             if deadline is not None and time.time() > deadline + 5:
                 self.verdict = "timeout"
             if not got:
-                time.sleep(0.0002)
+                if self.bell.armed and probe is None and not self.outbox:
+                    rung = self.bell.wait()
+                else:
+                    rung = self.bell.wait(0.0002)
         if probe is not None:          # the run ended before the probe did
             self.finish_probe(probe)
             self.links_measured(model, probe)
@@ -626,8 +686,8 @@ class _LinkProbe:
     free transfers; CFs start meanwhile instead of waiting for the slowest rank to arrive.
     """
 
-    def __init__(self, comm: Any, workers: int) -> None:
-        self.comm, self.workers = comm, workers
+    def __init__(self, comm: Any, workers: int, ring: Callable[[int], None] = lambda _w: None) -> None:
+        self.comm, self.workers, self.ring = comm, workers, ring
         self.rtts: list[list[float]] = [[] for _ in range(workers)]
         self.round = -1
         self.sends: list[Any] = []
@@ -639,6 +699,8 @@ class _LinkProbe:
         self.pending = {w: self.comm.irecv(w, PING_TAG) for w in range(self.workers)}
         self.t = time.perf_counter()
         self.sends += [self.comm.isend(payload, w, PING_TAG) for w in range(self.workers)]
+        for w in range(self.workers):
+            self.ring(w)
 
     def step(self) -> bool:
         """Collect the replies that came; start the next round when this one is complete. True when done."""
@@ -669,8 +731,7 @@ def _drain_only(ex: Executor) -> None:
         done, _msg = req.test()
         if not done:
             break
-    if ex.outbox:
-        ex.outbox = [r for r in ex.outbox if not r.Test()]
+    ex.reap()
 
 
 def _refs(a: Any) -> list[DFRef]:

@@ -127,7 +127,8 @@ class _RuntimeWatch:
 class _Output:
     """Streams mpiexec's output to our terminal, re-tagged, and mirrors it to output.log."""
 
-    def __init__(self, jobdir: JobDir, json_mode: bool) -> None:
+    def __init__(self, jobdir: JobDir, json_mode: bool, prog: str = "planaria run") -> None:
+        self.prog = prog               # names the command in the launcher's own lines
         self._log = open(jobdir.output_path, "a", encoding="utf-8", errors="replace")
         self._lock = threading.Lock()
         self._json = json_mode
@@ -602,7 +603,7 @@ def run_job(opts: RunOptions) -> int:
     if opts.on_jobdir is not None:
         opts.on_jobdir(jobdir.path)
     deadline = None if opts.timeout is None else t0 + opts.timeout
-    out = _Output(jobdir, opts.json)
+    out = _Output(jobdir, opts.json, opts.prog)
     interrupted = threading.Event()
     old_handler = old_usr1 = None
     if threading.current_thread() is threading.main_thread():
@@ -705,7 +706,7 @@ def _diagnose_now(controller: Controller, out: _Output, why: str) -> None:
 
 def _note(out: _Output, msg: str) -> None:
     """A launcher line on stderr, also kept in output.log."""
-    out.write(f"planaria run: {msg}", sys.stderr)
+    out.write(f"{out.prog}: {msg}", sys.stderr)
 
 
 def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0: float,

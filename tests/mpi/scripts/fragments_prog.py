@@ -1,5 +1,5 @@
 """Fragmented programs on real ranks: placement, DFs fetched across ranks, hangs, the balancer, a killed rank,
-a job ended by a signal while a CF spins.
+a job ended by a signal while a CF spins, ranks idle while one CF runs.
 
     mpiexec -n 4 python fragments_prog.py MODE TRACE_DIR
 """
@@ -83,6 +83,11 @@ def kill_main(k: int):
     die(fr.df("never"), z[0]).at(1)
 
 
+@fr.sub
+def idle_main(seconds: float):
+    work(fr.df("w"), seconds).at(0)                # every other rank has nothing to do meanwhile
+
+
 @fr.atomic
 def spin(out: fr.Name, v: int):
     import planaria as pl
@@ -119,5 +124,9 @@ if __name__ == "__main__":
         res = fr.run(kill_main, 6, trace_dir=trace_dir, flush_bytes=1, timeout=30)
     elif mode == "spin":                           # default flush threshold: nothing is flushed before the signal
         res = fr.run(spin_main, 6, trace_dir=trace_dir, timeout=60)
+    elif mode == "idle":                           # the CPU a rank burns while it waits
+        c0, w0 = time.process_time(), time.monotonic()
+        res = fr.run(idle_main, 1.0, trace_dir=trace_dir, threads=1, timeout=30)
+        print(f"CPU {comm.rank} {time.process_time() - c0:.4f} {time.monotonic() - w0:.3f}", flush=True)
     print(f"STATUS {comm.rank} {res.status} done={res.cfs_done} unfinished={res.unfinished} "
           f"moves={res.balancer_moves} local_done={res.local['done']} elapsed={time.time() - t:.2f}", flush=True)
