@@ -79,3 +79,17 @@ def test_postmortem_takes_plain_ranks_from_the_summary_and_names_ctl_kills():
         ([1], "killed by command (planaria ctl): killed by signal 9 (SIGKILL)"), ([2], "exit 3")]
     assert "from its event log and summary" in rep["text"]
     assert postmortem.postmortem(events, "j")["root_causes"] == []
+
+
+def test_postmortem_counts_ranks_the_job_abort_ended_as_consequences():
+    rows = [{"rank": 0, "state": "lost", "how": "ended by the job abort (default handler)",
+             "ended_by": "the job abort (default handler)"},
+            {"rank": 1, "state": "lost", "how": "ended by planaria ctl kill", "t": 4.3},
+            {"rank": 2, "state": "lost", "how": "ended by the job abort (default handler)"}]   # an older summary
+    rep = postmortem.postmortem([], "j", summary=rows)
+    assert [(c["rank_list"], c["reason"]) for c in rep["root_causes"]] == [([1], "ended by planaria ctl kill")]
+    assert sorted(rep["consequences"]) == ["0", "2"]
+    assert "ranks 0,2 were ended by the job abort (default handler) after rank(s) 1 had failed" in rep["text"]
+    # nothing else failed: the ranks the abort ended are what there is to report
+    alone = postmortem.postmortem([], "j", summary=[rows[0], rows[2]])
+    assert [c["rank_list"] for c in alone["root_causes"]] == [[0], [2]]

@@ -5,7 +5,8 @@ launcher recorded: ``fail`` reports (with the rank's call site, the operation it
 the failure it had seen, when detection was on), ``lost`` ranks (killed without a word),
 injected faults and the incidents of the localization service. The root causes are the
 failed or lost ranks whose failure no other failure explains; a rank that failed because it
-saw another rank fail (an uncaught ``ProcFailedError`` naming it) is a consequence.
+saw another rank fail (an uncaught ``ProcFailedError`` naming it) is a consequence, and so is a
+rank the launcher's job abort ended after another rank had failed.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
     for row in summary or []:
         r = row.get("rank")
         if isinstance(r, int) and r not in first and row.get("state") in ("failed", "lost"):
-            first[r] = {"type": "summary", "rank": r, "reason": row.get("how") or row["state"], "t": row.get("t")}
+            first[r] = {"type": "summary", "rank": r, "reason": row.get("how") or row["state"], "t": row.get("t"),
+                        "ended_by": row.get("ended_by") or _ended_by(str(row.get("how") or ""))}
     by_ctl = {r for e in events if e.get("type") == "ctl" and e.get("action") == "kill" for r in e.get("ranks") or ()}
     injected = {e.get("rank"): e for e in events if e.get("type") == "inject" and e.get("kind") == "kill"}
     incidents = [dict(e["incident"], by=e.get("by")) for e in events
@@ -50,9 +52,24 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         roots.append({"kind": "no-state", "ranks": rank_ranges([rank]), "rank_list": [rank], "reason": how,
                       "site": ev.get("site"), "op": (ev.get("op") or {}).get("name"),
                       "step": ev.get("step"), "t": ev.get("t")})
+    # ranks the job abort took down are not failures of their own when some other rank failed
+    aborted = [rc for rc in roots if str(first[rc["rank_list"][0]].get("ended_by") or "").startswith(_ABORT)]
+    others = [rc["rank_list"][0] for rc in roots if rc not in aborted]
+    abort_note: str | None = None
+    if aborted and others:
+        roots = [rc for rc in roots if rc not in aborted]
+        gone = [rc["rank_list"][0] for rc in aborted]
+        for r in gone:
+            consequences[r] = {"blames": others, "op": None, "comm": None, "site": None, "by": "job abort"}
+        abort_note = (f"ranks {rank_ranges(gone)} were ended by the job abort (default handler) after "
+                      f"rank(s) {rank_ranges(others)} had failed")
     evidence: list[str] = []
+    if abort_note:
+        evidence.append(abort_note)
     by_site: dict[tuple, list[int]] = {}
     for rank, c in sorted(consequences.items()):
+        if c.get("by") == "job abort":
+            continue
         by_site.setdefault((c["op"], c["comm"], c["site"], tuple(c["blames"])), []).append(rank)
     for (op, comm, site, blames), ranks in by_site.items():
         evidence.append(f"ranks {rank_ranges(ranks)} failed in {op} on {comm} at {site}: "
@@ -72,3 +89,11 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         lines.append(f"  {line}")
     return {"verdict": verdict, "root_causes": roots, "consequences": {str(k): v for k, v in consequences.items()},
             "evidence": evidence, "text": "\n".join(lines) + "\n", "postmortem": True}
+
+
+_ABORT = "the job abort"
+
+
+def _ended_by(how: str) -> str | None:
+    """Who ended a rank, from a summary row's ``how`` written before rows carried ``ended_by``."""
+    return how[len("ended by "):] if how.startswith("ended by the job abort") else None

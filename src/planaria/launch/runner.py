@@ -241,7 +241,7 @@ def fate_table(fates: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     rows: dict[int, dict[str, Any]] = {}
     for r, rec in fates.items():
         row: dict[str, Any] = {"rank": r, "host": rec.get("host"), "pid": rec.get("pid"),
-                               "reason": rankfate.describe(rec)}
+                               "reason": rankfate.describe(rec), "ended_by": rec.get("ended_by")}
         if "exit_code" in rec:
             row.update(state="finished", exit_code=rec["exit_code"], end_time=rec.get("end"))
         else:
@@ -269,7 +269,7 @@ def build_summary(jobdir: JobDir, opts: RunOptions, table: dict[int, dict[str, A
             "rank": r, "host": info.get("host"), "pid": info.get("pid"), "role": info.get("role"),
             "state": info["state"], "step": info.get("step"), "exit_code": info.get("exit_code"),
             "t": round(when - t0, 3) if when else None, "how": _how(info),
-            "injected": info.get("injected"),
+            "injected": info.get("injected"), "ended_by": info.get("ended_by"),
         })
     out = {
         "job": jobdir.id, "jobdir": str(jobdir.path), "status": status, "outcome": outcome,
