@@ -20,7 +20,7 @@ import time
 import traceback
 import zlib
 from dataclasses import dataclass, field
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from planaria.fragments import interrupt
@@ -171,22 +171,25 @@ class Executor:
                 keep.append((req, dest))
         self.outbox = keep
 
-    def poll(self, tries: int = 1) -> bool:
-        """Receive and handle every pending message; reap finished sends. True if anything came.
+    def incoming(self, tries: int = 1) -> Iterator[tuple[Any, ...]]:
+        """Every runtime message pending now. ``tries``: probes that may come back empty before giving
+        up; after a ring the message is often matched only by the second probe (the first one's
+        progress call pulls it in)."""
+        while True:
+            done, msg = self.comm.irecv(tag=TAG).test()
+            if done:
+                yield msg
+                continue
+            tries -= 1
+            if tries <= 0:
+                return
 
-        ``tries``: probes that may come back empty before giving up. After a ring the message is
-        often matched only by the second probe (the first one's progress call pulls it in)."""
+    def poll(self, tries: int = 1) -> bool:
+        """Receive and handle every pending message; reap finished sends. True if anything came."""
         if self.comm is None or self.size == 1:
             return False
         got = False
-        while True:
-            req = self.comm.irecv(tag=TAG)
-            done, msg = req.test()
-            if not done:
-                tries -= 1
-                if tries <= 0:
-                    break
-                continue
+        for msg in self.incoming(tries):
             got = True
             self.handle(msg)
         self.echo_pings()
@@ -603,15 +606,7 @@ class Executor:
         while self.verdict is None:
             self.signals.check()
             got = news = False
-            tries = _RUNG_TRIES if rung else 1
-            while True:          # take every message there is, then plan once on all that news
-                req = self.comm.irecv(tag=TAG)
-                done, msg = req.test()
-                if not done:
-                    tries -= 1
-                    if tries <= 0:
-                        break
-                    continue
+            for msg in self.incoming(_RUNG_TRIES if rung else 1):   # every message, then one plan
                 got = True
                 kind = msg[0]
                 if kind == "ready":
@@ -727,11 +722,8 @@ class _LinkProbe:
 
 def _drain_only(ex: Executor) -> None:
     """Receive and drop messages after the stop (the program is over); reap sends."""
-    while True:
-        req = ex.comm.irecv(tag=TAG)
-        done, _msg = req.test()
-        if not done:
-            break
+    for _msg in ex.incoming():
+        pass
     ex.reap()
 
 
