@@ -122,7 +122,7 @@ class Executor:
         self.done = self.errors = 0
         self.outbox: list[tuple[Any, int]] = []        # sends not complete yet, with their destination
         self.ready_notes: list[tuple[str, str, int, float]] = []   # (CF, group, input bytes, priority) for the balancer
-        self.bell = Doorbell(self.rank, self.size) if comm is not None else Doorbell(0, 1)
+        self.bell = Doorbell(self.rank, self.size)         # one process (size 1): no bell
         self.ring = RingMember(self.rank, self.nworkers, rule=termination)
         self.token: Token | None = Token.start(self.nworkers) if self.rank == 0 else None
         self.verdict: str | None = None
