@@ -34,6 +34,8 @@ def test_dfs_fetched_across_ranks(tmp_path):
     st = _status(res.out)
     assert sorted(st) == [0, 1, 2] and {r["status"] for r in st.values()} == {"finished"}
     assert all(int(r["local_done"]) > 0 for r in st.values())          # every rank ran CFs
+    # the closing drain took exactly the runtime messages the other ranks counted as sent to each
+    assert all(r["unmatched"] == "0" for r in st.values())
     # b[i] = a[i]^2 + a[i+1] with a[i] = i set on rank i % 3 and read on rank (i + 1) % 3
     assert re.search(r"RESULT 572 on 2 inputs from \[0, 1, 2\]", res.out)
     recs = read_traces(tmp_path)
@@ -73,6 +75,7 @@ def test_balancer_spreads_cfs_created_on_one_rank(tmp_path):
     done = [int(st[r]["local_done"]) for r in range(3)]
     assert int(st[3]["local_done"]) == 0                # rank 3 is the balancer
     assert sum(done) == 25 and sum(1 for d in done if d > 0) == 3
+    assert all(r["unmatched"] == "0" for r in st.values())   # balancer messages and moved CFs included
     # serial work is 6 x 0.2 + 18 x 0.05 = 2.1 s, all created on worker 0
     assert float(st[0]["elapsed"]) < 0.75 * 2.1
     (job,) = list((tmp_path / "jobs").iterdir())
@@ -116,6 +119,7 @@ def test_a_run_shorter_than_the_link_probe_ends_cleanly(tmp_path):
     st = _status(res.out)
     assert sorted(st) == list(range(6)) and {r["status"] for r in st.values()} == {"finished"}
     assert {int(r["done"]) for r in st.values()} == {1}                 # the root CF, nothing else
+    assert all(r["unmatched"] == "0" for r in st.values())
     (links,) = [r for r in read_traces(tmp_path) if r["k"] == "links"]
     assert len(links["bandwidth"]) == 5 and all(b > 0 and b != float("inf") for b in links["bandwidth"])
 

@@ -304,3 +304,46 @@ def test_a_priority_must_be_a_number(tmp_path):
     assert res.status == "failed" and res.errors == 1 and ORDER == []
     errs = [r for r in read_traces(tmp_path) if "not a number" in json.dumps(r)]
     assert errs, "the failed CF's record names the bad priority"
+
+
+@fr.atomic
+def three(out: fr.Name, a: int, b: int = 2):
+    out.set(a + b)
+
+
+@fr.atomic
+def keyword_only(out: fr.Name, *, a: int):
+    out.set(a)
+
+
+def test_arguments_bind_by_the_signature_rules():
+    # a positional call that fills every parameter binds by position; anything else by inspect's rules
+    assert three.bind((1, 2, 3), {}) == {"out": 1, "a": 2, "b": 3}
+    assert three.bind((1, 2), {}) == {"out": 1, "a": 2}                  # the default applies at the call
+    assert three.bind((1,), {"b": 5, "a": 4}) == {"out": 1, "a": 4, "b": 5}
+    assert keyword_only.bind((1,), {"a": 2}) == {"out": 1, "a": 2}
+    for args, kwargs in (((1, 2, 3, 4), {}), ((1,), {}), ((1, 2, 3), {"a": 1})):
+        with pytest.raises(fr.FragmentError, match="three"):
+            three.bind(args, kwargs)
+    with pytest.raises(fr.FragmentError, match="keyword_only"):
+        keyword_only.bind((1, 2), {})
+
+
+@fr.sub
+def sites_main():
+    x = fr.df("x")
+    for i in range(3):
+        three(x[i], i).at(0)   # a loop: one call site
+    three(x[3], 3, 4)
+
+
+def test_each_cf_names_its_own_call_site(tmp_path):
+    res = fr.run(sites_main, comm=None, threads=1, trace_dir=str(tmp_path))
+    assert res.status == "finished"
+    cfs = [r for r in read_traces(tmp_path) if r["k"] == "cf" and r["code"].endswith("three")]
+    by_line = {}
+    for r in cfs:
+        by_line.setdefault(r["line"], []).append(r["expr"])
+    (loop, n_loop), (last, n_last) = sorted((line, len(e)) for line, e in by_line.items())
+    assert (n_loop, n_last, last) == (3, 1, loop + 1)
+    assert by_line[loop] == ["three(x[i], i)"] * 3 and by_line[last] == ["three(x[3], 3, 4)"]

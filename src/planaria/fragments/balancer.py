@@ -74,6 +74,7 @@ class LoadModel:
         self.where: dict[str, int] = {}
         self._seq = 0
         self.moves = 0
+        self._wmemo: dict[tuple[int, str], float] = {}     # weights until the next "done" (a plan asks often)
 
     # -- messages --------------------------------------------------------------------------
     def ready(self, worker: int, cf: str, group: str, size: int = 0, prio: float = 0.0) -> None:
@@ -85,6 +86,7 @@ class LoadModel:
         self.where[cf] = worker
 
     def done(self, worker: int, cf: str, group: str, duration: float) -> None:
+        self._wmemo.clear()
         w = self.where.pop(cf, worker)
         self.jobs[w].pop(cf, None)
         self.jobs[worker].pop(cf, None)             # where it ran, whatever the model believed
@@ -109,6 +111,13 @@ class LoadModel:
     # -- weights -----------------------------------------------------------------------------
     def weight(self, worker: int, group: str) -> float:
         """Mean duration of the group's finished CFs, else of every CF finished on ``worker``, else overall, else 1.0."""
+        key = (worker, group)
+        w = self._wmemo.get(key)
+        if w is None:
+            w = self._wmemo[key] = self._weight(worker, group)
+        return w
+
+    def _weight(self, worker: int, group: str) -> float:
         gs = sum(d[group][0] for d in self.done_group if group in d)
         gc = sum(d[group][1] for d in self.done_group if group in d)
         if gc:

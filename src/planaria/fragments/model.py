@@ -9,10 +9,12 @@ that is a DF (or an expression over DFs) is an input, awaited and replaced by it
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import linecache
 import operator
+import re
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -145,6 +147,8 @@ class Code:
         except Exception:  # an annotation that does not evaluate here: keep the strings
             self.sig = inspect.signature(fn)
         self.params = list(self.sig.parameters)
+        # all plain parameters: positional calls bind by zip, without inspect's general (slower) rules
+        self._zip_bind = all(v.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for v in self.sig.parameters.values())
         self.names = {p for p, v in self.sig.parameters.items()
                       if v.annotation is Name or (isinstance(v.annotation, str)
                                                   and v.annotation.split(".")[-1] == "Name")}
@@ -167,6 +171,8 @@ class Code:
         return ctx.spawn(self, args, kwargs, frame.f_code.co_filename, frame.f_lineno)
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self._zip_bind and not kwargs and len(args) == len(self.params):
+            return dict(zip(self.params, args))
         try:
             return dict(self.sig.bind(*args, **kwargs).arguments)
         except TypeError as e:
@@ -302,6 +308,9 @@ def current() -> SubContext | None:
     return getattr(_tls, "ctx", None)
 
 
+_RECOMMENDATION = re.compile(r"\.(at|delete)\([^()]*(\([^()]*\)[^()]*)*\)$")
+
+
 def source_line(file: str, line: int) -> str:
     """The stripped source text at file:line (the CF's expression)."""
     text = linecache.getline(file, line).strip()
@@ -317,12 +326,19 @@ def source_line(file: str, line: int) -> str:
             pass
     text = text.rstrip(";")
     # the CF's expression without its recommendations (``f(x).at(2).delete(x)`` -> ``f(x)``)
-    import re
     while True:
-        m = re.search(r"\.(at|delete)\([^()]*(\([^()]*\)[^()]*)*\)$", text)
+        m = _RECOMMENDATION.search(text)
         if not m:
             return text
         text = text[:m.start()]
+
+
+@functools.lru_cache(maxsize=4096)
+def _call_frame(code: Code, file: str, line: int) -> dict[str, Any]:
+    """The call-history entry of a call site, built once per site (a loop spawns from one line many
+    times); the entries are shared and never modified."""
+    return Frame(source_line(file, line) or f"{code.qualname}(...)", file, line, code.signature,
+                 code.file, code.line).as_dict()
 
 
 class SubContext:
@@ -351,8 +367,7 @@ class SubContext:
 
     def spawn(self, code: Code, args: tuple[Any, ...], kwargs: dict[str, Any], file: str, line: int) -> CFSpec:
         bound = code.bind(args, kwargs)
-        own = Frame(source_line(file, line) or f"{code.qualname}(...)", file, line, code.signature,
-                    code.file, code.line).as_dict()
+        own = _call_frame(code, file, line)
         spec = CFSpec(self._ids(), code, bound, self.cf.stack + [own], self.cf.id,
                       f"{code.qualname}@{file}:{line}")
         self.spawned.append(spec)

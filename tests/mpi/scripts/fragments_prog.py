@@ -129,4 +129,5 @@ if __name__ == "__main__":
         res = fr.run(idle_main, 1.0, trace_dir=trace_dir, threads=1, timeout=30)
         print(f"CPU {comm.rank} {time.process_time() - c0:.4f} {time.monotonic() - w0:.3f}", flush=True)
     print(f"STATUS {comm.rank} {res.status} done={res.cfs_done} unfinished={res.unfinished} "
-          f"moves={res.balancer_moves} local_done={res.local['done']} elapsed={time.time() - t:.2f}", flush=True)
+          f"moves={res.balancer_moves} local_done={res.local['done']} unmatched={res.local['unmatched']} "
+          f"elapsed={time.time() - t:.2f}", flush=True)
