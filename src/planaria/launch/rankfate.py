@@ -200,8 +200,8 @@ class FailureWatch:
         self._next = 0.0
         self._since: float | None = None
 
-    def check(self, now: float, runtime_in_use: Callable[[], bool]) -> tuple[int, dict[str, Any], dict[int, dict[str, Any]]] | None:
-        """``(rank, its record, all records)`` when the launcher should end the job, else None."""
+    def check(self, now: float, runtime_in_use: Callable[[], bool]) -> tuple[int, dict[str, Any]] | None:
+        """``(rank, its record)`` of the failed rank when the launcher should end the job, else None."""
         if now < self._next:
             return None
         self._next = now + self.interval
@@ -217,7 +217,7 @@ class FailureWatch:
             self._since = now
         if now - self._since < self.grace:
             return None
-        return bad[0], bad[1], fates
+        return bad[0], bad[1]
 
 
 def describe(rec: dict[str, Any]) -> str:

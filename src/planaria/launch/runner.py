@@ -795,7 +795,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     # a program without planaria's runtime has no default event handler: the launcher is it
     plain_watch = (rankfate.FailureWatch(fates_dir) if opts.rank_fates and opts.default_handler == "abort"
                    else None)
-    plain_abort: tuple[int, dict[str, Any], dict[int, dict[str, Any]]] | None = None
+    plain_abort: tuple[int, dict[str, Any]] | None = None
     # nor an injector: on request the launcher sends the plan's timed kills itself
     plain_kills = PlainKills(inject, total, fates_dir) if opts.rank_fates and inject and opts.launcher_kills \
         else None
