@@ -243,11 +243,8 @@ class Executor:
         elif kind == "val":
             _, d, v = msg
             self.arrive(d, v)
-        elif kind == "cf":
-            _, spec, vals, why = msg
-            for d, v in vals.items():
-                self.values[d] = v
-            self.add(spec, moved=(why == "move"))
+        elif kind == "cf":          # a CF placed here by its spawner (``.at``)
+            self.add(msg[1])
         elif kind == "cfs":         # CFs the balancer moved here, with their input values
             for spec, vals in msg[1]:
                 self.values.update(vals)
@@ -381,7 +378,7 @@ class Executor:
         if dest == self.rank:
             self.add(spec)
         else:
-            self.send(dest, ("cf", spec, {}, "place"))
+            self.send(dest, ("cf", spec))
 
     def start(self, st: _CF) -> None:
         spec = st.spec
@@ -701,6 +698,7 @@ class Executor:
             if time.time() > t_end:
                 return False
             self.bell.wait(self.bell.short)
+
     def conclude(self, status: str) -> RunResult:
         """Dump unfinished CFs with the DFs they await, flush the trace, agree on the totals."""
         unfinished = self.dump_unfinished()
@@ -737,8 +735,9 @@ class _LinkProbe:
     Latency is half the round trip of the 8-byte ping; bandwidth comes from the extra round-trip
     time of the 64 KiB one (workers answer every ping with one byte: the probe's traffic comes at
     the start of the run, when the ranks need their cores to get the first CFs going). Workers
-    answer from their loop, so a round trip includes a worker's reaction time, as a move's does. Until the last round is back the balancer plans with
-    free transfers; CFs start meanwhile instead of waiting for the slowest rank to arrive.
+    answer from their loop, so a round trip includes a worker's reaction time, as a move's does.
+    Until the last round is back the balancer plans with free transfers; CFs start meanwhile
+    instead of waiting for the slowest rank to arrive.
     """
 
     def __init__(self, comm: Any, workers: int, ring: Callable[[int], None] = lambda _w: None) -> None:
@@ -777,8 +776,6 @@ class _LinkProbe:
         bw = [_PING_SIZES[-1] / max(r[-1] - r[0], 1e-9) if len(r) == len(_PING_SIZES) else float("inf")
               for w, r in enumerate(self.rtts)]
         return lat, bw
-
-
 
 
 def _refs(a: Any) -> list[DFRef]:
