@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from planaria.fragments import interrupt
 from planaria.fragments.balancer import BalancerConfig, LoadModel
 from planaria.fragments.doorbell import Doorbell
@@ -710,16 +712,19 @@ class Executor:
         if self.tw is not None:
             self.tw.close()       # before the collective: rank 0 may read every trace right after it
         if self.comm is not None and self.size > 1:
-            # every rank's loop has ended, so each has sent all it will: the gathered counts say how
-            # many runtime messages are still to be taken here (the collective does not match them)
-            gathered = self.comm.allgather((local, self.msgs_to))
-            alls = [g[0] for g in gathered]
-            expected = sum(g[1][self.rank] for g in gathered)
+            # every rank's loop has ended, so each has sent all it will: one sum gives the totals and,
+            # per rank, how many runtime messages are still to be taken there (the collective does
+            # not match them); a buffer sum, not an object gather, as it ends every run
+            keys = list(local)
+            mine = np.array([local[k] for k in keys] + self.msgs_to, dtype=np.int64)
+            sums = np.empty_like(mine)
+            self.comm.Allreduce(mine, sums)
+            tot = dict(zip(keys, sums[:len(keys)].tolist()))
+            expected = int(sums[len(keys) + self.rank])
             self.drain(expected)
             unmatched = expected - self.msgs_in
         else:
-            alls, unmatched = [local], 0
-        tot = {k: sum(a[k] for a in alls) for k in local}
+            tot, unmatched = dict(local), 0
         # this rank: runtime messages sent to it minus those it took; 0 unless some never came within
         # the drain's bound (an injected loss), or a send path that escaped the count (a bug)
         local["unmatched"] = unmatched
