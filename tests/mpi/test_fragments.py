@@ -111,6 +111,23 @@ def test_idle_ranks_sleep_until_rung_and_polling_still_works(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_two_runs_at_once_on_disjoint_communicators_each_have_their_doorbells(tmp_path):
+    # ranks {0, 2} and {1, 3} run at once on communicators of the same size: their doorbells are
+    # named by world rank, so neither run finds its names taken and falls back to polling
+    res = mpiexec(4, [PROG, "halves", str(tmp_path)], ft=True, env=ENV, timeout=45)
+    assert res.code == 0, res.err[-2000:]
+    st = _status(res.out)
+    assert sorted(st) == [0, 1, 2, 3] and {r["status"] for r in st.values()} == {"finished"}
+    assert all(r["unmatched"] == "0" for r in st.values())
+    # each half's report runs on its worker 1 and read inputs set on its own two world ranks
+    assert sorted(re.findall(r"RESULT 70 on (\d) inputs from \[(\d), (\d)\]", res.out)) == [
+        ("2", "0", "2"), ("3", "1", "3")], res.out
+    for half in ("0", "1"):
+        runs = [r for r in read_traces(tmp_path / half) if r["k"] == "run"]
+        assert len(runs) == 2 and {r["wakeups"] for r in runs} == {"doorbell"}, runs
+
+
+@pytest.mark.timeout(60)
 def test_a_run_shorter_than_the_link_probe_ends_cleanly(tmp_path):
     # the balancer measures its links while the run goes on; a program that is over at once must
     # still match every ping before the closing collective, and five workers must all answer

@@ -21,13 +21,16 @@ import os
 import sys
 from typing import Any
 
+from planaria.fragments import settings
 from planaria.fragments.balancer import BalancerConfig, LoadModel
 from planaria.fragments.executor import Executor, RunResult
 from planaria.fragments.model import (CFSpec, Code, DFRef, Expr, FragmentError, Name, Out, atomic, df, dfs, sub,
                                       workers)
+from planaria.fragments.settings import SettingError
+from planaria.fragments.termination import RULES
 
 __all__ = ["atomic", "sub", "Name", "df", "dfs", "workers", "run", "RunResult", "BalancerConfig", "LoadModel",
-           "Executor", "Code", "CFSpec", "DFRef", "Expr", "Out", "FragmentError", "default_trace_dir"]
+           "Executor", "Code", "CFSpec", "DFRef", "Expr", "Out", "FragmentError", "SettingError", "default_trace_dir"]
 
 
 def _under_mpi() -> bool:
@@ -57,7 +60,8 @@ def run(main: Code, *args: Any, comm: Any = "auto", threads: int | None = None,
     threshold). Defaults come from PLANARIA_FRAGMENT_THREADS,
     PLANARIA_TRACE_DIR / PLANARIA_JOB_DIR, PLANARIA_TRACE (0 = off), PLANARIA_TRACE_FLUSH_BYTES,
     PLANARIA_BALANCER (1 = on), PLANARIA_FRAGMENT_TIMEOUT, PLANARIA_TERMINATION; PLANARIA_FRAGMENT_WAKEUPS=poll makes
-    idle ranks poll MPI instead of sleeping until rung (``doorbell.py``). With ``report`` rank 0 prints the
+    idle ranks poll MPI instead of sleeping until rung (``doorbell.py``). A variable with a value it cannot
+    use raises ``SettingError`` (a ``ValueError``) naming it. With ``report`` rank 0 prints the
     analyzer's report when the run did not finish cleanly.
     """
     if not isinstance(main, Code) or main.kind != "sub":
@@ -69,18 +73,18 @@ def run(main: Code, *args: Any, comm: Any = "auto", threads: int | None = None,
         else:
             comm = None
     env = os.environ
-    threads = threads if threads is not None else int(env.get("PLANARIA_FRAGMENT_THREADS", "2"))
+    threads = threads if threads is not None else settings.number("PLANARIA_FRAGMENT_THREADS", int, 2, minimum=1)
     trace_dir = trace_dir or default_trace_dir()
     if trace is None:
         trace = env.get("PLANARIA_TRACE", "1").strip().lower() not in ("0", "off", "no", "false")
     if flush_bytes is None:
         from planaria.trace.writer import DEFAULT_FLUSH_BYTES
-        flush_bytes = int(env.get("PLANARIA_TRACE_FLUSH_BYTES", DEFAULT_FLUSH_BYTES))
+        flush_bytes = settings.number("PLANARIA_TRACE_FLUSH_BYTES", int, DEFAULT_FLUSH_BYTES, minimum=0)
     if balancer is None and env.get("PLANARIA_BALANCER", "0").strip().lower() in ("1", "on", "yes", "true"):
         balancer = True
-    if timeout is None and env.get("PLANARIA_FRAGMENT_TIMEOUT"):
-        timeout = float(env["PLANARIA_FRAGMENT_TIMEOUT"])
-    termination = termination or env.get("PLANARIA_TERMINATION", "safra")
+    if timeout is None and env.get("PLANARIA_FRAGMENT_TIMEOUT", "").strip():
+        timeout = settings.number("PLANARIA_FRAGMENT_TIMEOUT", float, 0.0, minimum=0.0)
+    termination = termination or settings.choice("PLANARIA_TERMINATION", RULES, "safra")
     ex = Executor(comm, threads=threads, trace_dir=trace_dir, trace=bool(trace), flush_bytes=flush_bytes,
                   balancer=balancer, timeout=timeout, termination=termination)
     caller = sys._getframe(1)

@@ -18,9 +18,10 @@ queued deeper behind a long-running one waits there while other workers go idle.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
+
+from planaria.fragments import settings
 
 
 @dataclass
@@ -43,9 +44,9 @@ class BalancerConfig:
     def from_env(cls) -> BalancerConfig:
         """Read PLANARIA_JOBS_LEFT_THRESHOLD / PLANARIA_JOBS_DIFFERENCE_RATIO (set by the CLI)."""
         d = cls()
-        return cls(int(os.environ.get("PLANARIA_JOBS_LEFT_THRESHOLD", d.jobs_left_threshold)),
-                   float(os.environ.get("PLANARIA_JOBS_DIFFERENCE_RATIO", d.jobs_difference_ratio)),
-                   os.environ.get("PLANARIA_BALANCER_CAP", d.receiver_cap))
+        return cls(settings.number("PLANARIA_JOBS_LEFT_THRESHOLD", int, d.jobs_left_threshold, minimum=0),
+                   settings.number("PLANARIA_JOBS_DIFFERENCE_RATIO", float, d.jobs_difference_ratio, minimum=0.0),
+                   settings.choice("PLANARIA_BALANCER_CAP", ("mean", "donor"), d.receiver_cap))
 
 
 @dataclass

@@ -10,9 +10,10 @@ loop still tests MPI at least every ``fallback`` seconds, so a lost or impossibl
 another host, a peer that has not bound its bell yet) costs latency, never correctness.
 
 Each rank binds a Linux abstract-namespace datagram socket whose name every rank of the run can
-compute (job namespace, run number, communicator size, rank), so no start-up exchange is needed
-and nothing is left on disk by a killed rank. (Ranks that call ``fr.run`` a different number of
-times compute different names: their rings go nowhere and they fall back to polling.) A ring is one ``sendto`` and wakes the receiver
+compute (job namespace and the process's rank in ``COMM_WORLD``, which ``Group.Translate_ranks``
+gives without communication), so no start-up exchange is needed, runs on disjoint communicators
+at once never share a name, and nothing is left on disk by a killed rank. (Without world ranks
+the name falls back to run number, communicator size and rank.) A ring is one ``sendto`` and wakes the receiver
 directly; pyzmq would route each ring through an I/O thread on both sides, two more thread
 hand-offs per message on a machine whose cores are the scarce resource.
 ``PLANARIA_FRAGMENT_WAKEUPS=poll`` turns it off.
@@ -27,6 +28,9 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Sequence
+
+from planaria.fragments import settings
 
 _RUNS = itertools.count()   # fr.run calls in this process: the same on every rank that makes them together
 
@@ -54,7 +58,9 @@ class Doorbell:
     """This rank's bell and the means to ring the others'. ``armed`` is False when it cannot work."""
 
     def __init__(self, rank: int, size: int, short: float = 0.0005, long: float = 0.02,
-                 run: int | None = None) -> None:
+                 run: int | None = None, ids: Sequence[int] | None = None) -> None:
+        """``ids``: each member's rank in ``COMM_WORLD`` (names unique in the job); without them the
+        names come from ``run`` (default: this process's count of runs), ``size`` and the rank."""
         self.rank, self.size = rank, size
         self.short = short
         self.armed = False
@@ -65,22 +71,23 @@ class Doorbell:
         self.fallback = short
         if size < 2:
             return
-        run = next(_RUNS) if run is None else run
-        mode = os.environ.get("PLANARIA_FRAGMENT_WAKEUPS", "doorbell").strip().lower() or "doorbell"
-        if mode not in ("doorbell", "poll"):
-            raise ValueError(f"PLANARIA_FRAGMENT_WAKEUPS must be 'doorbell' or 'poll', not {mode!r}")
+        mode = settings.choice("PLANARIA_FRAGMENT_WAKEUPS", ("doorbell", "poll"), "doorbell")
         ns = _namespace()
         if mode == "poll" or ns is None or not sys.platform.startswith("linux"):
             return
-        key = hashlib.sha1(f"{ns}|{run}|{size}".encode()).hexdigest()[:20]
-        self._names = [f"\0planaria-fr-{key}-{r}" for r in range(size)]
+        if ids is not None and len(ids) == size and all(i >= 0 for i in ids):
+            key, tags = hashlib.sha1(f"{ns}|world".encode()).hexdigest()[:20], [str(i) for i in ids]
+        else:
+            run = next(_RUNS) if run is None else run
+            key, tags = hashlib.sha1(f"{ns}|{run}|{size}".encode()).hexdigest()[:20], [str(r) for r in range(size)]
+        self._names = [f"\0planaria-fr-{key}-{t}" for t in tags]
         try:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             s.setblocking(False)
             s.bind(self._names[rank])
             o = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             o.setblocking(False)
-        except OSError:       # a name taken (two runs of the same size at once) or no AF_UNIX: poll as before
+        except OSError:       # a name taken (two runs at once in one process) or no AF_UNIX: poll as before
             return
         self._in, self._out, self.armed = s, o, True
         # sleep long only when every peer can ring us; a rank on another host never will

@@ -1,5 +1,5 @@
 """Fragmented programs on real ranks: placement, DFs fetched across ranks, hangs, the balancer, a killed rank,
-a job ended by a signal while a CF spins, ranks idle while one CF runs.
+a job ended by a signal while a CF spins, ranks idle while one CF runs, two runs at once.
 
     mpiexec -n 4 python fragments_prog.py MODE TRACE_DIR
 """
@@ -124,6 +124,10 @@ if __name__ == "__main__":
         res = fr.run(kill_main, 6, trace_dir=trace_dir, flush_bytes=1, timeout=30)
     elif mode == "spin":                           # default flush threshold: nothing is flushed before the signal
         res = fr.run(spin_main, 6, trace_dir=trace_dir, timeout=60)
+    elif mode == "halves":                         # two runs at once, on disjoint communicators of one size
+        half = comm.split(comm.rank % 2, comm.rank)
+        res = fr.run(spread_main, 6, comm=half, trace_dir=os.path.join(trace_dir, str(comm.rank % 2)),
+                     threads=2, timeout=30)
     elif mode == "idle":                           # the CPU a rank burns while it waits
         c0, w0 = time.process_time(), time.monotonic()
         res = fr.run(idle_main, 1.0, trace_dir=trace_dir, threads=1, timeout=30)
