@@ -69,7 +69,7 @@ def test_bench_checkpoint_tiny() -> None:
     assert {r["store"] for r in out["rows"]} == {"memory", "xor", "file"}
     for r in out["rows"]:
         assert r["size_mb"] == 0.25 and r["bit_exact"], r
-        for k in ("save_s", "restore_lost_s", "restore_all_s", "memcpy_GBps", "restore_vs_memcpy"):
+        for k in ("save_s", "restore_lost_s", "restore_all_s", "memcpy_GBps", "restore_vs_memcpy", "partner_floor_s"):
             assert r[k] > 0, (k, r)
         assert isinstance(r["restore_goal_met"], bool)
     assert out["goals"] == {}          # the 10x goal is judged at 32 MB only
