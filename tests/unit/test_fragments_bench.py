@@ -4,10 +4,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from planaria.bench.fragments import critical_path, descendants, ideal_makespan, irregular_graph, list_schedule
+from planaria.bench.fragments import (_block, critical_path, descendants, ideal_makespan, irregular_graph,
+                                     list_schedule, matmul_error, matmul_graph)
 
 
 @given(st.integers(1, 200), st.integers(1, 8), st.integers(0, 50))
@@ -37,6 +39,7 @@ def test_ideal_makespan_bounds(dur, workers, rnd):
     (["bench", "fragments", "--workers", "0"], "worker list"),
     (["bench", "fragments", "--modes", "nope", "--workers", "1"], "unknown mode"),
     (["bench", "fragments", "--priority", "nope", "--workers", "1"], "unknown priority"),
+    (["bench", "fragments", "--graphs", "matmul", "--nb", "0", "--workers", "1"], "--nb >= 1"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(args, needle):
     res = subprocess.run([sys.executable, "-m", "planaria.cli.main", *args], capture_output=True, text=True, timeout=60)
@@ -57,3 +60,28 @@ def test_priority_schedules_stay_within_the_bounds(tasks, layers, seed, workers)
         mk = list_schedule(g["dur"], g["deps"], workers, prio)
         assert ideal - 1e-9 <= mk <= sum(g["dur"]) + 1e-9       # never below the bound, never worse than serial
         assert mk <= sum(g["dur"]) / workers + critical_path(g["dur"], g["deps"]) + 1e-9   # Graham's bound for any greedy order
+
+
+@pytest.mark.parametrize("nb", [1, 2, 4])
+def test_matmul_graph_has_every_block_task_after_its_inputs(nb):
+    g = matmul_graph(nb)
+    kinds, deps = g["kinds"], g["deps"]
+    assert [kinds.count(k) for k in ("make", "mul", "sum", "collect")] == [2 * nb * nb, nb ** 3, nb * nb, 1]
+    assert all(j < i for i, ds in enumerate(deps) for j in ds)
+    assert all(sorted(kinds[j] for j in deps[i]) == ["make", "make"] for i in range(len(kinds)) if kinds[i] == "mul")
+    assert all(len(deps[i]) == nb and {kinds[j] for j in deps[i]} == {"mul"} for i in range(len(kinds)) if kinds[i] == "sum")
+    assert len(deps[-1]) == nb * nb and {kinds[j] for j in deps[-1]} == {"sum"}
+    # the longest chain is one task of each kind
+    t = {"make": 1.0, "mul": 10.0, "sum": 100.0, "collect": 1000.0}
+    assert critical_path([t[k] for k in kinds], deps) == pytest.approx(1111.0)
+
+
+def test_matmul_error_is_zero_for_the_product_and_not_otherwise():
+    nb, bs = 2, 8
+    a = np.block([[_block(1000 + i * nb + k, bs) for k in range(nb)] for i in range(nb)])
+    b = np.block([[_block(2000 + k * nb + j, bs) for j in range(nb)] for k in range(nb)])
+    c = a @ b
+    blocks = [c[i * bs:(i + 1) * bs, j * bs:(j + 1) * bs].copy() for i in range(nb) for j in range(nb)]
+    assert matmul_error(blocks, nb, bs) < 1e-12
+    blocks[3][0, 0] += 0.5
+    assert matmul_error(blocks, nb, bs) == pytest.approx(0.5)

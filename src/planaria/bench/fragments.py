@@ -8,8 +8,10 @@ Modes: ``balancer`` (all CFs created on worker 0, the §6 balancer on one extra 
 ``balancer-donor`` (the same with ``receiver_cap="donor"``),
 ``static`` (round-robin placement ``.at(i % P)``, no balancer), ``dask`` (Dask distributed
 LocalCluster, P single-threaded worker processes, the same graph and durations submitted from one
-client). Ideal makespan = max(total work / P, critical path). Also: tracing overhead in time and
-peak memory (trace on vs off, same job otherwise).
+client). Ideal makespan = max(total work / P, critical path): from the given durations for the
+irregular graph; for matmul from each kind of block task timed alone in one process with one BLAS
+thread before the runs (the product is checked against ``A @ B`` after the clock stops). Also:
+tracing overhead in time and peak memory (trace on vs off, same job otherwise).
 """
 from __future__ import annotations
 
@@ -75,6 +77,64 @@ def descendants(deps: list[list[int]]) -> list[int]:
 def ideal_makespan(dur: list[float], deps: list[list[int]], workers: int) -> float:
     """A lower bound on any schedule's makespan: max(total work / P, critical path)."""
     return max(sum(dur) / workers, critical_path(dur, deps))
+
+
+MATMUL_KINDS = ("make", "mul", "sum", "collect")
+
+
+def matmul_graph(nb: int) -> dict[str, Any]:
+    """The block product's tasks in the programs' creation order: each one's kind and dependencies."""
+    kinds: list[str] = []
+    deps: list[list[int]] = []
+    idx: dict[tuple[Any, ...], int] = {}
+
+    def add(key: tuple[Any, ...], kind: str, after: list[tuple[Any, ...]]) -> None:
+        idx[key] = len(kinds)
+        kinds.append(kind)
+        deps.append([idx[d] for d in after])
+    for i in range(nb):
+        for k in range(nb):
+            add(("A", i, k), "make", [])
+            add(("B", i, k), "make", [])
+    for i in range(nb):
+        for j in range(nb):
+            for k in range(nb):
+                add(("P", i, j, k), "mul", [("A", i, k), ("B", k, j)])
+            add(("C", i, j), "sum", [("P", i, j, k) for k in range(nb)])
+    add(("collect",), "collect", [("C", i, j) for i in range(nb) for j in range(nb)])
+    return {"kinds": kinds, "deps": deps}
+
+
+def _block(seed: int, bs: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((bs, bs))
+
+
+def _block_sum(parts: list[np.ndarray]) -> np.ndarray:
+    return np.sum(parts, axis=0)
+
+
+def matmul_error(blocks: list[np.ndarray], nb: int, bs: int) -> float:
+    """Largest difference between the blocks of C and ``A @ B`` built from the same seeds."""
+    a = np.block([[_block(1000 + i * nb + k, bs) for k in range(nb)] for i in range(nb)])
+    b = np.block([[_block(2000 + k * nb + j, bs) for j in range(nb)] for k in range(nb)])
+    c = np.block([[blocks[i * nb + j] for j in range(nb)] for i in range(nb)])
+    return float(np.max(np.abs(c - a @ b)))
+
+
+def calibrate_matmul(nb: int, bs: int, reps: int = 7) -> dict[str, float]:
+    """Seconds each kind of block task takes alone in this process (median of ``reps``)."""
+    def timed(f: Callable[[], Any]) -> float:
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t0)
+        return float(np.median(ts))
+    a, b = _block(1, bs), _block(2, bs)
+    parts = [a @ b for _ in range(nb)]
+    out: list[Any] = []
+    return {"make": timed(lambda: _block(3, bs)), "mul": timed(lambda: a @ b),
+            "sum": timed(lambda: _block_sum(parts)), "collect": timed(lambda: out.append(parts))}
 
 
 def list_schedule(dur: list[float], deps: list[list[int]], workers: int, priority: str = "fifo") -> float:
@@ -149,7 +209,7 @@ def graph_main(dur: list, deps: list, workers: int, static: bool, prios: list | 
 
 @fr.atomic
 def make_block(out: fr.Name, seed: int, bs: int):
-    out.set(np.random.default_rng(seed).standard_normal((bs, bs)))
+    out.set(_block(seed, bs))
 
 
 @fr.atomic
@@ -159,17 +219,12 @@ def block_mul(out: fr.Name, a: np.ndarray, b: np.ndarray):
 
 @fr.atomic
 def block_sum(out: fr.Name, parts: list):
-    out.set(np.sum(parts, axis=0))
+    out.set(_block_sum(parts))
 
 
 @fr.atomic
-def check_matmul(blocks: list, nb: int, bs: int):
-    a = np.block([[np.random.default_rng(1000 + i * nb + k).standard_normal((bs, bs)) for k in range(nb)]
-                  for i in range(nb)])
-    b = np.block([[np.random.default_rng(2000 + k * nb + j).standard_normal((bs, bs)) for j in range(nb)]
-                  for k in range(nb)])
-    c = np.block([[blocks[i * nb + j] for j in range(nb)] for i in range(nb)])
-    RESULTS.append(float(np.max(np.abs(c - a @ b))))
+def collect_matmul(blocks: list):
+    RESULTS.append(blocks)             # checked against A @ B after the clock stops
 
 
 @fr.sub
@@ -188,7 +243,7 @@ def matmul_main(nb: int, bs: int, workers: int, static: bool):
             for k in range(nb):
                 at(block_mul(P[i][j][k], A[i][k], B[k][j]), i * nb + j)
             at(block_sum(C[i][j], [P[i][j][k] for k in range(nb)]), i * nb + j)
-    check_matmul([C[i][j] for i in range(nb) for j in range(nb)], nb, bs).at(0)
+    collect_matmul([C[i][j] for i in range(nb) for j in range(nb)]).at(0)
 
 
 # ------------------------------------------------------------------------------------------ rank side
@@ -234,6 +289,8 @@ def rank_main(args: argparse.Namespace) -> None:
                      trace=args.trace, balancer=bconf, timeout=args.timeout * 0.8, report=False)
     wall = time.perf_counter() - t0
     cpu = comm.allgather(time.process_time() - c0)     # every thread of the rank, during fr.run
+    if args.graph == "matmul":
+        RESULTS[:] = [matmul_error(blocks, args.nb, args.bs) for blocks in RESULTS]
     rss = comm.allgather(_peak_rss_mb())
     checks = comm.allgather(list(RESULTS))
     trace_bytes = 0
@@ -246,13 +303,26 @@ def rank_main(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------- driver side
+_ONE_BLAS_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _calibration(nb: int, bs: int, timeout: float) -> dict[str, float]:
+    """Each kind of block task timed alone, in a fresh process with one BLAS thread as the ranks have."""
+    import subprocess
+    cmd = [sys.executable, "-m", MODULE, "--calibrate", "--nb", str(nb), "--bs", str(bs)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_launch.job_env(_ONE_BLAS_THREAD))
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith(_launch.RESULT_PREFIX)), None)
+    if line is None:
+        raise _launch.BenchError(f"matmul calibration gave no result: {res.stderr[-2000:]}")
+    return json.loads(line[len(_launch.RESULT_PREFIX):])
+
+
 def _job(workers: int, mode: str, graph: str, opts: dict[str, Any], trace: bool, timeout: float) -> dict[str, Any]:
     nprocs = workers + (1 if mode.startswith("balancer") else 0)
     argv = ["--graph", graph, "--mode", mode, "--timeout", str(timeout)] + (["--trace"] if trace else [])
     for k, v in opts.items():
         argv += [f"--{k.replace('_', '-')}", str(v)]
-    env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    la = _launch.launch(nprocs, MODULE, argv, ft=True, timeout=timeout, env=env)
+    la = _launch.launch(nprocs, MODULE, argv, ft=True, timeout=timeout, env=_ONE_BLAS_THREAD)
     r = dict(la.result)
     if r.get("status") != "finished":
         raise _launch.BenchError(f"{graph}/{mode}/{workers}: run ended {r.get('status')}")
@@ -282,6 +352,40 @@ def _dask_irregular(g: dict[str, Any], workers: int, priority: str = "none") -> 
     return wall
 
 
+def _dask_matmul(nb: int, bs: int, workers: int) -> tuple[float, float]:
+    """Makespan of the same block product on a Dask LocalCluster (P single-threaded worker processes,
+    one BLAS thread each: Dask's default), and the product's largest error, checked after the clock."""
+    import logging
+    import operator
+
+    from dask.distributed import Client, LocalCluster
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        client.run(lambda: None)              # every worker is up before the clock starts
+        t0 = time.perf_counter()
+        a, b = {}, {}
+        for i in range(nb):
+            for k in range(nb):
+                a[i, k] = client.submit(_block, 1000 + i * nb + k, bs, key=f"A-{i}-{k}")
+                b[i, k] = client.submit(_block, 2000 + i * nb + k, bs, key=f"B-{i}-{k}")
+        c = []
+        for i in range(nb):
+            for j in range(nb):
+                parts = [client.submit(operator.matmul, a[i, k], b[k, j], key=f"P-{i}-{j}-{k}") for k in range(nb)]
+                c.append(client.submit(_block_sum, parts, key=f"C-{i}-{j}"))
+        blocks = client.submit(_dask_collect, c, key="collect").result()
+        wall = time.perf_counter() - t0
+    err = matmul_error(blocks, nb, bs)
+    if not err < 1e-6:
+        raise _launch.BenchError(f"dask block product is wrong (max error {err:g})")
+    return wall, err
+
+
+def _dask_collect(blocks: list[np.ndarray]) -> list[np.ndarray]:
+    return list(blocks)
+
+
 def _dask_task(seconds: float, *deps: float) -> float:
     time.sleep(seconds)
     return seconds
@@ -309,22 +413,34 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
             raise ValueError(f"unknown graph {g!r} (irregular, matmul)")
     if priority not in PRIORITIES:
         raise ValueError(f"unknown priority {priority!r} ({', '.join(PRIORITIES)})")
+    if "matmul" in graphs and (nb < 1 or bs < 1):
+        raise ValueError(f"matmul needs --nb >= 1 and --bs >= 1, not {nb} and {bs}")
     gopts = {"irregular": {"tasks": tasks, "layers": layers, "mean_ms": mean_ms, "sigma": sigma, "seed": seed,
                            "priority": priority},
              "matmul": {"nb": nb, "bs": bs}}
     ig = irregular_graph(tasks, layers, mean_ms / 1000.0, sigma, seed)
+    mg: dict[str, Any] = {"nb": nb, "bs": bs}
+    if "matmul" in graphs:
+        say(f"matmul: timing each kind of block task alone ({nb} x {nb} blocks of {bs} x {bs})")
+        cal = _calibration(nb, bs, timeout)
+        g = matmul_graph(nb)
+        dur = [cal[k] for k in g["kinds"]]
+        mg.update(task_s=cal, tasks=len(dur), total_work_s=sum(dur), critical_path_s=critical_path(dur, g["deps"]))
+        mdur, mdeps = dur, g["deps"]
     rows: list[dict[str, Any]] = []
     for graph in graphs:
         opts = {**gopts[graph], "jobs_left": jobs_left, "ratio": ratio}
         for mode in modes:
-            if mode == "dask" and graph != "irregular":
-                continue
             for p in workers:
                 m = "static" if (mode.startswith("balancer") and p < 2) else mode
                 walls, cpus, extra = [], [], {}
                 for rep in range(repeat):
                     say(f"{graph} {m} P={p} run {rep + 1}/{repeat}")
-                    if m == "dask":
+                    if m == "dask" and graph == "matmul":
+                        wall, err = _dask_matmul(nb, bs, p)
+                        walls.append(wall)
+                        extra = {"check": [err]}
+                    elif m == "dask":
                         walls.append(_dask_irregular(ig, p, priority))
                     else:
                         r = _job(p, m, graph, opts, False, timeout)
@@ -342,6 +458,9 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
                     row["greedy_fifo_s"] = list_schedule(ig["dur"], ig["deps"], p, "fifo")
                     row["greedy_critical_s"] = list_schedule(ig["dur"], ig["deps"], p, "critical")
                     row["greedy_descendants_s"] = list_schedule(ig["dur"], ig["deps"], p, "descendants")
+                else:
+                    row["ideal_s"] = ideal_makespan(mdur, mdeps, p)
+                    row["efficiency"] = row["ideal_s"] / row["wall_s"]
                 rows.append(row)
     for row in rows:   # speedup against the same graph and mode on 1 worker (static for the balancer)
         base = next((r for r in rows if r["graph"] == row["graph"] and r["workers"] == 1
@@ -355,7 +474,7 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
                                                         "sigma": sigma, "seed": seed, "priority": priority,
                                                         "total_work_s": sum(ig["dur"]),
                                                         "critical_path_s": critical_path(ig["dur"], ig["deps"])},
-            "graph_matmul": {"nb": nb, "bs": bs}, "rows": rows, "tracing": overhead}
+            "graph_matmul": mg, "rows": rows, "tracing": overhead}
 
 
 def _local_job(opts: dict[str, Any], trace: bool, timeout: float) -> dict[str, Any]:
@@ -454,7 +573,11 @@ def main(argv: list[str] | None = None) -> int:
     _launch.add_common_args(p, timeout=180.0)
     p.add_argument("--local", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--calibrate", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.calibrate:
+        _launch.emit(calibrate_matmul(args.nb, args.bs), None)
+        return 0
     if args.local:
         local_main(args)
         return 0
