@@ -79,9 +79,6 @@ def ideal_makespan(dur: list[float], deps: list[list[int]], workers: int) -> flo
     return max(sum(dur) / workers, critical_path(dur, deps))
 
 
-MATMUL_KINDS = ("make", "mul", "sum", "collect")
-
-
 def matmul_graph(nb: int) -> dict[str, Any]:
     """The block product's tasks in the programs' creation order: each one's kind and dependencies."""
     kinds: list[str] = []
@@ -306,15 +303,21 @@ def rank_main(args: argparse.Namespace) -> None:
 _ONE_BLAS_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def _calibration(nb: int, bs: int, timeout: float) -> dict[str, float]:
-    """Each kind of block task timed alone, in a fresh process with one BLAS thread as the ranks have."""
+def _one_process(args: list[str], env: dict[str, str] | None, timeout: float, what: str) -> dict[str, Any]:
+    """Run this module in one process without MPI and return its ``RESULT`` (bounded by ``timeout``)."""
     import subprocess
-    cmd = [sys.executable, "-m", MODULE, "--calibrate", "--nb", str(nb), "--bs", str(bs)]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_launch.job_env(_ONE_BLAS_THREAD))
+    res = subprocess.run([sys.executable, "-m", MODULE, *args], capture_output=True, text=True, timeout=timeout,
+                         env=_launch.job_env(env))
     line = next((ln for ln in res.stdout.splitlines() if ln.startswith(_launch.RESULT_PREFIX)), None)
     if line is None:
-        raise _launch.BenchError(f"matmul calibration gave no result: {res.stderr[-2000:]}")
+        raise _launch.BenchError(f"{what} gave no result: {res.stderr[-2000:]}")
     return json.loads(line[len(_launch.RESULT_PREFIX):])
+
+
+def _calibration(nb: int, bs: int, timeout: float) -> dict[str, float]:
+    """Each kind of block task timed alone, in a fresh process with one BLAS thread as the ranks have."""
+    return _one_process(["--calibrate", "--nb", str(nb), "--bs", str(bs)], _ONE_BLAS_THREAD, timeout,
+                        "matmul calibration")
 
 
 def _job(workers: int, mode: str, graph: str, opts: dict[str, Any], trace: bool, timeout: float) -> dict[str, Any]:
@@ -479,18 +482,12 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
 
 def _local_job(opts: dict[str, Any], trace: bool, timeout: float) -> dict[str, Any]:
     """One process without MPI (``--local``): wall and peak RSS of the irregular graph."""
-    import subprocess
     import tempfile
     with tempfile.TemporaryDirectory(prefix="planaria-bench-") as tmp:
-        cmd = [sys.executable, "-m", MODULE, "--local", "--scratch", tmp, "--timeout", str(timeout)] + \
-              (["--trace"] if trace else [])
+        args = ["--local", "--scratch", tmp, "--timeout", str(timeout)] + (["--trace"] if trace else [])
         for k, v in opts.items():
-            cmd += [f"--{k.replace('_', '-')}", str(v)]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_launch.job_env())
-    line = next((ln for ln in res.stdout.splitlines() if ln.startswith(_launch.RESULT_PREFIX)), None)
-    if line is None:
-        raise _launch.BenchError(f"local run gave no result: {res.stderr[-2000:]}")
-    return json.loads(line[len(_launch.RESULT_PREFIX):])
+            args += [f"--{k.replace('_', '-')}", str(v)]
+        return _one_process(args, None, timeout, "local run")
 
 
 def tracing_overhead(workers: int, repeat: int, gopt: dict[str, Any], jobs_left: int, ratio: float,
