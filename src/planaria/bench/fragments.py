@@ -423,13 +423,14 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
              "matmul": {"nb": nb, "bs": bs}}
     ig = irregular_graph(tasks, layers, mean_ms / 1000.0, sigma, seed)
     mg: dict[str, Any] = {"nb": nb, "bs": bs}
+    mdur: list[float] = []                     # matmul: each task's duration alone, and its dependencies
+    mdeps: list[list[int]] = []
     if "matmul" in graphs:
         say(f"matmul: timing each kind of block task alone ({nb} x {nb} blocks of {bs} x {bs})")
         cal = _calibration(nb, bs, timeout)
         g = matmul_graph(nb)
-        dur = [cal[k] for k in g["kinds"]]
-        mg.update(task_s=cal, tasks=len(dur), total_work_s=sum(dur), critical_path_s=critical_path(dur, g["deps"]))
-        mdur, mdeps = dur, g["deps"]
+        mdur, mdeps = [cal[k] for k in g["kinds"]], g["deps"]
+        mg.update(task_s=cal, tasks=len(mdur), total_work_s=sum(mdur), critical_path_s=critical_path(mdur, mdeps))
     rows: list[dict[str, Any]] = []
     for graph in graphs:
         opts = {**gopts[graph], "jobs_left": jobs_left, "ratio": ratio}
