@@ -23,7 +23,7 @@ def _env(ns: str) -> dict[str, str]:
 CHILD = textwrap.dedent("""
     import sys, time
     from planaria.fragments.doorbell import Doorbell
-    b = Doorbell(1, 2, run=0)
+    b = Doorbell(1, 2)
     print("bound", b.armed, b.fallback, flush=True)
     t = time.monotonic()
     rung = b.wait(10.0)
@@ -42,7 +42,7 @@ def test_a_ring_from_another_process_wakes_the_waiting_rank(monkeypatch):
     try:
         assert child.stdout is not None
         assert child.stdout.readline().split() == ["bound", "True", "0.02"]   # all ranks on this host
-        me = Doorbell(0, 2, run=0)
+        me = Doorbell(0, 2)
         assert me.armed
         me.ring(1)
         out, _ = child.communicate(timeout=20)
@@ -58,7 +58,7 @@ def test_ring_self_wakes_wait_and_rings_are_consumed(monkeypatch):
     for k, v in _env(f"test-{uuid.uuid4().hex}").items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("PLANARIA_FRAGMENT_WAKEUPS", raising=False)
-    b = Doorbell(0, 2, run=0)
+    b = Doorbell(0, 2)
     assert b.armed
     b.ring_self()
     b.ring_self()
@@ -75,17 +75,17 @@ def test_ring_self_wakes_wait_and_rings_are_consumed(monkeypatch):
 def test_not_armed_without_a_namespace_or_when_told_to_poll(monkeypatch):
     for k in ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PMI_KVSNAME", "PLANARIA_JOB_ID"):
         monkeypatch.delenv(k, raising=False)
-    b = Doorbell(0, 2, run=0)
+    b = Doorbell(0, 2)
     assert not b.armed and b.fallback == b.short
     t = time.monotonic()
     assert b.wait(0.02) is False and time.monotonic() - t >= 0.015
     for k, v in _env(f"test-{uuid.uuid4().hex}").items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("PLANARIA_FRAGMENT_WAKEUPS", "poll")
-    assert not Doorbell(0, 2, run=0).armed
+    assert not Doorbell(0, 2).armed
     monkeypatch.setenv("PLANARIA_FRAGMENT_WAKEUPS", "bogus")
     with pytest.raises(ValueError, match="PLANARIA_FRAGMENT_WAKEUPS"):
-        Doorbell(0, 2, run=0)
+        Doorbell(0, 2)
 
 
 def test_ranks_on_other_hosts_keep_the_short_fallback(monkeypatch):
@@ -94,11 +94,11 @@ def test_ranks_on_other_hosts_keep_the_short_fallback(monkeypatch):
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("PLANARIA_FRAGMENT_WAKEUPS", raising=False)
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1")
-    b = Doorbell(0, 2, run=0)
+    b = Doorbell(0, 2)
     assert b.armed and b.fallback == b.short
     b.close()
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
-    b = Doorbell(0, 2, run=0)
+    b = Doorbell(0, 2)
     assert b.fallback == 0.02
     b.close()
 
@@ -122,7 +122,7 @@ def test_a_signal_delivered_to_another_thread_wakes_the_loop(monkeypatch):
     monkeypatch.delenv("PLANARIA_FRAGMENT_WAKEUPS", raising=False)
     seen: list[int] = []
     old = signal.signal(signal.SIGUSR1, lambda s, _f: seen.append(s))
-    b = Doorbell(0, 2, run=0)
+    b = Doorbell(0, 2)
     try:
         b.wake_on_signals()
 

@@ -123,6 +123,12 @@ class Comm(ABC):
         """The underlying mpi4py communicator (for calls planaria does not wrap)."""
         return self._c
 
+    def world_ranks(self) -> list[int]:
+        """Each member's rank in the job's world communicator, in this communicator's rank order
+        (computed locally, no messages): names for processes that stay the same across dup, split
+        and shrink."""
+        return [int(self._world_of(r)) for r in range(self.size)]
+
     def __repr__(self) -> str:
         return f"<planaria.Comm backend={self.backend} rank={self.rank} size={self.size}>"
 

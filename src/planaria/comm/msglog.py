@@ -153,7 +153,7 @@ class MsgLog:
                 out[cid] = None
                 continue
             try:
-                ranks = [int(c._world_of(r)) for r in range(c.size)]
+                ranks = c.world_ranks()
             except Exception:  # noqa: BLE001 - freed
                 continue
             out[cid] = None if (c.size == nworld and ranks == list(range(nworld))) else ranks
@@ -165,7 +165,7 @@ class MsgLog:
         if c is None or c.size > MEMBERS_MAX:
             return []
         try:
-            return [int(c._world_of(r)) for r in range(c.size)]
+            return c.world_ranks()
         except Exception:  # noqa: BLE001 - freed
             return []
 

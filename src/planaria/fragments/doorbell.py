@@ -10,10 +10,9 @@ loop still tests MPI at least every ``fallback`` seconds, so a lost or impossibl
 another host, a peer that has not bound its bell yet) costs latency, never correctness.
 
 Each rank binds a Linux abstract-namespace datagram socket whose name every rank of the run can
-compute (job namespace and the process's rank in ``COMM_WORLD``, which ``Group.Translate_ranks``
-gives without communication), so no start-up exchange is needed, runs on disjoint communicators
-at once never share a name, and nothing is left on disk by a killed rank. (Without world ranks
-the name falls back to run number, communicator size and rank.) A ring is one ``sendto`` and wakes the receiver
+compute (job namespace and the process's rank in the world communicator, which
+``Comm.world_ranks`` gives without communication), so no start-up exchange is needed, runs on disjoint communicators
+at once never share a name, and nothing is left on disk by a killed rank. A ring is one ``sendto`` and wakes the receiver
 directly; pyzmq would route each ring through an I/O thread on both sides, two more thread
 hand-offs per message on a machine whose cores are the scarce resource.
 ``PLANARIA_FRAGMENT_WAKEUPS=poll`` turns it off.
@@ -21,7 +20,6 @@ hand-offs per message on a machine whose cores are the scarce resource.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import os
 import select
 import signal
@@ -31,8 +29,6 @@ import threading
 from collections.abc import Sequence
 
 from planaria.fragments import settings
-
-_RUNS = itertools.count()   # fr.run calls in this process: the same on every rank that makes them together
 
 
 def _namespace() -> str | None:
@@ -58,9 +54,9 @@ class Doorbell:
     """This rank's bell and the means to ring the others'. ``armed`` is False when it cannot work."""
 
     def __init__(self, rank: int, size: int, short: float = 0.0005, long: float = 0.02,
-                 run: int | None = None, ids: Sequence[int] | None = None) -> None:
-        """``ids``: each member's rank in ``COMM_WORLD`` (names unique in the job); without them the
-        names come from ``run`` (default: this process's count of runs), ``size`` and the rank."""
+                 ids: Sequence[int] | None = None) -> None:
+        """``ids``: each member's world rank (``Comm.world_ranks``), unique in the job; default
+        ``0..size-1`` (the communicator is the world)."""
         self.rank, self.size = rank, size
         self.short = short
         self.armed = False
@@ -75,12 +71,8 @@ class Doorbell:
         ns = _namespace()
         if mode == "poll" or ns is None or not sys.platform.startswith("linux"):
             return
-        if ids is not None and len(ids) == size and all(i >= 0 for i in ids):
-            key, tags = hashlib.sha1(f"{ns}|world".encode()).hexdigest()[:20], [str(i) for i in ids]
-        else:
-            run = next(_RUNS) if run is None else run
-            key, tags = hashlib.sha1(f"{ns}|{run}|{size}".encode()).hexdigest()[:20], [str(r) for r in range(size)]
-        self._names = [f"\0planaria-fr-{key}-{t}" for t in tags]
+        key = hashlib.sha1(ns.encode()).hexdigest()[:20]
+        self._names = [f"\0planaria-fr-{key}-{i}" for i in (range(size) if ids is None else ids)]
         try:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             s.setblocking(False)

@@ -79,23 +79,6 @@ def _sizeof(v: Any) -> int:
         return 64
 
 
-def _world_ranks(comm: Any, size: int) -> list[int] | None:
-    """Each member's rank in ``COMM_WORLD`` (a local group translation, no messages); None if unknown."""
-    if comm is None or size < 2:
-        return None
-    try:
-        from mpi4py import MPI
-        c = getattr(comm, "mpi", comm)          # a planaria Comm, or an mpi4py one
-        g, w = c.Get_group(), MPI.COMM_WORLD.Get_group()
-        try:
-            return list(MPI.Group.Translate_ranks(g, list(range(size)), w))
-        finally:
-            g.Free()
-            w.Free()
-    except Exception:                           # not an MPI communicator: the doorbell names by run instead
-        return None
-
-
 def _tname(v: Any) -> str:
     t = type(v)
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
@@ -144,7 +127,8 @@ class Executor:
         self.msgs_in = 0                               # the closing drain waits for exactly what was sent
         self.ready_notes: list[tuple[str, str, int, float]] = []   # (CF, group, input bytes, priority) for the balancer
         self.wants: list[tuple[int, str]] = []         # (home, DF) requests not sent yet
-        self.bell = Doorbell(self.rank, self.size, ids=_world_ranks(comm, self.size))   # size 1: no bell
+        # size 1: no bell; a communicator's world ranks name its doorbells (unique in the job)
+        self.bell = Doorbell(self.rank, self.size, ids=comm.world_ranks() if self.size > 1 else None)
         self.ring = RingMember(self.rank, self.nworkers, rule=termination)
         self.token: Token | None = Token.start(self.nworkers) if self.rank == 0 else None
         self.verdict: str | None = None
