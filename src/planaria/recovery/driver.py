@@ -30,12 +30,25 @@ State = dict[str, np.ndarray]
 SPARE_TAG = 31001
 
 
-class SparesExhausted(RuntimeError):
+class RecoveryStopped(RuntimeError):
+    """The job cannot go on: raised at every living process (working ranks and spares) alike.
+
+    Left uncaught, it ends each rank with one line naming it and exit status ``exit_status``
+    (3; the runtime's exception hook), so ``planaria run`` exits with that status too.
+    """
+
+    exit_status = 3
+
+
+class SparesExhausted(RecoveryStopped):
     """More processes failed than there were spares, and the user chose to stop."""
 
 
-class Unrecoverable(RuntimeError):
+class Unrecoverable(RecoveryStopped):
     """No checkpoint version can be restored by every rank (too many holders of some data failed)."""
+
+
+_STOPPED = {"SparesExhausted": SparesExhausted, "Unrecoverable": Unrecoverable}
 
 
 @dataclass
@@ -109,6 +122,8 @@ class Resilient:
     def __init__(self, checkpoint: Any, *, every: int = 10, spares: int | None = None,
                  world: Comm | None = None, on_exhausted: str | Callable[..., State] = "stop",
                  resume: bool = True, warm_spares: bool = True, spare_poll: float = 0.005) -> None:
+        self.failure_events: list[Any] = []       # process-failure events the resilient handler completed
+        _claim_failure_events(self)               # before pl.world(): a failure may strike at once
         self.world = world if world is not None else pl.world()
         self.spares = int(os.environ.get("PLANARIA_SPARES", "0") or 0) if spares is None else spares
         if not 0 <= self.spares < self.world.size:
@@ -132,8 +147,6 @@ class Resilient:
         self.recoveries: list[Recovery] = []
         self._has_state = logical is not None     # False on a spare until it has restored a state
         self.checkpoint_times: list[float] = []
-        self.failure_events: list[Any] = []       # process-failure events the resilient handler completed
-        _claim_failure_events(self)
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -148,8 +161,18 @@ class Resilient:
         run under the same protection as the steps: a failure inside it, or before every rank
         has come out of it, is recovered from the final checkpoint and ``finish`` runs again on
         the repaired communicator. When given, ``run`` returns its result instead of the state.
-        Spares are released only once ``finish`` has succeeded everywhere.
+        Spares are released only once ``finish`` has succeeded everywhere. When the job cannot
+        go on (``SparesExhausted``, ``Unrecoverable``), every living process raises the same
+        error, spares that were still waiting included.
         """
+        try:
+            return self._run(init, step, steps, finish)
+        except RecoveryStopped as err:
+            self._stop_spares(err)
+            raise
+
+    def _run(self, init: Callable[[Comm], State], step: Callable[[Comm, State, int], None],
+             steps: int, finish: Callable[[Comm, State], Any] | None) -> Any:
         lay = self._lay
         self._init = init
         try:                                  # a failure may strike from the very first call
@@ -177,11 +200,7 @@ class Resilient:
                         raise pl.RevokedError("world revoked (a spare failed or recovery started elsewhere)")
                 result = state
                 if finish is not None:
-                    pl.phase("finish")
-                    result = finish(self.comm, state)
-                    # Uniform exit: a failure anywhere in the epilogue makes this raise at every
-                    # rank, so none leaves while the others recover (the last step is checkpointed).
-                    self.comm.agree(True)
+                    result = self._finish(finish, state)
                 break
             except FailureError as err:
                 resumed = self._recover(err, i, state)
@@ -192,6 +211,30 @@ class Resilient:
         return result
 
     # -- internals ---------------------------------------------------------------------------
+    def _finish(self, finish: Callable[[Comm, State], Any], state: State) -> Any:
+        """Run the epilogue and leave it uniformly: every working rank ends in the same agreement.
+
+        A rank whose ``finish`` raised revokes the working communicator (ranks still inside
+        ``finish`` waiting on it wake up) and still takes part in the agreement, voting no; a
+        rank that went straight to the recovery instead would wait in the world's shrink while
+        the others wait in the agreement for it (agreements are not interrupted by a revoke).
+        """
+        pl.phase("finish")
+        comm = self.comm
+        failed: FailureError | None = None
+        result = None
+        try:
+            result = finish(comm, state)
+        except FailureError as err:
+            failed = err
+            try:
+                comm.revoke()
+            except FailureError:
+                pass
+        if not comm.agree(failed is None):
+            raise failed or pl.RevokedError("the epilogue failed at another rank")
+        return result
+
     def _resume_from_store(self) -> tuple[int, State] | None:
         """A restarted job: resume from the newest complete version the store still has (file levels)."""
         everyone = set(range(self.comm.size))
@@ -255,10 +298,12 @@ class Resilient:
                     self._warm_up(msg[1], msg[2])
                     req = world.irecv(tag=SPARE_TAG)
                     continue
+                if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "stop" and msg[1] in _STOPPED:
+                    raise _STOPPED[msg[1]](msg[2])
                 return None
             time.sleep(self.spare_poll)
 
-    def _release_spares(self) -> None:
+    def _release_spares(self, msg: Any = "done") -> None:
         """Every working rank tells every spare it is done: one message is enough for a spare,
         so a working rank that dies on its way out cannot leave the spares waiting."""
         lay = self._lay
@@ -266,9 +311,13 @@ class Resilient:
             return
         for r in self._spare_world_ranks:
             try:
-                lay.world.send("done", dest=r, tag=SPARE_TAG)
+                lay.world.send(msg, dest=r, tag=SPARE_TAG)
             except FailureError:
                 pass
+
+    def _stop_spares(self, err: RecoveryStopped) -> None:
+        """The job stops: the spares still waiting raise the same error as the working ranks."""
+        self._release_spares(("stop", type(err).__name__, str(err)))
 
     @property
     def _spare_world_ranks(self) -> list[int]:
@@ -387,13 +436,27 @@ class Resilient:
 RESILIENT_HANDLER = "planaria-resilient"
 
 
-def _claim_failure_events(driver: Resilient) -> None:
+_EARLY_EVENTS: list[Any] = []        # failure events completed before any Resilient existed
+
+
+def _claim_failure_events(driver: Resilient | None) -> None:
     """Register the resilient event handler (PMIx-style, ahead of the default abort): a process
     failure is this driver's to recover from, so the chain stops before the default handler.
-    A newer driver in the same process takes the handler over."""
+    A newer driver in the same process takes the handler over, with the events seen so far."""
     from planaria import events
 
+    if driver is None:
+        events.handle_failures(RESILIENT_HANDLER, _EARLY_EVENTS.append, action="ulfm-recovery")
+        return
+    driver.failure_events.extend(_EARLY_EVENTS)
+    _EARLY_EVENTS.clear()
     events.handle_failures(RESILIENT_HANDLER, driver.failure_events.append, action="ulfm-recovery")
+
+
+# A program that imports the driver recovers from failures: claim them from the import on, before
+# pl.world() connects this process to the controller, so a rank killed while the others are still
+# starting up (before any Resilient exists) cannot reach the default handler's abort.
+_claim_failure_events(None)
 
 
 def _split(world: Comm, color: int | None, key: int) -> Comm | None:

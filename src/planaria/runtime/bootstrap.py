@@ -130,12 +130,13 @@ def _start_services(comm: Comm) -> None:
     # it forwarded is already sent, so the others still complete, where the failure-aware
     # call would (legally, in ULFM terms) raise inside world().
     # It can still be interrupted: a rank already past world() may see a victim die and revoke
-    # the communicator while slower ranks are inside this broadcast. Then fall back to the
-    # launcher's origin (or now): only time triggers depend on it.
+    # the communicator while slower ranks are inside this broadcast. Then fall back to this
+    # rank's own clock now, the closest it can know to the origin (the launcher's start is
+    # about a second earlier, the interpreter's start-up, and would fire time triggers early).
     try:
         t0 = comm.mpi.bcast(time.time() if comm.rank == 0 else None, root=0)
     except Exception:  # mpi4py.MPI.Exception (revoked / process failed)
-        t0 = float(os.environ.get("PLANARIA_T0") or time.time())
+        t0 = time.time()
     inj = Injector(plan, comm.rank, comm.size, kill=_kill, clock_start=t0, report=_report,
                    kill_from_thread=(_RT.backend == "ulfm"))
     if not inj.active:
@@ -296,6 +297,15 @@ def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> No
         sys.__excepthook__(etype, value, tb)
         return
     rank = _RT.comm.rank if _RT.comm is not None else "?"
+    status = getattr(value, "exit_status", None)
+    if isinstance(status, int) and not isinstance(status, bool) and 0 < status < 256:
+        # A documented way for the job to stop (e.g. the recovery driver's RecoveryStopped, raised
+        # at every rank alike): one line and that status, not a traceback and a fail-stop.
+        _flush()
+        sys.stderr.write(f"planaria: rank {rank}: {etype.__name__}: {value}".splitlines()[0] + "\n")
+        _RT.exit_code = status
+        finalize(status)
+        _final_exit(status)
     text = "".join(traceback.format_exception(etype, value, tb))
     sys.stderr.write(text)
     sys.stderr.write(f"planaria: rank {rank} failed with an uncaught {etype.__name__}; "
