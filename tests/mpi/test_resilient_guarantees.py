@@ -53,6 +53,7 @@ def test_unrecoverable_ends_every_rank_with_one_line_and_releases_spares(tmp_pat
     assert stopped == [0, 1, 4, 5, 6, 7], out[-3000:]        # 3 survivors, 2 spares that took ranks, 1 idle
     assert "Traceback" not in out, out[-3000:]
     assert not results
+    assert "exit 3: Unrecoverable: no checkpoint version" in out, out[-3000:]   # the summary says why
 
 
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])

@@ -723,6 +723,8 @@ class Controller:
             elif mtype == "bye":
                 code = msg.get("code", 0)
                 info.update(exit_code=code, end_time=now)
+                if msg.get("reason") and code:      # why the rank chose a non-zero status
+                    info["reason"] = f"exit {code}: {str(msg['reason'])[:300]}"
                 if info["state"] in ACTIVE:
                     info["state"] = "finished"
             else:

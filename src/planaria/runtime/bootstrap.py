@@ -33,6 +33,7 @@ class _Runtime:
         self.step = -1
         self.finalized = False
         self.exit_code = 0
+        self.exit_reason = ""          # why this rank ends with a non-zero status, told in its bye
         self.dead = False
         self.localizer: Any = None
         self.job_failures = False      # the controller knew of a failed rank when this one said bye
@@ -304,6 +305,7 @@ def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> No
         _flush()
         sys.stderr.write(f"planaria: rank {rank}: {etype.__name__}: {value}".splitlines()[0] + "\n")
         _RT.exit_code = status
+        _RT.exit_reason = f"{etype.__name__}: {value}".splitlines()[0]
         finalize(status)
         _final_exit(status)
     text = "".join(traceback.format_exception(etype, value, tb))
@@ -337,7 +339,10 @@ def finalize(code: int | None = None) -> None:
     _stop_services()
     if _RT.agent is not None:
         try:
-            ack = _RT.agent.request({"type": "bye", "code": code, "step": _RT.step, "t": time.time()}, timeout=1.0)
+            bye = {"type": "bye", "code": code, "step": _RT.step, "t": time.time()}
+            if _RT.exit_reason:
+                bye["reason"] = _RT.exit_reason
+            ack = _RT.agent.request(bye, timeout=1.0)
             _RT.job_failures = bool(ack and ack.get("failures"))
             _RT.agent.close()
         except Exception:
