@@ -59,7 +59,13 @@ def test_serial_reference_detects_a_changed_cell() -> None:
                                           (["--inject", "bogus"], "bad inject spec 'bogus'"),
                                           (["--plot", "/nonexistent-dir/heat.png"],
                                            "--plot /nonexistent-dir/heat.png: directory /nonexistent-dir does not"),
-                                          (["--plot", "{tmp}"], "--plot {tmp}: is a directory")])
+                                          (["--plot", "{tmp}"], "--plot {tmp}: is a directory"),
+                                          (["--timeout", "nan"],
+                                           "--timeout must be a positive, finite number of seconds (got nan)"),
+                                          (["--timeout", "inf"],
+                                           "--timeout must be a positive, finite number of seconds (got inf)"),
+                                          (["--steps", "x"], "invalid value for '--steps'"),
+                                          (["--bogus"], "no such option: --bogus")])
 def test_demo_bad_options_exit_2_with_one_line(tmp_path, args: list[str], message: str) -> None:
     env = root_env()
     env["PLANARIA_HOME"] = str(tmp_path)

@@ -306,6 +306,28 @@ def test_usage_errors_exit_2_before_launch(tmp_path):
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("args, message", [
+    (["--timeout", "nan"], "--timeout must be a positive, finite number of seconds (got nan)"),
+    (["--timeout", "inf"], "--timeout must be a positive, finite number of seconds (got inf)"),
+    (["--hosts", ""], "--hosts is empty"),
+    (["--netns", ""], "--netns is empty"),
+    (["--hosts", "localhost:\u0663"], "bad --hosts entry 'localhost:\u0663'"),
+    (["--control", "tcp://127.0.0.1:99999"], "bad --control 'tcp://127.0.0.1:99999': port 99999 is out of range"),
+    (["--control", "tcp://127.0.0.1:0"], "bad --control 'tcp://127.0.0.1:0': port 0 is out of range"),
+    (["--control", "127.0.0.1:5555"], "bad --control '127.0.0.1:5555': expected tcp://HOST:PORT"),
+    (["--inject", "kill:rank=\u0663,iter=1"], "bad inject spec 'kill:rank=\u0663,iter=1': bad value '\u0663' for rank"),
+    (["--inject", "kill:rank=1,time=1_0"], "bad inject spec 'kill:rank=1,time=1_0': bad value '1_0' for time"),
+    (["--bogus", "3"], "no such option: --bogus"),
+])
+def test_bad_options_exit_2_with_one_line(tmp_path, args, message):
+    res = run(tmp_path, "-n", "2", *args, "--", "python", str(SCRIPTS / "hello.py"))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2, res.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"planaria run: {message}"), res.stderr
+    assert not (tmp_path / "jobs").exists()  # nothing was created or launched
+
+
+@pytest.mark.timeout(30)
 def test_controller_and_agent_in_process_over_tcp(tmp_path):
     from planaria.launch.controller import Controller
     from planaria.launch.jobdir import JobDir

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +143,46 @@ def test_same_size_flip_after_cached_check_is_still_caught(tmp_path: Path) -> No
     os.utime(p, ns=(st0.st_atime_ns, st0.st_mtime_ns))   # same size, same mtime: the cache cannot tell
     with pytest.raises(CheckpointError, match="sha256"):
         fs.restore(COMM, 1, set())
+
+
+def _flip_keeping_mtime(p: Path) -> None:
+    """Flip one data bit of ``p`` in place, same size, and set its atime and mtime back."""
+    st0 = p.stat()
+    raw = bytearray(p.read_bytes())
+    raw[len(raw) - 5] ^= 0x04
+    with open(p, "r+b") as f:
+        f.write(raw)
+    os.utime(p, ns=(st0.st_atime_ns, st0.st_mtime_ns))
+    st1 = p.stat()
+    assert (st1.st_size, st1.st_mtime_ns, st1.st_ino) == (st0.st_size, st0.st_mtime_ns, st0.st_ino)
+
+
+def test_flip_with_mtime_set_back_is_not_restorable(tmp_path: Path) -> None:
+    """A survivor's own file damaged right after its check: restorable falls back, no version is
+    reported that restore then refuses (which cost a spare)."""
+    fs = FileStore(tmp_path)
+    for v in (1, 2):
+        fs.save(COMM, v, state_for(v))
+    assert fs.restorable(COMM, set()) == 2
+    _flip_keeping_mtime(rank_path(tmp_path, 2))
+    assert fs.restorable(COMM, set()) == 1
+    assert same(fs.restore(COMM, 1, set()), state_for(1))
+
+
+def test_settled_check_is_reused_until_the_ctime_changes(tmp_path: Path) -> None:
+    """Files older than the settling time are hashed once; a flip with the mtime set back still
+    changes the ctime, so the kept result is not reused for the damaged file."""
+    from planaria.checkpoint.file import _SETTLED_NS
+    fs = FileStore(tmp_path)
+    for v in (1, 2):
+        fs.save(COMM, v, state_for(v))
+    time.sleep(_SETTLED_NS / 1e9 + 0.05)
+    assert fs.restorable(COMM, set()) == 2
+    assert len(fs._verified) == 2                       # both files' results kept
+    assert fs.restorable(COMM, set()) == 2
+    _flip_keeping_mtime(rank_path(tmp_path, 2))
+    assert fs.restorable(COMM, set()) == 1
+    assert same(fs.restore(COMM, 1, set()), state_for(1))
 
 
 def test_leftover_temp_never_counts(tmp_path: Path) -> None:

@@ -338,16 +338,27 @@ def test_cli_bad_input(tmp_path: Path) -> None:
     bad = tmp_path / "bad.state"
     write_state(bad, synthetic_state(3, 2))
     bad.write_bytes(bad.read_bytes()[:-7])
+    empty = tmp_path / "empty"
+    empty.mkdir()
     for args, text in ((["--offline", str(bad)], "truncated"),
                        (["--offline", str(tmp_path / "none.state")], "no such state file"),
                        (["job-17"], "no job 'job-17'"),
                        ([], "no job under"),
+                       ([str(empty)], f"{empty} is not a job directory (it has no manifest.json, events.jsonl"),
+                       (["--bogus"], "no such option: --bogus"),
+                       (["--fanout", "1"], "invalid value for '--fanout'"),
+                       (["--hop-timeout", "inf"], "--hop-timeout must be a finite number of seconds (got inf)"),
+                       (["--interval", "inf"], "--interval must be a finite number of seconds (got inf)"),
                        (["job-17", "--offline", str(bad)], "not both"),
                        (["--offline", str(bad), "--dot", str(tmp_path / "no-dir" / "t.dot")], "does not exist"),
                        (["--offline", str(bad), "--dot", str(tmp_path)], "is a directory")):
         res = _cli(*args, home=tmp_path / "home")
         assert res.returncode == 2 and res.stdout == ""
         assert res.stderr.count("\n") == 1 and res.stderr.startswith("planaria diagnose: ") and text in res.stderr
+    (tmp_path / "home2" / "jobs" / "20260101-000000-0000").mkdir(parents=True)    # the latest job is empty
+    res = _cli(home=tmp_path / "home2")
+    assert res.returncode == 2 and res.stdout == "" and res.stderr.count("\n") == 1
+    assert "20260101-000000-0000 is not a job directory" in res.stderr
 
 
 # --------------------------------------------------------------------------- benchmark driver

@@ -134,7 +134,8 @@ def test_rank_set_all() -> None:
     assert RankSet.parse("0-3+7").to_spec() == "0-3+7"
 
 
-@pytest.mark.parametrize("bad", ["", "a", "1-", "-1", "3-1", "1++2", "1,2", "*+1", "1.5"])
+@pytest.mark.parametrize("bad", ["", "a", "1-", "-1", "3-1", "1++2", "1,2", "*+1", "1.5",
+                                 "\u0663", "1-\u0663", "\uff11"])
 def test_bad_rank_sets(bad: str) -> None:
     with pytest.raises(PlanError):
         RankSet.parse(bad)
@@ -177,6 +178,18 @@ def test_bad_rank_sets(bad: str) -> None:
         ("bitflip:rank=0,array=a-b,iter=1", "bad array name 'a-b'"),
         ("ioerror:rank=0,count=0", "bad value '0' for count"),
         ("ioerror:rank=0,path=a b ", None),  # trailing blank stripped: fine
+        # ASCII decimal numbers only (int() and float() also take other digits, '_' and more)
+        ("kill:rank=\u0663,iter=1", "bad value '\u0663' for rank"),
+        ("kill:rank=1,iter=\u0661\u0660", "bad value '\u0661\u0660' for iter"),
+        ("kill:rank=1,time=1_0", "bad value '1_0' for time (expected a non-negative number)"),
+        ("kill:rank=1,time=\uff15", "bad value '\uff15' for time"),
+        ("kill:mtbf=1_0,seed=1", "bad value '1_0' for mtbf"),
+        ("drop:p=\u0660.5", "bad value '\u0660.5' for p"),
+        ("bitflip:rank=0,array=u,iter=1,bit=\u0663", "bad value '\u0663' for bit"),
+        ("kill:ran\u212a=1,iter=1", "unknown key 'ran\u212a'"),     # KELVIN SIGN lower-cases to k
+        ("\u212aill:rank=1,iter=1", "unknown kind '\u212aill'"),
+        ("kill:rank=1,time=.5", None),          # the forms of NUMBER in docs/injection.md still parse
+        ("kill:rank=1,time=2.5e-3", None),
     ],
 )
 def test_errors_name_the_bad_token(spec: str, message: str | None) -> None:

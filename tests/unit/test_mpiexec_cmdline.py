@@ -79,7 +79,7 @@ def test_hosts_option():
     assert opt_value(argv, "--host") == "h1:1,h2:1"
     assert "--oversubscribe" in argv
     assert parse_hosts("a:3, b") == [("a", 3), ("b", 1)]
-    for bad in ("a:0", "a:x", ",", ":2"):
+    for bad in ("a:0", "a:x", ",", ":2", "a:\u0663", "a:\uff12"):   # ASCII digits only
         with pytest.raises(LaunchError):
             parse_hosts(bad)
 

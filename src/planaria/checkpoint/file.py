@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,18 @@ MAGIC = b"PLNCKPT1"
 MANIFEST = "manifest.json"
 _VDIR = re.compile(r"^v(\d{8})$")
 _BLOCK = 8 << 20
+# A verified hash is reused for a rank file only while its (device, inode, size, mtime, ctime)
+# are those it had when it was hashed. Size and mtime alone do not do: whoever can write the
+# file can also set its mtime back with os.utime, and a flipped bit then passed as verified
+# (found by damaging checkpoint files between runs). The ctime cannot be set by a user: every
+# write, utime, chmod or rename sets it to the current time, and a file replaced under the same
+# name has another inode. File-system clocks may be coarse (one kernel tick, a few ms, or a
+# server's clock on NFS), so a change in the same tick as the hashed state could keep the ctime
+# (git's "racy clean" problem): a result is therefore kept only if, when the file was read, its
+# ctime was at least _SETTLED_NS old; a file changed more recently is hashed again next time.
+# Hashing every time would also be safe, but costs a full read of each rank's file at every
+# recovery; with this rule that read happens once per file, or while the file is very new.
+_SETTLED_NS = 1_000_000_000
 
 
 def vdir_name(version: int) -> str:
@@ -177,7 +190,8 @@ class FileStore(CheckpointStore):
         self.directory = Path(directory)
         self.keep = int(keep)
         self.fsync = fsync
-        self._verified: dict[tuple[str, int, int], str] = {}   # (path, size, mtime_ns) -> sha256
+        # (path, dev, inode, size, mtime_ns, ctime_ns) -> sha256; see _SETTLED_NS
+        self._verified: dict[tuple[str, int, int, int, int, int], str] = {}
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.directory)!r})"
@@ -197,7 +211,7 @@ class FileStore(CheckpointStore):
         hdr = _header(meta)
         path = vdir / rank_file_name(r)
         size, sha = _write_atomic(path, [MAGIC, len(hdr).to_bytes(8, "little"), hdr, buf])
-        self._remember(path, sha)
+        # not remembered: its ctime is now, so a change in the same clock tick would go unseen
         entry = {"rank": r, "file": path.name, "size": size, "sha256": sha,
                  "arrays": [{"name": nm, "dtype": str(np.dtype(dt)), "shape": list(sh)}
                             for nm, dt, sh in zip(meta.names, meta.dtypes(), meta.shapes)]}
@@ -208,13 +222,6 @@ class FileStore(CheckpointStore):
             _write_atomic(vdir / MANIFEST, [json.dumps(manifest, indent=1).encode()])
             self._prune(keep_from=None)
         comm.Barrier()
-
-    def _remember(self, path: Path, sha: str) -> None:
-        try:
-            st = path.stat()
-        except OSError:
-            return
-        self._verified[(str(path), st.st_size, st.st_mtime_ns)] = sha
 
     def _prune(self, keep_from: int | None) -> None:
         """Rank 0: remove versions older than the ``keep`` newest complete ones (and those newer than ``keep_from``)."""
@@ -242,16 +249,18 @@ class FileStore(CheckpointStore):
             return False
         if st.st_size != entry["size"]:
             return False
-        key = (str(path), st.st_size, st.st_mtime_ns)
+        key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         sha = self._verified.get(key)
         if sha is None:
+            settled = time.time_ns() - st.st_ctime_ns >= _SETTLED_NS    # taken before the read
             try:
                 size, sha = _hash_file(path)
             except OSError:
                 return False
             if size != st.st_size:
                 return False
-            self._verified[key] = sha
+            if settled:
+                self._verified[key] = sha
         return sha == entry["sha256"]
 
     def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:

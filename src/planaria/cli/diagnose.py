@@ -46,8 +46,13 @@ def diagnose(
     Sending SIGUSR1 to 'planaria run' does the same collection from the launcher.
 
     Exit status: 0 a report was produced (see its verdict), 1 the job did not answer,
-    2 bad arguments or an unusable state file.
+    2 bad arguments, an unusable state file or a directory that is not a job's.
     """
+    import math
+    for name, value in (("--hop-timeout", hop), ("--interval", interval)):
+        if not math.isfinite(value):          # the parser's range check lets inf through
+            print(f"planaria diagnose: {name} must be a finite number of seconds (got {value})", file=sys.stderr)
+            raise typer.Exit(2)
     from planaria.launch.fsutil import output_problem
     why = output_problem(dot) if dot is not None else None
     if why:
@@ -59,6 +64,10 @@ def diagnose(
             raise typer.Exit(2)
         raise typer.Exit(run_offline(offline, json_out, dot))
     raise typer.Exit(online(job, json_out, k, hop, samples, interval, dot))
+
+
+# files of a job directory of 'planaria run' (the event log is there from its creation on)
+JOB_FILES = ("manifest.json", "events.jsonl", "summary.json")     # jobdir.MANIFEST, EVENTS, SUMMARY
 
 
 def _emit(report: dict, json_out: bool, dot: Path | None) -> None:
@@ -82,6 +91,12 @@ def online(job: str | None, json_out: bool, k: int = 8, hop: float = 1.0, sample
         jd = find_job(job)
     except (ToolError, FileNotFoundError) as e:
         print(f"planaria diagnose: {e}", file=sys.stderr)
+        return 2
+    if not any((jd.path / name).is_file() for name in JOB_FILES):
+        # an empty or unrelated directory has no event log either: a post-mortem of it would
+        # report "no rank failed" about a job that never existed
+        print(f"planaria diagnose: {jd.path} is not a job directory (it has no {', '.join(JOB_FILES[:-1])} "
+              f"or {JOB_FILES[-1]})", file=sys.stderr)
         return 2
     manifest: dict = {}
     try:

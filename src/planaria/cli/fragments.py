@@ -56,6 +56,10 @@ def run(
     problem = None
     if not command:
         problem = "give the program after --, e.g. -- python prog.py"
+    elif command[0].startswith("-"):
+        # options unknown here are passed on as the command's first words
+        problem = (f"no such option: {command[0]} (the program goes after --; "
+                   f"try 'planaria fragments run --help')")
     elif workers < 1:
         problem = "-n must be at least 1"
     elif balancer and workers < 2:

@@ -67,6 +67,11 @@ def run(
     command = list(ctx.args)
     if command and command[0] == "--":
         command = command[1:]
+    if command and command[0].startswith("-"):
+        # options unknown to run are passed on as the command's first words (they may follow --)
+        print(f"planaria run: no such option: {command[0]} (the program to run goes after --; "
+              f"try 'planaria run --help')", file=sys.stderr)
+        raise typer.Exit(2)
     opts = RunOptions(command=command, nprocs=nprocs, spares=spares, backend=backend,
                       inject=list(inject), timeout=timeout, hosts=hosts, json=json_out,
                       mpiexec_args=list(mpiexec_arg), control=control, restart=restart,

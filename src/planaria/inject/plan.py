@@ -65,7 +65,11 @@ def _one_line(text: str) -> str:
 
 # --------------------------------------------------------------------------- rank sets
 
-_INT_RE = re.compile(r"\d+\Z")
+# ASCII digits only: ``\d`` and int()/float() also take other scripts' digits (``٣``) and ``1_0``
+_INT_RE = re.compile(r"[0-9]+\Z")
+# NUMBER of the grammar (docs/injection.md): 1, 2.5, .5, 1e-3; the sign only so that a negative
+# value is told it is out of range. No ``_``, no inf/nan, no hex, no non-ASCII digits.
+_NUM_RE = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 
 
@@ -486,10 +490,9 @@ def _p_int(key: str, text: str) -> int:
 
 
 def _p_float(key: str, text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise PlanError(f"bad value {text!r} for {key} (expected a number)") from None
+    if not _NUM_RE.match(text):
+        raise PlanError(f"bad value {text!r} for {key} (expected a non-negative number)")
+    v = float(text)
     if not math.isfinite(v) or v < 0:
         raise PlanError(f"bad value {text!r} for {key} (expected a non-negative number)")
     return v
@@ -510,10 +513,9 @@ def _p_pos_int(key: str, text: str) -> int:
 
 
 def _p_prob(key: str, text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise PlanError(f"bad value {text!r} for {key} (expected a probability in [0, 1])") from None
+    if not _NUM_RE.match(text):
+        raise PlanError(f"bad value {text!r} for {key} (expected a probability in [0, 1])")
+    v = float(text)
     if not (0.0 <= v <= 1.0):  # also rejects nan
         raise PlanError(f"{key}={text} out of range [0, 1]")
     return v
@@ -564,9 +566,15 @@ _SCHEMAS: dict[str, tuple[type[Fault], dict[str, tuple[str, _Conv]], tuple[str, 
 _KINDS = ("kill", "hang", "delay", "drop", "bitflip", "ioerror")
 
 
+def _ascii_lower(word: str) -> str:
+    """``word`` in lower case if it is ASCII; else unchanged, so it matches no kind or key
+    (``str.lower`` maps e.g. the Kelvin sign to ``k``)."""
+    return word.lower() if word.isascii() else word
+
+
 def _parse_fault(token: str) -> Fault:
     kind, colon, body = token.partition(":")
-    kind = kind.strip().lower()
+    kind = _ascii_lower(kind.strip())
     if kind not in _KINDS:
         raise PlanError(f"unknown kind {kind!r} (expected {', '.join(_KINDS)})")
     if not colon or not body.strip():
@@ -574,7 +582,7 @@ def _parse_fault(token: str) -> Fault:
     pairs: dict[str, str] = {}
     for item in body.split(","):
         key, eq, value = item.partition("=")
-        key, value = key.strip().lower(), value.strip()
+        key, value = _ascii_lower(key.strip()), value.strip()
         if not eq or not key:
             raise PlanError(f"expected key=value, got {item.strip()!r}")
         if key in pairs:

@@ -42,7 +42,7 @@ def parse_hosts(spec: str) -> list[tuple[str, int]]:
         host, sep, slots = item.rpartition(":")
         if not sep:
             host, slots = item, "1"
-        if not host or not slots.isdigit() or int(slots) < 1:
+        if not host or not (slots.isascii() and slots.isdigit()) or int(slots) < 1:
             raise LaunchError(f"bad --hosts entry {item!r} (expected HOST or HOST:SLOTS)")
         out.append((host, int(slots)))
     if not out:

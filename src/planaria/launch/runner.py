@@ -528,6 +528,33 @@ def _attempt_record(att: _Attempt, t0: float) -> dict[str, Any]:
     }
 
 
+def control_problem(address: str) -> str | None:
+    """Why ``address`` cannot be the controller's address (None if it can).
+
+    Ranks connect to it from other processes, so only ``tcp://HOST:PORT`` (PORT 1-65535, or ``*``
+    for any free port) and ``ipc://PATH``. ZeroMQ itself takes a port beyond 65535 modulo 2**16
+    and port 0 as any port, so those are refused here rather than bound somewhere unasked for.
+    """
+    form = "expected tcp://HOST:PORT (PORT 1-65535 or *) or ipc://PATH"
+    scheme, sep, rest = address.partition("://")
+    if not sep or not rest or any(c.isspace() for c in address):
+        return form
+    if scheme == "ipc":
+        return None
+    if scheme != "tcp":
+        return f"transport {scheme!r} is not supported ({form})"
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host or host in ("[", "[]"):
+        return f"no HOST:PORT ({form})"
+    if port == "*":
+        return None
+    if not (port.isascii() and port.isdigit()):
+        return f"port {port!r} is not a number ({form})"
+    if not 1 <= int(port) <= 65535:
+        return f"port {port} is out of range 1-65535 (or * for any free port)"
+    return None
+
+
 # --------------------------------------------------------------------------- the job
 
 
@@ -543,9 +570,22 @@ def run_job(opts: RunOptions) -> int:
     if opts.restart < 0:
         _err(f"--restart must be >= 0 (got {opts.restart})", opts.prog)
         return EXIT_USAGE
-    if opts.timeout is not None and opts.timeout <= 0:
-        _err(f"--timeout must be positive (got {opts.timeout})", opts.prog)
+    if opts.timeout is not None and not (math.isfinite(opts.timeout) and opts.timeout > 0):
+        # nan compares false with everything and inf never comes: either would leave the job unbounded
+        _err(f"--timeout must be a positive, finite number of seconds (got {opts.timeout})", opts.prog)
         return EXIT_USAGE
+    if opts.hosts is not None and not opts.hosts.strip():
+        _err("--hosts is empty (expected h1,h2 or h1:2,h2:2; leave it out for the allocation or this machine)",
+             opts.prog)
+        return EXIT_USAGE
+    if opts.netns is not None and not opts.netns.strip():
+        _err("--netns is empty (expected NAME1,NAME2 of 'planaria hosts up')", opts.prog)
+        return EXIT_USAGE
+    if opts.control is not None:
+        why = control_problem(opts.control)
+        if why:
+            _err(f"bad --control {opts.control!r}: {why}", opts.prog)
+            return EXIT_USAGE
     if not opts.command:
         _err("no command given (usage: planaria run -n N -- python script.py)", opts.prog)
         return EXIT_USAGE
