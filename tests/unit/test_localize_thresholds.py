@@ -15,7 +15,8 @@ def test_defaults_and_parse():
 
 
 @pytest.mark.parametrize("text, word", [("p2p", "p2p"), ("foo=1", "foo"), ("p2p=x", "not a number"),
-                                        ("coll=-1", "positive"), ("coll=nan", "positive"), ("probe=0", "positive")])
+                                        ("coll=-1", "positive"), ("coll=nan", "positive"), ("probe=0", "positive"),
+                                        ("p2p=1_0", "not a number"), ("p2p=\u0663", "not a number")])
 def test_bad_input_is_one_line_naming_the_item(text, word):
     with pytest.raises(ValueError) as err:
         Thresholds.parse(text)

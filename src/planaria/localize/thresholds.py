@@ -23,11 +23,15 @@ idle tick, hence a probe waits 3 s for its answer.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields, replace
 
 ENV_VAR = "PLANARIA_DETECT_TIMEOUTS"
 TICK_MAX = 1.0       # seconds: the longest interval between the service's wake-ups
 TICK_MIN = 0.005     # seconds: the shortest, whatever the thresholds (no busy loop)
+
+
+_SECONDS = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|infinity)\Z", re.I)
 
 
 @dataclass(frozen=True)
@@ -55,10 +59,10 @@ class Thresholds:
             key = key.strip()
             if not eq or key not in names:
                 raise ValueError(f"bad detection timeout {item!r} (expected one of {', '.join(sorted(names))} = seconds)")
-            try:
-                num = float(val)
-            except ValueError:
-                raise ValueError(f"bad detection timeout {item!r}: {val.strip()!r} is not a number") from None
+            # float() alone also takes "1_0" and non-ASCII digits ("٣"); seconds are plain ASCII decimals
+            if not _SECONDS.match(val.strip()):
+                raise ValueError(f"bad detection timeout {item!r}: {val.strip()!r} is not a number")
+            num = float(val)
             if not math.isfinite(num) or num <= 0:
                 raise ValueError(f"bad detection timeout {item!r}: must be a positive number")
             out = replace(out, **{key: num})
