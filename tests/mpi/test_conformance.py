@@ -21,6 +21,7 @@ CASES = {
     "uncaught": (4, "", [0, 1, 2]),
     "injected_time": (4, "kill:rank=1,time=1.0", [0, 2, 3]),
     "split": (5, "kill:rank=4,iter=0", [0, 1, 2, 3]),
+    "mpi4py_names": (5, "kill:rank=4,iter=0", [0, 1, 2, 3]),
 }
 
 BACKENDS = ["ulfm", "sim-openmpi", "sim-mpich"]

@@ -229,6 +229,96 @@ class Comm(ABC):
     def free(self) -> None:
         """Release the communicator (local; safe after failures)."""
 
+    # -- mpi4py's names for the calls above (an mpi4py program keeps its spelling) ----------------
+    def Dup(self, info: Any = None) -> Comm:
+        """mpi4py's ``Dup``: ``dup()``, a planaria communicator (``info`` is accepted and not used)."""
+        return self.dup()
+
+    def Free(self) -> None:
+        """mpi4py's ``Free``: ``free()``."""
+        self.free()
+
+    def Split(self, color: int = 0, key: int = 0) -> Any:
+        """mpi4py's ``Split``: ``MPI.UNDEFINED`` gives ``MPI.COMM_NULL``, as in mpi4py."""
+        from mpi4py import MPI
+        new = self.split(None if color == MPI.UNDEFINED else color, key)
+        return MPI.COMM_NULL if new is None else new
+
+    def Revoke(self) -> None:
+        """mpi4py's ``Revoke``: ``revoke()``."""
+        self.revoke()
+
+    def Is_revoked(self) -> bool:
+        """mpi4py's ``Is_revoked``: ``is_revoked()``."""
+        return self.is_revoked()
+
+    def Shrink(self) -> Comm:
+        """mpi4py's ``Shrink``: ``shrink()``, a planaria communicator."""
+        return self.shrink()
+
+    def Agree(self, flag: int) -> int:
+        """mpi4py's ``Agree``: the bitwise AND of the integer ``flag`` over the living processes."""
+        return int(self.agree(int(flag)))
+
+    def Ack_failed(self, num_to_ack: int | None = None) -> int:
+        """mpi4py's ``Ack_failed``: acknowledge the locally known failures; returns how many are.
+
+        Acknowledging only the first ``num_to_ack`` of them is not offered: a smaller number than
+        the failures known raises ``NotImplementedError``."""
+        if num_to_ack is not None and num_to_ack < len(self.get_failed()):
+            raise NotImplementedError(f"Ack_failed({num_to_ack}): acknowledging part of the known failures "
+                                      f"is not supported on the {self.backend} backend")
+        return self.ack_failed()
+
+    def Get_failed(self) -> Any:
+        """mpi4py's ``Get_failed``: the failed processes known locally, as an ``MPI.Group`` of this communicator."""
+        group = self.Get_group()
+        try:
+            return group.Incl(sorted(self.get_failed()))
+        finally:
+            group.Free()
+
+    def Get_group(self) -> Any:
+        """mpi4py's ``Get_group``: this communicator's ``MPI.Group`` (the caller frees it)."""
+        return self._c.Get_group()
+
+    @property
+    def group(self) -> Any:
+        """mpi4py's ``group`` property: ``Get_group()``."""
+        return self.Get_group()
+
+    def Is_inter(self) -> bool:
+        """False: planaria communicators are intracommunicators."""
+        return False
+
+    def Is_intra(self) -> bool:
+        """True: planaria communicators are intracommunicators."""
+        return True
+
+    @property
+    def is_inter(self) -> bool:
+        return False
+
+    @property
+    def is_intra(self) -> bool:
+        return True
+
+    def Get_name(self) -> str:
+        """mpi4py's ``Get_name``: the name of the underlying MPI communicator."""
+        return self._c.Get_name()
+
+    def Set_name(self, name: str) -> None:
+        """mpi4py's ``Set_name``."""
+        self._c.Set_name(name)
+
+    @property
+    def name(self) -> str:
+        return self.Get_name()
+
+    def Abort(self, errorcode: int = 0) -> None:
+        """mpi4py's ``Abort``: end the whole job with ``errorcode`` (does not return)."""
+        self._c.Abort(errorcode)
+
     # -- object point-to-point -------------------------------------------------
     @abstractmethod
     def send(self, obj: Any, dest: int, tag: int = 0) -> None: ...

@@ -289,6 +289,54 @@ def case_split(comm: pl.Comm) -> None:
     ok(comm.rank)
 
 
+def case_mpi4py_names(comm: pl.Comm) -> None:
+    """mpi4py's spelling of the same calls: Dup, Split, Get_group, Agree, Get_failed, Ack_failed,
+    Revoke, Shrink, names; the communicators they make are planaria's and raise its errors."""
+    from mpi4py import MPI
+    v = comm.size - 1
+    d = comm.Dup()
+    check(isinstance(d, pl.Comm) and d.Get_size() == comm.size, "Dup gives a planaria communicator")
+    half = comm.Split(MPI.UNDEFINED if comm.rank == 0 else comm.rank % 2, key=-comm.rank)
+    if comm.rank == 0:
+        check(half == MPI.COMM_NULL, "Split(MPI.UNDEFINED) gives MPI.COMM_NULL")
+    else:
+        check(isinstance(half, pl.Comm), "Split gives a planaria communicator")
+        members = [r for r in range(1, comm.size) if r % 2 == comm.rank % 2]
+        check(half.rank == sorted(members, reverse=True).index(comm.rank), "Split orders by key")
+        half.Free()
+    g = comm.Get_group()
+    check(g.Get_size() == comm.size and g.Get_rank() == comm.rank, "Get_group")
+    g.Free()
+    check(not comm.Is_inter() and comm.Is_intra() and comm.is_intra, "an intracommunicator")
+    d.Set_name("planaria-dup")
+    check(d.Get_name() == "planaria-dup" and d.name == "planaria-dup", "Set_name / Get_name")
+    f = comm.Get_failed()
+    check(f.Get_size() == 0, "Get_failed is an empty group before any failure")
+    f.Free()
+    check(comm.Agree(0b110 if comm.rank else 0b011) == 0b010, "Agree is a bitwise AND")
+    if comm.rank == v:
+        time.sleep(0.5)                   # the others are past every call that needs the victim
+    pl.step(0)                            # the plan kills rank v here
+    err = detect(d, v)
+    if isinstance(err, pl.ProcFailedError):   # under ULFM a rank may see another's revoke first,
+        f = d.Get_failed()                    # and then knows of no failure on this communicator
+        got = (f.Get_size(), list(MPI.Group.Translate_ranks(f, [0], d.Get_group())) if f.Get_size() else None)
+        check(got == (1, [v]), f"Get_failed is the group of the victim: {got}")
+        f.Free()
+        check(d.Ack_failed() == 1, "Ack_failed returns 1")
+    d.Revoke()
+    check(d.Is_revoked(), "Is_revoked after Revoke")
+    try:
+        d.Barrier()
+        check(False, "Barrier on a revoked communicator returned")
+    except pl.RevokedError:
+        pass
+    s = d.Shrink()
+    check(isinstance(s, pl.Comm) and s.Get_size() == comm.size - 1, "Shrink drops the victim")
+    check(s.allreduce(1) == comm.size - 1, "allreduce on the shrunk communicator")
+    ok(comm.rank)
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 CASE = sys.argv[1]
 comm = pl.world(sys.argv[2] if len(sys.argv) > 2 else "auto")
