@@ -3,7 +3,7 @@
 Run with N+2 ranks::
 
     python -m planaria.abft.runtime --kernel slope|cutdepth --dem IN --out OUT \
-        [--mode abft|plain|duplicate] [--error-rate p --seed s] [--force KIND:RANK] [--report FILE] [--bench]
+        [--mode abft|plain|duplicate] [--error-rate p --seed s] [--force KIND:WORKER] [--report FILE] [--bench]
 
 usually under ``planaria run`` (``planaria abft`` does that). Rank 0 is the primary master,
 rank 1 its replica, ranks 2..N+1 the workers; worker rank w starts with block w-2.
@@ -33,23 +33,27 @@ Both floors are generous because the ranks share few cores. On real ULFM a crash
 is noticed at once (the pending ``irecv`` raises ProcFailedError); the deadlines catch hung
 workers.
 
-Verification: V from the current result of every block; ``locate`` with
-``ambiguous="both"`` (a lone mismatch recomputes both neighbours, so a fault in a worker's
-first row is never blamed on the wrong worker only) and with edge checks: the masters
-recompute the first worker's check row and the last worker's first row themselves (the
-paper has the masters recompute the data of workers 1 and N; only the covered rows are
-recomputed here), when the comparisons cannot vouch for that row: its boundary mismatched,
-or the neighbour across it timed out (see :func:`abft_verdict`). A master computes each
-edge row at most once per job.
-Recovery is :func:`planaria.abft.recovery.plan`, repeated until every
-block is CORRECT, or ``NoLiveWorkerError`` (exit status 3).
+Verification: V from the current result of every block (the paper's comparison), and a third
+copy of every compared row computed by the masters themselves, the *referee* rows R_k (row r1
+of block k, k = 0..N-2; computed while the workers compute, once per job; see
+:func:`planaria.abft.verify.referee_verdict`). Each worker's first and check rows are judged
+against R_k (:func:`abft_judge`), so a faulty row is found on its own worker, whatever its
+neighbours did: two neighbours that corrupt their copies of the same row in the same bits (a
+correlated fault, which a comparison of two copies passes) are both flagged. When both
+workers agree and R_k does not (a *conflict*: both workers wrong alike, or the master wrong),
+the master recomputes R_k once; if its fresh copy agrees with the workers, it is taken,
+otherwise both workers recompute. A conflict at the same boundary in a second round (after
+both workers and the master computed the row again) is undecidable: the report lists it
+under ``undecidable``, no output is written and the exit status is 3. Recovery is
+:func:`planaria.abft.recovery.plan`, repeated until every block is CORRECT, or
+``NoLiveWorkerError`` (exit status 3).
 
 Modes (``--mode``; the same ranks, partition, protocol, part files and output writer):
 
-* ``abft`` (default): the check row, the masters' edge rows and the verification above.
+* ``abft`` (default): the check row, the masters' referee rows and the verification above.
 * ``plain``: the baseline the overhead is measured against. Workers compute only their
-  owned rows [r0, r1) from [r0-h, r1+h); no check row, no edge rows, no comparison (timeouts
-  and reported errors still lead to recovery).
+  owned rows [r0, r1) from [r0-h, r1+h); no check row, no referee rows, no comparison (timeouts
+  and reported errors still lead to recovery; the report says ``verified: false``).
 * ``duplicate``: redundant processes. Every block is computed twice, by worker b and by
   worker b+1 (mod N), as tasks b and N+b; each copy sends a
   :func:`planaria.abft.verify.block_digest` of its owned rows (taken on the worker) and the
@@ -70,12 +74,16 @@ them after its wall timer stopped, against a TMaxLat deadline, skipping ranks it
 (each None when a rank it needs is missing).
 
 Fault injection (``--error-rate p``: each worker with probability p from its own RNG
-seeded by (seed, rank); ``--force KIND:RANK``: that worker for sure), on the worker's
-first computation only (a transient fault):
+seeded by (seed, rank); ``--force KIND:WORKER``: worker WORKER (index 0..N-1, MPI rank
+WORKER+2) for sure), on the worker's first computation only (a transient fault). The
+report lists the injected faults (``injected``: kind, worker, rank, block, where):
 
 * ``crash``: :func:`planaria.fail_stop` before computing.
-* ``silent``: one bit flipped in a covered row (the check row, or the first row of the
-  last worker). Faults in interior rows are not covered by N-ABFT and are not injected.
+* ``silent``: one bit flipped in a compared row (:func:`silent_site`): the same cell and bit
+  in every silent worker of a run (a correlated fault); the check row or the first row,
+  alternating with worker + seed, so that neighbours k, k+1 with k + seed even corrupt both
+  copies of their shared row alike. Faults in interior rows are not covered by N-ABFT and
+  are not injected.
 * ``nodata``: the kernel runs with a wrong NoData value (None instead of the DEM's): visible
   only when NoData cells fall in the windows of covered rows.
 * ``readerror``: OSError reading the slab; reported as f=0, the block is reassigned.
@@ -89,8 +97,9 @@ Known limits:
 * Part files are scratch (not fsynced); the primary removes ``--parts`` at the end. A worker
   declared dead that is only slow may still write a part, but under its own block/attempt
   name, which the masters no longer read.
-* With ``ambiguous="both"`` a fault in worker 0's check row also recomputes worker 1 (a
-  lone mismatch names both neighbours; the edge check only adds worker 0's own verdict).
+* The referee rows cost the masters N-1 rows of computation per run (and the replica as
+  many, while it waits). A fault that corrupts the master's copy is caught as a conflict
+  and recomputed; the masters' other data is not checked (next item).
 * The replica takes over when it hears nothing from the primary for TMaxLat (heartbeats
   every 0.5 s while the primary waits for workers; while it writes the output it announces
   a grace of TMaxLat + 1 s per 50 MB of output and beats before every block). A primary
@@ -98,13 +107,15 @@ Known limits:
   write the same bytes (atomic renames). After a takeover, the report holds the
   errors and recoveries the replica saw itself, not the primary's earlier rounds.
 * The masters' own data (results, F) is not checked against memory corruption; only
-  the final F/owners/digest cross-check between the masters. The digest covers what both
+  the final F/owners/state-digest cross-check between the masters. That digest covers what both
   masters received (owners, part names, first/check rows, block digests), not the parts'
   contents.
 
 Rank 0 (or the replica when it took over) writes the output with
 :func:`planaria.terrain.write_dem_rows` (atomic; GeoTIFF keeps its profile) and the JSON report.
-Exit status: 0 every block verified, 3 no live worker left, 2 usage error.
+The report's ``digest`` is the output's (:meth:`Master.output_digest`: blake2b-128 of the float64
+values, taken after the timed region), so byte-identical outputs have equal digests in any run.
+Exit status: 0 every block verified, 3 no live worker left or an undecidable conflict, 2 usage error.
 """
 from __future__ import annotations
 
@@ -126,8 +137,8 @@ from planaria import events
 from planaria.abft.names import KINDS, MODES
 from planaria.abft.partition import Block, partition
 from planaria.abft.recovery import NoLiveWorkerError, plan
-from planaria.abft.verify import (CORRECT, TRANSIENT, UNRECOVERABLE, block_digest, compare, locate,
-                                  verification_rows)
+from planaria.abft.verify import (CORRECT, TRANSIENT, UNRECOVERABLE, RefereeVerdict, block_digest,
+                                  referee_verdict)
 from planaria.comm.errors import FailureError
 from planaria.terrain import DemInfo, dem_info, kernels, read_dem_rows, write_dem_rows
 from planaria.terrain.window import slab_bounds
@@ -169,12 +180,58 @@ def compute_rows(dem_path: str, info: DemInfo, kernel: str, rows: tuple[int, int
 
 
 def choose_fault(rank: int, seed: int, rate: float, force: dict[int, str]) -> str | None:
+    """The fault worker rank ``rank`` injects on its first computation: forced (keyed by rank), drawn at ``rate``, or None."""
     if rank in force:
         return force[rank]
     rng = np.random.default_rng([seed, rank])
     if rate > 0 and rng.random() < rate:
         return KINDS[int(rng.integers(len(KINDS)))]
     return None
+
+
+def silent_site(worker: int, blocks: list[Block], seed: int, width: int, mode: str) -> dict[str, Any]:
+    """Where a ``silent`` fault of ``worker`` flips a bit: the copy (``check`` or ``first`` row), its absolute
+    and local row, the column and the bit.
+
+    The column and the bit come from the seed alone, so every silent worker of a run flips the same
+    cell and bit: a correlated fault. In ``abft`` mode a worker with both a first row that is compared
+    (worker > 0) and a check row (worker < N-1) takes the check row when worker + seed is even, the
+    first row otherwise; so neighbours k, k+1 with k + seed even both corrupt their copy of row r1 of
+    block k in the same bits, the case a comparison of two copies cannot see. In the other modes the
+    first owned row is hit."""
+    n = len(blocks)
+    blk = blocks[worker]
+    rng = np.random.default_rng([seed, 1_000_003])
+    col, bit = int(rng.integers(width)), int(rng.integers(64))
+    copy = "first"
+    if mode == "abft" and blk.check_row is not None and (worker == 0 or (worker + seed) % 2 == 0):
+        copy = "check"
+    lo, hi = task_rows(blk, mode)
+    row = hi - 1 if copy == "check" else lo
+    return {"copy": copy, "row": row, "local_row": row - lo, "col": col, "bit": bit}
+
+
+def injected_faults(args: argparse.Namespace, blocks: list[Block], width: int) -> list[dict[str, Any]]:
+    """The faults this run's workers inject (the plan is deterministic in seed, rate and --force), for the report."""
+    out = []
+    for w, blk in enumerate(blocks):
+        kind = choose_fault(w + 2, args.seed, args.error_rate, args.force)
+        if kind is None:
+            continue
+        where: dict[str, Any]
+        if kind == "silent":
+            where = silent_site(w, blocks, args.seed, width, args.mode)
+            where.pop("local_row")
+        elif kind == "crash":
+            where = {"phase": "before computing its first task"}
+        elif kind == "nodata":
+            where = {"phase": "first task's kernel runs with a wrong NoData value", "rows": list(task_rows(blk, args.mode))}
+        elif kind == "readerror":
+            where = {"phase": "reading the first task's slab"}
+        else:
+            where = {"phase": "allocating the first task's output"}
+        out.append({"kind": kind, "worker": w, "rank": w + 2, "block": w, "where": where})
+    return out
 
 
 def flip_bit(rows: np.ndarray, row: int, col: int, bit: int) -> None:
@@ -209,8 +266,8 @@ def run_task(args: argparse.Namespace, info: DemInfo, blocks: list[Block], task:
                                             nodata=wrong_nd if fault == "nodata" else "dem")
         planaria.watch("abft_rows", rows)
         if fault == "silent":
-            # a covered row: the check row (abft), else the first row
-            flip_bit(rows, -1 if (args.mode == "abft" and blk.check_row is not None) else 0, rows.shape[1] // 2, 51)
+            site = silent_site(task % n, blocks, args.seed, rows.shape[1], args.mode)
+            flip_bit(rows, site["local_row"], site["col"], site["bit"])
         t0 = time.perf_counter()
         owned = rows[: blk.local_size]
         digest = block_digest(owned) if args.mode == "duplicate" else None
@@ -276,38 +333,29 @@ def worker(comm: Any, args: argparse.Namespace, info: DemInfo, blocks: list[Bloc
 
 # ------------------------------------------------------------------------ verification
 
-def abft_verdict(fin: list[int], firsts: list[np.ndarray | None], checks: list[np.ndarray | None],
-                 edge_rows: Mapping[int, np.ndarray] | Callable[[int], np.ndarray], width: int) -> list[int]:
-    """Algorithm 1 step (2) on the rows the workers sent: V from check/first rows, the masters'
-    edge checks (worker 0's check row, worker N-1's first row) and ``locate(ambiguous="both")``.
-    ``fin`` holds the step-(1) statuses; a worker with status 0 gives no rows.
+def abft_judge(fin: list[int], firsts: list[np.ndarray | None], checks: list[np.ndarray | None],
+               referee: Mapping[int, np.ndarray] | Callable[[int], np.ndarray]) -> RefereeVerdict:
+    """Algorithm 1 step (2) on the rows the workers sent, with the masters' referee rows.
 
-    ``edge_rows`` is either the masters' recomputed rows by worker, all of them checked, or a
-    function ``edge_row(worker)`` that recomputes one, called only for an edge worker whose
-    boundary cannot vouch for its row: the boundary mismatched, or the worker across it timed
-    out. When that boundary matches, two workers computed the row bit for bit alike, and a
-    recomputation could only disagree with both if the master were wrong or both workers
-    wrong in the same bits, which the scheme treats as impossible, as for any matching
-    boundary. An edge check that agrees changes ``locate``'s verdict only where its boundary
-    mismatched, so the verdict is the same as with every edge row recomputed."""
+    ``fin`` holds the step-(1) statuses; a worker with status 0 gives no rows. ``referee`` maps
+    boundary k (k = 0..N-2) to the masters' own copy of row r1 of block k, or is a function that
+    computes it. Every compared row is judged against it
+    (:func:`planaria.abft.verify.referee_verdict`): a fault in a compared row is found on its
+    worker whatever the other workers did, including two neighbours wrong in the same bits
+    (reported as a conflict)."""
     n = len(fin)
-    zero = np.zeros(width)
-    chk = [checks[k] if fin[k] != UNRECOVERABLE and checks[k] is not None else zero for k in range(n - 1)]
-    fst = [firsts[k] if fin[k] != UNRECOVERABLE and firsts[k] is not None else zero for k in range(1, n)]
-    v = verification_rows(chk, fst) if n > 1 else np.empty((0, width))
-    if callable(edge_rows):
-        eq = compare(v)
-        vouched = [fin[k] != UNRECOVERABLE and fin[k + 1] != UNRECOVERABLE and eq[k] for k in range(n - 1)]
-        rows = {b: edge_rows(b) for b, k in ((0, 0), (n - 1, n - 2))
-                if n > 1 and fin[b] != UNRECOVERABLE and not vouched[k]}
-    else:
-        rows = dict(edge_rows)
-    edge = {}
-    for b, row in rows.items():
-        if fin[b] != UNRECOVERABLE:
-            mine = checks[b] if b == 0 else firsts[b]
-            edge[b] = mine is not None and row.tobytes() == np.ascontiguousarray(mine).tobytes()
-    return locate(fin, v, edge_checks=edge, ambiguous="both")
+    get = referee if callable(referee) else referee.__getitem__
+    alive = [fin[w] != UNRECOVERABLE for w in range(n)]
+    chk = [checks[k] if alive[k] else None for k in range(n - 1)]
+    fst = [firsts[k + 1] if alive[k + 1] else None for k in range(n - 1)]
+    refs = [get(k) for k in range(n - 1)]
+    return referee_verdict(fin, chk, fst, refs)
+
+
+def abft_verdict(fin: list[int], firsts: list[np.ndarray | None], checks: list[np.ndarray | None],
+                 referee: Mapping[int, np.ndarray] | Callable[[int], np.ndarray]) -> list[int]:
+    """Per-worker statuses of :func:`abft_judge` (CORRECT, TRANSIENT, or UNRECOVERABLE for a worker that gave no rows)."""
+    return abft_judge(fin, firsts, checks, referee).f
 
 
 def duplicate_verdict(fin: list[int], digests: list[bytes | None]) -> list[int]:
@@ -346,8 +394,13 @@ class Master:
         self.recvs: dict[tuple[int, int], Any] = {}
         self.report: dict[str, Any] = {"errors": [], "located": [], "recoveries": [], "rounds": 0, "mode": self.mode,
                                        "timings": {"compute": 0.0, "verification": 0.0, "recovery": 0.0}}
-        self.report["timings"]["edge_rows"] = 0.0
-        self.edge_rows: dict[int, np.ndarray] = {}  # recomputed on demand (abft_verdict), kept for later rounds
+        self.report["timings"]["referee_rows"] = 0.0
+        self.report["injected"] = injected_faults(args, blocks, self.width)
+        self.report["conflicts"] = []
+        self.referee: dict[int, np.ndarray] = {}  # boundary -> the masters' copy of its compared row
+        self.refreshed: set[int] = set()          # boundaries whose referee row was recomputed after a conflict
+        self.conflict_rounds: dict[int, int] = {}  # boundary -> rounds it was in conflict
+        self.last_conflicts: list[int] = []
         self.other_dead = False
         self.last_heard = time.monotonic()
         self.grace = TMAXLAT  # silence allowed from the primary (longer while it writes the output)
@@ -355,15 +408,25 @@ class Master:
         self.replica_cpu: float | None = None  # the replica's CPU seconds, sent with its ack (--bench)
         self.finished = False  # set when this master wrote the output and the report
 
-    def _edge_row(self, b: int) -> np.ndarray:
-        """The covered row of edge worker ``b`` (worker 0's check row or worker N-1's first row), recomputed here once."""
-        if b not in self.edge_rows:
+    def _referee_row(self, k: int, fresh: bool = False) -> np.ndarray:
+        """The masters' own copy of boundary ``k``'s compared row (row r1 of block k), computed once, or again when ``fresh``."""
+        if fresh or k not in self.referee:
             t = time.perf_counter()
-            blk = self.blocks[b]
-            r = blk.r1 if b == 0 else blk.r0
-            self.edge_rows[b] = compute_rows(self.args.dem, self.info, self.args.kernel, (r, r + 1))[0][0]
-            self.report["timings"]["edge_rows"] += time.perf_counter() - t
-        return self.edge_rows[b]
+            r = self.blocks[k].r1
+            row = compute_rows(self.args.dem, self.info, self.args.kernel, (r, r + 1))[0][0]
+            self.report["timings"]["referee_rows"] += time.perf_counter() - t
+            if fresh:
+                return row
+            self.referee[k] = row
+        return self.referee[k]
+
+    def prefetch_referee(self) -> None:
+        """Compute the next missing referee row (one per call), while the workers compute."""
+        if self.mode == "abft":
+            for k in range(self.n - 1):
+                if k not in self.referee:
+                    self._referee_row(k)
+                    return
 
     def _recv(self, src: int, tag: int) -> Any:
         key = (src, tag)
@@ -414,6 +477,7 @@ class Master:
             self.master_link()
             if self.role == "replica-passive":
                 return {}
+            self.prefetch_referee()
             now = time.monotonic()
             # a worker busy with a started task does not start its next queued one yet
             busy = {self.assign[t] for t in self.started if t not in self.results}
@@ -449,14 +513,41 @@ class Master:
             fin.append(CORRECT if ok else UNRECOVERABLE)
         if self.mode == "abft":
             pl = [self._payload(t) for t in range(self.n)]
-            f = abft_verdict(fin, [p and p["first"] for p in pl], [p and p["check"] for p in pl],
-                             self._edge_row, self.width)
+            firsts, checks = [p and p["first"] for p in pl], [p and p["check"] for p in pl]
+            judged = abft_judge(fin, firsts, checks, self._referee_row)
+            changed = False
+            for k in judged.conflicts:
+                # both workers agree and the masters' copy does not: recompute that copy once before believing it
+                if k not in self.refreshed:
+                    self.refreshed.add(k)
+                    row = self._referee_row(k, fresh=True)
+                    if row.tobytes() != self.referee[k].tobytes():
+                        self.referee[k] = row
+                        changed = True
+            if changed:
+                judged = abft_judge(fin, firsts, checks, self._referee_row)
+            self.last_conflicts = judged.conflicts
+            f = judged.f
         elif self.mode == "duplicate":
             f = duplicate_verdict(fin, [(p or {}).get("digest") for p in (self._payload(t) for t in range(self.ntask))])
         else:
             f = fin
         self.report["timings"]["verification"] += time.perf_counter() - t0
         return f
+
+    def mismatch_detail(self, t: int) -> str:
+        """Why task ``t`` was flagged TRANSIENT: which of its compared rows differs from the masters' copy."""
+        if self.mode != "abft":
+            return "mismatch" if self.mode == "plain" else "copies differ"
+        p = self._payload(t) or {}
+        what = []
+        if t > 0 and t - 1 in self.referee and p.get("first") is not None \
+                and p["first"].tobytes() != self.referee[t - 1].tobytes():
+            what.append(f"first row {self.blocks[t].r0}")
+        if t < self.n - 1 and t in self.referee and p.get("check") is not None \
+                and p["check"].tobytes() != self.referee[t].tobytes():
+            what.append(f"check row {self.blocks[t].r1}")
+        return ("mismatch: " + " and ".join(what) + " differ from the masters' copy") if what else "mismatch"
 
     def command(self, t: int, w: int) -> None:
         self.assign[t] = w
@@ -510,17 +601,33 @@ class Master:
             if self.role == "replica-passive":
                 if self.final_from_primary is not None:
                     return self.acknowledge()
+                self.prefetch_referee()
                 time.sleep(POLL)
                 continue
             f = self.verify(f0)
             self.report["rounds"] = rnd + 1
+            for k in self.last_conflicts:
+                self.conflict_rounds[k] = self.conflict_rounds.get(k, 0) + 1
+                self.report["conflicts"].append({"round": rnd, "boundary": k, "row": self.blocks[k].r1,
+                                                 "workers": [self.assign[k], self.assign[k + 1]]})
+            stuck = sorted(k for k, c in self.conflict_rounds.items() if c >= 2 and k in self.last_conflicts)
+            if stuck:
+                self.report["undecidable"] = [{"boundary": k, "row": self.blocks[k].r1, "blocks": [k, k + 1]}
+                                              for k in stuck]
+                self.report["fatal"] = (
+                    "undecidable: " + "; ".join(
+                        f"blocks {k} and {k + 1} computed row {self.blocks[k].r1} alike twice, and the masters' "
+                        f"copy (computed twice) differs from both" for k in stuck)
+                    + "; the comparison cannot tell which is right, so no output is written")
+                self.finish(ok=False)
+                return 3
             bad = [t for t in range(self.ntask) if f[t] != CORRECT]
             # a task that verifies clears its in-place retry (recovery.mark_verified)
             self.tries = {t: (0 if f[t] == CORRECT else k) for t, k in self.tries.items()}
             for t in bad:
                 err = self.results.get(t, (None, None))[1]
                 self.report["errors"].append({"round": rnd, "block": t, "worker": self.assign[t],
-                                              "status": f[t], "error": err or ("timeout/crash" if f[t] == 0 else "mismatch")})
+                                              "status": f[t], "error": err or ("timeout/crash" if f[t] == 0 else self.mismatch_detail(t))})
                 if f[t] == TRANSIENT:
                     self.report["located"].append(self.assign[t])
             if not bad:
@@ -550,8 +657,8 @@ class Master:
             self.other_dead |= not _send(self.comm, msg, 1, T_MASTER, self.keep)
             self.last_heard = time.monotonic()
 
-    def digest(self) -> str:
-        """What both masters received: owners, part names, first/check rows, block digests."""
+    def state_digest(self) -> str:
+        """What both masters received (owners, part names, first/check rows, block digests), for their cross-check."""
         h = hashlib.blake2b(digest_size=16)
         for t in range(self.ntask):
             p = self._payload(t)
@@ -561,6 +668,17 @@ class Master:
             for key in ("first", "check"):
                 if p[key] is not None:
                     h.update(np.ascontiguousarray(p[key]).tobytes())
+        return h.hexdigest()
+
+    def output_digest(self) -> str:
+        """blake2b-128 of the output's values: dtype, shape, then the float64 rows in order (the verified parts),
+        so byte-identical outputs give equal digests whatever the workers, attempts or part names."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(np.dtype(np.float64).str.encode())
+        h.update(repr(tuple(self.info.shape)).encode())
+        for b in range(self.n):
+            part = np.load(self._payload(b)["part"], mmap_mode="r")
+            h.update(np.ascontiguousarray(part, dtype=np.float64).data)
         return h.hexdigest()
 
     def write_output(self) -> None:
@@ -585,12 +703,12 @@ class Master:
         self.report.update(ok=ok, finisher=self.role, final_owners={str(b): w for b, w in self.assign.items()},
                            dead_workers=sorted(self.dead), excluded=sorted(self.excluded))
         digest = None
+        self.report["digest"] = None
         if ok:
             t0 = time.perf_counter()
             self.write_output()
             self.report["timings"]["write_output"] = time.perf_counter() - t0
-            digest = self.digest()
-            self.report["digest"] = digest
+            digest = self.state_digest()
         if self.role == "primary" and not self.other_dead:
             t0 = time.perf_counter()
             _send(self.comm, ("final", ok, dict(self.assign), digest), 1, T_MASTER, self.keep)
@@ -613,6 +731,8 @@ class Master:
         cpu = time.process_time() - self.cpu0
         if self.args.bench:
             self.report["timings"]["cpu"] = self.gather_cpu(cpu)
+        if ok:  # after the timed region: a pass over the output's values
+            self.report["digest"] = self.output_digest()
         self.report["worker_times"] = [{"block": t, "worker": self.assign[t], **(self._payload(t) or {}).get("times", {})}
                                        for t in range(self.ntask)]
         if ok and self.args.parts_default:
@@ -627,7 +747,7 @@ class Master:
         if ok and agreed:
             try:
                 f = self.verify({})
-                agreed = all(s == CORRECT for s in f) and self.digest() == digest
+                agreed = all(s == CORRECT for s in f) and self.state_digest() == digest
             except Exception:  # noqa: BLE001 - a missing result means disagreement
                 agreed = False
         cpu = time.process_time() - self.cpu0 if self.args.bench else None
@@ -671,9 +791,10 @@ class Master:
         self.report.update(kernel=self.args.kernel, workers=self.n, shape=list(self.info.shape),
                            blocks=[[b.r0, b.r1] for b in self.blocks],
                            overhead={"verification_rows": 2 * max(0, self.n - 1) if self.mode == "abft" else 0,
-                                     "width": self.width, "edge_rows_recomputed": len(self.edge_rows),
-                                     "edge_workers_recomputed": sorted(self.edge_rows),
-                                     "tasks": self.ntask})
+                                     "width": self.width, "referee_rows": len(self.referee),
+                                     "referee_rows_recomputed": sorted(self.refreshed),
+                                     "tasks": self.ntask},
+                           verified=self.mode != "plain" and (self.mode != "abft" or self.n > 1))
         if self.args.report:
             tmp = self.args.report + ".tmp"
             with open(tmp, "w") as fh:
@@ -692,17 +813,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--parts", default=None, help="directory of the workers' part files (default OUT.parts)")
     ap.add_argument("--error-rate", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--force", action="append", default=[], help="KIND:RANK")
+    ap.add_argument("--force", action="append", default=[],
+                    help="KIND:WORKER: worker index 0..N-1 (MPI rank WORKER+2) injects KIND on its first task")
     ap.add_argument("--report", default=None)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--bench", action="store_true", help="barrier after start-up; timings.wall from it")
     args = ap.parse_args(argv)
     force = {}
     for item in args.force:
-        kind, _, rank = item.partition(":")
-        if kind not in KINDS or not rank.isdigit():
-            ap.error(f"--force {item!r}: expected KIND:RANK with KIND in {', '.join(KINDS)}")
-        force[int(rank)] = kind
+        kind, _, worker = item.partition(":")
+        if kind not in KINDS or not (worker.isascii() and worker.isdigit()):
+            ap.error(f"--force {item!r}: expected KIND:WORKER with KIND in {', '.join(KINDS)}")
+        force[int(worker) + 2] = kind   # keyed by MPI rank
     args.force = force
     if not 0.0 <= args.error_rate <= 1.0:
         ap.error("--error-rate must be in [0, 1]")
@@ -735,6 +857,11 @@ def main(argv: list[str] | None = None) -> int:
     events.handle_failures("planaria-abft", action="abft-replan")
     if comm.Get_size() < 3:
         print("planaria.abft.runtime: needs at least 3 ranks (2 masters + 1 worker)", file=sys.stderr)
+        return 2
+    if args.force and max(args.force) >= comm.Get_size():
+        if comm.Get_rank() == 0:
+            print(f"planaria.abft.runtime: --force: worker {max(args.force) - 2} does not exist "
+                  f"(workers 0..{comm.Get_size() - 3})", file=sys.stderr)
         return 2
     return run_rank(comm, args, dem_info(args.dem))[0]
 

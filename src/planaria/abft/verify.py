@@ -53,9 +53,10 @@ Corner cases the paper leaves open, and what this module decides
    at k-1, k, k+1. Flags are *sticky* here: a CORRECT verdict from one boundary never
    clears a flag set by another. So both are flagged. In the paper's sequential loop a
    later f_i = 10 would overwrite the earlier f_i = 1 and lose worker k. Two faults at one
-   boundary (both rows wrong) can cancel out only if they are bit-identical, which is
-   treated as impossible. Two faults whose mismatches are not adjacent are located
-   independently.
+   boundary (both rows wrong) cancel out when they are bit-identical: ``locate`` (the paper's
+   scheme, V alone) then sees nothing. That is not impossible: a correlated fault does it
+   (see "referee rows" below, which the runtime uses for exactly this). Two faults whose
+   mismatches are not adjacent are located independently.
 5. Coverage gap (undetectable faults). Only the boundary rows are compared: worker k's
    check row (row r1) and its first row (row r0). A fault in any *interior* row of a
    block, r0 < r < r1, is not covered by any comparison and is not detected. N-ABFT
@@ -65,6 +66,32 @@ Corner cases the paper leaves open, and what this module decides
 6. A worker with status 0 (timed out) on input keeps 0. Its rows in V are meaningless, so
    a boundary touching it gives no verdict on the other worker, and a "next boundary"
    touching it counts as absent (case 1).
+
+Extension: referee rows (the masters' third copy of every compared row)
+-----------------------------------------------------------------------
+Case 4's assumption fails for *correlated* faults: two neighbours that corrupt their copies of
+the row they share in the same way (a common-mode fault: the same wrong NoData value, the same
+bad library, the same flipped bit of the same cell) leave V's two rows equal, the comparison
+passes, and the output is silently wrong. No comparison of two copies can see that. The
+runtime therefore has the masters compute a third copy of every compared row, R_k for boundary
+k (N-1 rows per run; the paper's masters already recompute the data of workers 1 and N), and
+:func:`referee_verdict` judges each worker's row against it:
+
+* check_k == R_k and first_{k+1} == R_k: both correct;
+* exactly one differs from R_k: that worker is flagged (no ambiguity left, so a lone mismatch
+  no longer recomputes both neighbours);
+* both differ from R_k and from each other: both flagged;
+* both differ from R_k but equal each other: a *conflict*. Either both workers are wrong in the
+  same bits or the master's copy is wrong; three copies cannot say which. Both workers are
+  flagged and the conflict is reported, and the runtime recomputes R_k before it believes it
+  (:mod:`planaria.abft.runtime`): a conflict that survives a fresh referee row and a fresh
+  computation by both workers is reported as undecidable and the run fails (exit 3), never
+  an output that silently trusts either side.
+
+A worker with status 0 is judged by nobody; its neighbour's row is judged against R_k alone.
+Rows are compared bit for bit, as in ``compare``. So every fault in a compared row, in any
+number of workers at once, is found on its worker, as long as the masters' copy is right
+or is recomputed right. Interior rows stay uncovered (case 5).
 
 Extension: block digests
 ------------------------
@@ -83,6 +110,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -194,6 +222,53 @@ def locate(
         else:
             out.append(CORRECT)
     return out
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return a is not None and b is not None and _row_bytes(a) == _row_bytes(b)
+
+
+@dataclass(frozen=True)
+class RefereeVerdict:
+    """Per-worker statuses, and the boundaries where both workers agree with each other but not with the referee row."""
+
+    f: list[int]
+    conflicts: list[int]
+    mismatches: list[int]   # boundaries whose two V rows differ (the paper's detection)
+
+
+def referee_verdict(
+    f: Sequence[int],
+    check_rows: Sequence[np.ndarray | None],
+    first_rows: Sequence[np.ndarray | None],
+    referee: Sequence[np.ndarray],
+) -> RefereeVerdict:
+    """Judge every compared row against the masters' copy R_k (see "referee rows" in the module docstring).
+
+    ``f`` holds the step-(1) statuses of the N workers (0 stays 0). ``check_rows[k]`` is worker k's
+    check row, ``first_rows[k]`` worker k+1's first row and ``referee[k]`` the masters' row, k = 0..N-2.
+    """
+    n = len(f)
+    if not (len(check_rows) == len(first_rows) == len(referee) == max(0, n - 1)):
+        raise ValueError(f"need {max(0, n - 1)} check rows, first rows and referee rows")
+    dead = [s == UNRECOVERABLE for s in f]
+    flagged: set[int] = set()
+    conflicts: list[int] = []
+    mismatches: list[int] = []
+    for k in range(n - 1):
+        chk, fst, ref = check_rows[k], first_rows[k], referee[k]
+        up_ok = dead[k] or _same(chk, ref)
+        down_ok = dead[k + 1] or _same(fst, ref)
+        if not dead[k] and not dead[k + 1] and not _same(chk, fst):
+            mismatches.append(k)
+        if not up_ok:
+            flagged.add(k)
+        if not down_ok:
+            flagged.add(k + 1)
+        if not up_ok and not down_ok and _same(chk, fst):
+            conflicts.append(k)
+    out = [UNRECOVERABLE if dead[w] else TRANSIENT if w in flagged else CORRECT for w in range(n)]
+    return RefereeVerdict(out, conflicts, mismatches)
 
 
 def covered_rows(blocks: Sequence[Block]) -> dict[int, list[int]]:

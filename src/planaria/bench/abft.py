@@ -23,6 +23,10 @@ Three parts, each optional (``--parts``):
 * ``throughput``: slope (and cut depth) kernel in this process on a float32 GeoTIFF, kernel
   only and end to end (read + compute + write GeoTIFF), against ``gdaldem slope`` on the
   same file (end to end: it is one process).
+* ``pairs`` (not in the default ``--parts``): :mod:`planaria.bench.abft_pairs`, ``trials``
+  trials of two silent faults each over every pair of workers (adjacent ones included, N from
+  2 to 8), verified and recovered by the runtime's rules, counting undetected faults; then the
+  real runtime for every pair of 4 workers, both kernels.
 """
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ from planaria.bench.abft_series import file_digest
 MODES = ("plain", "abft", "duplicate")
 ORDERS = list(itertools.permutations(MODES))
 SETTLE_S = 1.0
-PARTS = ("overhead", "faults", "throughput")
+PARTS = ("overhead", "faults", "throughput", "pairs")
 GOAL_PCT = 2.0
 BOOTSTRAP = 10_000
 TMPFS_ROOT = "/dev/shm"
@@ -92,7 +96,7 @@ def _record(rep: dict[str, Any], kernel: str, mode: str, digest: str, launch_s: 
     return {"kernel": kernel, "mode": mode, "wall_s": tm["wall"], "launch_s": launch_s, "digest": digest,
             "read_s_max": worst("read"), "compute_s_max": worst("compute"), "part_write_s_max": worst("write"),
             "digest_s_max": worst("digest"), "compute_s_sum": sum(w.get("compute", 0.0) for w in wt),
-            "verification_s": tm.get("verification", 0.0), "edge_rows_s": tm.get("edge_rows", 0.0),
+            "verification_s": tm.get("verification", 0.0), "edge_rows_s": tm.get("referee_rows", tm.get("edge_rows", 0.0)),
             "write_output_s": tm.get("write_output", 0.0), "cross_check_s": tm.get("cross_check", 0.0),
             "cpu_total_s": cpu.get("total"), "cpu_workers_max_s": cpu.get("workers_max"),
             "cpu_masters_s": cpu.get("masters"), "cpu_per_rank_s": cpu.get("per_rank"),
@@ -458,6 +462,11 @@ def run(rows: int = 2000, cols: int = 1890, workers: int = 4, repeat: int = 6, k
             if progress:
                 progress(f"abft faults: {trials} trials on {workers} workers")
             result["faults"] = faults(trials, workers, seed, timeout, backend)
+        if "pairs" in ps:
+            from planaria.bench import abft_pairs
+            if progress:
+                progress(f"abft pairs: {trials} trials of two faults each, then the runtime on every pair of 4 workers")
+            result["pairs"] = abft_pairs.run(trials, seed, scratch, timeout, backend, progress)
         if "throughput" in ps:
             if progress:
                 progress(f"abft throughput: {rows} x {cols}, {repeat} runs each")
@@ -537,6 +546,8 @@ def table(result: dict[str, Any]) -> Any:
         t.add_row("clean", "0", "", "", "", str(c["wrong_outputs"]),
                   f"{c['mismatching_comparisons']}/{c['comparisons']}", str(c["runs_flagged"]))
         out.append(t)
+    if "pairs" in result:
+        out.append(_pairs_table(result["pairs"]))
     if "throughput" in result:
         r = result["throughput"]
         t = Table(title=f"Kernel throughput, {r['rows']} x {r['cols']} float32 GeoTIFF, one process, median of {r['repeat']}")
@@ -554,6 +565,28 @@ def table(result: dict[str, Any]) -> Any:
             t.add_row("gdaldem slope (end to end)", f"{g['end_to_end_s']:.3f} s", f"{g['cells_per_s'] / 1e6:.1f}")
         out.append(t)
     return Group(*out)
+
+
+def _pairs_table(res: dict[str, Any]) -> Any:
+    """Two faults per trial: located, recovered, undetected, per way; the paper's V alone for comparison."""
+    from rich.table import Table
+    c = res["campaign"]
+    t = Table(title=f"Two silent faults per trial, every pair of workers (N in 2..8): {c['trials']} trials, "
+                    f"{c['faults']} faults, seed {c['seed']}, {c['total_s']:.0f} s")
+    for col in ("faults of", "trials", "faults", "located (round 1)", "recovered", "undetected", "undecidable",
+                "with conflict", "innocent flagged", "paper's V: located / trials missed"):
+        t.add_column(col, justify="right")
+    for key, r in c["summary"].items():
+        if not isinstance(r, dict) or "trials" not in r:
+            continue
+        t.add_row(key, str(r["trials"]), str(r["faults"]), str(r["faults_located_first_round"]), str(r["recovered"]),
+                  str(r["undetected"]), str(r["undecidable"]), str(r["trials_with_conflict"]),
+                  str(r["trials_innocent_flagged"]), f"{r['paper_faults_located']} / {r['paper_trials_missed']}")
+    if "e2e" in res:
+        e = res["e2e"]
+        t.caption = (f"runtime (planaria abft, {e['workers']} workers, every pair, both kernels): {len(e['runs'])} runs, "
+                     f"{e['faults']} faults, {e['undetected']} undetected, {e['not_ok']} not ok")
+    return t
 
 
 def _pct(p: float | None) -> str:
@@ -625,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(2 for two modes, 6 for three) balances the order")
     p.add_argument("--kernels", default="slope,cutdepth")
     p.add_argument("--modes", default=",".join(MODES), help="plain and at least one of abft, duplicate")
-    p.add_argument("--parts", default=",".join(PARTS))
+    p.add_argument("--parts", default="overhead,faults,throughput",
+                   help="comma-separated: overhead, faults, throughput, pairs (pairs is not in the default)")
     p.add_argument("--trials", type=int, default=3000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=600.0)

@@ -8,11 +8,12 @@ faulty trial one worker, drawn from the trial's RNG, flips one random bit (any o
 one random cell in one of its rows, chosen among the rows some comparison covers
 (:func:`planaria.abft.verify.covered_rows`) or among those none covers. Rank 0 gathers the
 real outputs and judges them with :func:`planaria.abft.runtime.abft_verdict` (the runtime's
-own verification: V from the first/check rows, the masters' edge rows where no boundary vouches
-for an edge worker, ``locate`` with ``ambiguous="both"``), then scores against the truth, which only the scorer knows:
+own verification: every first/check row against the masters' referee copy of that row), then
+scores against the truth, which only the scorer knows:
 detected (any worker flagged), located (the faulty worker flagged), exact (only it flagged),
 and whether the assembled raster differs from the serial one (a silent wrong output).
-Clean trials count flagged workers and mismatching comparisons (false positives).
+Clean trials count flagged workers and mismatching comparisons (false positives). Comparisons
+are V's (one per boundary); the comparisons of rows with the referee are counted apart.
 """
 from __future__ import annotations
 
@@ -83,31 +84,26 @@ def judge(seed: int, t: int, n: int, outputs: list[np.ndarray]) -> dict[str, Any
     fn, window = kernels[kernel]
     blocks = partition(z.shape[0], n, window)
     fault = trial_fault(seed, t, blocks)
-    width = z.shape[1]
-    edge = {}
-    if n > 1:   # the masters' own recomputation of worker 0's check row and worker N-1's first row
-        for b, r in ((0, blocks[0].r1), (n - 1, blocks[-1].r0)):
-            s0, s1 = slab_bounds(r, r + 1, z.shape[0], window)
-            edge[b] = fn(z[s0:s1], nodata=nodata, rows=(r, r + 1))[0]
+    referee = {}   # the masters' own copy of every compared row, as in the runtime
+    for k in range(n - 1):
+        r = blocks[k].r1
+        s0, s1 = slab_bounds(r, r + 1, z.shape[0], window)
+        referee[k] = fn(z[s0:s1], nodata=nodata, rows=(r, r + 1))[0]
     firsts = [o[0] for o in outputs]
     checks = [o[-1] if b.check_row is not None else None for o, b in zip(outputs, blocks)]
-    asked: list[int] = []
-
-    def edge_row(b: int) -> np.ndarray:  # as in the runtime: asked for only where no boundary vouches
-        asked.append(b)
-        return edge[b]
     t0 = time.perf_counter()
-    f = abft_verdict([CORRECT] * n, firsts, checks, edge_row, width)
+    f = abft_verdict([CORRECT] * n, firsts, checks, referee)
     dt = time.perf_counter() - t0
     flagged = sorted(w for w in range(n) if f[w] != CORRECT)
     mism = [not ok for ok in compare(verification_rows(checks[:-1], firsts[1:]))] if n > 1 else []
-    edge_bad = [not (np.ascontiguousarray(edge[b]).tobytes() == np.ascontiguousarray(checks[0] if b == 0 else firsts[b]).tobytes())
-                for b in asked]
+    ref_bad = [not np.array_equal(referee[k].view(np.uint64), row.view(np.uint64))
+               for k in range(n - 1) for row in (checks[k], firsts[k + 1])]
     assembled = np.concatenate([o[: b.local_size] for o, b in zip(outputs, blocks)])
     serial = fn(z, nodata=nodata)
     wrong = assembled.tobytes() != serial.tobytes()
     rec = {"t": t, "kind": fault["kind"] if fault else "clean", "kernel": kernel, "shape": list(z.shape),
-           "flagged": flagged, "comparisons": len(mism) + len(edge_bad), "mismatches": sum(mism) + sum(edge_bad),
+           "flagged": flagged, "comparisons": len(mism), "mismatches": sum(mism),
+           "referee_comparisons": len(ref_bad), "referee_mismatches": sum(ref_bad),
            "wrong_output": wrong, "verify_s": dt}
     if fault:
         rec.update(worker=fault["worker"], abs_row=fault["abs_row"], bit=fault["bit"], detected=bool(flagged),
@@ -122,6 +118,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         rs = [r for r in records if r["kind"] == kind]
         row: dict[str, Any] = {"trials": len(rs), "comparisons": sum(r["comparisons"] for r in rs),
                                "mismatching_comparisons": sum(r["mismatches"] for r in rs),
+                               "referee_comparisons": sum(r["referee_comparisons"] for r in rs),
+                               "mismatching_referee_comparisons": sum(r["referee_mismatches"] for r in rs),
                                "wrong_outputs": sum(r["wrong_output"] for r in rs)}
         if kind == "clean":
             row["runs_flagged"] = sum(bool(r["flagged"]) for r in rs)

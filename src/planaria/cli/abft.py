@@ -4,12 +4,16 @@ Runs :mod:`planaria.abft.runtime` with N+2 ranks under ``planaria run`` (failure
 in the job directory as for any job), then prints the report. The report is also kept as
 ``<out>.abft.json``.
 
+``--force KIND:WORKER`` names a *worker index* 0..N-1 (worker w is MPI rank w+2; ranks 0 and 1
+are the masters). ``--inject`` plans of ``planaria run`` name MPI ranks, as everywhere else.
+
 Exit status: 0 every block was verified correct and the output written; 3 it was not
-(no live worker left, or the job ended without a report); 2 usage error.
+(no live worker left, an undecidable comparison, or the job ended without a report); 2 usage error.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +28,16 @@ app = typer.Typer(name="abft", help="Fault-tolerant terrain analysis (N-ABFT, tw
 def _usage(msg: str) -> None:
     typer.echo(f"planaria abft: {msg}", err=True)
     raise typer.Exit(2)
+
+
+def _same_file(dem: str, out: str) -> bool:
+    """``out`` names the file ``dem`` (also through another spelling, a symlink or a hard link)."""
+    try:
+        if Path(out).exists():
+            return os.path.samefile(dem, out)
+    except OSError:
+        return False
+    return Path(out).resolve() == Path(dem).resolve()
 
 
 def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, backend: str,
@@ -42,10 +56,18 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
         _usage(f"--timeout must be positive (got {timeout})")
     if not Path(dem).is_file():
         _usage(f"--dem {dem}: no such file")
+    if _same_file(dem, out):
+        _usage(f"--out {out} is the input DEM {dem}; give another output file")
     for item in force:
-        kind, _, rank = item.partition(":")
-        if kind not in KINDS or not rank.isdigit() or not 2 <= int(rank) < n + 2:
-            _usage(f"--force {item!r}: expected KIND:RANK, KIND in {', '.join(KINDS)}, RANK in 2..{n + 1}")
+        kind, _, worker = item.partition(":")
+        if kind not in KINDS or not (worker.isascii() and worker.isdigit()) or not int(worker) < n:
+            _usage(f"--force {item!r}: expected KIND:WORKER, KIND in {', '.join(KINDS)}, WORKER a worker index in 0..{n - 1}")
+    if inject:
+        from planaria.inject.plan import Plan, PlanError
+        try:
+            Plan.parse(list(inject)).validate(n + 2)
+        except PlanError as exc:
+            _usage(" ".join(str(exc).split()))
     try:
         from planaria.terrain import check_output, dem_info
         rows = dem_info(dem).shape[0]
@@ -106,8 +128,13 @@ def _print(r: dict, out: Path) -> None:
     con.print(f"rounds {r.get('rounds')}, finisher {r.get('finisher')}, replica agreed {r.get('replica_agreed')}; "
               f"compute {tm.get('compute', 0):.3f}s verification {tm.get('verification', 0):.4f}s "
               f"recovery {tm.get('recovery', 0):.4f}s")
-    if r.get("ok"):
-        con.print(f"[green]every block verified[/green]; output {out}")
+    for f in r.get("injected", []):
+        con.print(f"injected: {f['kind']} on worker {f['worker']} (rank {f['rank']}): {f['where']}")
+    if r.get("ok") and r.get("verified") is False:
+        con.print(f"[yellow]output written without verification[/yellow] (mode {r.get('mode')}, "
+                  f"{r.get('workers')} worker(s)); output {out}")
+    elif r.get("ok"):
+        con.print(f"[green]every block verified[/green]; output {out}, digest {r.get('digest')}")
     else:
         con.print(f"[red]not verified[/red]: {r.get('fatal', 'see the report')}")
 
@@ -122,7 +149,8 @@ def _command(kernel: str):
         backend: str = typer.Option("ulfm", "--backend", help="Failure backend: ulfm or sim."),
         timeout: float = typer.Option(600.0, "--timeout", help="Stop the job after S seconds."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-        force: list[str] = typer.Option([], "--force", help=f"Force a fault KIND:RANK ({', '.join(KINDS)}). Repeatable."),
+        force: list[str] = typer.Option([], "--force", help=f"Force a fault KIND:WORKER ({', '.join(KINDS)}) on the "
+                                        "first task of worker WORKER, a worker index 0..N-1 (MPI rank WORKER+2). Repeatable."),
         inject: list[str] = typer.Option([], "--inject", help="planaria run fault plan, e.g. 'kill:rank=3,iter=1'."),
         mode: str = typer.Option("abft", "--mode", help="abft (redundant rows, default), plain (no check) or "
                                  "duplicate (every block computed twice and compared)."),

@@ -48,8 +48,11 @@ def slab_bounds(r0: int, r1: int, total_rows: int, window: int) -> tuple[int, in
 
 
 def invalid_mask(z: np.ndarray, nodata: float | None) -> np.ndarray:
-    """True where ``z`` is NaN or equal to ``nodata``."""
-    bad = np.isnan(z)
+    """True where ``z`` is not finite (NaN, +inf, -inf) or equal to ``nodata``.
+
+    An infinite elevation is treated as NoData, like NaN: the windows touching it get the fill
+    value, and no inf - inf reaches the arithmetic (nor a numpy warning)."""
+    bad = ~np.isfinite(z)
     if nodata is not None and not np.isnan(nodata):
         bad |= z == nodata
     return bad
@@ -119,8 +122,12 @@ def _tile(zz: np.ndarray, h: int, nodata: float | None, fill: float,
     if bad.any():
         zf[bad] = 0.0
     else:
-        return core(zf, h)
-    vals = core(zf, h)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return core(zf, h)
+    # finite elevations near the float64 limit may still overflow: the result is then inf (or NaN),
+    # as IEEE arithmetic gives it, without a warning on every rank
+    with np.errstate(over="ignore", invalid="ignore"):
+        vals = core(zf, h)
     # any invalid cell in the window -> fill (separable OR, fixed order)
     badr = bad[: bad.shape[0] - 2 * h].copy()
     for k in range(1, 2 * h + 1):
