@@ -1,93 +1,97 @@
-"""Fault campaign: many demo runs with random victims, moments and phases; each ends correct or 'spares exhausted'.
+"""A short seeded fault campaign (planaria.campaign) on real jobs: no run may be wrong, hung or unexplained.
 
-The plans are drawn from a fixed seed, so a failing run can be replayed with the command
-printed in the assertion message. Every run is bounded (`--timeout`, and a subprocess timeout
-above it): a hang fails the test.
+The 18 plans of seed 5 go round the demo, the application (examples/resilient_app.py) and
+ABFT on both backends, and include a kill in every driver phase (finish among them), kills of
+spares and of adjacent ranks, kills at times near the start, bit flips, I/O errors on checkpoint
+files, a checkpoint file damaged between two runs and an adjacent pair of silent ABFT faults
+(``test_ci_plans_cover_every_kind_of_fault``). Every command is bounded (the job's --timeout,
+and the campaign's own bound above it); a failed assertion prints the plan and the commands that
+replay it.
 """
 from __future__ import annotations
 
 import json
-import random
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from planaria.launch.jobdir import OUTPUT
+from planaria.campaign import plans, targets
+from planaria.campaign.classify import BAD, HUNG
 from tests.mpi.mpijob import root_env
 
 pytestmark = [pytest.mark.mpi]
 
-RUNS = 24
-WORKING, SPARES, STEPS, EVERY = 6, 2, 160, 20
+SEED, RUNS, TIMEOUT = 5, 18, 60
+ALL, BOTH = list(plans.TARGETS), list(plans.BACKENDS)
 
 
-def draw_plan(rng: random.Random, backend: str) -> list[str]:
-    """1-3 kills of distinct processes (working or spare), each computing, checkpointing, recovering or timed."""
-    victims = rng.sample(range(WORKING + SPARES), rng.randint(1, 3))
-    plan = []
-    for v in victims:
-        phase = rng.choice(["compute", "checkpoint", "recover"] + (["time"] if backend == "ulfm" else []))
-        if phase == "compute":
-            plan.append(f"kill:rank={v},iter={rng.randint(5, STEPS - 10)}")
-        elif phase == "checkpoint":
-            plan.append(f"kill:rank={v},iter={rng.randint(0, STEPS - 30)},phase=checkpoint")
-        elif phase == "recover":
-            plan.append(f"kill:rank={v},phase=recover")
-        else:
-            # the 160 steps take ~0.1-0.3 s: early times hit the steps, later ones the protected
-            # epilogue (gathering the result) or the way out
-            plan.append(f"kill:rank={v},time={rng.uniform(0.02, 0.3):.2f}")
-    return plan
+def _ci_plans() -> list[plans.RunPlan]:
+    return plans.schedule(SEED, RUNS, ALL, BOTH)
 
 
-def campaign() -> list[tuple[str, list[str]]]:
-    rng = random.Random(20261121)
-    out = []
-    for k in range(RUNS):
-        backend = "ulfm" if k % 2 == 0 else "sim"
-        out.append((backend, draw_plan(rng, backend)))
-    return out
+def _context(tmp_path: Path, timeout: float = TIMEOUT) -> targets.Context:
+    app = targets.find_app()
+    assert app is not None, "examples/resilient_app.py is missing"
+    return targets.Context(root=tmp_path, timeout=timeout, app=app)
 
 
-@pytest.mark.timeout(150)
-@pytest.mark.parametrize("run", range(RUNS))
-def test_campaign_run(tmp_path, run: int) -> None:
-    backend, plan = campaign()[run]
-    cmd = [sys.executable, "-m", "planaria.cli.main", "demo", "--json", "--backend", backend,
-           "-n", str(WORKING), "--spares", str(SPARES), "--checkpoint", "multi", "--every", str(EVERY),
-           "--file-every", str(2 * EVERY), "--steps", str(STEPS), "--cells-per-rank", "5000", "--timeout", "100"]
-    for spec in plan:
-        cmd += ["--inject", spec]
+@pytest.mark.timeout(2 * (TIMEOUT + targets.GRACE) + 30)     # an app run with damage launches two jobs
+@pytest.mark.parametrize("index", range(RUNS))
+def test_campaign_run(tmp_path, index: int) -> None:
+    plan = _ci_plans()[index]
+    rec = targets.execute(plan, _context(tmp_path))
+    assert rec.cls not in BAD, (f"run {index} ({plan.target}, {plan.backend}) {rec.cls}: {rec.reason}\n"
+                                f"plan: {plan.describe()}\nreplay:\n  " + "\n  ".join(rec.replay)
+                                + f"\n--- output\n{rec.tail}")
+
+
+def test_ci_plans_cover_every_kind_of_fault() -> None:
+    """The seeded plans exercise what the campaign promises, so a change to the drawing cannot quietly thin CI out."""
+    ps = _ci_plans()
+    specs = [f for p in ps for f in p.faults]
+    for phase in ("checkpoint", "recover", "finish"):
+        assert any(f"phase={phase}" in s for s in specs), phase
+    assert any(re.match(r"kill:rank=[67],", s) for s in specs)                     # a spare
+    assert any(re.match(r"kill:rank=\d\+\d,iter=", s) for s in specs)              # adjacent ranks at once
+    assert any(re.search(r",time=0\.0[0-4]\d*$", s) for s in specs)               # near the start
+    assert any(s.startswith("bitflip:") for s in specs) and any(s.startswith("ioerror:") for s in specs)
+    assert any(p.damage for p in ps)
+    assert any(re.search(r"--force silent:(\d) --force silent:(\d)", " ".join(p.settings.get("abft_args", [])))
+               for p in ps)
+    assert {(p.target, p.backend) for p in ps} == {(t, b) for t in ALL for b in BOTH}
+
+
+@pytest.mark.timeout(90)
+def test_a_hung_job_is_classified_hung(tmp_path) -> None:
+    """A rank that stops progressing makes the job run into its --timeout: the campaign calls that hung."""
+    plan = plans.RunPlan(0, "app", "sim", ["hang:rank=1,iter=20"], {"store": "memory"})
+    rec = targets.execute(plan, _context(tmp_path, timeout=8))
+    assert rec.cls == HUNG, (rec.cls, rec.reason, rec.tail)
+    assert rec.codes == [124] and rec.directory and Path(rec.directory).is_dir()
+    assert "hang:rank=1,iter=20" in rec.replay[0] and "--timeout 8" in rec.replay[0]
+
+
+@pytest.mark.timeout(120)
+def test_command_json_and_bad_input(tmp_path) -> None:
+    """``planaria campaign --json`` records every run with its replay; bad input is one line and exit 2."""
     env = root_env()
-    env["PLANARIA_HOME"] = str(tmp_path)
-    replay = " ".join(cmd[3:])
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=130, env=env)
-    assert res.returncode != 124, f"run timed out (hang?): planaria {replay}\n{res.stderr[-3000:]}"
-    assert "{" in res.stdout, f"no report: planaria {replay}\n{res.stderr[-3000:]}"
-    report = json.loads(res.stdout[res.stdout.index("{"):])
-    if report["outcome"] == "finished":
-        assert res.returncode == 0 and report["bit_identical"] is True, f"planaria {replay}\n{res.stderr[-3000:]}"
-    else:
-        assert report["outcome"] == "spares exhausted", f"{report}\nplanaria {replay}\n{res.stderr[-3000:]}"
-        assert res.returncode == 3
-        assert len(plan) > SPARES, (f"spares exhausted with only {len(plan)} kill(s): planaria {replay}"
-                                    f"{_library_crashes(tmp_path)}")
-
-
-def _library_crashes(home: Path) -> str:
-    """Lines of the job's output where a process crashed inside the MPI library (see docs/recovery.md)."""
-    lines = [ln for log in home.glob(f"jobs/*/{OUTPUT}")
-             for ln in log.read_text(errors="replace").splitlines()
-             if "Segmentation fault" in ln or "libmpi.so" in ln]
-    return ("\nprocesses crashed inside the MPI library:\n" + "\n".join(lines[:12])) if lines else ""
-
-
-def test_campaign_covers_every_phase() -> None:
-    """The drawn plans exercise computing, checkpointing, recovering and timed kills, with spares as victims too."""
-    specs = [s for _, plan in campaign() for s in plan]
-    assert any("phase=checkpoint" in s for s in specs) and any("phase=recover" in s for s in specs)
-    assert any("time=" in s for s in specs) and any("phase" not in s and "iter=" in s for s in specs)
-    assert any(f"rank={v}," in s for s in specs for v in range(WORKING, WORKING + SPARES))
-    assert sum(1 for _, plan in campaign() if len(plan) > SPARES) >= 3    # some runs must exhaust the spares
+    env["TMPDIR"] = str(tmp_path)
+    cmd = [sys.executable, "-m", "planaria.cli.main", "campaign"]
+    res = subprocess.run(cmd + ["--runs", "2", "--targets", "abft", "--backends", "sim,ulfm", "--seed", "3",
+                                "--timeout", "60", "--json"], capture_output=True, text=True, timeout=100, env=env)
+    rep = json.loads(res.stdout)
+    assert [(r["index"], r["target"], r["backend"]) for r in rep["runs"]] == [(0, "abft", "sim"), (1, "abft", "ulfm")]
+    assert all(r["replay"][0].startswith("planaria abft ") and r["class"] for r in rep["runs"])
+    assert sum(rep["total"].values()) == 2 and rep["seed"] == 3
+    assert res.returncode == (1 if rep["bad"] else 0), res.stderr[-2000:]
+    for bad, what in ((["--runs", "0"], "--runs"), (["--backends", "mpich"], "--backends"),
+                      (["--timeout", "inf"], "--timeout"), (["--timeout", "1_0"], "--timeout"),
+                      (["--seed", "x"], "--seed"), (["--runs", "\u0663"], "--runs"),
+                      (["--app", str(tmp_path / "missing.py")], "--app")):
+        res = subprocess.run(cmd + bad, capture_output=True, text=True, timeout=60, env=env)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"planaria campaign: {what}"), \
+            res.stderr

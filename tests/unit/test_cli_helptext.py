@@ -1,9 +1,12 @@
-"""Command help is reflowed into whole paragraphs, so it wraps cleanly at any terminal width."""
+"""Command help is reflowed into whole paragraphs, so it wraps cleanly at any terminal width;
+errors of the command-line parser are one line and exit 2, for every verb."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+
+import pytest
 
 from planaria.cli.helptext import reflow
 
@@ -52,3 +55,71 @@ def test_rendered_help_fills_narrow_lines():
     assert len(para) >= 3
     # before reflowing, every 95-character source line wrapped into a full line and a short one
     assert all(len(ln) >= 45 for ln in para[:-1]), para
+
+
+# --------------------------------------------------------------------------- parser errors in one line
+
+def _leaf_paths() -> list[list[str]]:
+    import typer
+
+    from planaria.cli import main
+    main._register()
+
+    def walk(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield path
+    return list(walk(typer.main.get_command(main.app), []))
+
+
+def _main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """``planaria ARGS`` through the console-script entry point, in this process."""
+    from planaria.cli import main
+    monkeypatch.setattr(sys, "argv", ["planaria", *args])
+    with pytest.raises(SystemExit) as info:
+        main.main()
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def test_every_verb_tells_an_unknown_option_in_one_line(monkeypatch, capsys):
+    paths = _leaf_paths()
+    assert len(paths) >= 25
+    for path in paths:
+        # run and fragments run pass unknown words on to the program: their -n comes first
+        extra = ["-n", "1"] if path[-1] == "run" else []
+        code, out, err = _main(monkeypatch, capsys, *path, *extra, "--no-such-option")
+        where = "planaria " + " ".join(path)
+        assert code == 2, (path, err)
+        assert out == "" and err.count("\n") == 1, (path, err)
+        assert err.startswith(f"{where}: no such option: --no-such-option") and f"'{where} --help'" in err, err
+
+
+@pytest.mark.parametrize("args, line", [
+    (["run"], "planaria run: missing option '-n' / '--np' (try 'planaria run --help')"),
+    (["run", "-n", "x", "--", "true"], "planaria run: invalid value for '-n' / '--np': "),
+    (["demo", "--steps"], "planaria demo: option '--steps' requires an argument (try 'planaria demo --help')"),
+    (["demo", "--timeout", "soon"], "planaria demo: invalid value for '--timeout': "),
+    (["diagnose", "--fanout", "1"], "planaria diagnose: invalid value for '--fanout': "),
+    (["diagnose", "a", "b"], "planaria diagnose: got unexpected extra argument"),
+    (["hosts", "up", "--names"], "planaria hosts up: option '--names' requires an argument"),
+    (["no-such-verb"], "planaria: no such command 'no-such-verb' (try 'planaria --help')"),
+    (["bench", "no-such-bench"], "planaria bench: no such command 'no-such-bench'"),
+])
+def test_parser_errors_are_one_line_exit_2(monkeypatch, capsys, args, line):
+    code, out, err = _main(monkeypatch, capsys, *args)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(line), err
+
+
+def test_help_still_renders(monkeypatch, capsys):
+    code, out, err = _main(monkeypatch, capsys, "run", "--help")
+    assert code == 0 and err == ""
+    assert "Usage: planaria run" in out and "--timeout" in out and "planaria run -n 4 -- python app.py" in out
+    code, out, err = _main(monkeypatch, capsys, "abft", "slope", "--help")
+    assert code == 0 and "Usage: planaria abft slope" in out
+    code, out, err = _main(monkeypatch, capsys, "hosts")           # a bare group shows its help
+    assert code == 2 and "Usage: planaria hosts" in out + err and "up" in out + err

@@ -16,10 +16,17 @@ app = typer.Typer(
 )
 
 
+_registered = False
+
+
 def _register() -> None:
-    """Import verb modules; each adds its commands to ``app``."""
+    """Import verb modules; each adds its commands to ``app`` (once, however often it is called)."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
     from planaria.cli import demo, run    # these two add their commands to ``app`` on import
-    from planaria.cli import abft, bench, diagnose, fragments, hosts, tools, trace
+    from planaria.cli import abft, bench, campaign, diagnose, fragments, hosts, tools, trace
 
     del demo, run
 
@@ -30,16 +37,64 @@ def _register() -> None:
     tools.register(app)
     app.add_typer(trace.app, name="trace")
     app.add_typer(fragments.app, name="fragments")
+    app.command("campaign")(campaign.campaign)
     reflow_app(app)
 
 
+# The parser's exceptions: click's, or those of the copy of click that newer typer versions carry:
+# wherever typer.BadParameter comes from.
+_errors = sys.modules[typer.BadParameter.__module__]
+_NoArgsIsHelp = getattr(_errors, "NoArgsIsHelpError", ())      # click >= 8.2
+
+
+def _command_path(args: list[str]) -> str:
+    """``planaria VERB ...``: the (sub)command that ``args`` name, as far as they name one."""
+    cmd = typer.main.get_command(app)
+    path = ["planaria"]
+    for word in args:
+        sub = getattr(cmd, "commands", {}).get(word)
+        if sub is None:
+            break
+        path.append(word)
+        cmd = sub
+    return " ".join(path)
+
+
+def usage_line(exc: Exception, args: list[str]) -> str:
+    """One line for an error the command-line parser raised: ``planaria VERB: MESSAGE (try ...)``."""
+    ctx = getattr(exc, "ctx", None)        # some errors (an option without its value) carry none
+    where = ctx.command_path if ctx is not None else _command_path(args)
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    if message[:1].isupper() and message[1:2].islower():   # "Missing option" -> "missing option", as the verbs write
+        message = message[0].lower() + message[1:]
+    hint = f" (try '{where} --help')" if isinstance(exc, _errors.UsageError) else ""
+    return f"{where}: {message}{hint}"
+
+
 def main() -> None:
-    """Console-script entry point; usage errors exit 2 with one line."""
+    """Console-script entry point; usage errors exit 2 with one line.
+
+    Typer's standalone mode prints the parser's errors (missing option, unknown option, a value
+    of the wrong type) as a usage line, a hint and a framed box; here they are caught and told
+    in one line instead, like the verbs' own checks. ``--help`` and a bare group (help instead
+    of an error) render as before.
+    """
     _register()
+    args = sys.argv[1:]
     try:
-        app()
+        rv = app(args=args, prog_name="planaria", standalone_mode=False)
+    except _NoArgsIsHelp as exc:
+        sys.exit(exc.exit_code)               # the help was printed while the error was made
+    except _errors.ClickException as exc:
+        print(usage_line(exc, args), file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("Aborted!", file=sys.stderr, flush=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+    # without standalone mode a verb's ``typer.Exit(code)`` comes back as the return value
+    sys.exit(rv if type(rv) is int else 0)
 
 
 if __name__ == "__main__":
