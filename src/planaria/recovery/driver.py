@@ -334,6 +334,7 @@ class Resilient:
         attempts = 0
         while True:
             attempts += 1
+            world = comm = None
             try:
                 t0 = time.perf_counter()
                 if self.comm is not None:
@@ -389,6 +390,15 @@ class Resilient:
                 return version, state
             except FailureError as again:
                 err = again
+                # This attempt's communicators are not yet the driver's: revoke them here, or a
+                # process still inside a collective on them (waiting for one that left it for the
+                # next attempt) would never return.
+                for c in (comm, world):
+                    if c is not None and c is not lay.world and c is not self.comm:
+                        try:
+                            c.revoke()
+                        except FailureError:
+                            pass
                 continue
 
     def _exhausted(self, world: Comm, info: list[int | None], lost: list[int], at_step: int,
