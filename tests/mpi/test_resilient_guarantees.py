@@ -65,3 +65,12 @@ def test_kill_at_start_up_is_recovered_without_a_handler_in_the_program(tmp_path
     assert res.returncode == 0, f"exit {res.returncode}\n{res.stderr[-3000:]}"
     assert "default event handler" not in res.stderr, res.stderr[-3000:]
     assert len(results) == 1 and results[0]["ok"] and results[0]["ranks"] == 6, res.stdout[-2000:]
+
+
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_partners_lost_before_any_checkpoint_past_init_start_again(tmp_path, backend: str) -> None:
+    """Two partner-memory neighbours die before step 10's checkpoint: only version 0 exists and its
+    copies of them are gone, but version 0 is what ``init`` makes, so the job starts again."""
+    res, results = run_docs_app(tmp_path, backend, 6, 2, ["kill:rank=2+3,iter=5"])
+    assert res.returncode == 0, f"exit {res.returncode}\n{res.stderr[-3000:]}"
+    assert len(results) == 1 and results[0]["ok"] and results[0]["ranks"] == 6, res.stdout[-2000:]

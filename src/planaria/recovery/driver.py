@@ -147,6 +147,7 @@ class Resilient:
         self.recoveries: list[Recovery] = []
         self._has_state = logical is not None     # False on a spare until it has restored a state
         self.checkpoint_times: list[float] = []
+        self._newest_saved = -1                   # newest version this process saved (-1: none)
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -256,6 +257,7 @@ class Resilient:
         t = time.perf_counter()
         self.store.save(self.comm, version, state)
         self.checkpoint_times.append(time.perf_counter() - t)
+        self._newest_saved = max(self._newest_saved, version)
         self._tell_spares()
 
     def _tell_spares(self) -> None:
@@ -370,8 +372,10 @@ class Resilient:
                 fresh = set(lost) | empty
                 warm = WARM.held()
                 version = self.store.restorable(comm, fresh)
-                if version is None and not comm.allreduce(bool(self.checkpoint_times), op=max):
-                    # No checkpoint was ever completed by anyone: start again from the beginning.
+                newest = max(self._newest_saved, -1 if self.resumed_from is None else self.resumed_from)
+                if version is None and comm.allreduce(newest, op=max) <= 0:
+                    # Nothing past the initial state was ever saved or resumed from (version 0
+                    # is init's output), so starting again from the beginning loses nothing.
                     version, state = self._start(comm)
                 elif version is None:
                     raise Unrecoverable(f"no checkpoint version can be restored after losing logical rank(s) {lost}")
