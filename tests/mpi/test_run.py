@@ -230,7 +230,9 @@ def test_killed_job_leaves_no_shared_memory_files(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_sigint_tears_down(tmp_path):
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_signals_tear_down(tmp_path, sig, status):
+    """Ctrl-C, and what a batch system (scancel, a time limit) or a closed terminal sends, end the job."""
     marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(planaria(tmp_path, "-n", "2", "--", "python", str(SCRIPTS / "sleeper.py"), "100", marker),
                             env=env_for(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -244,12 +246,12 @@ def test_sigint_tears_down(tmp_path):
         while time.time() < deadline and "rank 1 sleeping" not in (job / "output.log").read_text():
             time.sleep(0.2)
         t = time.time()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
+    assert proc.returncode == status, err
     assert time.time() - t < 8
     time.sleep(0.5)
     assert alive(marker) == []

@@ -59,7 +59,7 @@ def run(
 
     Exit status (of the last attempt): 0 finished; the survivors' exit code if non-zero; 1 no rank
     finished (or the default event handler aborted the job); 2 usage or launch error; 124 --timeout;
-    130 interrupted (Ctrl-C). A program without planaria's runtime (plain mpi4py): the lowest rank
+    130 interrupted (Ctrl-C); 143 / 129 ended by SIGTERM / SIGHUP (the job is torn down as for Ctrl-C). A program without planaria's runtime (plain mpi4py): the lowest rank
     that ended badly decides, 128 + its signal or its exit code, as mpiexec without ULFM would.
     """
     from planaria.launch.runner import RunOptions, run_job

@@ -190,6 +190,15 @@ def _python_fix(command: list[str]) -> list[str]:
     return command
 
 
+_SIGNUMS = {"SIGTERM": int(signal.SIGTERM), "SIGHUP": int(signal.SIGHUP)}
+
+
+def _ended_by_signal(interrupted: threading.Event, signum: int) -> None:
+    """SIGTERM/SIGHUP to the launcher: end the job as Ctrl-C does, and say which signal it was."""
+    interrupted.by = signal.Signals(signum).name     # type: ignore[attr-defined]
+    interrupted.set()
+
+
 def _kill_all(proc: subprocess.Popen[bytes], controller: Controller) -> None:
     """SIGTERM the mpiexec process group, SIGKILL it after a grace period, SIGKILL known ranks."""
     for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, 2.0)):
@@ -645,10 +654,16 @@ def run_job(opts: RunOptions) -> int:
     deadline = None if opts.timeout is None else t0 + opts.timeout
     out = _Output(jobdir, opts.json, opts.prog)
     interrupted = threading.Event()
+    interrupted.by = "Ctrl-C"       # type: ignore[attr-defined]  # which signal ended the job
     old_handler = old_usr1 = None
+    old_ends: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
         old_usr1 = signal.signal(signal.SIGUSR1, lambda *_: _DIAG_REQUESTS.set())
+        # A batch system cancels a job (scancel, a time limit) or a closed terminal hangs up with
+        # these: the job is torn down as for Ctrl-C, never left running without its launcher.
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            old_ends[sig] = signal.signal(sig, lambda signum, _f: _ended_by_signal(interrupted, signum))
     attempts: list[dict[str, Any]] = []
     att: _Attempt | None = None
     try:
@@ -700,6 +715,8 @@ def run_job(opts: RunOptions) -> int:
                        + (f" + {opts.spares} spare(s)" if opts.spares else ""))
             number += 1
     finally:
+        for sig, handler in old_ends.items():
+            signal.signal(sig, handler)
         if old_handler is not None:
             signal.signal(signal.SIGINT, old_handler)
         if old_usr1 is not None:
@@ -881,7 +898,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         # up in the count check)
         _diagnose_now(controller, out, outcome)
     if outcome != "finished":
-        why = ("interrupted (Ctrl-C)" if outcome == "interrupted"
+        why = (f"interrupted ({interrupted.by})" if outcome == "interrupted"
                else f"aborted by rank {controller.abort_request.get('rank')}'s {controller.abort_request['reason']}"
                if outcome == "aborted" and controller.abort_request is not None
                else f"rank {plain_abort[0]} {rankfate.describe(plain_abort[1])} and no rank uses planaria's "
@@ -911,7 +928,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         if fates[r].get("signal") == signal.SIGKILL:
             fates[r]["ended_by"] = "planaria ctl kill"
     if outcome != "finished":           # what was still running when the launcher ended the job
-        ender = {"timeout": f"the launcher at the timeout ({opts.timeout:g} s)", "interrupted": "Ctrl-C",
+        ender = {"timeout": f"the launcher at the timeout ({opts.timeout:g} s)", "interrupted": interrupted.by,
                  "aborted": "the job abort (default handler)"}[outcome]
         for r in running & set(fates):
             fates[r]["ended_by"] = ender
@@ -949,7 +966,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     if outcome == "timeout":
         status = EXIT_TIMEOUT
     elif outcome == "interrupted":
-        status = EXIT_INTERRUPTED
+        status = EXIT_INTERRUPTED if interrupted.by == "Ctrl-C" else 128 + _SIGNUMS.get(interrupted.by, 15)
     elif outcome == "aborted":
         # a program without the runtime: the status mpiexec without ULFM would give for its failure
         status = (rankfate.status_of({plain_abort[0]: plain_abort[1]}) or EXIT_FAILED
