@@ -29,6 +29,9 @@ def test_same_seed_same_plans_other_seed_other_plans() -> None:
 
 def test_a_run_does_not_depend_on_the_campaign_length() -> None:
     assert _dump(plans.schedule(5, 9, ALL, BOTH)) == _dump(plans.schedule(5, 40, ALL, BOTH)[:9])
+    # parts of one long campaign are that campaign's runs
+    assert _dump(plans.schedule(5, 9, ALL, BOTH) + plans.schedule(5, 31, ALL, BOTH, first=9)) == \
+        _dump(plans.schedule(5, 40, ALL, BOTH))
 
 
 def test_plans_are_the_same_in_another_process_with_another_hash_seed() -> None:

@@ -64,10 +64,10 @@ def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def schedule(seed: int, runs: int, targets: list[str], backends: list[str]) -> list[RunPlan]:
-    """The campaign's ``runs`` plans, in order."""
+def schedule(seed: int, runs: int, targets: list[str], backends: list[str], first: int = 0) -> list[RunPlan]:
+    """The campaign's plans ``first`` .. ``first + runs - 1``, in order (parts of one long campaign)."""
     out = []
-    for k in range(runs):
+    for k in range(first, first + runs):
         target = targets[k % len(targets)]
         backend = backends[(k // len(targets)) % len(backends)]
         out.append(draw(seed, k, target, backend))

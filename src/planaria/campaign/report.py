@@ -36,7 +36,8 @@ def print_report(records: list[RunRecord], header: dict[str, Any], console: Any 
     from rich.table import Table
 
     con = console or Console()
-    t = Table(title=f"fault campaign: {len(records)} run(s), seed {header.get('seed')}, "
+    span = f" (runs {records[0].plan.index}-{records[-1].plan.index})" if records and records[0].plan.index else ""
+    t = Table(title=f"fault campaign: {len(records)} run(s){span}, seed {header.get('seed')}, "
                     f"--timeout {header.get('timeout', 0):g} s")
     t.add_column("target")
     t.add_column("backend")

@@ -36,6 +36,9 @@ def campaign(
     backends: str = typer.Option("ulfm,sim", "--backends", metavar="LIST", help="Comma-separated: ulfm, sim."),
     seed: str = typer.Option("1", "--seed", metavar="INT",
                              help="Seed of the fault plans: the same seed draws the same plans."),
+    first: str = typer.Option("0", "--first", metavar="K",
+                              help="Start at run K: --first 0 --runs 200 and --first 200 --runs 800 are "
+                                   "together the runs of --runs 1000."),
     timeout: str = typer.Option("90", "--timeout", metavar="SECONDS",
                                 help="Each job's --timeout in seconds; the campaign kills a command itself "
                                      "30 s later."),
@@ -68,10 +71,13 @@ def campaign(
       planaria campaign --runs 200 --targets app --backends ulfm --timeout 60
 
       planaria campaign --runs 30 --json > campaign.json
+
+      planaria campaign --seed 7 --first 200 --runs 800       # runs 200-999 of seed 7's campaign
     """
     from planaria.campaign import plans
 
     n = _int("--runs", runs, least=1)
+    k0 = _int("--first", first, least=0)
     s = _int("--seed", seed)
     t = float(timeout) if re.fullmatch(r"[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?|[0-9]+\.", timeout.strip()) else math.nan
     if not math.isfinite(t) or t <= 0:
@@ -86,7 +92,7 @@ def campaign(
     if "app" in names and (app is None or not app.is_file()):
         _usage(f"--app {app_path}: no such file" if app_path is not None
                else "examples/resilient_app.py not found (pass --app PATH)")
-    code = _run(plans.schedule(s, n, names, bks), s, t, keep, json_out, app, names, bks)
+    code = _run(plans.schedule(s, n, names, bks, first=k0), s, t, keep, json_out, app, names, bks)
     raise typer.Exit(code)
 
 
