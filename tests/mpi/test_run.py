@@ -385,3 +385,27 @@ def test_agent_from_env_outside_planaria(monkeypatch):
 
     monkeypatch.delenv("PLANARIA_CONTROL_URI", raising=False)
     assert Agent.from_env(0, 1, "worker", "ulfm") is None
+
+
+_READ_STDIN = ("import sys, json; from mpi4py import MPI; "
+               "print('STDIN', MPI.COMM_WORLD.Get_rank(), json.dumps(sys.stdin.read()), flush=True)")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("choice, reader", [(None, 0), ("2", 2), ("none", None)])
+def test_standard_input_reaches_one_rank(tmp_path, choice, reader):
+    """As with mpiexec: the launcher's standard input goes to rank 0 (or --stdin R); the others read EOF."""
+    args = ["-n", "3"] + ([] if choice is None else ["--stdin", choice]) + ["--", sys.executable, "-c", _READ_STDIN]
+    res = subprocess.run(planaria(tmp_path, *args), env=env_for(tmp_path), capture_output=True, text=True,
+                         timeout=50, input="1000000\nsecond line\n")
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = {int(line.split()[2]): json.loads(line.split(" ", 3)[3])
+           for line in res.stdout.splitlines() if " STDIN " in line}
+    assert sorted(got) == [0, 1, 2], res.stdout
+    assert got == {r: ("1000000\nsecond line\n" if r == reader else "") for r in range(3)}
+
+
+@pytest.mark.timeout(30)
+def test_stdin_rank_out_of_range_is_a_usage_error(tmp_path):
+    res = run(tmp_path, "-n", "2", "--stdin", "2", "--", "python", str(SCRIPTS / "hello.py"))
+    assert res.returncode == 2 and res.stderr.strip() == "planaria run: --stdin '2': expected a rank in 0..1 or 'none'"

@@ -30,6 +30,7 @@ def run(
     diagnose_on_timeout: bool = typer.Option(True, "--diagnose-on-timeout/--no-diagnose-on-timeout", help="Before a --timeout kill or a default-handler abort, collect every rank's state and write a diagnosis."),
     launcher_kills: bool = typer.Option(False, "--launcher-kills", help="The launcher sends the --inject plan's timed kills (kill:rank=R,time=T, random kills) itself, through the recorders' pids: for a program without planaria's runtime, whose ranks have no injector. Time counts from when every rank had started."),
     rank_fates: bool = typer.Option(True, "--rank-fates/--no-rank-fates", help="Start every rank under a small recorder process that notes how it ended (exit code or signal) and ends what outlives mpiexec: with ULFM, mpiexec exits 0 when ranks are killed. --no-rank-fates where remote hosts lack this Python installation."),
+    stdin: str = typer.Option("0", "--stdin", metavar="RANK", help="The rank that reads this command's standard input, as with mpiexec (default 0), or none. Through the rank recorder, on this host."),
     default_handler: str = typer.Option("abort", "--default-handler", help="What the ranks' default event handler does with a process-failure event no other handler completed: abort (end the job cleanly, exit 1; for a program without planaria's runtime, the launcher ends the job when a rank dies, with that rank's status) or none (as plain ULFM; see docs/events.md)."),
 ) -> None:
     """Run an MPI program (the command after --) with failure tracking.
@@ -47,6 +48,8 @@ def run(
       planaria run -n 8 --hosts node1:4,node2:4 --timeout 600 -- python app.py
 
       planaria run -n 4 --json -- python app.py > summary.json
+
+      echo 1000000 | planaria run -n 4 -- python cpi.py      (standard input goes to rank 0)
 
       planaria run -n 4 --netns pl-h1,pl-h2 --restart 1 -- python app.py
 
@@ -77,7 +80,7 @@ def run(
                       mpiexec_args=list(mpiexec_arg), control=control, restart=restart,
                       reinject=reinject, netns=netns, detect=detect, detect_timeouts=detect_timeouts,
                       diagnose_on_timeout=diagnose_on_timeout, default_handler=default_handler,
-                      rank_fates=rank_fates, launcher_kills=launcher_kills)
+                      rank_fates=rank_fates, launcher_kills=launcher_kills, stdin=stdin)
     raise typer.Exit(run_job(opts))
 
 

@@ -30,6 +30,9 @@ if TYPE_CHECKING:                       # typing, json and pathlib are left out 
     from typing import Any
 
 FATES_ENV = "PLANARIA_FATES_DIR"
+# "<rank>:<host>:<fifo>": that rank, when it runs on that host, reads its standard input from the
+# launcher's named pipe (mpiexec's own forwarding is off: it loses the data with ULFM on)
+STDIN_ENV = "PLANARIA_STDIN"
 # signals the MPI runtime (or a user at the terminal) sends to a rank: passed on to the command
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT",
              "SIGTSTP", "SIGWINCH")
@@ -61,6 +64,20 @@ def _write(path: str, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _take_stdin(rank: int | None) -> None:
+    """Make the launcher's named pipe this process's fd 0 if ``$PLANARIA_STDIN`` names this rank and host."""
+    who, _, rest = os.environ.get(STDIN_ENV, "").partition(":")
+    host, _, path = rest.partition(":")
+    if not path or rank is None or who != str(rank) or host != os.uname().nodename:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)      # returns once the launcher has opened its end
+    except OSError:
+        return
+    os.dup2(fd, 0)
+    os.close(fd)
+
+
 def main(argv: list[str]) -> int:
     """Run ``argv`` as a child, record how it ended, and end the same way."""
     if not argv:
@@ -68,6 +85,7 @@ def main(argv: list[str]) -> int:
         return 2
     where = os.environ.get(FATES_ENV)
     rank = _world_rank()
+    _take_stdin(rank)
     if not where or rank is None:
         return _exec(argv)
     path = os.path.join(where, f"{rank}.json")

@@ -78,6 +78,7 @@ class RunOptions:
     rank_fates: bool = True     # run every rank under planaria.launch.rankfate (how it ended, no orphans)
     launcher_kills: bool = False   # the launcher sends the plan's timed kills (programs without the runtime)
     on_jobdir: Callable[[Path], None] | None = None   # told the job directory once it exists
+    stdin: str = "none"         # the rank that reads the launcher's standard input, or none
 
 
 def _err(msg: str, prog: str = "planaria run") -> None:
@@ -188,6 +189,45 @@ def _python_fix(command: list[str]) -> list[str]:
     if command and command[0] in ("python", "python3"):
         return [sys.executable] + command[1:]
     return command
+
+
+def _stdin_pipe(opts: RunOptions, jobdir: JobDir, number: int, penv: dict[str, str]) -> Path | None:
+    """The named pipe through which ``--stdin R`` gives rank R the launcher's standard input.
+
+    mpiexec forwards stdin itself, but Open MPI 5.0's PRRTE loses it with ``--with-ft ulfm``; the
+    rank recorder (``rankfate``) of rank R opens this pipe as the rank's fd 0 instead, when it runs
+    on this host. A restarted attempt cannot read again what the first consumed: it gets none."""
+    if opts.stdin == "none" or number != 1 or not opts.rank_fates:
+        return None
+    fifo = jobdir.path / "stdin.fifo"
+    try:
+        os.mkfifo(fifo, 0o600)
+    except OSError as exc:
+        _err(f"--stdin: cannot create {fifo}: {exc.strerror}; the ranks get no standard input", opts.prog)
+        return None
+    penv[rankfate.STDIN_ENV] = f"{opts.stdin}:{os.uname().nodename}:{fifo}"
+    return fifo
+
+
+def _pump_stdin(fifo: Path) -> None:
+    """Copy the launcher's standard input into ``fifo`` until EOF (a daemon thread: it may wait
+    forever for a rank that never opens the pipe or never reads)."""
+    try:
+        out = os.open(fifo, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        if os.isatty(0) and os.tcgetpgrp(0) != os.getpgrp():
+            return                  # started in the background: reading the terminal would stop us
+        while True:
+            data = os.read(0, 1 << 16)
+            if not data:
+                break
+            os.write(out, data)
+    except OSError:
+        pass                        # no stdin, or the rank closed its end
+    finally:
+        os.close(out)
 
 
 _SIGNUMS = {"SIGTERM": int(signal.SIGTERM), "SIGHUP": int(signal.SIGHUP)}
@@ -612,6 +652,9 @@ def run_job(opts: RunOptions) -> int:
         return EXIT_USAGE
     backend = resolve_backend(opts.backend)
     total = opts.nprocs + opts.spares
+    if opts.stdin != "none" and not (re.fullmatch(r"[0-9]+", opts.stdin) and int(opts.stdin) < total):
+        _err(f"--stdin {opts.stdin!r}: expected a rank in 0..{total - 1} or 'none'", opts.prog)
+        return EXIT_USAGE
     try:
         spec = _parse_plan(opts, total)
     except ImportError as exc:
@@ -800,6 +843,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
             _err(f"cannot create {fates_dir}: {exc}", opts.prog)
             controller.stop()
             return EXIT_USAGE
+    fifo = _stdin_pipe(opts, jobdir, number, penv)
     try:
         argv, env = build_mpiexec_cmd(command, total, backend=backend, hosts=layout.hosts_arg(opts),
                                       planaria_env=penv, mpiexec_args=layout.mpiexec_args(opts),
@@ -843,6 +887,8 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         jobdir.update_manifest(status="launch-error", error=str(exc))
         return EXIT_USAGE
     jobdir.update_manifest(status="running", mpiexec_pid=proc.pid)
+    if fifo is not None:
+        threading.Thread(target=_pump_stdin, args=(fifo,), daemon=True, name="planaria-stdin").start()
     pumps = [threading.Thread(target=out.pump, args=(proc.stdout, False), daemon=True),
              threading.Thread(target=out.pump, args=(proc.stderr, True), daemon=True)]
     for th in pumps:
