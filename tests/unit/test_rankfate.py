@@ -116,13 +116,19 @@ def test_missing_command_is_one_line_and_127(tmp_path):
 
 def test_kill_leftovers_ends_only_commands_still_under_their_recorder(tmp_path):
     p = shim(tmp_path, "sleep", "30", rank=0)
-    wait_record(tmp_path, 0, "pid")
-    fates = rankfate.read_fates(tmp_path)
-    fates[5] = {"rank": 5, "pid": os.getpid(), "shim": 1, "start": 0.0}   # not a recorder's child
-    assert rankfate.kill_leftovers(fates) == [0]
-    p.communicate(timeout=20)
-    assert p.returncode == -signal.SIGKILL
-    assert rankfate.read_one(tmp_path, 0)["signal"] == signal.SIGKILL
+    other = subprocess.Popen(["sleep", "30"])          # this test's child, not the recorder's
+    try:
+        wait_record(tmp_path, 0, "pid")
+        fates = rankfate.read_fates(tmp_path)
+        fates[5] = {"rank": 5, "pid": other.pid, "shim": p.pid, "start": 0.0}   # not a recorder's child
+        assert rankfate.kill_leftovers(fates) == [0]
+        p.communicate(timeout=20)
+        assert p.returncode == -signal.SIGKILL
+        assert rankfate.read_one(tmp_path, 0)["signal"] == signal.SIGKILL
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_settle_returns_at_once_when_every_record_has_its_end(tmp_path):
