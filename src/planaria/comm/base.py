@@ -457,6 +457,15 @@ class Comm(ABC):
         items = self.gather(sendobj, root)
         return None if items is None else functools.reduce(_opfunc(op), items)
 
+    def scan(self, sendobj: Any, op: Any = None) -> Any:
+        """Inclusive prefix reduction of objects: rank i gets ``op`` over ranks 0..i (built on allgather)."""
+        return functools.reduce(_opfunc(op), self.allgather(sendobj)[:self.rank + 1])
+
+    def exscan(self, sendobj: Any, op: Any = None) -> Any:
+        """Exclusive prefix reduction of objects: rank i gets ``op`` over ranks 0..i-1 (None at rank 0)."""
+        items = self.allgather(sendobj)[:self.rank]
+        return functools.reduce(_opfunc(op), items) if items else None
+
     # -- helpers for backends ----------------------------------------------------
     def _ml_once(self) -> None:
         """Between an object collective's two buffer collectives: the pair counts as one

@@ -23,6 +23,7 @@ of ``_ml_on`` otherwise; see ``comm/base.py``).
 """
 from __future__ import annotations
 
+import inspect
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -212,6 +213,22 @@ class SimComm(Comm):
     """Fault-tolerant communicator whose failures are simulated (works on any MPI-3 library)."""
 
     backend = "sim"
+
+    def __getattr__(self, name: str) -> Any:
+        """mpi4py's communicator calls this backend does not simulate: a call that raises one line.
+
+        Handing them to the MPI library would wait forever for a zombie after a failure."""
+        if name.startswith("_") or not hasattr(MPI.Intracomm, name):
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+        why = (f"Comm.{name} is not available on the sim backend (it cannot be made failure-safe there); "
+               f"use the ulfm backend")
+        if not inspect.isroutine(getattr(MPI.Intracomm, name)):
+            raise NotImplementedError(why)          # a property: refused on access
+
+        def unavailable(*args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError(why)
+        unavailable.__name__ = name
+        return unavailable
 
     def __init__(self, world: SimWorld, mpi_comm: Any, cid: str, members: list[int]) -> None:
         super().__init__(mpi_comm)

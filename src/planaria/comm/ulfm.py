@@ -466,6 +466,30 @@ class UlfmComm(Comm):
             except MPI.Exception:
                 pass
 
+    # -- the rest of mpi4py's communicator API --------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        """Any other name of mpi4py's communicator (``Scan``, ``Ssend``, ``Probe``, ``Ibarrier``,
+        ``Create_cart``, a Cartesian communicator's ``Shift``...): the underlying communicator's,
+        with ULFM's errors raised as planaria's and the communicators it makes wrapped as planaria
+        communicators. Real ULFM makes these calls raise on a failure like the wrapped ones; the
+        pickle collectives mpi4py runs on a hidden duplicate (which hang after a failure) are
+        not delegated: ``Comm`` has failure-safe ones."""
+        if name.startswith("_") or name in _UNSAFE_OBJECT_COLLECTIVES:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+        attr = getattr(self.__dict__.get("_c", MPI.COMM_NULL), name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                out = attr(*args, **kwargs)
+            except MPI.Exception as e:
+                raise self._convert(e) from e
+            return _wrap_made(out, self)
+        call.__name__ = call.__qualname__ = name
+        call.__doc__ = getattr(attr, "__doc__", None)
+        return call
+
     @staticmethod
     def _known_failed_of(c: Any) -> bool:
         try:
@@ -475,3 +499,20 @@ class UlfmComm(Comm):
             return n > 0 or bool(c.Is_revoked())
         except MPI.Exception:
             return True
+
+
+#: mpi4py's pickle collectives that run on a hidden duplicate communicator (see ``comm/base.py``)
+_UNSAFE_OBJECT_COLLECTIVES = frozenset({"neighbor_allgather", "neighbor_alltoall"})
+
+
+def _wrap_made(out: Any, parent: UlfmComm) -> Any:
+    """A communicator an mpi4py call made (alone or in a tuple, as ``Idup``'s): a planaria one."""
+    if isinstance(out, MPI.Intracomm) and not isinstance(out, UlfmComm):
+        if out == MPI.COMM_NULL:
+            return out
+        new = UlfmComm(out)
+        new._msgfault = parent._msgfault
+        return new
+    if isinstance(out, tuple | list) and any(isinstance(x, MPI.Intracomm) for x in out):
+        return type(out)(_wrap_made(x, parent) for x in out)
+    return out
