@@ -35,7 +35,7 @@ def _serial(dem: Path, kernel: str) -> np.ndarray:
 
 
 def _abft(tmp: Path, kernel: str, *args: str, timeout: float = 100,
-          out: Path | None = None) -> tuple[subprocess.CompletedProcess, dict, Path]:
+          out: Path | None = None, job_timeout: float = 90) -> tuple[subprocess.CompletedProcess, dict, Path]:
     dem = tmp / "dem.npz"
     if not dem.exists():
         _dem(dem)
@@ -45,7 +45,7 @@ def _abft(tmp: Path, kernel: str, *args: str, timeout: float = 100,
     env["PLANARIA_HOME"] = str(tmp / "home")
     env["PYTHONPATH"] = str(REPO / "src")
     cmd = [sys.executable, "-m", "planaria.cli.main", "abft", kernel, "--dem", str(dem), "-n", str(N),
-           "--out", str(out), "--json", "--timeout", "90", *args]
+           "--out", str(out), "--json", "--timeout", str(job_timeout), *args]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
     report = json.loads(res.stdout[res.stdout.index("{"):]) if "{" in res.stdout else {}
     return res, report, out
@@ -121,6 +121,40 @@ def test_replica_takes_over_when_primary_dies(tmp_path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     assert rep["ok"] and rep["finisher"] == "replica" and rep.get("takeover") is True
     _assert_serial(tmp_path, "slope", out)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("backend", ["sim", "ulfm"])
+def test_replica_keeps_a_result_that_overtakes_the_primarys_command(tmp_path, backend: str) -> None:
+    """The primary recomputes worker 3's silently wrong block and dies; its mirror of that command
+    reaches the replica 0.3 s after the command itself (delay 0->1), so the worker's new result
+    arrives first. The replica once dropped it as stale, waited for it in vain, excluded the live
+    worker (rank 5) as timed out and never stopped it: the job hung until its --timeout (sim)."""
+    res, rep, out = _abft(tmp_path, "cutdepth", "--backend", backend, "--inject",
+                          "kill:rank=0,iter=11;delay:src=0,dst=1,p=1,ms=300", "--force", "silent:3",
+                          job_timeout=60, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert rep["job_exit"] == 0, res.stderr[-3000:]
+    assert rep["ok"] and rep["finisher"] == "replica" and rep.get("takeover") is True
+    assert [e for e in rep["errors"] if e["status"] == 0] == [], rep["errors"]
+    assert rep["dead_workers"] == [] and rep["excluded"] == []
+    _assert_serial(tmp_path, "cutdepth", out)
+    assert rep["digest"] == _values_digest(out)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("backend", ["sim", "ulfm"])
+def test_a_live_worker_given_up_on_is_still_stopped(tmp_path, backend: str) -> None:
+    """Every message of worker 3 (rank 5) to the masters is lost: the masters time it out, exclude it and
+    reassign its block, and must still send it ``stop``, or it waits for a command forever (it did,
+    under sim, until the job's --timeout)."""
+    res, rep, out = _abft(tmp_path, "cutdepth", "--backend", backend, "--inject", "drop:src=5,dst=0+1,p=1",
+                          job_timeout=60, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert rep["job_exit"] == 0, res.stderr[-3000:]
+    assert rep["ok"] and rep["excluded"] == [5] and rep["final_owners"]["3"] != 5
+    assert [(e["worker"], e["error"]) for e in rep["errors"]] == [(5, "timeout/crash")]
+    _assert_serial(tmp_path, "cutdepth", out)
 
 
 @pytest.mark.timeout(60)

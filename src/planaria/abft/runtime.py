@@ -21,10 +21,23 @@ against a deadline, so a dead or hung peer never blocks a master):
   (:func:`planaria.terrain.write_dem_rows`), so no rank holds the raster whole (except for
   ``.npz`` output, which is assembled in memory).
 * master -> worker: ``("compute", block, attempt)`` or ``("stop",)`` (tag 14). Workers
-  poll both masters, so commands from the replica work after a takeover.
+  poll both masters, so commands from the replica work after a takeover. A worker ends only
+  on ``stop`` (or when both masters have failed), so the finishing master sends ``stop`` to
+  every worker the communicator has not reported failed, *including* workers it excluded
+  for a timeout (they may be alive: slow, or their answer lost), and the replica sends it
+  too right after its ack, in case the primary dies before its own.
 * primary -> replica (tag 16): every command it sends (so the replica knows owners and
   attempts), a heartbeat, and at the end ``("final", F, owners, digest)``; the replica
-  answers ``("ack", agreed)`` (tag 17).
+  answers ``("ack", agreed)`` (tag 17). The worker's answer to a command can reach the
+  replica before the primary's mirror of that command (two senders, no order between
+  them): messages for an attempt newer than a master knows are kept and taken when the
+  mirror arrives, not dropped as stale. After a takeover the replica's commands skip one
+  attempt number, since the primary may have sent attempt k+1 and died before mirroring
+  it, and two commands must never share a task and attempt (the part file's name). At a
+  takeover the replica also sends again, with the same attempt, every command whose ``start``
+  it has not seen: a command the primary sent just before it died can be lost (a worker that
+  has seen the primary fail stops receiving from it). A worker ignores a (task, attempt) it
+  already has.
 
 Timeouts (Algorithm 1 step 1): TMaxLat = 5 s for start/finish messages and between the
 masters (a task queued behind another on the same worker has no start deadline while the
@@ -68,7 +81,7 @@ It also reports ``timings.cpu``: every rank's process CPU time (``time.process_t
 threads) from the same barrier to the end of its work in the timed region: a worker's when it
 receives ``stop``, the replica's when it sends its ``ack`` (the value rides on the ack), the
 finishing master's when its wall timer stops. Waits sleep-poll, so this counts the work a mode
-costs rather than its waiting. Workers send theirs (tag 18) after ``stop``; the finisher collects
+costs rather than its waiting. Workers send theirs (tag 18) to both masters after ``stop``; the finisher collects
 them after its wall timer stopped, against a TMaxLat deadline, skipping ranks it knows dead:
 ``per_rank`` (None for a rank that did not answer), ``total``, ``workers_max`` and ``masters``
 (each None when a rank it needs is missing).
@@ -294,6 +307,7 @@ def worker(comm: Any, args: argparse.Namespace, info: DemInfo, blocks: list[Bloc
     keep: list = []
     ntask = 2 * n if args.mode == "duplicate" else n
     queue: list[tuple[int, int]] = [(t, 0) for t in range(ntask) if initial_owner(t, n) == rank]
+    seen = set(queue)  # (task, attempt) queued or run: a master that took over may send one again
     first = True
     recvs = {m: comm.irecv(source=m, tag=T_CMD) for m in masters}
     while True:
@@ -322,9 +336,13 @@ def worker(comm: Any, args: argparse.Namespace, info: DemInfo, blocks: list[Bloc
                 cmd = recvs[m].wait()
                 if cmd[0] == "stop":
                     if args.bench:  # this worker's part of the timed region ends here
-                        _send(comm, time.process_time() - cpu0, m, T_CPU, keep)
+                        cpu = time.process_time() - cpu0
+                        for m2 in sorted(masters):  # both masters may send stop; the finisher collects
+                            _send(comm, cpu, m2, T_CPU, keep)
                     return 0
-                queue.append((cmd[1], cmd[2]))
+                if (cmd[1], cmd[2]) not in seen:  # a repeat was already answered to both masters
+                    seen.add((cmd[1], cmd[2]))
+                    queue.append((cmd[1], cmd[2]))
                 recvs[m] = comm.irecv(source=m, tag=T_CMD)
                 break
         else:
@@ -387,8 +405,14 @@ class Master:
         self.issued = {t: time.monotonic() for t in range(self.ntask)}
         self.started: dict[int, float] = {}
         self.results: dict[int, tuple[dict[str, Any] | None, str | None]] = {}
-        self.dead: set[int] = set()
+        self.dead: set[int] = set()    # workers given up on: failed, or silent past a deadline
+        self.failed: set[int] = set()  # the subset the communicator reported failed (not sent ``stop``)
         self.excluded: set[int] = set()
+        # worker messages for an attempt newer than this master knows of, by (task, attempt): the
+        # passive replica hears of a command through the primary's mirror ("cmd"), which may arrive
+        # after the worker already answered it
+        self.early: dict[tuple[int, int], list[tuple]] = {}
+        self.skip: set[int] = set()    # tasks whose next command skips an attempt number (after a takeover)
         self.tries: dict[int, int] = {}
         self.keep: list = []
         self.recvs: dict[tuple[int, int], Any] = {}
@@ -449,11 +473,16 @@ class Master:
                         self._take(msg)
             except FailureError:
                 self.dead.add(w)
+                self.failed.add(w)
                 self.recvs = {k: v for k, v in self.recvs.items() if k[0] != w}
 
     def _take(self, msg: tuple) -> None:
         kind, w, t = msg[0], msg[1], msg[2]
         if self.assign.get(t) != w or self.attempt.get(t) != msg[3]:
+            if t in self.attempt and msg[3] > self.attempt[t]:
+                # ahead of this master's view (the replica before the primary's "cmd" for it):
+                # kept, and taken when that command arrives
+                self.early.setdefault((t, msg[3]), []).append(msg)
             return  # stale
         if kind == "start":
             self.started[t] = time.monotonic()
@@ -551,13 +580,23 @@ class Master:
 
     def command(self, t: int, w: int) -> None:
         self.assign[t] = w
-        self.attempt[t] += 1
+        # after a takeover, skip one attempt number: the primary may have sent attempt + 1 to a
+        # worker and died before mirroring it, and two commands must never share (task, attempt)
+        # (the same part file name)
+        self.attempt[t] += 2 if t in self.skip else 1
+        self.skip.discard(t)
+        self._forget_early(t)
         self.issued[t] = time.monotonic()
         self.started.pop(t, None)
         self.results.pop(t, None)
         _send(self.comm, ("compute", t, self.attempt[t]), w, T_CMD, self.keep)
         if self.role == "primary" and not self.other_dead:
             _send(self.comm, ("cmd", t, w, self.attempt[t]), 1, T_MASTER, self.keep)
+
+    def _forget_early(self, t: int) -> None:
+        """Drop kept messages of task ``t`` for attempts up to its current one (superseded)."""
+        for key in [k for k in self.early if k[0] == t and k[1] <= self.attempt[t]]:
+            del self.early[key]
 
     def master_link(self) -> None:
         """Primary: heartbeat to the replica. Passive replica: follow the primary, take over when it is silent."""
@@ -578,6 +617,10 @@ class Master:
                     self.issued[t] = time.monotonic()
                     self.started.pop(t, None)
                     self.results.pop(t, None)
+                    # the worker may have answered before this mirror arrived: take what it sent
+                    for early in self.early.pop((t, att), []):
+                        self._take(early)
+                    self._forget_early(t)
                 elif msg[0] == "final":
                     self.final_from_primary = msg
                     return
@@ -589,9 +632,16 @@ class Master:
             self.other_dead = True
             self.role = "replica"
             self.report["takeover"] = True
+            self.skip = set(range(self.ntask))
             now = time.monotonic()
             for t in self.pending():
                 self.issued[t] = now  # fresh deadlines from the takeover
+                w = self.assign[t]
+                if t not in self.started and w not in self.dead:
+                    # the primary's command may have been lost with it (a worker that saw the
+                    # primary fail no longer receives from it): send it again, same attempt; a
+                    # worker ignores a command it already has
+                    _send(self.comm, ("compute", t, self.attempt[t]), w, T_CMD, self.keep)
 
     def run(self) -> int:
         rnd = 0
@@ -752,6 +802,9 @@ class Master:
                 agreed = False
         cpu = time.process_time() - self.cpu0 if self.args.bench else None
         _send(self.comm, ("ack", agreed, cpu), 0, T_ACK, self.keep)
+        # the primary stops the workers after this ack; stop them here too, in case it dies
+        # first (a worker waits for a command from any master that has not failed)
+        self.stop_workers()
         return 0
 
     def gather_cpu(self, mine: float) -> dict[str, Any]:
@@ -783,8 +836,11 @@ class Master:
                 "masters": m0 + m1 if m0 is not None and m1 is not None else None}
 
     def stop_workers(self) -> None:
+        """Send ``stop`` to every worker the communicator has not reported failed, excluded ones included:
+        a worker given up on for silence may be alive (slow, or its answer was lost) and waits for a
+        command; without ``stop`` it would never end."""
         for w in range(2, self.n + 2):
-            if w not in self.dead:
+            if w not in self.failed:
                 _send(self.comm, ("stop",), w, T_CMD, self.keep)
 
     def write_report(self) -> None:
