@@ -908,9 +908,10 @@ def run_rank(comm: Any, args: argparse.Namespace, info: DemInfo) -> tuple[int, d
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    comm = planaria.world(args.backend)
-    # the masters re-plan a failed worker's tasks, so a failure event is handled here
+    # the masters re-plan a failed worker's tasks, so a failure event is handled here: from before
+    # pl.world() connects this rank, or a worker that crashes at once reaches the default abort
     events.handle_failures("planaria-abft", action="abft-replan")
+    comm = planaria.world(args.backend)
     if comm.Get_size() < 3:
         print("planaria.abft.runtime: needs at least 3 ranks (2 masters + 1 worker)", file=sys.stderr)
         return 2

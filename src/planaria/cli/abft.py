@@ -8,7 +8,8 @@ in the job directory as for any job), then prints the report. The report is also
 are the masters). ``--inject`` plans of ``planaria run`` name MPI ranks, as everywhere else.
 
 Exit status: 0 every block was verified correct and the output written; 3 it was not
-(no live worker left, an undecidable comparison, or the job ended without a report); 2 usage error.
+(no live worker left, an undecidable comparison, or the job ended without a report); 2 usage error;
+124 the job ran into --timeout (a process never ended), whatever the report says.
 """
 from __future__ import annotations
 
@@ -100,6 +101,9 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
         typer.echo(json.dumps(report, indent=2))
     else:
         _print(report, out_p)
+    if code == 124:     # the output was written, but a process outlived the job: the run hung
+        typer.echo(f"planaria abft: the job ran into --timeout ({timeout:g} s) after writing its output", err=True)
+        raise typer.Exit(124)
     raise typer.Exit(0 if report.get("ok") else 3)
 
 

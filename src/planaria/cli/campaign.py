@@ -105,6 +105,14 @@ def _run(todo: list[Any], seed: int, timeout: float, keep: bool, json_out: bool,
     from planaria.campaign import report
     from planaria.campaign import targets as tg
 
+    import signal
+
+    def _interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+    # Ctrl-C, and a kill or a batch system's SIGTERM, end the campaign with the report of the runs
+    # done (a shell starts background commands with SIGINT ignored: take it back)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
     root = Path(tempfile.mkdtemp(prefix="planaria-campaign-"))
     ctx = tg.Context(root=root, timeout=timeout, app=app, keep=keep)
     header = {"seed": seed, "timeout": timeout, "targets": names, "backends": bks, "directory": str(root)}
