@@ -233,3 +233,16 @@ def test_the_controller_shows_recorded_ranks_that_never_said_hello(tmp_path):
     ctl2 = Controller(ctl.jobdir)
     ctl2.fates_dir = ctl.fates_dir
     assert (ctl2.view()[3]["state"], ctl2.view()[3]["runtime"]) == ("starting", None)   # just started
+
+
+def test_mpiexec_outliving_every_rank_is_noticed_after_its_grace():
+    from planaria.launch.runner import MpiexecOutlived
+
+    records = {0: {"start": 0.0, "end": 10.0}, 1: {"start": 0.0}}
+    watch = MpiexecOutlived(2, grace=5.0)
+    assert not watch.check(11.0, lambda: records)               # rank 1 still runs
+    records[1]["end"] = 12.0
+    assert not watch.check(11.5, lambda: records)               # read at most once a second
+    assert not watch.check(16.0, lambda: records)               # 4 s after the last end
+    assert watch.check(17.5, lambda: records)
+    assert not MpiexecOutlived(3).check(100.0, lambda: records)  # a rank without a record yet

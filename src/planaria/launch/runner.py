@@ -230,6 +230,30 @@ def _pump_stdin(fifo: Path) -> None:
         os.close(out)
 
 
+class MpiexecOutlived:
+    """Notices an mpiexec still running ``grace`` s after every rank's process ended (the rank
+    recorders' records say so): Open MPI 5.0's prterun was seen to stay so until the job's
+    timeout after ranks ended on a documented non-zero status. Reads the records at most once a second."""
+
+    def __init__(self, total: int, grace: float = 5.0) -> None:
+        self.total, self.grace = total, grace
+        self._next = 0.0
+        self._since: float | None = None
+
+    def check(self, now: float, fates: Callable[[], dict[int, dict[str, Any]]]) -> bool:
+        """True once every rank has ended and mpiexec has outlived them by ``grace`` seconds."""
+        if now < self._next:
+            return False
+        self._next = now + 1.0
+        recs = fates()
+        if len(recs) < self.total or any("end" not in r for r in recs.values()):
+            self._since = None
+            return False
+        if self._since is None:
+            self._since = max(float(r["end"]) for r in recs.values())
+        return now - self._since >= self.grace
+
+
 _SIGNUMS = {"SIGTERM": int(signal.SIGTERM), "SIGHUP": int(signal.SIGHUP)}
 
 
@@ -906,12 +930,18 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         _note(out, f"--launcher-kills sends only timed kills; these faults need planaria's runtime in the "
                    f"ranks: {'; '.join(plain_kills.unsupported)}")
     injected: dict[int, str] = {}
+    outlived = MpiexecOutlived(total) if opts.rank_fates else None
     while True:
         try:
             mpiexec_rc = proc.wait(0.1)
             break
         except subprocess.TimeoutExpired:
             pass
+        if outlived is not None and outlived.check(time.time(), lambda: rankfate.read_fates(fates_dir)):
+            _note(out, f"every rank's process had ended {outlived.grace:g} s before mpiexec: ending it")
+            _kill_all(proc, controller)
+            mpiexec_rc = proc.poll()
+            break
         if plain_kills is not None:
             for r, why in plain_kills.check(time.time()):
                 injected[r] = why
