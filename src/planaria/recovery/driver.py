@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -232,7 +233,7 @@ class Resilient:
                 comm.revoke()
             except FailureError:
                 pass
-        if not comm.agree(failed is None):
+        if not _agree(comm, failed is None):
             raise failed or pl.RevokedError("the epilogue failed at another rank")
         return result
 
@@ -341,6 +342,7 @@ class Resilient:
                 t0 = time.perf_counter()
                 if self.comm is not None:
                     self.comm.revoke()
+                    _leave(self.comm)
                 lay.world.revoke()
                 world = lay.world.shrink()
                 t1 = time.perf_counter()
@@ -403,6 +405,8 @@ class Resilient:
                             c.revoke()
                         except FailureError:
                             pass
+                if world is not None and world is not lay.world:
+                    _leave(world)   # others may already wait in the agreement on it (_split)
                 continue
 
     def _exhausted(self, world: Comm, info: list[int | None], lost: list[int], at_step: int,
@@ -486,6 +490,33 @@ def _split(world: Comm, color: int | None, key: int) -> Comm | None:
         comm = world.split(color, key)
     except FailureError:
         ok = False
-    if not world.agree(ok):
+    if not _agree(world, ok):
         raise pl.RevokedError("creating the working communicator failed at some rank")
     return comm
+
+
+# Agreements are not interrupted by a revoke, and ULFM matches them by their order on a
+# communicator. So a process that abandons a communicator for the next recovery attempt (the
+# working one, or an attempt's shrunk world) first takes part in one agreement on it, voting no,
+# unless it already took part in one: the others may wait in theirs (the epilogue's, or _split's)
+# for it, and would otherwise wait forever while it waits for them in the next shrink. Each code
+# path calls at most one agreement per communicator, so these always pair up.
+_AGREED: weakref.WeakSet[Comm] = weakref.WeakSet()
+
+
+def _agree(comm: Comm, flag: bool) -> bool:
+    """``comm.agree(flag)``, remembered as this process's agreement on ``comm``."""
+    try:
+        return bool(comm.agree(flag))
+    finally:
+        _AGREED.add(comm)
+
+
+def _leave(comm: Comm) -> None:
+    """Vote no in the one agreement on ``comm`` this process takes part in, if it has not yet."""
+    if comm in _AGREED:
+        return
+    try:
+        _agree(comm, False)
+    except FailureError:
+        pass                     # raised at every member alike: the agreement is over
