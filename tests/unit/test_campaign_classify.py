@@ -8,7 +8,7 @@ import pytest
 
 from planaria.campaign import plans, targets
 from planaria.campaign.classify import (
-    CORRECT, DOCUMENTED, HUNG, SPARES_EXHAUSTED, UNEXPLAINED, UNRECOVERABLE, WRONG, Observation, classify, combine,
+    CORRECT, DOCUMENTED, HUNG, LIBRARY, SPARES_EXHAUSTED, UNEXPLAINED, UNRECOVERABLE, WRONG, Observation, classify, combine,
 )
 
 
@@ -141,3 +141,31 @@ def test_damage_flips_one_bit_in_the_chosen_version(tmp_path: Path) -> None:
     assert (tmp_path / "v00000020" / "manifest.json").read_text() == "z}"
     assert (tmp_path / "v00000020" / "rank00001.bin").read_bytes() == bytes(100)
     assert "rank00001.bin" in targets.flip_line(flips[0])
+
+
+# Open MPI 5.0.11's backtrace of a survivor that learned of a failure while creating a communicator
+_FRAMES = """[{r}!] [vm:{pid}] Signal: Segmentation fault (11)
+[{r}!] [vm:{pid}] [ 1] /v/lib/libmpi.so.40(ompi_comm_revoke_local+0x3f)[0x7f36c5a745df]
+[{r}!] [vm:{pid}] [ 2] /v/lib/libmpi.so.40(ompi_comm_set_rank_failed+0x4c)[0x7f36c5a720ec]
+[{r}!] [vm:{pid}] [13] /v/lib/libmpi.so.40(ompi_comm_split_with_info+0xacb)[0x7f36c5a687db]
+"""
+
+
+def test_a_known_library_crash_is_told_apart_only_when_it_explains_the_stop() -> None:
+    plan = plans.RunPlan(0, "app", "ulfm", ["kill:rank=3,time=0.008", "kill:rank=0,time=0.536"], {"store": "memory"})
+    stop = "[6!] planaria: rank 6: SparesExhausted: 6 working rank(s) lost\n"
+    crashes = "".join(_FRAMES.format(r=r, pid=100 + r) for r in (0, 1, 2))
+    assert targets.library_crashes(crashes + crashes) == 3          # distinct processes
+    cls, why = classify(targets.app_observation(3, "", crashes + stop, plan, "abc"))
+    assert cls == LIBRARY and "3 process(es) crashed inside the MPI library" in why
+    # without the backtraces, 2 planned kills do not exhaust 2 spares
+    assert classify(targets.app_observation(3, "", stop, plan, "abc"))[0] == UNEXPLAINED
+    one_kill = plans.RunPlan(0, "app", "ulfm", ["kill:rank=3,time=0.008"], {"store": "memory"})
+    one_crash = _FRAMES.format(r=1, pid=101)
+    assert classify(targets.app_observation(3, "", one_crash + stop, one_kill, "abc"))[0] == UNEXPLAINED
+    # a segfault elsewhere in the library is not the known crash
+    other = one_crash.replace("ompi_comm_revoke_local", "mca_pml_ob1_send")
+    assert targets.library_crashes(other) == 0
+    # a crash never excuses a wrong result or a non-documented exit
+    assert classify(targets.app_observation(1, "", crashes, plan, "abc"))[0] == UNEXPLAINED
+    assert combine([(LIBRARY, "x"), (UNEXPLAINED, "y")])[0] == UNEXPLAINED

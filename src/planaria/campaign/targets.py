@@ -40,6 +40,8 @@ from planaria.campaign.classify import (
 GRACE = 30.0                 # the campaign's own bound: --timeout plus this
 _RESULT = re.compile(r"^\[(\d+)\] RESULT (\{.*\})\s*$", re.M)
 _CRASH = ("Segmentation fault", "libmpi.so")
+# a frame of Open MPI's backtrace, "[host:pid] [ 1] .../libmpi.so.40(ompi_comm_revoke_local+0x3f)[...]"
+_KNOWN_CRASH = re.compile(r"\[([^\]\s]+:\d+)\] \[\s*\d+\] \S*libmpi\.so[.\d]*\(ompi_comm_revoke_local\+")
 
 
 def find_app() -> Path | None:
@@ -164,6 +166,12 @@ def _notes(text: str) -> list[str]:
     return []
 
 
+def library_crashes(text: str) -> int:
+    """Processes whose backtrace shows Open MPI's known crash: a failure learned while a
+    communicator is being created (``ompi_comm_set_rank_failed`` -> ``ompi_comm_revoke_local``)."""
+    return len(set(_KNOWN_CRASH.findall(text)))
+
+
 def _tail(out: str, err: str) -> str:
     """The end of a command's output, kept with bad runs."""
     text = (out + "\n" + err).strip()
@@ -188,7 +196,8 @@ def demo_argv(plan: plans.RunPlan, timeout: float) -> list[str]:
 def demo_observation(code: int | None, out: str, err: str, plan: plans.RunPlan) -> Observation:
     """What a demo run did, from its exit status and JSON report."""
     obs = Observation(code, failures=plans.possible_failures(plan), spares=plans.SPARES,
-                      exhaust_stops=plan.settings.get("when_exhausted", "stop") == "stop", notes=_notes(out + err))
+                      exhaust_stops=plan.settings.get("when_exhausted", "stop") == "stop", notes=_notes(out + err),
+                      crashed=library_crashes(out + err))
     report = _json(out)
     outcome = report.get("outcome")
     if outcome == "finished":
@@ -242,7 +251,8 @@ def app_observation(code: int | None, out: str, err: str, plan: plans.RunPlan, e
                     damaged: bool = False, inject: bool = True) -> Observation:
     """What an app run did: the RESULT lines against ``expect``, and a documented stop in the output."""
     failures = plans.possible_failures(plan) if inject else 0
-    obs = Observation(code, failures=failures, spares=plans.SPARES, damaged=damaged, notes=_notes(out + err))
+    obs = Observation(code, failures=failures, spares=plans.SPARES, damaged=damaged, notes=_notes(out + err),
+                      crashed=library_crashes(out + err))
     digests = []
     for _, payload in _RESULT.findall(out):
         try:

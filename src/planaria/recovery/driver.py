@@ -178,6 +178,11 @@ class Resilient:
         lay = self._lay
         self._init = init
         try:                                  # a failure may strike from the very first call
+            # Ranks reach this point up to hundreds of ms apart at start-up. Wait for them in an
+            # agreement (a failure there raises at every rank), not inside the split: Open MPI
+            # 5.0 can crash a process that learns of a failure while it waits inside a
+            # communicator's creation (docs/recovery.md, "A limit of the MPI library").
+            _agree(lay.world, True)
             self.comm = _split(lay.world, 0 if lay.logical is not None else None, lay.logical or 0)
             if lay.logical is None:
                 resumed = self._spare_wait()
