@@ -34,26 +34,30 @@ MODES = ("raw", "ulfm", "sim")
 
 def tests_dir(explicit: str | None) -> Path:
     """mpi4py's ``test/`` for the installed version: ``explicit``, or its sdist's, fetched once."""
-    if explicit:
-        return Path(explicit)
+    return Path(explicit) if explicit else sdist_part("test")
+
+
+def sdist_part(part: str) -> Path:
+    """A directory (``test``, ``demo``) of the installed mpi4py version's sdist, fetched once into
+    ``~/.cache/planaria/mpi4py-VERSION/PART``."""
     import mpi4py
     version = mpi4py.__version__
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "planaria" / f"mpi4py-{version}"
-    if (cache / "test").is_dir():
-        return cache / "test"
+    if (cache / part).is_dir():
+        return cache / part
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", f"mpi4py=={version}", "--no-binary", ":all:",
                         "--no-deps", "-d", tmp], check=True, timeout=900)
         sdist = next(Path(tmp).glob("mpi4py-*.tar.gz"))
         with tarfile.open(sdist) as tar:
-            members = [m for m in tar.getmembers() if m.name.startswith(f"mpi4py-{version}/test/")]
+            members = [m for m in tar.getmembers() if m.name.startswith(f"mpi4py-{version}/{part}/")]
             tar.extractall(tmp, members=members, filter="data")
         cache.mkdir(parents=True, exist_ok=True)
-        staged = cache / "test.tmp"
+        staged = cache / f"{part}.tmp"
         shutil.rmtree(staged, ignore_errors=True)
-        shutil.copytree(Path(tmp) / f"mpi4py-{version}" / "test", staged)
-        os.replace(staged, cache / "test")             # whole or not at all
-    return cache / "test"
+        shutil.copytree(Path(tmp) / f"mpi4py-{version}" / part, staged)
+        os.replace(staged, cache / part)             # whole or not at all
+    return cache / part
 
 
 def job(mode: str, module: str, tests: Path, np_: int, timeout: float) -> dict:

@@ -34,7 +34,7 @@ def test_bench_overhead_tiny() -> None:
                    "--blocks", "6", "--json"])
     assert out["benchmark"] == "overhead"
     cases = {(r["backend"], r["case"]) for r in out["rows"]}
-    assert cases == {(b, c) for b in ("ulfm", "sim") for c in ("allreduce_8B", "sendrecv_1MiB")}
+    assert cases == {(b, c) for b in ("ulfm", "sim") for c in ("allreduce_8B", "sendrecv_1MiB", "pingpong_8B")}
     for r in out["rows"]:
         assert r["ranks"] == 2
         for k in ("raw_ns_median", "planaria_ns_median", "ratio", "paired_ratio_median"):

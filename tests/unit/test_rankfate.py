@@ -246,3 +246,23 @@ def test_mpiexec_outliving_every_rank_is_noticed_after_its_grace():
     assert not watch.check(16.0, lambda: records)               # 4 s after the last end
     assert watch.check(17.5, lambda: records)
     assert not MpiexecOutlived(3).check(100.0, lambda: records)  # a rank without a record yet
+
+
+def test_stdin_pipe_open_is_bounded(tmp_path) -> None:
+    """A launcher that never opens its end of the stdin pipe costs rank R a bounded wait, not its run."""
+    import threading
+
+    fifo = tmp_path / "stdin.fifo"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    assert rankfate._open_bounded(str(fifo), 0.3) is None
+    assert 0.25 < time.monotonic() - t0 < 5
+    wfd: list[int] = []
+    writer = threading.Thread(target=lambda: wfd.append(os.open(fifo, os.O_WRONLY)), daemon=True)
+    writer.start()           # the launcher's end, opened late (the abandoned opener above pairs with it)
+    fd = rankfate._open_bounded(str(fifo), 5.0)
+    writer.join(5)
+    assert fd is not None and wfd
+    os.write(wfd[0], b"x")
+    assert os.read(fd, 1) == b"x"
+    os.close(fd), os.close(wfd[0])

@@ -6,11 +6,14 @@ timed with ``time.perf_counter_ns`` on rank 0:
 
 - ``Allreduce`` of one float64 (8 bytes) over all ranks: ``comm.mpi.Allreduce(a, b)`` vs ``comm.Allreduce(a, b)``;
 - ``Sendrecv`` of 1 MiB between ranks 0 and 1 (other ranks idle):
-  ``comm.mpi.Sendrecv(s, peer, 7, r, peer, 7)`` vs ``comm.Sendrecv(s, peer, 7, r, peer, 7)``.
+  ``comm.mpi.Sendrecv(s, peer, 7, r, peer, 7)`` vs ``comm.Sendrecv(s, peer, 7, r, peer, 7)``;
+- ping-pong of 8 bytes between ranks 0 and 1 (OSU latency's pattern; other ranks idle): rank 0
+  ``Send`` then ``Recv``, rank 1 ``Recv`` then ``Send``; one operation is one round trip.
 
 Reported per case: the median over blocks of the per-operation time of each, their ratio
 (planaria / raw), and the median of the per-block-pair ratios. Goals (ulfm backend):
-ratio <= 1.2 for the 8-byte Allreduce, <= 1.02 for the 1 MiB Sendrecv.
+ratio <= 1.2 for the 8-byte Allreduce, <= 1.02 for the 1 MiB Sendrecv, <= 1.15 for the 8-byte
+ping-pong.
 
 With ``detect`` the jobs run with run-time error detection on (``PLANARIA_DETECT=1``: monitored
 communicators and the probe service thread), as under ``planaria run``; the difference to a run
@@ -28,7 +31,7 @@ from planaria.bench import _launch
 from planaria.bench._launch import command_line, emit, launch, loadavg, median, parse_ranks
 
 MODULE = "planaria.bench.overhead"
-GOALS = {"allreduce_8B": 1.2, "sendrecv_1MiB": 1.02}
+GOALS = {"allreduce_8B": 1.2, "sendrecv_1MiB": 1.02, "pingpong_8B": 1.15}
 MIB = 1 << 20
 
 
@@ -67,9 +70,24 @@ def rank_main(args: argparse.Namespace) -> None:
         for _ in range(k):
             comm.Sendrecv(s, peer, 7, r, peer, 7)
 
+    p8, q8 = np.ones(1), np.zeros(1)
+
+    def pingpong(c: Any) -> Any:
+        def run(k: int) -> None:
+            if rank == 0:
+                for _ in range(k):
+                    c.Send(p8, 1, 9)
+                    c.Recv(q8, 1, 9)
+            elif rank == 1:
+                for _ in range(k):
+                    c.Recv(q8, 0, 9)
+                    c.Send(p8, 0, 9)
+        return run
+
     cases = {
         "allreduce_8B": (ar_raw, ar_pl, args.iters),
         "sendrecv_1MiB": (sr_raw, sr_pl, args.sr_iters),
+        "pingpong_8B": (pingpong(raw), pingpong(comm), args.iters),
     }
     out: dict[str, Any] = {}
     for name, (f_raw, f_pl, k) in cases.items():

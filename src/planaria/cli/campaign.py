@@ -58,7 +58,8 @@ def campaign(
     start and the end, random (MTBF) kills, bit flips, I/O errors on checkpoint files.
 
     Each run is correct, a documented exit (exit 3: spares exhausted, unrecoverable, ABFT
-    cannot correct), wrong, hung or unexplained. The table counts them per target and
+    cannot correct), a library crash (a documented stop that only Open MPI's known crash of
+    surviving processes explains), wrong, hung or unexplained. The table counts them per target and
     backend; every bad run is listed with its plan and the commands that replay it. See
     docs/campaign.md.
 

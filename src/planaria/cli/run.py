@@ -31,6 +31,7 @@ def run(
     launcher_kills: bool = typer.Option(False, "--launcher-kills", help="The launcher sends the --inject plan's timed kills (kill:rank=R,time=T, random kills) itself, through the recorders' pids: for a program without planaria's runtime, whose ranks have no injector. Time counts from when every rank had started."),
     rank_fates: bool = typer.Option(True, "--rank-fates/--no-rank-fates", help="Start every rank under a small recorder process that notes how it ended (exit code or signal) and ends what outlives mpiexec: with ULFM, mpiexec exits 0 when ranks are killed. --no-rank-fates where remote hosts lack this Python installation."),
     stdin: str = typer.Option("0", "--stdin", metavar="RANK", help="The rank that reads this command's standard input, as with mpiexec (default 0), or none. Through the rank recorder, on this host."),
+    world: bool = typer.Option(False, "--world", help="Run an unchanged mpi4py program with planaria's runtime: its MPI.COMM_WORLD becomes planaria's world communicator (python PROG becomes python -m planaria PROG; see docs/adopt.md)."),
     default_handler: str = typer.Option("abort", "--default-handler", help="What the ranks' default event handler does with a process-failure event no other handler completed: abort (end the job cleanly, exit 1; for a program without planaria's runtime, the launcher ends the job when a rank dies, with that rank's status) or none (as plain ULFM; see docs/events.md)."),
 ) -> None:
     """Run an MPI program (the command after --) with failure tracking.
@@ -50,6 +51,8 @@ def run(
       planaria run -n 4 --json -- python app.py > summary.json
 
       echo 1000000 | planaria run -n 4 -- python cpi.py      (standard input goes to rank 0)
+
+      planaria run -n 4 --world -- python cpi.py       (an unchanged mpi4py program, with planaria's runtime)
 
       planaria run -n 4 --netns pl-h1,pl-h2 --restart 1 -- python app.py
 
@@ -75,6 +78,8 @@ def run(
         print(f"planaria run: no such option: {command[0]} (the program to run goes after --; "
               f"try 'planaria run --help')", file=sys.stderr)
         raise typer.Exit(2)
+    if world:
+        command = _as_world(command)
     opts = RunOptions(command=command, nprocs=nprocs, spares=spares, backend=backend,
                       inject=list(inject), timeout=timeout, hosts=hosts, json=json_out,
                       mpiexec_args=list(mpiexec_arg), control=control, restart=restart,
@@ -82,6 +87,18 @@ def run(
                       diagnose_on_timeout=diagnose_on_timeout, default_handler=default_handler,
                       rank_fates=rank_fates, launcher_kills=launcher_kills, stdin=stdin)
     raise typer.Exit(run_job(opts))
+
+
+def _as_world(command: list[str]) -> list[str]:
+    """``python PROG ARGS`` -> ``python -m planaria PROG ARGS`` (``--world``); anything else is a usage error."""
+    import os
+
+    exe = os.path.basename(command[0]) if command else ""
+    if not exe.startswith("python") or len(command) < 2 or command[1] in ("-c", "-"):
+        print("planaria run: --world: the command must be 'python PROGRAM.py ...' or 'python -m MODULE ...'",
+              file=sys.stderr)
+        raise typer.Exit(2)
+    return [command[0], "-m", "planaria", *command[1:]]
 
 
 def _apps() -> list[typer.Typer]:

@@ -70,12 +70,37 @@ def _take_stdin(rank: int | None) -> None:
     host, _, path = rest.partition(":")
     if not path or rank is None or who != str(rank) or host != os.uname().nodename:
         return
-    try:
-        fd = os.open(path, os.O_RDONLY)      # returns once the launcher has opened its end
-    except OSError:
+    fd = _open_bounded(path, STDIN_WAIT)
+    if fd is None:
+        print(f"planaria: rank {rank}: no standard input: the launcher did not open {path} within "
+              f"{STDIN_WAIT:g} s", file=sys.stderr, flush=True)
         return
     os.dup2(fd, 0)
     os.close(fd)
+
+
+STDIN_WAIT = 10.0     # seconds rank R waits for the launcher's end of the stdin pipe
+
+
+def _open_bounded(path: str, wait: float) -> int | None:
+    """Open the pipe for reading once the launcher has opened its end, or None after ``wait`` s.
+
+    A FIFO's blocking open waits for the writer with no bound; a thread does that open here, so a
+    launcher that never opens its end (it could not, or it died) costs this rank ``wait`` seconds of
+    start-up instead of its whole run. A thread given up on stays blocked in ``open`` (a daemon)."""
+    import threading            # only rank R pays for the import
+
+    box: list[int | None] = [None]
+
+    def opener() -> None:
+        try:
+            box[0] = os.open(path, os.O_RDONLY)
+        except OSError:
+            pass
+    t = threading.Thread(target=opener, daemon=True, name="planaria-stdin-open")
+    t.start()
+    t.join(wait)
+    return box[0] if not t.is_alive() else None
 
 
 def main(argv: list[str]) -> int:
