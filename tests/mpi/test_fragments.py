@@ -226,3 +226,29 @@ def test_cli_timeout_leaves_an_analyzable_trace(tmp_path):
     rep = analyze_dir(job / "trace")
     assert rep["status"] == "killed" and rep["ranks_without_exit"] == []
     assert [(h["expr"], h["state"]) for h in rep["root_causes"]] == [("spin(s[0], z[0])", "running")]
+
+
+@pytest.mark.timeout(90)
+def test_a_df_assigned_twice_stops_the_run_with_one_line(tmp_path):
+    """LuNA aborts on a second assignment: the run stops at every rank, each rank ends with one line
+    naming the DF and both assignments, the job fails, and trace analyze exits 1."""
+    env = {**os.environ, **root_env(), **ENV, "PLANARIA_HOME": str(tmp_path)}
+    env.pop("PLANARIA_CONTROL_URI", None)
+    cmd = [sys.executable, "-m", "planaria.cli.main", "fragments", "run", "-n", "3", "--timeout", "60", "--",
+           sys.executable, PROG, "twice", "-"]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=80)
+    assert res.returncode != 0, res.stdout + res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ": ProgramError: " in ln and ln.startswith("[")]
+    assert len(lines) == 3, res.stderr
+    src = PROG
+    for ln in lines:
+        assert re.search(rf"DF x\[0\] assigned twice: by put\(x\[0\], [12]\) at {re.escape(src)}:\d+, "
+                         rf"then by put\(x\[0\], [12]\) at {re.escape(src)}:\d+", ln), ln
+    assert "Traceback" not in res.stderr
+    (job,) = list((tmp_path / "jobs").iterdir())
+    out = subprocess.run([sys.executable, "-m", "planaria.cli.main", "trace", "analyze", str(job), "--json"],
+                         env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    import json
+    (m,) = json.loads(out.stdout)["multiple_init"]
+    assert m["name"] == "x[0]"

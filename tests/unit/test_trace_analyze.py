@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 import planaria.fragments as fr
@@ -130,14 +131,19 @@ def test_root_causes_by_default_all_with_flag(tmp_path):
     # the CLI prints the same, as text and as JSON, and fails with 2 on a directory without traces
     cli = [sys.executable, "-m", "planaria.cli.main", "trace", "analyze", str(tmp_path)]
     out = subprocess.run(cli + ["--all", "--json"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr                 # it found hung CFs
     assert len(json.loads(out.stdout)["all_hung"]) == 3
     bad = subprocess.run(cli[:-1] + [str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "nope" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
 def test_second_assignment_is_caught_by_the_runtime_and_the_analyzer(tmp_path):
-    fr.run(twice_main, comm=None, trace_dir=str(tmp_path), report=False)
+    with pytest.raises(fr.ProgramError) as err:
+        fr.run(twice_main, comm=None, trace_dir=str(tmp_path), report=False)
+    here = Path(__file__).resolve()
+    first, second = _line_of(here, "put(x, 1)"), _line_of(here, "put(x, 2)")
+    assert str(err.value) == f"DF x assigned twice: by put(x, 1) at {here}:{first}, then by put(x, 2) at {here}:{second}"
+    assert err.value.exit_status == 1
     rep = analyze_dir(tmp_path)
     (m,) = rep["multiple_init"]
     assert not m["deleted_between"] and [w["expr"] for w in m["writers"]] == ["put(x, 1)", "put(x, 2)"]

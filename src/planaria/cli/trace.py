@@ -37,10 +37,11 @@ def analyze(
 
       planaria trace analyze /tmp/t1 --all --json > report.json
 
-    Exit status: 0 report printed (lines that are not trace records are named on stderr and
-    skipped), 2 no trace records in DIR.
+    Exit status: 0 the report found nothing wrong; 1 it names problems (hung CFs, a cycle, a DF
+    initialized twice, a type mismatch, a CF that raised); 2 no trace records in DIR. Lines that
+    are not trace records are named on stderr and skipped.
     """
-    from planaria.trace.analyze import analyze_dir
+    from planaria.trace.analyze import analyze_dir, found_problems
     problems: list[str] = []
     try:
         rep = analyze_dir(_resolve(directory), all_hung=all_hung, problems=problems)
@@ -53,6 +54,8 @@ def analyze(
         sys.stdout.write(json.dumps(rep, indent=2, default=repr) + "\n")
     else:
         sys.stdout.write(rep["text"])
+    if found_problems(rep):
+        raise typer.Exit(1)
 
 
 @app.command("export")

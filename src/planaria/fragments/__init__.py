@@ -24,13 +24,13 @@ from typing import Any
 from planaria.fragments import settings
 from planaria.fragments.balancer import BalancerConfig, LoadModel
 from planaria.fragments.executor import Executor, RunResult
-from planaria.fragments.model import (CFSpec, Code, DFRef, Expr, FragmentError, Name, Out, atomic, df, dfs, sub,
+from planaria.fragments.model import (CFSpec, Code, DFRef, Expr, FragmentError, Name, Out, ProgramError, atomic, df, dfs, sub,
                                       workers)
 from planaria.fragments.settings import SettingError
 from planaria.fragments.termination import RULES
 
 __all__ = ["atomic", "sub", "Name", "df", "dfs", "workers", "run", "RunResult", "BalancerConfig", "LoadModel",
-           "Executor", "Code", "CFSpec", "DFRef", "Expr", "Out", "FragmentError", "SettingError", "default_trace_dir"]
+           "Executor", "Code", "CFSpec", "DFRef", "Expr", "Out", "FragmentError", "ProgramError", "SettingError", "default_trace_dir"]
 
 
 def _under_mpi() -> bool:
@@ -62,7 +62,8 @@ def run(main: Code, *args: Any, comm: Any = "auto", threads: int | None = None,
     PLANARIA_BALANCER (1 = on), PLANARIA_FRAGMENT_TIMEOUT, PLANARIA_TERMINATION; PLANARIA_FRAGMENT_WAKEUPS=poll makes
     idle ranks poll MPI instead of sleeping until rung (``doorbell.py``). A variable with a value it cannot
     use raises ``SettingError`` (a ``ValueError``) naming it. With ``report`` rank 0 prints the
-    analyzer's report when the run did not finish cleanly.
+    analyzer's report when the run did not finish cleanly. A DF assigned a second time stops the
+    run at every rank, and ``run`` raises ``ProgramError`` naming the DF and both assignments.
     """
     if not isinstance(main, Code) or main.kind != "sub":
         raise FragmentError("run(main): main must be a @sub code fragment")
@@ -89,6 +90,9 @@ def run(main: Code, *args: Any, comm: Any = "auto", threads: int | None = None,
                   balancer=balancer, timeout=timeout, termination=termination)
     caller = sys._getframe(1)
     res = ex.run(main, args, kwargs, site=(caller.f_code.co_filename, caller.f_lineno))
+    if res.status == "error":
+        # the program's own error (LuNA aborts on it): the trace keeps the details for trace analyze
+        raise ProgramError(res.message or "the run was stopped by a program error")
     if report and res.rank == 0 and res.status != "finished":
         print(f"planaria.fragments: run {res.status}: {res.cfs_done} CFs done, {res.unfinished} unfinished, "
               f"{res.errors} errors", file=sys.stderr)

@@ -44,7 +44,7 @@ _RUNG_TRIES = 3        # probes after a ring: the ringing message is usually mat
 class RunResult:
     """How the run ended, seen from this rank (status agreed by all ranks)."""
 
-    status: str                        # "finished" | "hung" | "failed" | "timeout"
+    status: str                        # "finished" | "hung" | "failed" | "timeout" | "error"
     rank: int
     workers: int
     elapsed: float
@@ -54,6 +54,7 @@ class RunResult:
     balancer_moves: int = 0
     trace_dir: str | None = None
     local: dict[str, Any] = field(default_factory=dict)   # this rank's counters
+    message: str | None = None         # status "error": the program error that stopped the run
 
     @property
     def ok(self) -> bool:
@@ -132,6 +133,8 @@ class Executor:
         self.ring = RingMember(self.rank, self.nworkers, rule=termination)
         self.token: Token | None = Token.start(self.nworkers) if self.rank == 0 else None
         self.verdict: str | None = None
+        self.stop_message: str | None = None           # why the run was stopped with verdict "error"
+        self.writers: dict[str, str] = {}              # at a DF's home: who assigned it, "expr at file:line"
         self.moves = 0
         self.pings_left = len(_PING_SIZES) if self.bconf is not None and not self.is_balancer else 0
         self.signals = interrupt.Catcher()
@@ -211,7 +214,7 @@ class Executor:
     def echo_pings(self) -> None:
         """Answer the balancer's link probe (``_LinkProbe``) at once, from the loop."""
         while self.pings_left:
-            done, _payload = self.comm.irecv(self.brank, PING_TAG).test()
+            done, _payload = self.comm.irecv(source=self.brank, tag=PING_TAG).test()
             if not done:
                 return
             self.post(self.comm.isend(b"k", self.brank, PING_TAG), self.brank)
@@ -230,11 +233,11 @@ class Executor:
             self.recvd += 1
             self.ring.touch()
         if kind == "put":
-            _, d, v, writer = msg
+            _, d, v, writer, label, who = msg
             if d in self.values:
-                self.rec({"k": "error", "kind": "multiple_init", "df": d, "cf": writer,
-                          "message": f"DF {d} assigned again"})
+                self.assigned_again(d, label, writer, who)
             else:
+                self.writers[d] = who
                 self.store(d, v)
         elif kind == "get":
             _, ds, who = msg
@@ -258,6 +261,7 @@ class Executor:
             self.token = msg[1]
         elif kind == "stop":
             self.verdict = msg[1]
+            self.stop_message = msg[2]
         elif kind == "move":
             self.move_out(msg[1])
         else:  # pragma: no cover - protocol error
@@ -281,20 +285,30 @@ class Executor:
             if not st.missing:
                 self.make_ready(st)
 
-    def set_df(self, ref: DFRef, v: Any, writer: str) -> None:
+    def set_df(self, ref: DFRef, v: Any, writer: str, who: str = "?") -> None:
+        """``writer`` (a CF id, ``who``: its expression and file:line) assigns DF ``ref``."""
         d = ref.id
         self.rec({"k": "set", "df": d, "base": ref.base, "name": ref.decl, "cf": writer, "type": _tname(v),
                   "t": time.time()})
+        label = f"{ref.decl}{d[len(ref.base):]}"
         h = self.home(d)
         if h == self.rank:
             if d in self.values:
-                self.rec({"k": "error", "kind": "multiple_init", "df": d, "cf": writer,
-                          "message": f"DF {ref.decl}{d[len(ref.base):]} assigned again"})
+                self.assigned_again(d, label, writer, who)
                 return
+            self.writers[d] = who
             self.store(d, v)
         else:
             self.arrive(d, v)
-            self.send(h, ("put", d, v, writer))
+            self.send(h, ("put", d, v, writer, label, who))
+
+    def assigned_again(self, d: str, label: str, writer: str, who: str) -> None:
+        """At a DF's home: a second assignment is the program's error (LuNA aborts on it): the run stops."""
+        message = f"DF {label} assigned twice: by {self.writers.get(d, '?')}, then by {who}"
+        self.rec({"k": "error", "kind": "multiple_init", "df": d, "cf": writer, "message": message})
+        self.errors += 1
+        if self.verdict is None:
+            self.stop_all("error", message)
 
     # -- CFs -----------------------------------------------------------------------------------
     def add(self, spec: CFSpec, moved: bool = False) -> None:
@@ -469,11 +483,13 @@ class Executor:
         else:
             if kind == "atomic":
                 outs = spec.output_refs()
+                own = spec.stack[-1] if spec.stack else {}
+                who = f"{spec.expr} at {own.get('file', spec.code.file)}:{own.get('line', spec.code.line)}"
                 for _d, (ref, v) in result[1].items():
                     if not any(o.base == ref.base and ref.index[:len(o.index)] == o.index for o in outs):
                         self.rec({"k": "error", "kind": "not_an_output", "cf": cf_id, "df": ref.id,
                                   "message": f"{spec.expr} set {ref!r}, which it was not given as an output"})
-                    self.set_df(ref, v, cf_id)
+                    self.set_df(ref, v, cf_id, who)
                 self.rec({"k": "end", "cf": cf_id, "t0": t0, "t": t1, "ok": True,
                           "out": [ref.id for ref, _v in result[1].values()]})
             else:
@@ -621,11 +637,11 @@ class Executor:
         self.finish_probe()
         return self.verdict or "finished"
 
-    def stop_all(self, verdict: str) -> None:
-        self.verdict = verdict
+    def stop_all(self, verdict: str, message: str | None = None) -> None:
+        self.verdict, self.stop_message = verdict, message
         for r in range(self.size):
             if r != self.rank:
-                self.send(r, ("stop", verdict))
+                self.send(r, ("stop", verdict, message))
 
     # -- balancer rank -----------------------------------------------------------------------
     def start_link_probe(self) -> _LinkProbe | None:
@@ -655,7 +671,7 @@ class Executor:
                         # as planned: the model already holds it; else the plan may change
                         news = news or moved != planned
                 elif kind == "stop":
-                    self.verdict = msg[1]
+                    self.verdict, self.stop_message = msg[1], msg[2]
                 news = news or kind in ("ready", "done")
             if news:
                 orders: dict[int, list[tuple[int, list[str], int]]] = {}
@@ -709,7 +725,8 @@ class Executor:
                  "moves": self.moves, "planned": getattr(self, "planned", 0), "sent": self.sent, "recv": self.recvd}
         if status == "finished" and self.errors:
             status = "failed"
-        self.rec({"k": "exit", "status": status, "t": time.time(), **local})
+        self.rec({"k": "exit", "status": status, "t": time.time(), **local,
+                  **({"message": self.stop_message} if self.stop_message else {})})
         if self.tw is not None:
             self.tw.close()       # before the collective: rank 0 may read every trace right after it
         if self.comm is not None and self.size > 1:
@@ -732,7 +749,7 @@ class Executor:
         if status == "finished" and tot["errors"]:
             status = "failed"
         return RunResult(status, self.rank, self.nworkers, time.time() - self.t0, tot["done"],
-                         tot["unfinished"], tot["errors"], tot["moves"], self.trace_dir, local)
+                         tot["unfinished"], tot["errors"], tot["moves"], self.trace_dir, local, self.stop_message)
 
 
 class _LinkProbe:
@@ -756,7 +773,7 @@ class _LinkProbe:
     def _next_round(self) -> None:
         self.round += 1
         payload = b"x" * _PING_SIZES[self.round]
-        self.pending = {w: self.comm.irecv(w, PING_TAG) for w in range(self.workers)}
+        self.pending = {w: self.comm.irecv(source=w, tag=PING_TAG) for w in range(self.workers)}
         self.t = time.perf_counter()
         self.sends += [self.comm.isend(payload, w, PING_TAG) for w in range(self.workers)]
         for w in range(self.workers):

@@ -29,6 +29,15 @@ class FragmentError(Exception):
     """Misuse of the program model (spawning outside a sub, setting a non-output, ...)."""
 
 
+class ProgramError(FragmentError):
+    """The running program broke a rule of the model (a DF assigned twice) and the run was stopped.
+
+    ``run`` raises it at every rank alike; uncaught under ``planaria run`` it ends each rank with
+    one line and exit status 1 instead of a traceback."""
+
+    exit_status = 1
+
+
 # -- data fragments -------------------------------------------------------------------------
 _OPS: dict[str, Callable[..., Any]] = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,

@@ -355,6 +355,12 @@ def render_text(rep: dict[str, Any]) -> str:
         for e in rep["exceptions"]:
             lines.append(f"  {e['expr']} {_where(e['file'], e['line'])}: {e['exc']}: {e['message']} "
                          f"{_where(e.get('at_file'), e.get('at_line'))}")
-    if not (rep["root_causes"] or rep["cycles"] or rep["multiple_init"] or rep["type_mismatches"] or rep["exceptions"]):
+    if not found_problems(rep):
         lines.append("no hung CFs, no multiply initialized DFs, no type mismatches")
     return "\n".join(lines) + "\n"
+
+
+def found_problems(rep: dict[str, Any]) -> bool:
+    """The report names something wrong: hung CFs (or a cycle), a DF set twice, a type mismatch, a CF that raised."""
+    return bool(rep["root_causes"] or rep["cycles"] or rep["multiple_init"] or rep["type_mismatches"]
+                or rep["exceptions"])

@@ -106,6 +106,15 @@ def spin_main(k: int):
         square_plus(y[i], s[0], z[i]).at(i)
 
 
+@fr.sub
+def twice_main(k: int):
+    x, y = fr.dfs("x y")
+    put(x[0], 1).at(1)                             # assigned on two ranks; the home may be a third
+    put(x[0], 2).at(2)
+    for i in range(k):                             # work that would go on after the error
+        square_plus(y[i], x[0], i).at(i)
+
+
 if __name__ == "__main__":
     mode, trace_dir = sys.argv[1], (sys.argv[2] if sys.argv[2] != "-" else None)   # "-": $PLANARIA_JOB_DIR/trace
     import planaria as pl
@@ -128,6 +137,8 @@ if __name__ == "__main__":
         half = comm.split(comm.rank % 2, comm.rank)
         res = fr.run(spread_main, 6, comm=half, trace_dir=os.path.join(trace_dir, str(comm.rank % 2)),
                      threads=2, timeout=30)
+    elif mode == "twice":                          # a DF assigned twice: the run stops, fr.run raises ProgramError
+        res = fr.run(twice_main, 6, trace_dir=trace_dir, timeout=30)
     elif mode == "idle":                           # the CPU a rank burns while it waits
         c0, w0 = time.process_time(), time.monotonic()
         res = fr.run(idle_main, 1.0, trace_dir=trace_dir, threads=1, timeout=30)
