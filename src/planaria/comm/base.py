@@ -356,8 +356,8 @@ class Comm(ABC):
         """Send and receive objects without deadlock (posts the send first)."""
         from mpi4py import MPI
         req = self.isend(sendobj, dest, sendtag)
-        value = self.recv(MPI.ANY_SOURCE if source is None else source,
-                          MPI.ANY_TAG if recvtag is None else recvtag, status)
+        value = self.recv(source=MPI.ANY_SOURCE if source is None else source,
+                          tag=MPI.ANY_TAG if recvtag is None else recvtag, status=status)
         req.Wait()
         return value
 
