@@ -55,3 +55,9 @@ def test_hang_keeps_the_rank_alive_until_the_timeout(tmp_path) -> None:
     assert res.returncode == 124, res.stderr[-2000:]
     assert time.time() - t < 30
     assert "injected hang at iteration 20" in res.stderr or "hang" in res.stderr.lower()
+    # the diagnosis made before the timeout's kill names the planned hang as the cause, not the program
+    import json
+    (job,) = list((tmp_path / "jobs").iterdir())
+    first = json.loads((job / "diag-1.json").read_text())["root_causes"][0]
+    assert first["kind"] == "injected" and first["rank_list"] == [1], first
+    assert "injected hang at iteration 20" in first["reason"]

@@ -175,6 +175,22 @@ def test_spinning_rank(run: Callable) -> None:
     assert rc.example.startswith("rank 0 is stuck in Recv from rank 2 at halo.py:9 in left; rank 2 is not in MPI")
 
 
+def test_a_planned_hang_is_named_as_injected(run: Callable) -> None:
+    """The controller's records say rank 2's hang was planned (``--inject hang:...``): that is the
+    root cause, not the program line where it happened to stop."""
+    stacks = [[["app/main.py", 3, "main"], ["threading.py", 331, "wait"]]]
+    recs = [rec(0, p2p("Recv", 2, "app/halo.py:9 in left")), rec(1, coll("Allreduce", 4, "app/m.py:1 in dot"),
+                                                                    {"world": 4}),
+            rec(2, None, {"world": 3}, stack=0, step=9), rec(3, p2p("Recv", 0, "app/halo.py:9 in left"))]
+    known = {"injected": [{"rank": 2, "kind": "hang", "detail": "injected hang at iteration 9", "t": 1.0},
+                          {"rank": 3, "kind": "bitflip", "detail": "flipped a bit", "t": 1.0}]}
+    rep = run(mk(4, recs, stacks=stacks, known=known))
+    assert kinds(rep) == [("injected", "2")]
+    assert "injected hang at iteration 9" in rep.root_causes[0].reason
+    plain = run(mk(4, recs, stacks=stacks))               # the same state without the record
+    assert kinds(plain) == [("blocked-outside-mpi", "2")]
+
+
 def test_blocked_outside_mpi(run: Callable) -> None:
     stacks = [[["app/main.py", 3, "main"], ["app/io.py", 20, "load"], ["socket.py", 700, "recv_into"]]]
     recs = [rec(0, None, stack=0), rec(1, p2p("Recv", 0, "app/a.py:1 in f"))]

@@ -38,7 +38,7 @@ _TEXT_RANKS = 160   # characters of a rank-range string shown in the text report
 _TEXT_LINES = 12    # lines per list shown in the text report
 _EXAMPLES = 32      # root causes that get an example sentence
 _SINK_KINDS = frozenset({"no-state", "computing", "blocked-outside-mpi", "finished", "any-source", "unknown-wait",
-                         "self-wait"})
+                         "self-wait", "injected"})
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -88,6 +88,7 @@ class RootCause:
 
     kind: str                  # no-state | computing | blocked-outside-mpi | finished | any-source | unknown-wait
     #                            | self-wait | deadlock | stuck-transfer | stuck-collective | collective-mismatch
+    #                            | injected (a hang planaria's --inject made)
     ranks: list[int]
     reason: str
     op: str | None = None
@@ -707,9 +708,12 @@ class _Analysis:
         rows = self.row_of[sinks]
         self_wait = set(self.self_wait.tolist())
         keys: dict[tuple, list[int]] = {}
+        hung_by_plan = self._injected_hangs()
         for r, row in zip(sinks.tolist(), rows.tolist()):
-            if row < 0:
-                key: tuple = ("no-state", int(self.host_of[r]))
+            if r in hung_by_plan and (row < 0 or not self.finished[row]):
+                key: tuple = ("injected", hung_by_plan[r])
+            elif row < 0:
+                key = ("no-state", int(self.host_of[r]))
             elif self.finished[row]:
                 key = ("finished", int(c["status"][row]))
             elif self.computing[row]:
@@ -730,7 +734,9 @@ class _Analysis:
             op = comm = None
             hosts = {self.host(r) for r in rs[:64]}
             host = self.host(r0) if len(hosts) == 1 else None
-            if kind == "no-state":
+            if kind == "injected":
+                reason = f"hangs as the fault plan asked ({key[1]}; planaria --inject), not by a fault of the program"
+            elif kind == "no-state":
                 h = key[1]
                 if h in self.down_hosts:
                     reason = (f"no state -- host {self.host_names[h]}: all {self.down_hosts[h]} ranks missing "
@@ -756,6 +762,14 @@ class _Analysis:
                     reason = f"waits on a peer outside the job (size {self.size})"
             site = self.site(r0) if len({self.site(r) for r in rs[:64]}) == 1 else None
             out.append(RootCause(kind, rs, reason, op=op, comm=comm, site=site, host=host))
+        return out
+
+    def _injected_hangs(self) -> dict[int, str]:
+        """Ranks a planned ``hang`` fault stopped (the controller's records), with its description."""
+        out: dict[int, str] = {}
+        for inj in (self.state.get("known") or {}).get("injected") or []:
+            if inj.get("kind") == "hang" and isinstance(inj.get("rank"), int):
+                out[inj["rank"]] = str(inj.get("detail") or "injected hang")
         return out
 
     def _step_note(self, rs: list[int]) -> str:
@@ -1069,6 +1083,6 @@ def _plural(pred: str) -> str:
     return {"has": "have", "is": "are", "waits": "wait"}.get(first, first) + sep + rest
 
 
-_KIND_ORDER = {"deadlock": 0, "no-state": 1, "stuck-transfer": 2, "collective-mismatch": 3, "computing": 4,
+_KIND_ORDER = {"injected": -1, "deadlock": 0, "no-state": 1, "stuck-transfer": 2, "collective-mismatch": 3, "computing": 4,
                "blocked-outside-mpi": 5, "finished": 6, "stuck-collective": 7, "any-source": 8, "self-wait": 9,
                "unknown-wait": 10}

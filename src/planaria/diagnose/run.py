@@ -19,7 +19,9 @@ def known_facts(table: dict[int, dict[str, Any]], events: list[dict[str, Any]]) 
     failed = {str(r): str(v.get("reason") or "failed") for r, v in table.items() if v.get("state") == "failed"}
     lost = sorted(r for r, v in table.items() if v.get("state") == "lost")
     finished = sorted(r for r, v in table.items() if v.get("state") == "finished")
-    injected = [{k: e.get(k) for k in ("rank", "kind", "detail", "t")} for e in events if e.get("type") == "inject"]
+    # a planned hang reports as type "hang" (the rank then stops answering), the other faults as "inject"
+    injected = [{k: e.get(k) for k in ("rank", "kind", "detail", "t")} for e in events
+                if e.get("type") == "inject" or (e.get("type") == "hang" and e.get("kind") == "hang")]
     incidents = [dict(e["incident"], by=e.get("by"), t=e.get("t")) for e in events
                  if e.get("type") == "incident" and isinstance(e.get("incident"), dict)][-50:]
     return {"failed": failed, "lost": lost, "finished": finished, "injected": injected[-50:],
