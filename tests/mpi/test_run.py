@@ -409,3 +409,13 @@ def test_standard_input_reaches_one_rank(tmp_path, choice, reader):
 def test_stdin_rank_out_of_range_is_a_usage_error(tmp_path):
     res = run(tmp_path, "-n", "2", "--stdin", "2", "--", "python", str(SCRIPTS / "hello.py"))
     assert res.returncode == 2 and res.stderr.strip() == "planaria run: --stdin '2': expected a rank in 0..1 or 'none'"
+
+
+@pytest.mark.timeout(60)
+def test_planned_faults_that_never_fired_are_listed(tmp_path):
+    """A kill planned after the end of the job: the summary (text and JSON) says it never fired."""
+    res = run(tmp_path, "-n", "2", "--inject", "kill:rank=1,iter=100000", "--json", "--",
+              "python", str(SCRIPTS / "hello.py"))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["unfired"] == ["kill:rank=1,iter=100000 on rank 1"]
+    assert "planned fault(s) that never fired (the job ended first): kill:rank=1,iter=100000 on rank 1" in res.stderr

@@ -342,3 +342,15 @@ def test_for_rank() -> None:
     assert [f.kind for f in p.for_rank(0, 4)] == ["drop"]
     assert [f.kind for f in p.for_rank(1, 4)] == ["kill"]
     assert [f.kind for f in p.for_rank(3, 4)] == []
+
+
+def test_unfired_lists_planned_rank_faults_the_ranks_never_reported() -> None:
+    plan = Plan.parse("kill:rank=1+2,iter=5; hang:rank=0,time=3; drop:src=0,dst=1,p=1; kill:rank=1,iter=9;"
+                      "bitflip:rank=3,array=a,iter=1")
+    fired = [(1, "kill"), (0, "hang"), (3, "bitflip")]
+    assert plan.unfired(4, fired) == ["kill:rank=1-2,iter=5 on rank 2", "kill:rank=1,iter=9 on rank 1"]
+    assert plan.unfired(4, fired + [(2, "kill"), (1, "kill")]) == []
+    rnd = Plan.parse("kill:mtbf=5,seed=1,count=2")
+    (t, r), _ = rnd.faults[0].schedule(4)
+    assert [u.split(" on ")[1] for u in rnd.unfired(4, [])][0] == f"rank {r} at t={t:.2f}s"
+    assert len(rnd.unfired(4, [(r, "kill")])) == 1

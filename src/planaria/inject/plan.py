@@ -703,6 +703,33 @@ class Plan:
                                             f"seed={f.seed}) at t={t:.2f}s"))
         return out
 
+    def unfired(self, size: int, fired: Iterable[tuple[int, str]]) -> list[str]:
+        """The planned rank faults that never acted, one line each (``fired``: the (rank, kind) of
+        each fault the ranks reported, e.g. from the job's event log).
+
+        Kills (random ones included), hangs, bit flips and I/O errors name their ranks, so each
+        (rank, kind) planned more often than it was reported did not fire, typically because the
+        job or the rank ended first. Message faults act per message and are not listed."""
+        seen: dict[tuple[int, str], int] = {}
+        for rank, kind in fired:
+            seen[(rank, kind)] = seen.get((rank, kind), 0) + 1
+        out: list[str] = []
+        for f in self.faults:
+            if isinstance(f, RandomKill):
+                planned = [(r, f"at t={t:.2f}s") for t, r in f.schedule(size)]
+                kind = "kill"
+            elif isinstance(f, (Delay, Drop)):
+                continue
+            else:
+                planned = [(r, "") for r in getattr(f, "rank").expand(size)]
+                kind = f.kind
+            for r, when in planned:
+                if seen.get((r, kind), 0) > 0:
+                    seen[(r, kind)] -= 1
+                else:
+                    out.append(f"{f.to_spec()} on rank {r}{' ' + when if when else ''}")
+        return out
+
     def for_rank(self, rank: int, size: int) -> "Plan":
         """The faults that can act on ``rank`` (as victim or as message sender)."""
         keep: list[Fault] = []

@@ -352,7 +352,21 @@ def build_summary(jobdir: JobDir, opts: RunOptions, table: dict[int, dict[str, A
     if attempts is not None:
         out["attempts"] = attempts
         out["restarts"] = max(0, len(attempts) - 1)
+    if opts.inject:
+        out["unfired"] = _unfired(jobdir, opts)
     return out
+
+
+def _unfired(jobdir: JobDir, opts: RunOptions) -> list[str]:
+    """The ``--inject`` faults that never acted (the job or the rank ended first), from the event log."""
+    from planaria.inject.plan import Plan, PlanError
+
+    fired = [(e["rank"], "hang" if e.get("type") == "hang" else str(e.get("kind")))
+             for e in jobdir.events() if e.get("type") in ("inject", "hang") and isinstance(e.get("rank"), int)]
+    try:
+        return Plan.parse(list(opts.inject)).unfired(opts.nprocs + opts.spares, fired)
+    except PlanError:
+        return []
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -379,6 +393,10 @@ def print_summary(summary: dict[str, Any]) -> None:
         console.print(f"... {len(shown) - 40} more not shown")
     if others:
         console.print(f"{others} other rank(s) finished normally")
+    unfired = summary.get("unfired") or []
+    if unfired:
+        console.print(f"planned fault(s) that never fired (the job or the rank ended first): "
+                      f"{'; '.join(unfired[:10])}{' ...' if len(unfired) > 10 else ''}", soft_wrap=True)
     console.print(f"job directory: {summary['jobdir']}")
 
 
@@ -807,6 +825,9 @@ def run_job(opts: RunOptions) -> int:
     elif len(attempts) > 1:
         _err(f"job {jobdir.id} finished after {len(attempts) - 1} restart(s); "
              f"job directory: {jobdir.path}", opts.prog)
+    if not abnormal and summary.get("unfired"):
+        _err(f"planned fault(s) that never fired (the job ended first): {'; '.join(summary['unfired'][:10])}"
+             f"{' ...' if len(summary['unfired']) > 10 else ''}", opts.prog)
     if opts.json and opts.emit_summary:
         print(json.dumps(_jsonable(summary), indent=2, sort_keys=True), flush=True)
     return att.status
