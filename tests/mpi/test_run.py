@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -419,3 +420,38 @@ def test_planned_faults_that_never_fired_are_listed(tmp_path):
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["unfired"] == ["kill:rank=1,iter=100000 on rank 1"]
     assert "planned fault(s) that never fired (the job ended first): kill:rank=1,iter=100000 on rank 1" in res.stderr
+
+
+FAST_DETECT = ["--detect-timeouts", "p2p=1,coll=1,probe=1"]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_on_hang_abort_stops_a_deadlock_at_once_with_a_diagnosis(tmp_path, backend):
+    t = time.monotonic()
+    res = run(tmp_path, "-n", "3", "--backend", backend, "--timeout", "60", "--on-hang", "abort", *FAST_DETECT,
+              "--json", "--", "python", str(SCRIPTS / "deadlock_pair.py"), timeout=85)
+    assert res.returncode == 124, res.stderr[-3000:]
+    assert time.monotonic() - t < 40
+    job = only_job(tmp_path).name
+    assert re.search(rf"incident \(deadlock, found by rank \d\): deadlock on world tag 7: ranks 0 → 1 → 0 "
+                     rf"wait for each other; full report: planaria diagnose {job}", res.stderr), res.stderr[-3000:]
+    assert "verdict: deadlock" in res.stderr and "hang detected (--on-hang abort): stopping the job" in res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["outcome"] == "hung"
+    assert {r["how"] for r in summary["ranks"]} == {"ended by the launcher after a detected hang (--on-hang abort)"}
+
+
+@pytest.mark.timeout(90)
+def test_on_hang_report_announces_and_runs_on(tmp_path):
+    res = run(tmp_path, "-n", "2", "--timeout", "12", *FAST_DETECT, "--", "python", str(SCRIPTS / "deadlock_pair.py"),
+              timeout=85)
+    assert res.returncode == 124                       # ended by --timeout, not by the hang
+    lines = [ln for ln in res.stderr.splitlines() if "incident (deadlock" in ln]
+    assert len(lines) >= 1 and lines[0].index("incident") < res.stderr.index("timeout after 12 s")
+
+
+def test_on_hang_bad_value_is_a_usage_error(tmp_path):
+    res = run(tmp_path, "-n", "2", "--on-hang", "stop", "--", "python", str(SCRIPTS / "hello.py"))
+    assert res.returncode == 2
+    assert res.stderr.strip() == "planaria run: --on-hang must be one of report, diagnose, abort (got 'stop')"

@@ -111,6 +111,7 @@ class Controller:
         self.channels: ChannelServer | None = None
         self._records: list[dict[str, Any]] = []          # event records not yet written
         self.merger = FaultMerger()
+        self._incident_feed: deque[tuple[dict[str, Any], Any]] = deque()   # for the launcher's console
         self.kv = KVStore()
         self.subscribers: dict[Dest, dict[str, Any]] = {}
         self.abort_request: dict[str, Any] | None = None
@@ -207,9 +208,15 @@ class Controller:
         lost: list[dict[str, Any]] = []
         with self._lock:
             for info in self.ranks.values():
+                fate = (fates or {}).get(info["rank"]) if final else None
+                if fate is not None and fate.get("ended_by") and info["state"] not in ("finished", "failed"):
+                    # the launcher itself ended it (timeout, Ctrl-C, the job abort, a detected hang): say
+                    # so, not "killed by signal 15", even when an earlier sweep saw it go
+                    info.update(state="lost", ended_by=fate["ended_by"], reason=rankfate.describe(fate),
+                                fail_time=fate.get("end") or fate.get("ended_at") or now)
+                    continue
                 if info["state"] not in ACTIVE:
                     continue
-                fate = (fates or {}).get(info["rank"]) if final else None
                 if fate is not None and "exit_code" in fate:
                     info.update(state="finished", exit_code=fate["exit_code"],
                                 end_time=fate.get("end") or now, reason="exited without a bye")
@@ -469,6 +476,14 @@ class Controller:
         info["by"] = by
         ranks = [r for r in inc.get("ranks") or () if isinstance(r, int)]
         self.notify(ev_codes.FAULT_LOCALIZED, info, affected=ranks)
+        self._incident_feed.append((dict(info, ranks=ranks), inc.get("responsible", by)))
+
+    def take_incidents(self) -> list[tuple[dict[str, Any], Any]]:
+        """The incidents reported since the last call, with the rank that found each (any thread)."""
+        out = []
+        while self._incident_feed:
+            out.append(self._incident_feed.popleft())
+        return out
 
     def io(self, rank: int, channel: str, text: str) -> None:
         """One line of a rank's output, for attached tools (kept in a bounded history)."""

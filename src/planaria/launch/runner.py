@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from planaria.launch import rankfate, sessiondirs, shmfiles
+from planaria.launch import onhang, rankfate, sessiondirs, shmfiles
 from planaria.launch.plaininject import PlainKills
 from planaria.launch.controller import Controller
 from planaria.launch.jobdir import JobDir, _jsonable
@@ -79,6 +79,7 @@ class RunOptions:
     launcher_kills: bool = False   # the launcher sends the plan's timed kills (programs without the runtime)
     on_jobdir: Callable[[Path], None] | None = None   # told the job directory once it exists
     stdin: str = "none"         # the rank that reads the launcher's standard input, or none
+    on_hang: str = "report"     # a detected hang: report (a line), diagnose (and run on) or abort (see onhang.py)
 
 
 def _err(msg: str, prog: str = "planaria run") -> None:
@@ -680,6 +681,9 @@ def run_job(opts: RunOptions) -> int:
     if not opts.command:
         _err("no command given (usage: planaria run -n N -- python script.py)", opts.prog)
         return EXIT_USAGE
+    if opts.on_hang not in onhang.MODES:
+        _err(f"--on-hang must be one of {', '.join(onhang.MODES)} (got {opts.on_hang!r})", opts.prog)
+        return EXIT_USAGE
     if opts.default_handler not in ("abort", "none"):
         _err(f"--default-handler must be abort or none (got {opts.default_handler!r})", opts.prog)
         return EXIT_USAGE
@@ -952,6 +956,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
                    f"ranks: {'; '.join(plain_kills.unsupported)}")
     injected: dict[int, str] = {}
     outlived = MpiexecOutlived(total) if opts.rank_fates else None
+    incidents = onhang.IncidentWatch(opts.on_hang, jobdir.id)
     while True:
         try:
             mpiexec_rc = proc.wait(0.1)
@@ -981,6 +986,15 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
             _DIAG_REQUESTS.clear()
             threading.Thread(target=_diagnose_now, args=(controller, out, "SIGUSR1"), daemon=True,
                              name="planaria-diagnose-signal").start()
+        lines, hang_action = incidents.take(controller.take_incidents())
+        for line in lines:
+            _note(out, line)
+        if hang_action == "diagnose":
+            threading.Thread(target=_diagnose_now, args=(controller, out, "hang detected (--on-hang diagnose)"),
+                             daemon=True, name="planaria-diagnose-hang").start()
+        elif hang_action == "abort":
+            outcome = "hung"
+            break
         if interrupted.is_set():
             outcome = "interrupted"
             break
@@ -990,10 +1004,10 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         if deadline is not None and time.time() > deadline:
             outcome = "timeout"
             break
-    if outcome in ("timeout", "aborted") and opts.diagnose_on_timeout and plain_abort is None:
+    if (outcome == "hung" or outcome in ("timeout", "aborted") and opts.diagnose_on_timeout) and plain_abort is None:
         # the survivors' state says where they were when the job had to end (a dead peer shows
         # up in the count check)
-        _diagnose_now(controller, out, outcome)
+        _diagnose_now(controller, out, "hang detected (--on-hang abort)" if outcome == "hung" else outcome)
     if outcome != "finished":
         why = (f"interrupted ({interrupted.by})" if outcome == "interrupted"
                else f"aborted by rank {controller.abort_request.get('rank')}'s {controller.abort_request['reason']}"
@@ -1002,6 +1016,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
                     "runtime: the default handler ends the job, as mpiexec without ULFM would "
                     "(--default-handler none lets it run on, as plain ULFM)"
                if plain_abort is not None
+               else "hang detected (--on-hang abort)" if outcome == "hung"
                else f"timeout after {opts.timeout:g} s")
         _err(f"{why}: stopping the job", opts.prog)
         running = {r for r, rec in rankfate.read_fates(fates_dir).items() if "end" not in rec} \
@@ -1026,7 +1041,8 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
             fates[r]["ended_by"] = "planaria ctl kill"
     if outcome != "finished":           # what was still running when the launcher ended the job
         ender = {"timeout": f"the launcher at the timeout ({opts.timeout:g} s)", "interrupted": interrupted.by,
-                 "aborted": "the job abort (default handler)"}[outcome]
+                 "aborted": "the job abort (default handler)",
+                 "hung": "the launcher after a detected hang (--on-hang abort)"}[outcome]
         for r in running & set(fates):
             fates[r]["ended_by"] = ender
             fates[r]["ended_at"] = t_end        # when the launcher began to end the job
@@ -1060,7 +1076,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     shmfiles.remove_orphaned()
     sessiondirs.remove_stale(sessiondirs.base_dir(env))
 
-    if outcome == "timeout":
+    if outcome in ("timeout", "hung"):
         status = EXIT_TIMEOUT
     elif outcome == "interrupted":
         status = EXIT_INTERRUPTED if interrupted.by == "Ctrl-C" else 128 + _SIGNUMS.get(interrupted.by, 15)

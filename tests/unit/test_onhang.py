@@ -1,0 +1,37 @@
+"""--on-hang's decisions from the incident feed (pure)."""
+from __future__ import annotations
+
+import pytest
+
+from planaria.launch.onhang import MAX_LINES, IncidentWatch
+
+
+def inc(kind: str, ranks: list[int], status: str = "confirmed", verdict: str = "v") -> dict:
+    return {"kind": kind, "ranks": ranks, "status": status, "verdict": verdict}
+
+
+def test_each_settled_incident_is_announced_once_with_the_job() -> None:
+    w = IncidentWatch("report", "J1")
+    lines, action = w.take([(inc("slow", [3], verdict="rank 3 slow"), 2), (inc("deadlock", [0, 1], "probing"), 0)])
+    assert lines == ["incident (slow, found by rank 2): rank 3 slow; full report: planaria diagnose J1"]
+    assert action is None
+    lines, action = w.take([(inc("slow", [3], verdict="rank 3 slow (5 records)"), 2),
+                            (inc("deadlock", [0, 1], verdict="cycle"), 0)])
+    assert lines == ["incident (deadlock, found by rank 0): cycle; full report: planaria diagnose J1"]
+    assert action is None                                    # report: nothing else
+
+
+@pytest.mark.parametrize("mode", ["diagnose", "abort"])
+def test_a_hang_triggers_the_action_once(mode: str) -> None:
+    w = IncidentWatch(mode, "J")
+    assert w.take([(inc("io-error", [1]), 1)])[1] is None   # not a hang
+    assert w.take([(inc("not-sending", [2]), 0)])[1] == mode
+    assert w.take([(inc("deadlock", [4, 5]), 4)])[1] is None
+
+
+def test_lines_are_bounded_and_modes_checked() -> None:
+    w = IncidentWatch("report", "J")
+    lines, _ = w.take([(inc("slow", [r]), 0) for r in range(MAX_LINES + 5)])
+    assert len(lines) == MAX_LINES + 1 and lines[-1] == "more incidents: planaria diagnose J"
+    with pytest.raises(ValueError, match="--on-hang must be one of report, diagnose, abort"):
+        IncidentWatch("stop", "J")
