@@ -455,3 +455,34 @@ def test_on_hang_bad_value_is_a_usage_error(tmp_path):
     res = run(tmp_path, "-n", "2", "--on-hang", "stop", "--", "python", str(SCRIPTS / "hello.py"))
     assert res.returncode == 2
     assert res.stderr.strip() == "planaria run: --on-hang must be one of report, diagnose, abort (got 'stop')"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+@pytest.mark.parametrize("mode", ["tag", "source"])
+def test_an_unmatched_message_is_named_as_the_mismatch(tmp_path, backend, mode):
+    """Run time and the diagnosis both name the mismatch, not a lost message or the network."""
+    script = SCRIPTS / "mismatch.py"
+    res = run(tmp_path, "-n", "3", "--backend", backend, "--timeout", "60", "--on-hang", "abort", *FAST_DETECT,
+              "--", "python", str(script), mode, timeout=85)
+    assert res.returncode == 124, res.stderr[-3000:]
+    line = next((ln for ln in res.stderr.splitlines() if "incident (" in ln), "")
+    recv = f"{script}:{_line_of(script, 'comm.Recv(')} in <module>"
+    if mode == "tag":
+        assert f"incident (tag-mismatch, found by rank" in line, res.stderr[-3000:]
+        assert f"unmatched tag: rank 0 sent tag 8, rank 1 waits for tag 7 from rank 0 at {recv}" in line
+        first = "unmatched tag: rank 0 sent tag 8, rank 1 waits for tag 7 from rank 0 at mismatch.py:"
+    else:
+        assert f"incident (source-mismatch, found by rank" in line, res.stderr[-3000:]
+        assert (f"unmatched source: rank 0 sent to rank 1 (tag 7), rank 1 waits for a message from rank 2 "
+                f"at {recv}") in line
+        first = "unmatched source: rank 0 sent to rank 1 (tag 7), rank 1 waits for a message from rank 2 at mismatch.py:"
+    diag = (only_job(tmp_path) / "diag-1.txt").read_text().splitlines()
+    assert diag[0] == "messages that do not match their receive (they explain the waits below):"
+    assert diag[1].strip().startswith(first), diag[:3]
+    report = json.loads((only_job(tmp_path) / "diag-1.json").read_text())
+    assert report["verdict"] == f"{mode}-mismatch" and report["root_causes"][0]["kind"] == f"{mode}-mismatch"
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if ln.strip().startswith(text))

@@ -24,6 +24,21 @@ def test_lost_message_needs_more_sent_than_received_and_a_long_wait():
     assert report.lost_messages(state) == []
 
 
+def test_a_message_the_receive_does_not_match_is_a_mismatch_not_a_lost_message():
+    """Rank 0 waits for tag 1 from rank 1; rank 1's message (tag 8) waits at rank 0 unmatched."""
+    op = dict(_recv(1, 5.0), unmatched={"source": 1, "tag": 8, "bytes": 8})
+    state = {"ranks": [_rec(0, op), _rec(1, None, sent={"0": 1})]}
+    (c,) = report.lost_messages(state)
+    assert c["kind"] == "tag-mismatch" and c["rank_list"] == [0, 1]
+    assert c["reason"] == "unmatched tag: rank 1 sent tag 8, rank 0 waits for tag 1 from rank 1 at app.py:9"
+    op["unmatched"] = {"source": 2, "tag": 1, "bytes": 8}          # the message came from another rank
+    state["ranks"].append(_rec(2, None))
+    (c,) = report.lost_messages(state)
+    assert c["kind"] == "source-mismatch" and c["rank_list"] == [0, 1, 2]
+    assert c["reason"] == ("unmatched source: rank 2 sent to rank 0 (tag 1), rank 0 waits for a message from "
+                           "rank 1 at app.py:9")
+
+
 def test_incidents_become_root_causes_by_kind_keeping_the_latest_count():
     incs = [{"kind": "io-fault", "ranks": [2, 3], "verdict": "host h: repeated I/O errors", "count": 3,
              "evidence": [{"site": "app.py:5 in w"}]},

@@ -87,7 +87,7 @@ def test_from_dict_rejects_unknown_and_missing_keys() -> None:
 
 def test_error_types_and_statuses_are_documented() -> None:
     assert set(R.ERROR_TYPES) == {"msg-timeout", "coll-timeout", "ping-timeout", "proc-failed", "io-error",
-                                  "slow-message", "no-send", "peer-computing", "external", "network"}
+                                  "slow-message", "no-send", "peer-computing", "external", "network", "unmatched"}
     assert R.STATUSES == ("detected", "probing", "confirmed", "refuted", "merged")
     assert MAX_PROBE_PAYLOAD == 1024
 
@@ -192,6 +192,24 @@ def test_status_reply_names_what_the_rank_is_doing() -> None:
     (inc,) = roots(rb)
     assert inc["verdict"] == "rank 5 not sending: blocked in Recv waiting for rank 9 at app.py:50 in halo"
     assert inc["rules"] == ["same-rank"] and inc["count"] == 2
+
+
+def test_a_sent_message_the_receive_does_not_match_is_a_tag_mismatch_not_the_network() -> None:
+    """Rank 0 waits for tag 7 from rank 5, which says it sent: rank 0's own message timer saw a
+    message from rank 5 with tag 8 waiting unmatched, so the verdict is the mismatch."""
+    rb = rb_default()
+    rb.submit(rec(0, 5, 10.0, comm="world", tag=7, op="Recv", site="a.py:20 in f",
+                  evidence={"ping": True, "unmatched": {"source": 5, "tag": 8, "bytes": 8}}))
+    rb.probe_result(5, STATUS, {"op": {"name": "Barrier", "kind": "coll", "comm": "world", "seq": 1,
+                                       "since": 9.0, "site": "a.py:30 in f"}, "sent": True}, now=11.0)
+    (inc,) = roots(rb)
+    assert inc["kind"] == "tag-mismatch" and inc["status"] == "confirmed"
+    assert inc["verdict"] == "unmatched tag: rank 5 sent tag 8, rank 0 waits for tag 7 from rank 5 at a.py:20 in f"
+    # the same wait without the unmatched message: the message really was lost on the way
+    rb = rb_default()
+    rb.submit(rec(0, 5, 10.0, comm="world", tag=7, op="Recv", evidence={"ping": True}))
+    rb.probe_result(5, STATUS, {"op": None, "idle": 0.1, "sent": True}, now=11.0)
+    assert roots(rb)[0]["kind"] == "network"
 
 
 def test_status_reply_of_a_healthy_rank_refutes() -> None:

@@ -138,6 +138,37 @@ class MsgLog:
         call = self.look()
         return None if call is None else describe(call)
 
+    def unmatched(self) -> dict[str, Any] | None:
+        """A message waiting at this rank that the receive it is blocked in does not match, or None.
+
+        For a global diagnosis only (``runtime/snapshot.py``): while the application thread waits
+        in a receive from rank P with tag T, an ``Iprobe`` (any source, any tag; it matches nothing
+        away from the application) on the same communicator finds a message from P with another
+        tag, or from another rank when the receive names one: the program's mismatch, which the
+        message counts alone would call a lost message. ``{"source": world rank, "tag": t}``."""
+        call = self.look()
+        if call is None or call.name.startswith("Wait("):
+            return None
+        spec = _P2P.get(call.name)
+        if spec is None or call.name.startswith(("Send", "send")):
+            return None
+        loc = call.frame.f_locals
+        comm, peer, tag = loc.get("self"), loc.get(spec[0]), loc.get(spec[1])
+        raw = getattr(comm, "_c", None)
+        if raw is None or not isinstance(peer, int) or not isinstance(tag, int):
+            return None
+        from mpi4py import MPI
+        st = MPI.Status()
+        try:
+            if not raw.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, st):
+                return None
+        except Exception:  # noqa: BLE001 - revoked or freed: nothing to say
+            return None
+        src, got = st.Get_source(), st.Get_tag()
+        if (peer < 0 or src == peer) and (tag < 0 or got == tag):
+            return None        # it matches: about to be received
+        return {"source": _world(comm, src), "tag": got, "bytes": st.Get_count(MPI.BYTE)}
+
     # -- state for probes and collection ---------------------------------------------
     def colls(self) -> dict[str, int]:
         """Per communicator id: collectives entered so far."""

@@ -124,6 +124,10 @@ def lost_messages(state: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         if not any(w in str(op.get("name")) for w in ("Recv", "recv", "Sendrecv", "sendrecv")):
             continue
+        other = op.get("unmatched")
+        if isinstance(other, dict) and isinstance(other.get("tag"), int):
+            out.append(_mismatch(a, b, op, other, rec))
+            continue
         sent = int(((recs[b].get("sent") or {}).get(str(a))) or 0)
         got = int(((rec.get("recvd") or {}).get(str(b))) or 0)
         if sent > got:
@@ -133,6 +137,29 @@ def lost_messages(state: dict[str, Any]) -> list[dict[str, Any]]:
                         "op": op.get("name"), "comm": op.get("comm"), "site": op.get("site"),
                         "host": rec.get("host")})
     return out
+
+
+def _mismatch(a: int, b: int, op: dict[str, Any], other: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+    """Rank ``a`` waits for a message from rank ``b`` while another one waits at ``a`` unmatched:
+    the program's tag or source mismatch, not a lost message."""
+    src, tag, want = other.get("source"), other.get("tag"), op.get("tag")
+    where = f" at {_short_site(op.get('site'))}" if op.get("site") else ""
+    if src == b:
+        kind, reason = "tag-mismatch", (f"unmatched tag: rank {b} sent tag {tag}, rank {a} waits for tag "
+                                        f"{'any' if want is None else want} from rank {b}{where}")
+    else:
+        kind, reason = "source-mismatch", (f"unmatched source: rank {src} sent to rank {a} (tag {tag}), rank {a} "
+                                           f"waits for a message from rank {b}{where}")
+    ranks = sorted({a, b} | ({src} if isinstance(src, int) else set()))
+    return {"kind": kind, "ranks": hangfilter.rank_ranges(ranks), "rank_list": [a] + [r for r in ranks if r != a],
+            "reason": reason, "op": op.get("name"), "comm": op.get("comm"), "site": op.get("site"),
+            "host": rec.get("host"), "unmatched": other}
+
+
+def _short_site(site: Any) -> str:
+    """``dir/a.py:20 in f`` -> ``a.py:20`` (the user's file and line)."""
+    text = str(site).split(" in ", 1)[0]
+    return text.rsplit("/", 1)[-1]
 
 
 _CAUSE_KINDS = ("host-down", "network", "rank-failed", "io-fault", "io-error", "slow")
@@ -181,9 +208,12 @@ def analyze(state: dict[str, Any]) -> dict[str, Any]:
     lost = lost_messages(state)
     if lost:
         out["root_causes"] = lost + list(out.get("root_causes") or [])
-        out["verdict"] = "lost-message"
-        parts.insert(0, "\n".join(["lost messages (they explain the waits below):"]
-                                   + [f"  {c['reason']} at {c['site']}" for c in lost]))
+        mism = [c for c in lost if c["kind"] != "lost-message"]
+        out["verdict"] = mism[0]["kind"] if mism else "lost-message"
+        head = "messages that do not match their receive" if mism else "lost messages"
+        parts.insert(0, "\n".join([f"{head} (they explain the waits below):"]
+                                   + [f"  {c['reason']}" if c["kind"] != "lost-message" else
+                                      f"  {c['reason']} at {c['site']}" for c in lost]))
     found = incident_causes((state.get("known") or {}).get("incidents") or [])
     if found:
         if not out.get("root_causes"):

@@ -17,7 +17,7 @@ from typing import Any
 
 MODES = ("report", "diagnose", "abort")
 #: incident kinds that mean ranks wait for something that does not come
-HANG_KINDS = frozenset({"deadlock", "not-sending", "collective-hang", "timeout"})
+HANG_KINDS = frozenset({"deadlock", "not-sending", "collective-hang", "timeout", "tag-mismatch", "source-mismatch"})
 #: an incident is announced once its verdict does not wait for a probe any more
 _SETTLED = frozenset({"confirmed", "detected"})
 MAX_LINES = 20        # incident lines per job; then one line says where the rest is

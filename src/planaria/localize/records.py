@@ -41,7 +41,7 @@ import msgpack
 
 __all__ = [
     "MSG_TIMEOUT", "COLL_TIMEOUT", "PING_TIMEOUT", "PROC_FAILED", "IO_ERROR", "SLOW_MESSAGE",
-    "NO_SEND", "PEER_COMPUTING", "EXTERNAL", "NETWORK", "ERROR_TYPES",
+    "NO_SEND", "PEER_COMPUTING", "EXTERNAL", "NETWORK", "UNMATCHED", "ERROR_TYPES",
     "DETECTED", "PROBING", "CONFIRMED", "REFUTED", "MERGED", "STATUSES",
     "MAX_PROBE_PAYLOAD", "MAX_TYPE_LEN", "ErrorRecord",
 ]
@@ -68,6 +68,9 @@ EXTERNAL = "external"
 """Submitted by other software (the injector, the launcher); evidence["message"] says what."""
 NETWORK = "network"
 """Link-level fault: pings from several sources fail while dst answers its own group."""
+UNMATCHED = "unmatched"
+"""Status probe: dst sent src a message src's receive does not match (another tag, or src waits for
+another rank): the program's mismatch (evidence: tag sent, tag and source waited for)."""
 
 ERROR_TYPES: dict[str, str] = {
     name: doc for name, doc in (
@@ -81,6 +84,7 @@ ERROR_TYPES: dict[str, str] = {
         (PEER_COMPUTING, "status probe: peer not in MPI for long"),
         (EXTERNAL, "submitted by other software"),
         (NETWORK, "link-level fault: peer answers its own group only"),
+        (UNMATCHED, "status probe: the peer's message does not match the receive (tag or source)"),
     )
 }
 """Every built-in error type with a one-line description."""

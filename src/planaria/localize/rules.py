@@ -207,6 +207,7 @@ from .records import (
     PROC_FAILED,
     REFUTED,
     SLOW_MESSAGE,
+    UNMATCHED,
     ErrorRecord,
 )
 from .topology import Topology
@@ -227,13 +228,14 @@ _COVERS = {PING: (PING, STATUS, VOTE), STATUS: (STATUS,), VOTE: (VOTE,)}
 
 PRIORITY: dict[str, int] = {
     "host-down": 90, "network": 80, "rank-failed": 70, "io-fault": 60, "io-error": 55,
-    "deadlock": 50, "external": 45, "not-sending": 40, "collective-hang": 30,
+    "tag-mismatch": 85, "source-mismatch": 85, "deadlock": 50, "external": 45, "not-sending": 40, "collective-hang": 30,
     "timeout": 20, "unreachable": 22, "other": 15, "slow": 10, "duplicate": 0,
 }
 """Base priority of each incident kind (the strongest verdict of an incident names it)."""
 
 HANG_TYPES = frozenset({MSG_TIMEOUT, PING_TIMEOUT, COLL_TIMEOUT})
-_CONFIRMED_KINDS = frozenset({"host-down", "rank-failed", "network", "not-sending", "io-fault", "io-error"})
+_CONFIRMED_KINDS = frozenset({"host-down", "rank-failed", "network", "not-sending", "io-fault", "io-error",
+                              "tag-mismatch", "source-mismatch"})
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
 
@@ -959,6 +961,18 @@ def _type_verdicts(records: Sequence[ErrorRecord]) -> list[Verdict]:
                                "io-error", PRIORITY["io-error"], (about,), host))
         elif typ == EXTERNAL:
             out.append(_external_verdict(rs, about))
+        elif typ == UNMATCHED:
+            ev = last.evidence
+            want = "any tag" if ev.get("want") is None else f"tag {ev.get('want')}"
+            where = f" at {last.site}" if last.site else ""
+            if ev.get("source") == about:
+                out.append(Verdict(f"unmatched tag: rank {about} sent tag {ev.get('tag')}, rank {ev.get('waiting')} "
+                                   f"waits for {want} from rank {about}{where}", "tag-mismatch",
+                                   PRIORITY["tag-mismatch"], (about,), host))
+            else:
+                out.append(Verdict(f"unmatched source: rank {ev.get('source')} sent to rank {ev.get('waiting')} "
+                                   f"(tag {ev.get('tag')}), rank {ev.get('waiting')} waits for a message from rank "
+                                   f"{about}{where}", "source-mismatch", PRIORITY["source-mismatch"], (about,), host))
         elif typ == NETWORK:
             ev = last.evidence
             if isinstance(ev.get("sent_to"), int):
@@ -1198,7 +1212,9 @@ class RuleBase:
         if rec.type in (MSG_TIMEOUT, COLL_TIMEOUT) and rec.dst is not None:
             # what a status probe of dst asks: "did you post the send rec.src waits for?"
             self._queries[rec.dst] = {k: v for k, v in (("src", rec.src), ("comm", rec.comm),
-                                                         ("tag", rec.tag), ("op", rec.op)) if v is not None}
+                                                         ("tag", rec.tag), ("op", rec.op),
+                                                         ("unmatched", rec.evidence.get("unmatched")),
+                                                         ("site", rec.site)) if v is not None}
         joined = []
         for ri, rule in enumerate(self._merge):
             key = rule.key(rec, self)
@@ -1397,7 +1413,17 @@ class RuleBase:
         q = self._queries.get(dst) or {}
         recs = []
         op = out.get("op")
-        if out.get("sent") is True:
+        other = q.get("unmatched")
+        if isinstance(other, dict) and isinstance(other.get("tag"), int) and (
+                out.get("sent") is True or other.get("source") != dst):
+            # the waiting rank holds a message its receive does not match: the program's mismatch, not
+            # a lost message (sent) nor simply a peer that does not send (another rank's message)
+            ev = {"probe": "status", "waiting": q.get("src"), "source": other.get("source"), "tag": other.get("tag"),
+                  "want": q.get("tag")}
+            site = q.get("site")
+            recs.append(ErrorRecord(type=UNMATCHED, status=CONFIRMED, evidence=_clean(ev), comm=q.get("comm"),
+                                    tag=q.get("tag"), site=site if isinstance(site, str) else None, **base))
+        elif out.get("sent") is True:
             ev = {"probe": "status", "sent_to": q.get("src"), "unreachable_from": [q["src"]] if "src" in q else []}
             recs.append(ErrorRecord(type=NETWORK, status=CONFIRMED, evidence=_clean(ev),
                                     comm=q.get("comm"), tag=q.get("tag"), **base))

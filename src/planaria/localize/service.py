@@ -423,8 +423,11 @@ class Service:
         """Response probe of the peer, then a ``msg-timeout`` record to its responsible rank (paper: step 1)."""
         peer = op["peer"]
         received = _received(op)
-        self.ping(peer, lambda ok: self._record(peer, "msg-timeout", "detected", op,
-                                                {"ping": ok, "received": received, "waited": round(op["since"], 2)}))
+        ev: dict[str, Any] = {"received": received, "waited": round(op["since"], 2)}
+        other = self.log.unmatched() if self.log is not None and op["name"] in _RECEIVES else None
+        if other is not None:     # a message is here that the receive does not match: tell the status probe
+            ev["unmatched"] = other
+        self.ping(peer, lambda ok: self._record(peer, "msg-timeout", "detected", op, {"ping": ok, **ev}))
 
     def _probe_members(self, op: dict[str, Any], others: list[int]) -> None:
         """A collective timed out: ask every member for its status to find the ranks that have not arrived."""

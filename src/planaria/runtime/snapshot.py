@@ -28,6 +28,10 @@ def take(rank: int, rounds: int = 1, interval: float = 0.0, status: dict[str, An
         op = lg.current()
         if op is not None:
             op["site"] = lg.site()
+            if op.get("kind") == "p2p":
+                other = lg.unmatched()
+                if other is not None:
+                    op["unmatched"] = other
         colls = lg.colls()
         comms = lg.members()
     idents, samples, names, table = sample_threads(max(rounds, 1), interval, skip=_SKIP)
