@@ -39,6 +39,12 @@ def test_spares_replace_two_failures(tmp_path, backend: str) -> None:
     assert working[2]["world"] == 6 and working[2]["role"] == "recovered"
     assert working[4]["world"] == 7 and working[4]["role"] == "recovered"
     assert {working[k]["role"] for k in (0, 1, 3, 5)} == {"survivor"}
+    # the job summary says so too: the spares (world ranks 6, 7) took over logical ranks 2 and 4
+    (job,) = list((tmp_path / "jobs").iterdir())
+    rows = {r["rank"]: r for r in json.loads((job / "summary.json").read_text())["ranks"]}
+    assert (rows[6]["role"], rows[6].get("logical")) == ("recovered", 2), rows[6]
+    assert (rows[7]["role"], rows[7].get("logical")) == ("recovered", 4), rows[7]
+    assert rows[0]["role"] == "survivor"
     versions = [rec["version"] for rec in working[0]["recoveries"]]
     assert versions == [10, 30]
     # the spares had faulted in what a restore in a working rank's place allocates: the packed

@@ -66,7 +66,8 @@ def ps(job: str = _JOB, timeout: float = _TIMEOUT, json_out: bool = _JSON) -> No
     now = time.time()
     rows = [{"rank": r["rank"], "host": r.get("host"), "pid": r.get("pid"), "state": r.get("state"),
              "role": r.get("role"), "last_heartbeat_s": round(now - r["last_hb"], 3) if r.get("last_hb") else None,
-             "step": r.get("step"), "backend": r.get("backend"), "runtime": r.get("runtime", True)}
+             "step": r.get("step"), "backend": r.get("backend"), "runtime": r.get("runtime", True),
+             "logical": r.get("logical")}
             for r in reply.get("ranks") or []]
     if json_out:
         _print_json({"job": jd.id, "t0": reply.get("t0"), "ranks": rows})
@@ -80,8 +81,11 @@ def ps(job: str = _JOB, timeout: float = _TIMEOUT, json_out: bool = _JSON) -> No
         table.add_column(col, justify="right" if col in ("rank", "pid", "heartbeat", "step") else "left")
     for r in rows:
         hb = "" if r["last_heartbeat_s"] is None else f"{r['last_heartbeat_s']:.1f}s ago"
+        role = str(r["role"] or "")
+        if r["logical"] is not None and r["logical"] != r["rank"]:
+            role += f" as {r['logical']}"            # a spare that took over logical rank N
         table.add_row(str(r["rank"]), str(r["host"] or "?"), str(r["pid"] or "?"), str(r["state"]),
-                      str(r["role"] or ""), hb, "" if r["step"] is None else str(r["step"]))
+                      role, hb, "" if r["step"] is None else str(r["step"]))
     Console().print(table)
 
 

@@ -726,6 +726,9 @@ class Controller:
             elif mtype == "hb":
                 info["last_hb"] = now
                 info["step"] = msg.get("step")
+                if "role" in msg:           # the recovery driver changed it (a spare took over a rank)
+                    info["role"], info["logical"] = msg.get("role"), msg.get("logical")
+
                 if info["state"] == "starting":
                     info["state"] = "running"
             elif mtype == "fail":
@@ -736,6 +739,8 @@ class Controller:
                 info["injected"] = {"kind": msg.get("kind"), "detail": msg.get("detail"), "t": now}
                 info["last_hb"] = now
             elif mtype == "bye":
+                if "role" in msg:
+                    info["role"], info["logical"] = msg.get("role"), msg.get("logical")
                 code = msg.get("code", 0)
                 info.update(exit_code=code, end_time=now)
                 if msg.get("reason") and code:      # why the rank chose a non-zero status

@@ -344,6 +344,7 @@ def build_summary(jobdir: JobDir, opts: RunOptions, table: dict[int, dict[str, A
             "state": info["state"], "step": info.get("step"), "exit_code": info.get("exit_code"),
             "t": round(when - t0, 3) if when else None, "how": _how(info),
             "injected": info.get("injected"), "ended_by": info.get("ended_by"),
+            **({"logical": info["logical"]} if info.get("logical") is not None else {}),
         })
     out = {
         "job": jobdir.id, "jobdir": str(jobdir.path), "status": status, "outcome": outcome,

@@ -396,6 +396,7 @@ class Resilient:
                     WARM.reserve([])            # what the restore did not take (another rank's sizes)
                 elif self.role == "initial":
                     self.role = "survivor"
+                _tell_role(self.role, mine)
                 self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost, bool(lost), version,
                                                 t1 - t0, t2 - t1, t3 - t2, attempts, comm.size, warm_bytes=warm))
                 return version, state
@@ -450,6 +451,7 @@ class Resilient:
         self._spare_ranks = []
         self._has_state = True
         self.role = "recovered" if joined else ("survivor" if self.role == "initial" else self.role)
+        _tell_role(self.role, comm.rank)
         self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost,
                                         any(l is None for l in logical), version, t1 - t0, t2 - t1,
                                         time.perf_counter() - t2, attempts, comm.size, continued=True))
@@ -480,6 +482,13 @@ def _claim_failure_events(driver: Resilient | None) -> None:
 # pl.world() connects this process to the controller, so a rank killed while the others are still
 # starting up (before any Resilient exists) cannot reach the default handler's abort.
 _claim_failure_events(None)
+
+
+def _tell_role(role: str, logical: int | None) -> None:
+    """Let the controller know (``planaria ps``, the job summary): a spare that took over shows
+    ``recovered`` and the logical rank it works as."""
+    from planaria.runtime.bootstrap import set_role
+    set_role(role, logical)
 
 
 def _split(world: Comm, color: int | None, key: int) -> Comm | None:

@@ -49,6 +49,8 @@ class Agent:
         self.orphan_timeout = float(orphan_timeout)
         self.heartbeat = float(heartbeat)
         self.step: int | None = None
+        self.logical: int | None = None       # the logical rank this process works as (recovery)
+        self._role_news = False               # role/logical changed: the next heartbeat says so
         self.last_reply = time.monotonic()
         self._secret = secret
         self._queue: deque[dict[str, Any]] = deque()          # append/popleft are thread-safe
@@ -80,6 +82,12 @@ class Agent:
             self._chan.write(frame(self._pack(self._hello())))     # first, before any other thread writes
         self._thread = threading.Thread(target=self._run, name=f"planaria-agent-{rank}", daemon=True)
         self._thread.start()
+
+    def set_role(self, role: str, logical: int | None) -> None:
+        """This process now works as ``role`` (``survivor``, ``recovered``...) for logical rank ``logical``;
+        sent with the next heartbeat, so ``planaria ps`` and the summary show it."""
+        self.role, self.logical = role, logical
+        self._role_news = True
 
     @classmethod
     def from_env(cls, rank: int, size: int, role: str = "worker", backend: str = "ulfm") -> "Agent | None":
@@ -392,8 +400,11 @@ class Agent:
                 last_turn = now
                 if self._beat:
                     self._beat = False
-                    self._send(sock, {"type": "hb", "rank": self.rank, "step": self.step,
-                                      "t": time.time()})
+                    hb: dict[str, Any] = {"type": "hb", "rank": self.rank, "step": self.step, "t": time.time()}
+                    if self._role_news:
+                        self._role_news = False
+                        hb.update(role=self.role, logical=self.logical)
+                    self._send(sock, hb)
                     if self.orphan_timeout > 0 and now - self.last_reply > self.orphan_timeout:
                         os.kill(os.getpid(), signal.SIGKILL)
             self._drain(sock)

@@ -219,6 +219,12 @@ def step(i: int) -> None:
         inj.step(i)
 
 
+def set_role(role: str, logical: int | None) -> None:
+    """Tell the controller this process's role and logical rank changed (the recovery driver calls it)."""
+    if _RT.agent is not None:
+        _RT.agent.set_role(role, logical)
+
+
 def phase(name: str) -> None:
     """Announce that this rank enters ``name`` (``checkpoint``, ``recover``): drives phase-tied fault injection."""
     inj = _RT.injector
@@ -339,7 +345,8 @@ def finalize(code: int | None = None) -> None:
     _stop_services()
     if _RT.agent is not None:
         try:
-            bye = {"type": "bye", "code": code, "step": _RT.step, "t": time.time()}
+            bye = {"type": "bye", "code": code, "step": _RT.step, "t": time.time(),
+                   "role": _RT.agent.role, "logical": _RT.agent.logical}   # the last word on both
             if _RT.exit_reason:
                 bye["reason"] = _RT.exit_reason
             ack = _RT.agent.request(bye, timeout=1.0)
