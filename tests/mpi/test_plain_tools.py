@@ -63,6 +63,14 @@ def test_ps_diagnose_and_ctl_on_a_plain_program(tmp_path):
         assert cause["site"].endswith(f"plain_fate.py:{_stuck_line()} in <module>"), report["text"]
         assert [(w["op"], w["ranks"]) for w in report["waiting"]] == [("MPI_Barrier", "0,2")], report["text"]
 
+        # a paused rank shows as paused in ps, and running again after resume
+        assert _cli(env, "ctl", "latest", "pause", "--ranks", "2", timeout=20).returncode == 0
+        states = {r["rank"]: r["state"] for r in json.loads(_cli(env, "ps", "latest", "--json", timeout=20).stdout)["ranks"]}
+        assert states == {0: "running", 1: "running", 2: "paused"}, states
+        assert _cli(env, "ctl", "latest", "resume", "--ranks", "2", timeout=20).returncode == 0
+        states = {r["rank"]: r["state"] for r in json.loads(_cli(env, "ps", "latest", "--json", timeout=20).stdout)["ranks"]}
+        assert states[2] == "running", states
+
         res = _cli(env, "ctl", "latest", "kill", "--ranks", "1", "--json", timeout=20)
         assert res.returncode == 0, res.stderr
         assert json.loads(res.stdout)["ranks"] == [1]

@@ -89,6 +89,7 @@ class Controller:
         self.pid_check = pid_check
         self.fates_dir: Path | None = None     # where rankfate records how each rank's process ended
         self.ctl_killed: set[int] = set()       # ranks known from their recorder only, killed by planaria ctl
+        self.ctl_paused: set[int] = set()       # ... and paused by it (SIGSTOP, until a resume)
         self.uri: str | None = None
         self.ranks: dict[int, dict[str, Any]] = {}
         self.refused = 0
@@ -177,7 +178,7 @@ class Controller:
             ended = "end" in rec
             plain = not known and (ended or now - float(rec.get("start") or now) >= PLAIN_AFTER)
             state = ("finished" if rec.get("exit_code") == 0 else "failed") if ended else \
-                "running" if plain else "starting"
+                "paused" if r in self.ctl_paused else "running" if plain else "starting"
             out[r] = {"rank": r, "state": state, "pid": rec.get("pid"), "host": rec.get("host"), "role": None,
                       "backend": None, "last_hb": None, "step": None, "runtime": False if plain else None,
                       "start_time": rec.get("start"), "end_time": rec.get("end"), "exit_code": rec.get("exit_code"),
@@ -687,6 +688,10 @@ class Controller:
                 if row is None:           # known from its recorder only, which records how it ends
                     if action == "kill":
                         self.ctl_killed.add(r)
+                    elif action == "pause":
+                        self.ctl_paused.add(r)
+                    elif action == "resume":
+                        self.ctl_paused.discard(r)
                     continue
                 if action == "pause":
                     row["state"] = "paused"
