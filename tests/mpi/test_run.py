@@ -482,6 +482,11 @@ def test_an_unmatched_message_is_named_as_the_mismatch(tmp_path, backend, mode):
     assert diag[1].strip().startswith(first), diag[:3]
     report = json.loads((only_job(tmp_path) / "diag-1.json").read_text())
     assert report["verdict"] == f"{mode}-mismatch" and report["root_causes"][0]["kind"] == f"{mode}-mismatch"
+    # afterwards, the post-mortem starts from that diagnosis, not from the ranks the launcher ended
+    post = subprocess.run([sys.executable, "-m", "planaria.cli.main", "diagnose", str(only_job(tmp_path)), "--json"],
+                          env=env_for(tmp_path), capture_output=True, text=True, timeout=60)
+    pm = json.loads(post.stdout)
+    assert pm["verdict"] == f"{mode}-mismatch" and pm["root_causes"][0]["kind"] == f"{mode}-mismatch", pm["text"]
 
 
 def _line_of(path: Path, text: str) -> int:

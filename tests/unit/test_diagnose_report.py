@@ -79,3 +79,28 @@ def test_postmortem_blames_the_first_failure_not_its_consequences():
 def test_lost_rank_without_report_is_a_root_cause():
     out = postmortem.postmortem([{"type": "lost", "rank": 3, "t": 2.0}], "j")
     assert out["root_causes"][0]["rank_list"] == [3] and "lost" in out["root_causes"][0]["reason"]
+
+
+def test_postmortem_never_blames_ranks_the_launcher_ended_and_starts_from_its_last_live_diagnosis():
+    """After a --timeout kill every rank is 'lost': those are victims. The cause is in the launcher's
+    diagnosis made just before the kill."""
+    events = [{"type": "lost", "rank": r, "t": 9.0, "reason": "killed by signal 15 (SIGTERM) (no report)"}
+              for r in range(3)]
+    summary = [{"rank": r, "state": "lost", "how": "ended by the launcher at the timeout (8 s)",
+                "ended_by": "the launcher at the timeout (8 s)"} for r in range(3)]
+    live = {"verdict": "tag-mismatch", "text": "messages that do not match their receive:\n  unmatched tag: x\n",
+            "root_causes": [{"kind": "tag-mismatch", "rank_list": [1, 0], "ranks": "0-1", "reason": "unmatched tag: x"}]}
+    out = postmortem.postmortem(events, "j", summary=summary, last_live=("diag-1.json", live))
+    assert out["verdict"] == "tag-mismatch"
+    assert [rc["kind"] for rc in out["root_causes"]] == ["tag-mismatch"]
+    lines = out["text"].splitlines()
+    assert lines[1] == "the launcher's last diagnosis while the ranks ran (diag-1.json):"
+    assert "unmatched tag: x" in lines[3] and "root cause: rank" not in out["text"]
+    assert "ranks 0-2 were ended by the launcher at the timeout (8 s)" in out["text"]
+    bare = postmortem.postmortem(events, "j", summary=summary)            # no live diagnosis kept
+    assert bare["root_causes"] == [] and "root cause:" not in bare["text"]
+    # a rank that failed on its own before the timeout still is a root cause
+    events.append({"type": "fail", "rank": 3, "t": 1.0, "reason": "uncaught ValueError: bad"})
+    summary.append({"rank": 3, "state": "failed", "how": "uncaught ValueError: bad", "ended_by": None})
+    out = postmortem.postmortem(events, "j", summary=summary, last_live=("diag-1.json", live))
+    assert [rc["rank_list"] for rc in out["root_causes"]] == [[3]]

@@ -111,7 +111,8 @@ def online(job: str | None, json_out: bool, k: int = 8, hop: float = 1.0, sample
             rows = json.loads((jd.path / "summary.json").read_text()).get("ranks")
         except (OSError, ValueError, AttributeError):
             pass                          # no summary yet (the launcher was killed): events only
-        report = postmortem(jd.events(), jd.id, summary=rows if isinstance(rows, list) else None)
+        report = postmortem(jd.events(), jd.id, summary=rows if isinstance(rows, list) else None,
+                            last_live=_last_live(jd.path))
         report["job"] = jd.id
         _emit(report, json_out, dot)
         return 0
@@ -132,6 +133,21 @@ def online(job: str | None, json_out: bool, k: int = 8, hop: float = 1.0, sample
     if not json_out:
         print(f"state file {reply.get('state')}", file=sys.stderr)
     return 0
+
+
+def _last_live(jobdir: Path) -> tuple[str, dict] | None:
+    """The newest ``diag-N.json`` the launcher wrote while the job ran (name, report), or None."""
+    found = []
+    for p in jobdir.glob("diag-*.json"):
+        n = p.stem[len("diag-"):]
+        if n.isdigit():
+            found.append((int(n), p))
+    for _, p in sorted(found, reverse=True):
+        try:
+            return p.name, json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def run_offline(path: Path, json_out: bool, dot: Path | None = None) -> int:

@@ -16,11 +16,16 @@ from planaria.diagnose.hangfilter import rank_ranges
 
 
 def postmortem(events: list[dict[str, Any]], job: str = "",
-               summary: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+               summary: list[dict[str, Any]] | None = None,
+               last_live: tuple[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Report (same top-level keys as the live diagnosis: verdict, root_causes, evidence, text) from ``events``.
 
     ``summary`` (the rows of the job's ``summary.json``) adds the failed or lost ranks no event
-    names: the ranks of a program without planaria's runtime, known from how their process ended."""
+    names: the ranks of a program without planaria's runtime, known from how their process ended.
+    Ranks the launcher itself ended (``--timeout``, Ctrl-C, ``--on-hang abort``) are never root
+    causes: when they are all there is, the job hung, and ``last_live`` (name and report of the
+    last diagnosis the launcher made while the ranks still ran, e.g. just before its timeout kill)
+    gives the root causes."""
     first: dict[int, dict[str, Any]] = {}
     for ev in sorted(events, key=lambda e: float(e.get("t_recv") or e.get("t") or 0.0)):
         if ev.get("type") in ("fail", "lost") and isinstance(ev.get("rank"), int):
@@ -52,6 +57,11 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         roots.append({"kind": "no-state", "ranks": rank_ranges([rank]), "rank_list": [rank], "reason": how,
                       "site": ev.get("site"), "op": (ev.get("op") or {}).get("name"),
                       "step": ev.get("step"), "t": ev.get("t")})
+    # ranks the launcher ended (timeout, Ctrl-C, a detected hang) are victims, never causes
+    stopped = {int(row["rank"]) for row in summary or []
+               if isinstance(row.get("rank"), int) and _by_launcher(str(row.get("ended_by") or ""))}
+    victims = [rc for rc in roots if rc["rank_list"][0] in stopped]
+    roots = [rc for rc in roots if rc not in victims]
     # ranks the job abort took down are not failures of their own when some other rank failed
     aborted = [rc for rc in roots if str(first[rc["rank_list"][0]].get("ended_by") or "").startswith(_ABORT)]
     others = [rc["rank_list"][0] for rc in roots if rc not in aborted]
@@ -64,6 +74,15 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         abort_note = (f"ranks {rank_ranges(gone)} were ended by the job abort (default handler) after "
                       f"rank(s) {rank_ranges(others)} had failed")
     evidence: list[str] = []
+    if victims:
+        ended = str(next(row.get("ended_by") for row in summary or [] if row.get("rank") == victims[0]["rank_list"][0]))
+        evidence.append(f"ranks {rank_ranges([rc['rank_list'][0] for rc in victims])} were ended by {ended}")
+    live_text: list[str] = []
+    if victims and not roots and last_live is not None:
+        name, live = last_live
+        roots = [dict(rc, source=name) for rc in live.get("root_causes") or []]
+        live_text = [f"the launcher's last diagnosis while the ranks ran ({name}):"] + \
+            ["  " + ln for ln in str(live.get("text") or "").rstrip().splitlines()]
     if abort_note:
         evidence.append(abort_note)
     by_site: dict[tuple, list[int]] = {}
@@ -77,11 +96,15 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
     for inc in incidents[-10:]:
         evidence.append(f"incident from rank {inc.get('by')}: {inc.get('verdict') or inc.get('kind')}")
     verdict = "dead-ranks" if roots else ("no-failure" if not first else "failures")
+    if live_text:
+        verdict = str(last_live[1].get("verdict") or "hang") if last_live else verdict
     source = "its event log and summary" if summary else "its event log"
     lines = [f"post-mortem diagnosis of job {job} (not running; from {source})".strip()]
     if not first:
         lines.append("no rank failed or was lost")
-    for rc in roots:
+    if live_text:
+        lines.extend(live_text)
+    for rc in roots if not live_text else []:
         where = f" at {rc['site']}" if rc.get("site") else ""
         step = f" (step {rc['step']})" if rc.get("step") not in (None, -1) else ""
         lines.append(f"root cause: rank {rc['ranks']} {rc['reason']}{where}{step}")
@@ -92,6 +115,11 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
 
 
 _ABORT = "the job abort"
+
+
+def _by_launcher(ended_by: str) -> bool:
+    """Ended by the launcher's own decision (timeout, a detected hang) or an interrupt, not by a fault."""
+    return ended_by.startswith("the launcher") or ended_by in ("Ctrl-C", "SIGTERM", "SIGHUP")
 
 
 def _ended_by(how: str) -> str | None:
