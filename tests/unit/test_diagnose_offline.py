@@ -422,3 +422,20 @@ def test_any_valid_state_gives_a_report(data: Any) -> None:
         r["op"] is None for r in recs))
     json.dumps(rep.to_dict())
     rep.to_text()
+
+
+@pytest.mark.parametrize("stack, site", [
+    ([["app/main.py", 3, "main"], ["/v/lib/python3.11/site-packages/numpy/core/_methods.py", 49, "_sum"]],
+     "app/main.py:3 in main"),                                        # spinning inside numpy
+    ([["/home/u/x.py", 5, "<module>"], ["/work/src/planaria/runtime/bootstrap.py", 219, "step"],
+      ["/work/src/planaria/inject/injector.py", 359, "_hang_forever"], ["/usr/lib/python3.11/threading.py", 331, "wait"]],
+     "/home/u/x.py:5 in <module>"),                                    # an injected hang, reached through pl.step
+    ([["/v/lib/python3.11/site-packages/planaria/cli/main.py", 8, "main"],
+      ["/v/lib/python3.11/site-packages/planaria/demo/heat.py", 120, "step"],
+      ["/v/lib/python3.11/site-packages/numpy/core/_methods.py", 49, "_sum"]],
+     "/v/lib/python3.11/site-packages/planaria/demo/heat.py:120 in step"),   # planaria's own demo program
+    ([["/usr/lib/python3.11/threading.py", 331, "wait"]], "/usr/lib/python3.11/threading.py:331 in wait"),
+])
+def test_the_site_is_the_innermost_frame_a_user_can_act_on(stack: list, site: str) -> None:
+    from planaria.diagnose.offline import frame_site
+    assert frame_site(stack) == site

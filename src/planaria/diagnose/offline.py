@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,13 +72,34 @@ def _rs(ranks: np.ndarray, one: str = "rank", many: str = "ranks") -> str:
     return f"{one} {int(ranks[0])}" if ranks.size == 1 else f"{many} {_clip(ranges(ranks))}"
 
 
+# planaria's own machinery (the frames a program's call passes through), the standard library,
+# installed third-party packages: none is where a user can act on a hang
+_MACHINERY = re.compile(r"/planaria/(?:comm|runtime|inject|localize|diagnose|launch|events)/")
+_LIBRARY = re.compile(r"/lib/python\d+(?:\.\d+)?/|/(?:site|dist)-packages/")
+
+
+def _frame_rank(path: str) -> int:
+    """0: the user's own file; 1: planaria's application-level code (demo, ABFT, fragments, recovery);
+    2: planaria's machinery, the standard library or a third-party package."""
+    p = path.replace("\\", "/")
+    if p.startswith("<") or _MACHINERY.search(p):
+        return 2
+    if "/planaria/" in p:
+        return 1
+    if _LIBRARY.search(p) or p.split("/")[-1] in ("threading.py", "socket.py", "selectors.py", "queue.py"):
+        return 2
+    return 0
+
+
 def frame_site(stack: list[Any]) -> str | None:
-    """Site of the innermost application frame of a stack (skipping planaria, threading, zmq frames)."""
+    """Site of the innermost frame a user can act on: in the user's own files, else in planaria's
+    application-level code, else the innermost frame. A rank spinning in numpy's ``_sum`` is named
+    at the program's line that called it, a rank hung in ``threading.wait`` at the line that waits."""
     if not stack:
         return None
-    app = [f for f in stack if not str(f[0]).replace("\\", "/").split("/site-packages/")[-1].startswith(
-        ("planaria/", "threading", "zmq/", "mpi4py/"))]
-    f = (app or stack)[-1]
+    ranks = [_frame_rank(str(f[0])) for f in stack]
+    best = min(ranks)
+    f = stack[max(i for i, r in enumerate(ranks) if r == best)]
     return f"{f[0]}:{f[1]} in {f[2]}"
 
 
