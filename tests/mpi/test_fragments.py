@@ -252,3 +252,24 @@ def test_a_df_assigned_twice_stops_the_run_with_one_line(tmp_path):
     import json
     (m,) = json.loads(out.stdout)["multiple_init"]
     assert m["name"] == "x[0]"
+
+
+@pytest.mark.timeout(90)
+def test_a_long_running_cf_is_named_by_the_mpi_level_diagnosis(tmp_path):
+    """A CF that spins keeps its rank's loop busy: the ranks look fine to MPI, but the launcher's
+    diagnosis (at --timeout) names the CF, its rank and its source line."""
+    env = {**os.environ, **root_env(), **ENV, "PLANARIA_HOME": str(tmp_path)}
+    env.pop("PLANARIA_CONTROL_URI", None)
+    cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "3", "--timeout", "10", "--",
+           sys.executable, PROG, "spin", "-"]
+    subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=80)
+    (job,) = list((tmp_path / "jobs").iterdir())
+    import json
+    rep = json.loads((job / "diag-1.json").read_text())
+    assert rep["verdict"] == "long-cf", rep["text"]
+    (cf,) = [c for c in rep["root_causes"] if c["kind"] == "long-cf"]
+    spin_line = next(i for i, ln in enumerate(Path(PROG).read_text().splitlines(), 1)
+                     if ln.strip().startswith("spin(s[0], z[0])"))
+    assert cf["rank_list"] == [1] and cf["site"] == f"{PROG}:{spin_line}"
+    assert cf["reason"].startswith("CF spin(s[0], z[0]) has been running for ")
+    assert rep["text"].startswith("computation fragments running for more than 5 s:")

@@ -162,6 +162,24 @@ def _short_site(site: Any) -> str:
     return text.rsplit("/", 1)[-1]
 
 
+LONG_CF_AFTER = 5.0   # seconds a CF has run before a diagnosis names it (a spinning CF looks busy, not hung)
+
+
+def long_running_cfs(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """CFs of a fragmented program that have been running for more than ``LONG_CF_AFTER`` s
+    (the ranks' ``cfs`` records): its ranks poll MPI in their loop, so only this names them."""
+    out = []
+    for rec in state.get("ranks") or []:
+        for cf in rec.get("cfs") or []:
+            secs = cf.get("running_s")
+            if isinstance(secs, (int, float)) and secs > LONG_CF_AFTER:
+                r = int(rec["rank"])
+                out.append({"kind": "long-cf", "ranks": hangfilter.rank_ranges([r]), "rank_list": [r],
+                            "reason": f"CF {cf.get('expr')} has been running for {secs:.1f} s on rank {r}",
+                            "site": cf.get("site"), "host": rec.get("host"), "cf": cf.get("cf")})
+    return sorted(out, key=lambda c: c["reason"])
+
+
 _CAUSE_KINDS = ("host-down", "network", "rank-failed", "io-fault", "io-error", "slow")
 
 
@@ -214,6 +232,16 @@ def analyze(state: dict[str, Any]) -> dict[str, Any]:
         parts.insert(0, "\n".join([f"{head} (they explain the waits below):"]
                                    + [f"  {c['reason']}" if c["kind"] != "lost-message" else
                                       f"  {c['reason']} at {c['site']}" for c in lost]))
+    long_cfs = long_running_cfs(state)
+    if long_cfs:
+        text = "\n".join([f"computation fragments running for more than {LONG_CF_AFTER:g} s:"]
+                         + [f"  {c['reason']} at {c['site']}" for c in long_cfs])
+        if out.get("verdict") in ("progressing", "no-hang", None) and not out.get("root_causes"):
+            out["verdict"] = "long-cf"          # the ranks look busy; what they are busy with is the finding
+            parts.insert(0, text)
+        else:
+            parts.append(text)
+        out["root_causes"] = list(out.get("root_causes") or []) + long_cfs
     found = incident_causes((state.get("known") or {}).get("incidents") or [])
     if found:
         if not out.get("root_causes"):

@@ -66,6 +66,7 @@ class _CF:
     spec: CFSpec
     missing: set[str]
     state: str = "waiting"            # waiting | ready | running | done
+    started: float | None = None      # when it started running (time.time())
 
 
 def _sizeof(v: Any) -> int:
@@ -406,7 +407,7 @@ class Executor:
             for d in gone:
                 self.waiters.setdefault(d, []).append(spec.id)
             return
-        st.state = "running"
+        st.state, st.started = "running", time.time()
         self.running += 1
         self.rec({"k": "start", "cf": spec.id, "t": time.time()})     # inputs are in the CF's record
         values = self.values
@@ -520,6 +521,8 @@ class Executor:
                   "pid": os.getpid(), "argv": sys.argv})
         self.signals.install()
         self.bell.wake_on_signals()
+        from planaria.runtime import snapshot
+        snapshot.provide("cfs", self.running_cfs)      # a global diagnosis names the CFs running here
         try:
             try:
                 if self.is_balancer:
@@ -542,8 +545,21 @@ class Executor:
             self.signals.redeliver(sig.signum)
             raise
         finally:
+            snapshot.provide("cfs", None)
             self.signals.close()
             self.bell.close()
+
+    def running_cfs(self, limit: int = 8) -> list[dict[str, Any]]:
+        """The CFs running on this rank, longest first: expression, file:line, seconds so far."""
+        now = time.time()
+        out = []
+        for st in list(self.cfs.values()):
+            if st.state != "running" or st.started is None:
+                continue
+            own = st.spec.stack[-1] if st.spec.stack else {}
+            out.append({"cf": st.spec.id, "expr": st.spec.expr, "running_s": round(now - st.started, 3),
+                        "site": f"{own.get('file', st.spec.code.file)}:{own.get('line', st.spec.code.line)}"})
+        return sorted(out, key=lambda c: -c["running_s"])[:limit]
 
     def abort(self, why: dict[str, Any], status: str, **extra: Any) -> None:
         """The run ends early: an ``abort`` record, the unfinished CFs, an ``exit`` record; the trace is closed."""

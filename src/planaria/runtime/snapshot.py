@@ -15,6 +15,16 @@ from typing import Any
 from planaria.diagnose.hangfilter import sample_threads
 
 _HOST = socket.gethostname()
+_PROVIDERS: dict[str, Any] = {}     # record key -> callable adding to this rank's state (e.g. running CFs)
+
+
+def provide(key: str, fn: Any) -> None:
+    """Add ``key: fn()`` to every state record of this rank (``fn=None`` removes it). A layer above
+    the runtime (the fragments executor) says what it runs this way; a failing ``fn`` adds nothing."""
+    if fn is None:
+        _PROVIDERS.pop(key, None)
+    else:
+        _PROVIDERS[key] = fn
 _SKIP = ("planaria-",)   # planaria's own threads (agent, collection, localization, injection timers)
 
 
@@ -46,6 +56,13 @@ def take(rank: int, rounds: int = 1, interval: float = 0.0, status: dict[str, An
         rec["sent"], rec["recvd"] = lg.p2p_counts()
     if lg is not None and lg.ioerrors:
         rec["ioerrors"] = [{"t": t, "what": w, "site": site} for t, w, site in list(lg.ioerrors)][-8:]
+    for key, fn in list(_PROVIDERS.items()):
+        try:
+            value = fn()
+        except Exception:  # noqa: BLE001 - a provider must never break a diagnosis
+            continue
+        if value:
+            rec[key] = value
     if status:
         rec.update(status)
     return {"stacks": stacks, "ranks": [rec], "missing": []}
