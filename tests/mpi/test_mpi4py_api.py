@@ -10,9 +10,9 @@ pytestmark = [pytest.mark.mpi, pytest.mark.timeout(120)]
 
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])
 def test_mpi4py_calls_and_their_failures(backend: str) -> None:
-    env = {"PLANARIA_INJECT": "kill:rank=3,iter=0"} if backend == "ulfm" else {}
+    env = {"PLANARIA_INJECT": "kill:rank=3,iter=0"}
     res = mpiexec(4, [str(SCRIPTS / "mpi4py_api.py"), backend], ft=backend == "ulfm", env=env)
     detail = f"{res.out[-2000:]}\n{res.err[-3000:]}"
     assert "FAIL" not in res.out, detail
     oks = sorted(int(line.split()[1]) for line in res.out.splitlines() if line.startswith("OK "))
-    assert oks == ([0, 1, 2] if backend == "ulfm" else [0, 1, 2, 3]), detail
+    assert oks == [0, 1, 2], detail

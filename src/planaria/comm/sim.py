@@ -20,18 +20,52 @@ by everyone or by no one, and the next coordinator takes over cleanly.
 
 Each method also keeps the message log's counters when its communicator is recorded (one test
 of ``_ml_on`` otherwise; see ``comm/base.py``).
+
+mpi4py's communicator API beyond planaria's own calls:
+
+* Nonblocking collectives (``Iallreduce``, ``Iscan``, ``Ineighbor_*``...) and point-to-point
+  calls (``Issend``, ``Ibsend``, ``Irsend``, ``Isendrecv``...) post the MPI call and return a
+  request that *is* the MPI request (an ``MPI.Request`` subclass), so mpi4py's class calls take
+  it and a completed one is falsy; its own ``Wait``/``Test``/``wait``/``test`` are failure-safe.
+* Blocking collectives (``Scan``, ``Reduce_scatter``, ``Neighbor_*``...) and sends (``Ssend``,
+  ``ssend``...) post the nonblocking form and wait in the failure-checking poll; ``Probe`` and
+  ``Mprobe`` poll ``Iprobe``/``Improbe``. Persistent requests check at each ``Start``.
+* Calls that make a communicator (``Clone``, ``Create``, ``Split_type``, ``Create_cart``,
+  ``Create_graph``, ``Create_dist_graph(_adjacent)``, ``Sub``) and the persistent collectives'
+  initializations block in MPI, so they first meet in a failure-safe barrier during which no
+  failure is injected (``SimComm._sync``): either everyone raises, or everyone reaches the MPI
+  call. ``Create_group``, called by the group's members only, meets in an agreement among them
+  instead. A topology communicator is a SimComm answering its local queries (``Shift``, ``coords``...).
+* The object ``neighbor_allgather``/``neighbor_alltoall`` are built from the buffer forms, as
+  ``comm/base.py`` builds the other object collectives.
+* Local calls (``Get_info``, ``Get_attr``, ``Cart_map``...) are the underlying communicator's.
+  ``Set_errhandler`` is accepted and not applied (planaria's errors are raised whatever it is).
+
+Refused (one-line ``NotImplementedError``), because they cannot be made failure-safe here:
+``Create_intercomm``, ``Accept``, ``Connect``, ``Join``, ``Spawn``, ``Spawn_multiple``,
+``Disconnect`` and ``Create_from_group`` (intercommunicators, processes or sessions beyond the
+simulated world), ``Psend_init``/``Precv_init`` (partitioned requests), and the raw handle
+(``handle``, ``fromhandle``, ``f2py``, ``fromint``: an MPI communicator rebuilt from it would
+skip every check; ``toint`` and ``py2f`` answer -1, mpi4py's "no handle"). mpi4py's class-level
+calls given a SimComm (``MPI.Comm.Compare(comm, ...)``, ``MPI.Message.probe(comm)``...) raise
+mpi4py's TypeError: a SimComm is not an ``MPI.Comm``.
 """
 from __future__ import annotations
 
 import inspect
+import numbers
 import time
+import warnings
+import weakref
+import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from mpi4py import MPI
 
-from planaria.comm.base import Comm, Request
+from planaria.comm.base import Comm, Request, _dumps, _offsets, _split
 from planaria.comm import errors as _errors
 from planaria.comm.errors import ProcFailedError, RevokedError
 
@@ -60,6 +94,7 @@ class SimWorld:
         self.orphans: list[Any] = []           # requests given up after a failure (kept alive)
         self.boxes: dict[tuple[str, int], list[tuple]] = defaultdict(list)
         self.comms: dict[str, Any] = {}        # every communicator we are in: the zombie drains them
+        self.pending: list[weakref.ref[_SimObjRecv]] = []   # object receives not yet matched, in posting order
         self.dead = False
         self.check: Callable[[], None] | None = None   # injection point (time triggers)
 
@@ -86,6 +121,20 @@ class SimWorld:
                 self.boxes[(msg[1], msg[2])].append(msg[3:])
         if self.sends:
             self.sends = [r for r in self.sends if not r.Test()]
+
+    def match_pending(self, upto: _SimObjRecv | None = None, status: Any = None) -> None:
+        """Match the pending object receives of every communicator, in posting order (``status``
+        is ``upto``'s), as MPI matches posted receives while any call waits; forget the matched,
+        cancelled and dropped ones."""
+        keep = []
+        for ref in self.pending:
+            r = ref()
+            if r is None or r._done:
+                continue
+            r._match(status if r is upto else None)
+            if not r._done:
+                keep.append(ref)
+        self.pending = keep
 
     # -- failure and end of job ------------------------------------------------------
     def die(self) -> None:
@@ -132,24 +181,52 @@ class SimWorld:
                 m.Recv([bytearray(max(st.Get_count(MPI.BYTE), 1)), MPI.BYTE])
 
 
-class _SimReq(Request):
-    __slots__ = ("_r", "_comm", "_peer", "_status")
+class _SimReq(Request, MPI.Request):
+    """A request of a sim communicator: it *is* the MPI request (an ``MPI.Request`` subclass sharing its handle).
 
-    def __init__(self, req: Any, comm: SimComm, peer: int | None, status: Any = None) -> None:
-        self._r, self._comm, self._peer, self._status = req, comm, peer, status
+    Being the MPI request, mpi4py's class calls (``MPI.Request.Waitall``, ``waitany``, ``Testall``...)
+    accept it and a completed request is falsy, as in mpi4py. Its own ``Test``/``Wait``/``test``/``wait``
+    are the failure-safe ones: they progress the control channel and raise ``ProcFailedError`` or
+    ``RevokedError`` instead of waiting for a zombie. mpi4py's class calls go straight to MPI: they
+    work, but wait forever if a peer fails meanwhile (the request's own ``Wait`` does not).
+    ``keep``: buffers held if the request is given up after a failure (see ``SimComm._orphan``).
+    """
 
-    def Test(self) -> bool:
-        if self._r.Test(self._status):
+    __slots__ = ("_comm", "_peer", "_status", "_keep")
+
+    def __new__(cls, req: Any, *args: Any, **kwargs: Any) -> _SimReq:
+        return MPI.Request.__new__(cls, req)
+
+    def __init__(self, req: Any, comm: SimComm, peer: int | None, status: Any = None, keep: tuple = ()) -> None:
+        self._comm, self._peer, self._status, self._keep = comm, peer, status, keep
+
+    def Test(self, status: Any = None) -> bool:
+        if MPI.Request.Test(self, status if status is not None else self._status):
             return True
-        self._comm._raise_if_broken(self._peer, self._r)
+        self._comm._raise_if_broken(self._peer, self, self._keep)
         return False
 
-    def Wait(self) -> None:
-        self._comm._wait(self._r, self._peer, self._status)
+    def Wait(self, status: Any = None) -> bool:
+        self._comm._wait(self, self._peer, status if status is not None else self._status, self._keep)
+        return True
+
+    def test(self, status: Any = None) -> tuple[bool, Any]:
+        """mpi4py's ``test``: (done, the received object of an object receive, else None)."""
+        done, obj = MPI.Request.test(self, status)
+        if not done:
+            self._comm._raise_if_broken(self._peer, self, self._keep)
+        return done, obj
+
+    def wait(self, status: Any = None) -> Any:
+        """mpi4py's ``wait``: the received object of an object receive, else None (failure-safe)."""
+        def test() -> Any:
+            done, obj = MPI.Request.test(self, status)
+            return obj if done else _PENDING
+        return self._comm._poll(test, self._peer, self, self._keep)
 
     def Cancel(self) -> None:
         try:
-            self._r.Cancel()
+            MPI.Request.Cancel(self)
         except MPI.Exception:
             pass
 
@@ -161,46 +238,201 @@ class _SimLReq(_SimReq):
 
     def __init__(self, req: Any, comm: SimComm, peer: int, op: str, tag: int, buf: Any, count: int) -> None:
         # count: the source (communicator rank) a receive adds to when it completes; -1 for sends and wildcards
-        self._r, self._comm, self._peer, self._status = req, comm, peer, None
+        self._comm, self._peer, self._status, self._keep = comm, peer, None, ()
         self._op, self._tag, self._buf, self._count = op, tag, buf, count
 
-    def Test(self) -> bool:
-        done = _SimReq.Test(self)
-        if done and self._count >= 0:
-            self._comm._ml_recvd[self._count] += 1
-            self._count = -1
-        return done
-
-    def Wait(self) -> None:
-        self._comm._wait(self._r, self._peer, self._status)
+    def _counted(self) -> None:
         if self._count >= 0:
             self._comm._ml_recvd[self._count] += 1
             self._count = -1
 
+    def Test(self, status: Any = None) -> bool:
+        done = _SimReq.Test(self, status)
+        if done:
+            self._counted()
+        return done
+
+    def Wait(self, status: Any = None) -> bool:
+        self._comm._wait(self, self._peer, status, self._keep)
+        self._counted()
+        return True
+
+    def test(self, status: Any = None) -> tuple[bool, Any]:
+        out = _SimReq.test(self, status)
+        if out[0]:
+            self._counted()
+        return out
+
+    def wait(self, status: Any = None) -> Any:
+        obj = _SimReq.wait(self, status)
+        self._counted()
+        return obj
+
+
+class _SimPreq(_SimReq, MPI.Prequest):
+    """A persistent request (``Send_init``, ``Recv_init``, ``Allreduce_init``...): ``Start`` is a call
+    entry (injection point and failure checks); the waits are ``_SimReq``'s (peer None: a
+    collective). A recorded communicator counts a send when started, a receive when completed,
+    and a collective in ``_ml_seq`` when started."""
+
+    __slots__ = ("_send", "_count")
+
+    def __init__(self, req: Any, comm: SimComm, peer: int | None, send: bool, keep: tuple) -> None:
+        self._comm, self._peer, self._status, self._keep = comm, peer, None, keep
+        self._send, self._count = send, -1
+
+    def Start(self) -> None:
+        """Start the operation; a send that an injected message fault drops is not started (its
+        waits then return at once, as for an inactive persistent request)."""
+        comm, peer = self._comm, self._peer
+        if comm._ml_on and peer is None:
+            comm._ml_seq += 1
+        comm._enter(peer)
+        if not (self._send and comm._msgfault is not None and not comm._outgoing(peer)):
+            MPI.Prequest.Start(self)
+        if comm._ml_on and peer is not None and peer >= 0:
+            if self._send:
+                comm._ml_sent[peer] += 1
+            else:
+                self._count = peer
+
+    def _counted(self) -> None:
+        if self._count >= 0:
+            self._comm._ml_recvd[self._count] += 1
+            self._count = -1
+
+    def Test(self, status: Any = None) -> bool:
+        done = _SimReq.Test(self, status)
+        if done:
+            self._counted()
+        return done
+
+    def Wait(self, status: Any = None) -> bool:
+        _SimReq.Wait(self, status)
+        self._counted()
+        return True
+
+
+class _SimDone(_SimReq):
+    """A request for work the call already did (``Idup``, ``Ishrink``): truthy until tested or
+    waited, like a fresh mpi4py request."""
+
+    __slots__ = ("_fresh",)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _SimDone:
+        return MPI.Request.__new__(cls, MPI.REQUEST_NULL)
+
+    def __init__(self, comm: SimComm) -> None:
+        self._comm, self._peer, self._status, self._keep, self._fresh = comm, None, None, (), True
+
+    def __bool__(self) -> bool:
+        return self._fresh
+
+    def Test(self, status: Any = None) -> bool:
+        self._fresh = False
+        return True
+
+    def Wait(self, status: Any = None) -> bool:
+        self._fresh = False
+        return True
+
+    def test(self, status: Any = None) -> tuple[bool, Any]:
+        self._fresh = False
+        return True, None
+
+    def wait(self, status: Any = None) -> Any:
+        self._fresh = False
+        return None
+
+
+class _SimAgree(Request):
+    """``Iagree``'s request: the agreement advanced one step per ``Test``; the result written into the caller's flag."""
+
+    __slots__ = ("_comm", "_step", "_flag", "_done")
+
+    def __init__(self, comm: SimComm, step: Callable[[], Any], flag: memoryview) -> None:
+        self._comm, self._step, self._flag, self._done = comm, step, flag, False
+
+    def __bool__(self) -> bool:
+        return not self._done
+
+    def Test(self, status: Any = None) -> bool:
+        if self._done:
+            return True
+        out = self._step()
+        if out is _PENDING:
+            return False
+        self._done = True
+        value, failed, err = out
+        self._flag[0] = value
+        if err:
+            raise self._comm._agree_error(failed)
+        return True
+
+    def Wait(self, status: Any = None) -> bool:
+        n = 0
+        while not self.Test():
+            n += 1
+            _backoff(n)
+        return True
+
+    def Cancel(self) -> None:
+        return None
+
 
 class _SimObjRecv(Request):
+    """Planaria's object ``irecv(source, tag)``: matched with a matched probe, so a message of any size is received.
+
+    Not an MPI request (nothing is posted before the message is matched): mpi4py's class calls
+    (``MPI.Request.waitany``...) do not take it; mpi4py's spelling ``irecv(buf, source, tag)`` gives
+    one that is (see ``SimComm.irecv``). The pending ones are matched in posting order whenever
+    any communicator checks an operation (``SimWorld.match_pending``), as MPI matches posted
+    receives: a message goes to the earliest posted receive that matches it, and a synchronous
+    (or long) send to this process completes while the receive waits to be tested.
+    """
+
     __slots__ = ("_comm", "_peer", "_tag", "_done", "_obj")
     _op = "irecv"
 
     def __init__(self, comm: SimComm, source: int, tag: int) -> None:
         self._comm, self._peer, self._tag = comm, source, tag
         self._done, self._obj = False, None
+        comm._w.pending.append(weakref.ref(self))
 
-    def Test(self) -> bool:
+    def __bool__(self) -> bool:
+        return not self._done
+
+    def _match(self, status: Any = None) -> None:
+        """Receive the message if one matches now (never waits)."""
+        comm = self._comm
+        m = comm._c.improbe(self._peer, self._tag, status)
+        if m is not None:
+            self._obj, self._done = m.recv(status), True
+            if comm._ml_on and self._peer >= 0:
+                comm._ml_recvd[self._peer] += 1
+
+    def _matched(self, status: Any) -> bool:
         if not self._done:
-            comm = self._comm
-            m = comm._c.improbe(self._peer, self._tag)
-            if m is not None:
-                self._obj, self._done = m.recv(), True
-                if comm._ml_on and self._peer >= 0:
-                    comm._ml_recvd[self._peer] += 1
-            else:
-                comm._raise_if_broken(self._peer, None)
+            self._comm._w.match_pending(self, status)
         return self._done
 
-    def Wait(self) -> None:
+    def Test(self, status: Any = None) -> bool:
+        if not self._matched(status):
+            self._comm._raise_if_broken(self._peer, None)
+        return self._done
+
+    def Wait(self, status: Any = None) -> bool:
         if not self._done:
-            self._obj, self._done = self._comm.recv(self._peer, self._tag), True     # counted there
+            self._comm._poll(lambda: True if self._matched(status) else _PENDING, self._peer, None)
+        return True
+
+    def test(self, status: Any = None) -> tuple[bool, Any]:
+        done = self.Test(status)
+        return done, (self._obj if done else None)
+
+    def wait(self, status: Any = None) -> Any:
+        self.Wait(status)
+        return self._obj
 
     def _value(self) -> Any:
         return self._obj
@@ -209,26 +441,103 @@ class _SimObjRecv(Request):
         self._done = True
 
 
+def _nonblocking(name: str) -> Callable[..., Request]:
+    """A SimComm method posting mpi4py's nonblocking collective ``name`` as a sim request.
+
+    The request holds the call's arguments (its buffers) in case it is given up after a
+    failure: mpi4py does not hold every nonblocking collective's buffers itself."""
+    def call(self: SimComm, *args: Any, **kwargs: Any) -> Request:
+        if self._ml_on:
+            self._ml_seq += 1
+        self._enter(None)
+        return _SimReq(getattr(self._c, name)(*args, **kwargs), self, None, keep=(args, kwargs))
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"mpi4py's ``{name}``, failure-safe: its request raises instead of waiting for a failed member."
+    return call
+
+
+def _persistent(name: str, send: bool) -> Callable[..., Request]:
+    """A SimComm method for mpi4py's persistent point-to-point ``name`` (``Send_init``...): a ``_SimPreq``."""
+    key = "dest" if send else "source"
+
+    def call(self: SimComm, buf: Any, *args: Any, **kwargs: Any) -> Request:
+        got = dict(zip((key, "tag"), args))
+        for k, v in kwargs.items():
+            if k in got or k not in (key, "tag"):
+                raise TypeError(f"{name}() got an unexpected or repeated argument {k!r}")
+            got[k] = v
+        if send and key not in got:
+            raise TypeError(f"{name}() missing required argument 'dest'")
+        peer = got.get(key, MPI.ANY_SOURCE)
+        tag = got.get("tag", 0 if send else MPI.ANY_TAG)
+        return _SimPreq(getattr(self._c, name)(buf, peer, tag), self, peer, send, (buf,))
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"mpi4py's ``{name}``: a persistent request whose ``Start`` and waits are failure-safe."
+    return call
+
+
+def _persistent_collective(name: str) -> Callable[..., Request]:
+    """A SimComm method for mpi4py's persistent collective ``name`` (``Allreduce_init``...).
+
+    MPI lets the initialization synchronize the members, so it comes after ``_sync`` (as the
+    calls that make communicators do); its ``Start`` and waits are then failure-safe."""
+    def call(self: SimComm, *args: Any, **kwargs: Any) -> Request:
+        self._sync()
+        return _SimPreq(getattr(self._c, name)(*args, **kwargs), self, None, False, (args, kwargs))
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"mpi4py's ``{name}``: a persistent collective request whose ``Start`` and waits are failure-safe."
+    return call
+
+
+def _blocking(iname: str) -> Callable[..., None]:
+    """A SimComm method for the blocking collective whose nonblocking form is ``iname``: posted, then waited for."""
+    name = iname[1].upper() + iname[2:]
+
+    def call(self: SimComm, *args: Any, **kwargs: Any) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
+        self._enter(None)
+        self._coll(getattr(self._c, iname)(*args, **kwargs), args, kwargs)
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"mpi4py's ``{name}``: ``{iname}`` waited for with failure checks."
+    return call
+
+
 class SimComm(Comm):
     """Fault-tolerant communicator whose failures are simulated (works on any MPI-3 library)."""
 
     backend = "sim"
+    _freed = False
 
     def __getattr__(self, name: str) -> Any:
-        """mpi4py's communicator calls this backend does not simulate: a call that raises one line.
+        """The rest of mpi4py's communicator API.
 
-        Handing them to the MPI library would wait forever for a zombie after a failure."""
-        if name.startswith("_") or not hasattr(MPI.Intracomm, name):
+        Local calls that never wait for another process (``_LOCAL``; on a topology communicator
+        also its queries, ``_TOPO_LOCAL``) are the underlying communicator's. Any other name of
+        mpi4py's communicator classes is a call that raises one line: handing it to the MPI
+        library would wait forever for a zombie after a failure (see the module docstring)."""
+        c = self.__dict__.get("_c", MPI.COMM_NULL)
+        if name.startswith("_") or not (hasattr(MPI.Intracomm, name) or hasattr(type(c), name)):
             raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+        if name in _LOCAL or name in _TOPO_LOCAL:
+            return getattr(c, name)
         why = (f"Comm.{name} is not available on the sim backend (it cannot be made failure-safe there); "
                f"use the ulfm backend")
-        if not inspect.isroutine(getattr(MPI.Intracomm, name)):
+        if not inspect.isroutine(getattr(type(c), name, None) or getattr(MPI.Intracomm, name, None)):
             raise NotImplementedError(why)          # a property: refused on access
 
         def unavailable(*args: Any, **kwargs: Any) -> Any:
             raise NotImplementedError(why)
         unavailable.__name__ = name
         return unavailable
+
+    def __eq__(self, other: object) -> bool:
+        """Identity, except that a freed communicator equals ``MPI.COMM_NULL`` as in mpi4py."""
+        if other is self:
+            return True
+        return self._freed and isinstance(other, MPI.Comm) and other == MPI.COMM_NULL
+
+    __hash__ = object.__hash__
 
     def __init__(self, world: SimWorld, mpi_comm: Any, cid: str, members: list[int]) -> None:
         super().__init__(mpi_comm)
@@ -239,6 +548,7 @@ class SimComm(Comm):
         self._acked: set[int] = set()
         self._seq = 0                                  # agreement instances
         self._children = 0                             # dup/shrink counter, for child ids
+        self._group_seq: dict[str, int] = {}           # Create_group calls per group, for their ids
         world.comms[cid] = mpi_comm
 
     def _world_of(self, rank: int) -> int:
@@ -255,6 +565,8 @@ class SimComm(Comm):
     def _raise_if_broken(self, peer: int | None, req: Any, keep: tuple = ()) -> None:
         """Raise RevokedError/ProcFailedError if the operation can no longer complete (ULFM rules)."""
         w = self._w
+        if w.pending:
+            w.match_pending()
         w.progress()
         if self._cid in w.revoked:
             self._orphan(req, peer is None, keep)
@@ -265,7 +577,7 @@ class SimComm(Comm):
         if not dead:
             return
         if peer is None:                      # collective: any dead member breaks it ...
-            if req is not None and req.Test():
+            if req is not None and MPI.Request.Test(req):
                 return                        # ... unless its last part arrived before the death
             self._orphan(req, True, keep)
             raise self._failed(dead)
@@ -296,7 +608,7 @@ class SimComm(Comm):
             return
         if not collective:
             try:
-                req.Cancel()
+                MPI.Request.Cancel(req)
             except MPI.Exception:
                 pass
         self._w.orphans.append((req, keep))
@@ -308,7 +620,11 @@ class SimComm(Comm):
             w.check()
         self._raise_if_broken(peer, None)
 
-    def _poll(self, test: Callable[[], Any], peer: int | None, req: Any, keep: tuple = ()) -> Any:
+    def _poll(self, test: Callable[[], Any], peer: int | None, req: Any, keep: tuple = (),
+              inject: bool = True) -> Any:
+        """Call ``test`` until it returns something else than _PENDING, raising when the operation is broken.
+
+        ``inject=False``: time-triggered failures are not fired while waiting (see ``_sync``)."""
         n = 0
         w = self._w
         while True:
@@ -316,13 +632,14 @@ class SimComm(Comm):
             if out is not _PENDING:
                 return out
             self._raise_if_broken(peer, req, keep)
-            if w.check is not None:
+            if inject and w.check is not None:
                 w.check()
             n += 1
             _backoff(n)
 
     def _wait(self, req: Any, peer: int | None, status: Any = None, keep: tuple = ()) -> None:
-        self._poll(lambda: None if req.Test(status) else _PENDING, peer, req, keep)
+        """Wait for an MPI request (or a ``_SimReq``: its MPI part is tested, not its failure-safe ``Test``)."""
+        self._poll(lambda: None if MPI.Request.Test(req, status) else _PENDING, peer, req, keep)
 
     def _coll(self, req: Any, *keep: Any) -> None:
         """Wait for a nonblocking collective; ``keep``: its buffers, held if the request is given up."""
@@ -381,7 +698,13 @@ class SimComm(Comm):
         if self._ml_on and dest >= 0:
             self._ml_sent[dest] += 1
 
-    def recv(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
+    def recv(self, *args: Any, **kwargs: Any) -> Any:
+        """Receive an object of any size: planaria's ``recv(source, tag, status)`` or mpi4py's
+        ``recv(buf, source, tag, status)`` (``buf`` is not needed here and not used; see ``_obj_recv_args``).
+        A ``buf`` other than None gives mpi4py's own deprecation warning."""
+        buf, source, tag, status, _ = _obj_recv_args(args, kwargs, self.size)
+        if buf is not None:
+            warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=2)
         self._enter(source)
         c = self._c
 
@@ -392,6 +715,30 @@ class SimComm(Comm):
         if self._ml_on and source >= 0:
             self._ml_recvd[source] += 1
         return obj
+
+    def sendrecv(self, sendobj: Any, dest: int, *args: Any, **kwargs: Any) -> Any:
+        """Object send-receive: planaria's ``(sendobj, dest, sendtag, source, recvtag, status)`` or mpi4py's
+        ``(sendobj, dest, sendtag, recvbuf, source, recvtag, status)`` (``recvbuf`` not needed, not used).
+
+        mpi4py's is recognized by a ``recvbuf`` keyword, a sixth positional integer (planaria's
+        sixth is a Status), a buffer in fourth place, or five positional ones with None fourth."""
+        def integral(x: Any) -> bool:
+            return isinstance(x, numbers.Integral)
+        full = (sendobj, dest, *args)
+        mpi4py_form = ("recvbuf" in kwargs or (len(full) >= 6 and integral(full[5]))
+                       or (len(full) >= 4 and full[3] is not None and not integral(full[3]))
+                       or (len(full) == 5 and full[3] is None))
+        names = ("sendtag", "recvbuf", "source", "recvtag", "status") if mpi4py_form else \
+            ("sendtag", "source", "recvtag", "status")
+        if len(args) > len(names):
+            raise TypeError(f"sendrecv takes at most {len(names) + 2} positional arguments")
+        got = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k in got or k not in ("sendtag", "recvbuf", "source", "recvtag", "status"):
+                raise TypeError(f"sendrecv got an unexpected or repeated argument {k!r}")
+            got[k] = v
+        return Comm.sendrecv(self, sendobj, dest, got.get("sendtag", 0), got.get("source"),
+                             got.get("recvtag"), got.get("status"))
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         self._enter(dest)
@@ -405,9 +752,23 @@ class SimComm(Comm):
             return _SimLReq(req, self, dest, "isend", tag, None, -1)
         return _SimReq(req, self, dest)
 
-    def irecv(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
+    def irecv(self, *args: Any, **kwargs: Any) -> Request:
+        """Nonblocking object receive, in either spelling (see ``_obj_recv_args``).
+
+        Planaria's ``irecv(source, tag)`` matches the message when tested, so any size arrives.
+        mpi4py's ``irecv(buf, source, tag)`` (``buf`` None, a size or a buffer) is mpi4py's own
+        receive, with its limit (a message longer than ``buf``, by default 32 KiB, is an error),
+        so that the request is an ``MPI.Request`` that mpi4py's class calls accept."""
+        buf, source, tag, status, mpi4py_form = _obj_recv_args(args, kwargs, self.size)
+        if status is not None:
+            raise TypeError("irecv() takes no status")
         self._enter(source)
-        return _SimObjRecv(self, source, tag)
+        if not mpi4py_form:
+            return _SimObjRecv(self, source, tag)
+        req = self._c.irecv(buf, source, tag)
+        if self._ml_on:
+            return _SimLReq(req, self, source, "irecv", tag, None, source if source >= 0 else -1)
+        return _SimReq(req, self, source, keep=(buf,))
 
     # -- buffer collectives: non-blocking MPI-3 collectives, progressed with failure checks --
     def Barrier(self) -> None:
@@ -482,6 +843,418 @@ class SimComm(Comm):
         self._enter(None)
         self._coll(self._c.Ialltoallv(sendbuf, recvbuf), sendbuf, recvbuf)
 
+    # -- the rest of mpi4py's point-to-point calls -------------------------------------------
+    # Each posts the nonblocking MPI call and, for the blocking forms, waits for it in the
+    # failure-checking poll, like Send/Recv above.
+    def _send_nb(self, post: str, buf: Any, dest: int, tag: int) -> _SimReq:
+        """Post ``self._c.<post>(buf, dest, tag)`` (a nonblocking send) as a sim request."""
+        self._enter(dest)
+        if self._msgfault is not None and not self._outgoing(dest):
+            req: Any = MPI.REQUEST_NULL
+        else:
+            req = getattr(self._c, post)(buf, dest, tag)
+        if self._ml_on:
+            if dest >= 0:                       # counted when posted (a dropped message too)
+                self._ml_sent[dest] += 1
+            return _SimLReq(req, self, dest, post, tag, buf, -1)
+        return _SimReq(req, self, dest, keep=(buf,))
+
+    def _send_b(self, post: str, buf: Any, dest: int, tag: int) -> None:
+        """A blocking send: ``self._c.<post>`` (its nonblocking form) waited for with failure checks."""
+        self._enter(dest)
+        if self._msgfault is None or self._outgoing(dest):
+            self._wait(getattr(self._c, post)(buf, dest, tag), dest, keep=(buf,))
+        if self._ml_on and dest >= 0:
+            self._ml_sent[dest] += 1
+
+    def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        self._send_b("Issend", buf, dest, tag)
+
+    def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        self._send_b("Ibsend", buf, dest, tag)
+
+    def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        self._send_b("Irsend", buf, dest, tag)
+
+    def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        self._send_b("issend", obj, dest, tag)
+
+    def bsend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        self._send_b("ibsend", obj, dest, tag)
+
+    def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_nb("Issend", buf, dest, tag)
+
+    def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_nb("Ibsend", buf, dest, tag)
+
+    def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_nb("Irsend", buf, dest, tag)
+
+    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_nb("issend", obj, dest, tag)
+
+    def ibsend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        return self._send_nb("ibsend", obj, dest, tag)
+
+    def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                  source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG) -> Request:
+        """Nonblocking Sendrecv; its request waits on ``source`` (a send to a zombie is drained by it)."""
+        self._enter(dest)
+        self._raise_if_broken(source, None)
+        if self._msgfault is not None and not self._outgoing(dest):
+            req = self._c.Irecv(recvbuf, source, recvtag)          # the send is dropped
+        else:
+            req = self._c.Isendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag)
+        if self._ml_on:
+            if dest >= 0:
+                self._ml_sent[dest] += 1
+            return _SimLReq(req, self, source, "Isendrecv", recvtag, recvbuf, source if source >= 0 else -1)
+        return _SimReq(req, self, source, keep=(sendbuf, recvbuf))
+
+    def Isendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = MPI.ANY_SOURCE,
+                          recvtag: int = MPI.ANY_TAG) -> Request:
+        """Nonblocking Sendrecv_replace; its request waits on ``source``, like ``Isendrecv``'s."""
+        self._enter(dest)
+        self._raise_if_broken(source, None)
+        req = self._post_sendrecv_replace(buf, dest, sendtag, source, recvtag)
+        if self._ml_on:
+            if dest >= 0:
+                self._ml_sent[dest] += 1
+            return _SimLReq(req, self, source, "Isendrecv_replace", recvtag, buf, source if source >= 0 else -1)
+        return _SimReq(req, self, source, keep=(buf,))
+
+    def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = MPI.ANY_SOURCE,
+                         recvtag: int = MPI.ANY_TAG, status: Any = None) -> None:
+        """MPI-4's Isendrecv_replace waited for with failure checks (MPI does the in-place copy)."""
+        self._enter(dest)
+        self._raise_if_broken(source, None)
+        self._wait(self._post_sendrecv_replace(buf, dest, sendtag, source, recvtag), source, status, keep=(buf,))
+        if self._ml_on:
+            if dest >= 0:
+                self._ml_sent[dest] += 1
+            if source >= 0:
+                self._ml_recvd[source] += 1
+
+    def _post_sendrecv_replace(self, buf: Any, dest: int, sendtag: int, source: int, recvtag: int) -> Any:
+        """MPI-4's Isendrecv_replace, or only its receive when an injected message fault drops the send."""
+        if self._msgfault is not None and not self._outgoing(dest):
+            return self._c.Irecv(buf, source, recvtag)
+        return self._c.Isendrecv_replace(buf, dest, sendtag, source, recvtag)
+
+    def Iprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> bool:
+        self._enter(source)
+        return bool(self._c.Iprobe(source, tag, status))
+
+    def iprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> bool:
+        return self.Iprobe(source, tag, status)
+
+    def Probe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> bool:
+        """Wait for a matching message: Iprobe polled with failure checks."""
+        self._enter(source)
+        c = self._c
+        return self._poll(lambda: True if c.Iprobe(source, tag, status) else _PENDING, source, None)
+
+    def probe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> bool:
+        return self.Probe(source, tag, status)
+
+    def Improbe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
+        """Matched probe: an ``MPI.Message`` or None. Receiving a matched message does not wait for
+        its sender (a zombie keeps progressing MPI), so the message is mpi4py's own."""
+        self._enter(source)
+        return self._c.Improbe(source, tag, status)
+
+    def improbe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
+        self._enter(source)
+        return self._c.improbe(source, tag, status)
+
+    def Mprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
+        """Wait for a matching message and match it: Improbe polled with failure checks."""
+        self._enter(source)
+        c = self._c
+
+        def test() -> Any:
+            m = c.Improbe(source, tag, status)
+            return _PENDING if m is None else m
+        return self._poll(test, source, None)
+
+    def mprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
+        self._enter(source)
+        c = self._c
+
+        def test() -> Any:
+            m = c.improbe(source, tag, status)
+            return _PENDING if m is None else m
+        return self._poll(test, source, None)
+
+    # -- persistent requests, the rest of mpi4py's collectives (made by the factories above) ----
+    # Nonblocking collectives return a sim request (peer None: any failed member breaks it);
+    # blocking ones post the nonblocking form and wait for it like Allreduce above.
+    Send_init = _persistent("Send_init", True)
+    Ssend_init = _persistent("Ssend_init", True)
+    Bsend_init = _persistent("Bsend_init", True)
+    Rsend_init = _persistent("Rsend_init", True)
+    Recv_init = _persistent("Recv_init", False)
+
+    Barrier_init = _persistent_collective("Barrier_init")
+    Bcast_init = _persistent_collective("Bcast_init")
+    Gather_init = _persistent_collective("Gather_init")
+    Gatherv_init = _persistent_collective("Gatherv_init")
+    Scatter_init = _persistent_collective("Scatter_init")
+    Scatterv_init = _persistent_collective("Scatterv_init")
+    Allgather_init = _persistent_collective("Allgather_init")
+    Allgatherv_init = _persistent_collective("Allgatherv_init")
+    Alltoall_init = _persistent_collective("Alltoall_init")
+    Alltoallv_init = _persistent_collective("Alltoallv_init")
+    Alltoallw_init = _persistent_collective("Alltoallw_init")
+    Reduce_init = _persistent_collective("Reduce_init")
+    Allreduce_init = _persistent_collective("Allreduce_init")
+    Reduce_scatter_init = _persistent_collective("Reduce_scatter_init")
+    Reduce_scatter_block_init = _persistent_collective("Reduce_scatter_block_init")
+    Scan_init = _persistent_collective("Scan_init")
+    Exscan_init = _persistent_collective("Exscan_init")
+    Neighbor_allgather_init = _persistent_collective("Neighbor_allgather_init")
+    Neighbor_allgatherv_init = _persistent_collective("Neighbor_allgatherv_init")
+    Neighbor_alltoall_init = _persistent_collective("Neighbor_alltoall_init")
+    Neighbor_alltoallv_init = _persistent_collective("Neighbor_alltoallv_init")
+    Neighbor_alltoallw_init = _persistent_collective("Neighbor_alltoallw_init")
+
+    Ibarrier = _nonblocking("Ibarrier")
+    Ibcast = _nonblocking("Ibcast")
+    Igather = _nonblocking("Igather")
+    Igatherv = _nonblocking("Igatherv")
+    Iscatter = _nonblocking("Iscatter")
+    Iscatterv = _nonblocking("Iscatterv")
+    Iallgather = _nonblocking("Iallgather")
+    Iallgatherv = _nonblocking("Iallgatherv")
+    Ialltoall = _nonblocking("Ialltoall")
+    Ialltoallv = _nonblocking("Ialltoallv")
+    Ialltoallw = _nonblocking("Ialltoallw")
+    Ireduce = _nonblocking("Ireduce")
+    Iallreduce = _nonblocking("Iallreduce")
+    Ireduce_scatter = _nonblocking("Ireduce_scatter")
+    Ireduce_scatter_block = _nonblocking("Ireduce_scatter_block")
+    Iscan = _nonblocking("Iscan")
+    Iexscan = _nonblocking("Iexscan")
+    Ineighbor_allgather = _nonblocking("Ineighbor_allgather")
+    Ineighbor_allgatherv = _nonblocking("Ineighbor_allgatherv")
+    Ineighbor_alltoall = _nonblocking("Ineighbor_alltoall")
+    Ineighbor_alltoallv = _nonblocking("Ineighbor_alltoallv")
+    Ineighbor_alltoallw = _nonblocking("Ineighbor_alltoallw")
+    Scan = _blocking("Iscan")
+    Exscan = _blocking("Iexscan")
+    Reduce_scatter = _blocking("Ireduce_scatter")
+    Reduce_scatter_block = _blocking("Ireduce_scatter_block")
+    Alltoallw = _blocking("Ialltoallw")
+    Neighbor_allgather = _blocking("Ineighbor_allgather")
+    Neighbor_allgatherv = _blocking("Ineighbor_allgatherv")
+    Neighbor_alltoall = _blocking("Ineighbor_alltoall")
+    Neighbor_alltoallv = _blocking("Ineighbor_alltoallv")
+    Neighbor_alltoallw = _blocking("Ineighbor_alltoallw")
+
+    def neighbor_allgather(self, sendobj: Any) -> list[Any]:
+        """Object neighbor allgather of a topology communicator, built from the buffer forms (lengths,
+        then pickled bytes), as ``comm/base.py`` builds the object collectives: mpi4py's own runs
+        on a hidden duplicate communicator that no failure check reaches."""
+        indegree, _ = self._degrees("neighbor_allgather")
+        data = _dumps(sendobj)
+        lengths = np.zeros(indegree, dtype=np.int64)
+        self.Neighbor_allgather(np.array([len(data)], dtype=np.int64), lengths)
+        self._ml_once()
+        buf = bytearray(int(lengths.sum()))
+        self.Neighbor_allgatherv([data, len(data), MPI.BYTE], [buf, (lengths, _offsets(lengths)), MPI.BYTE])
+        return _split(self, buf, lengths)
+
+    def neighbor_alltoall(self, sendobj: Any) -> list[Any]:
+        """Object neighbor alltoall (``sendobj[i]`` to the i-th out-neighbor), built like ``neighbor_allgather``."""
+        indegree, outdegree = self._degrees("neighbor_alltoall")
+        if len(sendobj) != outdegree:
+            raise ValueError(f"neighbor_alltoall needs a sequence of {outdegree} items (one per out-neighbor)")
+        parts = [_dumps(x) for x in sendobj]
+        slen = np.array([len(x) for x in parts], dtype=np.int64)
+        rlen = np.zeros(indegree, dtype=np.int64)
+        self.Neighbor_alltoall(slen, rlen)
+        self._ml_once()
+        buf = bytearray(int(rlen.sum()))
+        self.Neighbor_alltoallv([b"".join(parts), (slen, _offsets(slen)), MPI.BYTE],
+                                [buf, (rlen, _offsets(rlen)), MPI.BYTE])
+        return _split(self, buf, rlen)
+
+    def _degrees(self, name: str) -> tuple[int, int]:
+        """(in-degree, out-degree) of a topology communicator; AttributeError on any other."""
+        if not getattr(self._c, "is_topo", False):
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r} "
+                                 f"(not a topology communicator)")
+        indegree, outdegree = self._c.degrees
+        return int(indegree), int(outdegree)
+
+    def Iagree(self, flag: Any) -> Request:
+        """Nonblocking agreement on a one-int buffer: each ``Test`` advances the agreement without
+        waiting; on completion the buffer holds the AND (``agree``'s rules and errors)."""
+        view = memoryview(flag)                            # an int is not a buffer: TypeError, as mpi4py
+        if view.nbytes != 4:
+            raise ValueError(f"Iagree: the flag must be a buffer of one C int (4 bytes), not {view.nbytes}")
+        view = view.cast("B").cast("i")
+        if self._ml_on:
+            self._ml_seq += 1
+        if self._w.check is not None:
+            self._w.check()
+        return _SimAgree(self, self._agreement_steps(int(view[0])), view)
+
+    def Ishrink(self) -> tuple[SimComm, Request]:
+        """``shrink`` done at once (an agreement: no MPI request to wait for), and a done request."""
+        return self.shrink(), _SimDone(self)
+
+    # -- communicators made by mpi4py's calls --------------------------------------------------
+    def _sync(self) -> None:
+        """A rendezvous before a blocking MPI call that makes a communicator.
+
+        Every member has entered (past its injection point) once the barrier completes anywhere,
+        and no failure is injected while waiting for it, so after it every member reaches the
+        blocking call. A failure before it makes everyone raise: the barrier cannot complete.
+        """
+        self._enter(None)
+        req = self._c.Ibarrier()
+        self._poll(lambda: None if MPI.Request.Test(req) else _PENDING, None, req, inject=False)
+
+    def _made(self, newc: Any, kind: str) -> Any:
+        """Wrap a communicator that an mpi4py call made from this one (``MPI.COMM_NULL`` stays)."""
+        cid = self._child_id(kind)
+        if newc == MPI.COMM_NULL:
+            return MPI.COMM_NULL
+        g, wg = newc.Get_group(), self._w.ctl.Get_group()
+        members = [int(x) for x in MPI.Group.Translate_ranks(g, list(range(g.Get_size())), wg)]
+        g.Free(), wg.Free()
+        new = SimComm(self._w, newc, f"{cid}m{members[0]}", members)
+        new._msgfault = self._msgfault
+        return new
+
+    def _create(self, kind: str, make: Callable[[], Any]) -> Any:
+        """A communicator-making collective: ``_sync``, then ``make()`` (the blocking MPI call)."""
+        if self._ml_on:
+            self._ml_seq += 1
+        self._sync()
+        new = self._made(make(), kind)
+        if self._ml_on:                  # every member of this communicator made it: the log records it
+            self._ml_child(new if isinstance(new, SimComm) else None, kind)
+        return new
+
+    def Clone(self) -> SimComm:
+        return self.dup()
+
+    def Dup_with_info(self, info: Any) -> SimComm:
+        new = self.dup()
+        if info is not None and info != MPI.INFO_NULL:
+            new._c.Set_info(info)
+        return new
+
+    def Idup(self, info: Any = None) -> tuple[SimComm, Request]:
+        """``Dup_with_info`` done at once, and a done request (mpi4py's ``Idup`` gives (comm, request))."""
+        return self.Dup_with_info(info), _SimDone(self)
+
+    def Idup_with_info(self, info: Any) -> tuple[SimComm, Request]:
+        return self.Idup(info)
+
+    def Create(self, group: Any) -> Any:
+        return self._create("c", lambda: self._c.Create(group))
+
+    def Create_group(self, group: Any, tag: int = 0) -> SimComm:
+        """The communicator of ``group``, called by its members only.
+
+        No barrier of this communicator fits (the others do not call), so the members first run
+        an agreement among themselves (failure-tolerant, no failure injected inside): all of
+        them then raise, or all reach the blocking MPI call. The agreed flag says whether the
+        communicator is known revoked somewhere, the agreed failures whether a member failed."""
+        w = self._w
+        if self._ml_on:
+            self._ml_seq += 1
+        if w.check is not None:
+            w.check()
+        mine = self._c.Get_group()
+        ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), mine)
+        mine.Free()
+        wranks = [self._members[r] for r in ranks]
+        gid = f"{self._cid}.g{zlib.crc32(repr((wranks, tag)).encode())}"
+        seq = self._group_seq.get(gid, 0)
+        self._group_seq[gid] = seq + 1
+        value, failed, _ = self._agreement(0 if self._cid in w.revoked else 1, (gid, seq), wranks)
+        if not value:
+            raise self._ml_noted(RevokedError())
+        dead = {self._pos[f] for f in failed if f in self._pos}
+        if dead:
+            raise self._failed(dead)
+        newc = self._c.Create_group(group, tag)
+        new = SimComm(w, newc, f"{gid}.{seq}", wranks)      # not in the message log: only some members made it
+        new._msgfault = self._msgfault
+        return new
+
+    def Split_type(self, split_type: int, key: int = 0, info: Any = MPI.INFO_NULL) -> Any:
+        return self._create("t", lambda: self._c.Split_type(split_type, key, info))
+
+    def Create_cart(self, dims: Any, periods: Any = None, reorder: bool = False) -> Any:
+        """A Cartesian SimComm: failure-safe calls as any SimComm, and the Cartesian queries
+        (``Shift``, ``Get_coords``, ``dims``...) of the underlying ``MPI.Cartcomm``."""
+        return self._create("cart", lambda: self._c.Create_cart(dims, periods, reorder))
+
+    def Create_graph(self, index: Any, edges: Any, reorder: bool = False) -> Any:
+        return self._create("graph", lambda: self._c.Create_graph(index, edges, reorder))
+
+    def Create_dist_graph_adjacent(self, sources: Any, destinations: Any, sourceweights: Any = None,
+                                   destweights: Any = None, info: Any = MPI.INFO_NULL,
+                                   reorder: bool = False) -> Any:
+        return self._create("dga", lambda: self._c.Create_dist_graph_adjacent(
+            sources, destinations, sourceweights, destweights, info, reorder))
+
+    def Create_dist_graph(self, sources: Any, degrees: Any, destinations: Any, weights: Any = None,
+                          info: Any = MPI.INFO_NULL, reorder: bool = False) -> Any:
+        return self._create("dg", lambda: self._c.Create_dist_graph(
+            sources, degrees, destinations, weights, info, reorder))
+
+    def Sub(self, remain_dims: Any) -> Any:
+        """Cartesian sub-communicator (a Cartesian SimComm)."""
+        if not isinstance(self._c, MPI.Cartcomm):
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute 'Sub' "
+                                 f"(not a Cartesian communicator)")
+        return self._create("sub", lambda: self._c.Sub(remain_dims))
+
+    # -- local calls: no other process is waited for -------------------------------------------
+    def Compare(self, comm: Any) -> int:
+        """mpi4py's ``Compare`` with another communicator (planaria's or mpi4py's)."""
+        other = comm._c if isinstance(comm, Comm) else comm
+        return MPI.Comm.Compare(self._c, other)
+
+    def toint(self) -> int:
+        """-1, mpi4py's answer for "no integer handle": a sim communicator is not an MPI handle, and an
+        ``MPI.Comm`` rebuilt from its underlying handle would skip every failure check (``mpi`` gives
+        the underlying communicator to code that means to)."""
+        return -1
+
+    def py2f(self) -> int:
+        """-1, no Fortran handle, for the reason given in ``toint``."""
+        return -1
+
+    def Set_errhandler(self, errhandler: Any) -> None:
+        """Accepted and not applied: a sim communicator raises planaria's errors whatever the handler,
+        and its MPI communicator keeps returning errors as exceptions (a fatal handler would end
+        the job where ULFM semantics ask for an error)."""
+        return None
+
+    @property
+    def info(self) -> Any:
+        return self._c.Get_info()
+
+    @info.setter
+    def info(self, info: Any) -> None:
+        self._c.Set_info(info)
+
+    @property
+    def name(self) -> str:
+        return self.Get_name()
+
+    @name.setter
+    def name(self, name: str) -> None:
+        self.Set_name(name)
+
     # -- fault tolerance -----------------------------------------------------------------------
     def revoke(self) -> None:
         w = self._w
@@ -513,10 +1286,14 @@ class SimComm(Comm):
             self._w.check()
         value, failed, err = self._agreement(int(flag))
         if err:
-            dead = {self._pos[f] for f in failed}
-            raise self._ml_noted(ProcFailedError(dead - self._acked or dead,
-                                                 f"agreement found unacknowledged failures: rank(s) {sorted(dead)}"))
+            raise self._agree_error(failed)
         return bool(value) if isinstance(flag, bool) else value
+
+    def _agree_error(self, failed: frozenset[int]) -> Exception:
+        """The error of an agreement that found unacknowledged failures (``failed``: world ranks)."""
+        dead = {self._pos[f] for f in failed}
+        return self._ml_noted(ProcFailedError(dead - self._acked or dead,
+                                              f"agreement found unacknowledged failures: rank(s) {sorted(dead)}"))
 
     def shrink(self) -> SimComm:
         if self._ml_on:
@@ -579,37 +1356,58 @@ class SimComm(Comm):
 
     def free(self) -> None:
         self._w.comms.pop(self._cid, None)   # never MPI-free: a zombie may still drain it
+        self._freed = True
 
     def _child_id(self, kind: str) -> str:
         self._children += 1
         return f"{self._cid}.{kind}{self._children}"
 
-    def _agreement(self, flag: int) -> tuple[int, frozenset[int], bool]:
-        """Fault-tolerant agreement: (AND of flags, world ranks failed, some failure unacknowledged)."""
-        w = self._w
-        key = (self._cid, self._seq)
-        self._seq += 1
-        me = w.wrank
-        box = w.boxes[key]
-        known = frozenset(f for f in w.failed if f in self._pos)
-        acked = frozenset(self._members[r] for r in self._acked)
-        sent_to = None
+    def _agreement(self, flag: int, key: tuple[str, int] | None = None,
+                   members: list[int] | None = None) -> tuple[int, frozenset[int], bool]:
+        """Fault-tolerant agreement: (AND of flags, world ranks failed, some failure unacknowledged).
+
+        ``key`` and ``members`` (world ranks): an agreement of part of the members (``Create_group``)."""
+        step = self._agreement_steps(flag, key, members)
         n = 0
         while True:
+            out = step()
+            if out is not _PENDING:
+                return out
+            n += 1
+            _backoff(n)
+
+    def _agreement_steps(self, flag: int, key: tuple[str, int] | None = None,
+                         members: list[int] | None = None) -> Callable[[], Any]:
+        """One agreement instance as a step function: each call advances it without waiting and
+        returns ``_agreement``'s result once decided, else ``_PENDING`` (``Iagree`` tests it)."""
+        w = self._w
+        if key is None:
+            key = (self._cid, self._seq)
+            self._seq += 1
+        if members is None:
+            members = self._members
+        inside = set(members)
+        me = w.wrank
+        box = w.boxes[key]
+        known = frozenset(f for f in w.failed if f in inside)
+        acked = frozenset(self._members[r] for r in self._acked)
+        sent_to: list[int | None] = [None]
+
+        def step() -> Any:
             w.progress()
             for m in box:
                 if m[0] == "D":
                     _, _, value, failed, err = m
                     w.failed.update(failed)
-                    del w.boxes[key]
+                    w.boxes.pop(key, None)
                     return value, frozenset(failed), err
-            alive = [wr for wr in self._members if wr not in w.failed]
+            alive = [wr for wr in members if wr not in w.failed]
             coord = alive[0]
             if coord == me:
                 contribs = {m[1]: m for m in box if m[0] == "C"}
                 if all(wr == me or wr in contribs for wr in alive):
                     value = flag
-                    failed = set(known) | {f for f in w.failed if f in self._pos}
+                    failed = set(known) | {f for f in w.failed if f in inside}
                     acked_all = set(acked)
                     for _, _, f, kn, ak in contribs.values():
                         value &= f
@@ -620,17 +1418,59 @@ class SimComm(Comm):
                     for wr in alive:
                         if wr != me:
                             w.post(wr, ("A", key[0], key[1]) + decision)
-                    del w.boxes[key]
+                    w.boxes.pop(key, None)
                     return value, frozenset(failed), err
-            elif sent_to != coord:
+            elif sent_to[0] != coord:
                 w.post(coord, ("A", key[0], key[1], "C", me, flag, tuple(known), tuple(acked)))
-                sent_to = coord
-            n += 1
-            _backoff(n)
+                sent_to[0] = coord
+            return _PENDING
+        return step
+
+
+def _obj_recv_args(args: tuple, kwargs: dict[str, Any], size: int) -> tuple[Any, int, int, Any, bool]:
+    """An object receive's arguments, in planaria's spelling ``(source, tag, status)`` or mpi4py's
+    ``(buf, source, tag, status)``: (buf, source, tag, status, whether mpi4py's).
+
+    mpi4py's is recognized by a ``buf`` keyword, a first argument that is not an integer (None or
+    a buffer) or no rank of a communicator of ``size`` (a buffer size), a third positional
+    integer (planaria's third is a Status), or a second positional integer that cannot be a tag
+    (negative other than ANY_TAG: a source such as PROC_NULL after a buffer size).
+    """
+    def integral(x: Any) -> bool:
+        return isinstance(x, numbers.Integral)
+    mpi4py_form = bool("buf" in kwargs
+                       or (args and (not integral(args[0]) or not (
+                           0 <= args[0] < size or args[0] in (MPI.ANY_SOURCE, MPI.PROC_NULL))))
+                       or (len(args) >= 3 and integral(args[2]))
+                       or (len(args) == 2 and integral(args[1]) and args[1] < 0 and args[1] != MPI.ANY_TAG))
+    names = ("buf", "source", "tag", "status") if mpi4py_form else ("source", "tag", "status")
+    if len(args) > len(names):
+        raise TypeError(f"receive takes at most {len(names)} positional arguments ({len(args)} given)")
+    got = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k in got or k not in ("buf", "source", "tag", "status"):
+            raise TypeError(f"receive got an unexpected or repeated argument {k!r}")
+        got[k] = v
+    return (got.get("buf"), got.get("source", MPI.ANY_SOURCE), got.get("tag", MPI.ANY_TAG),
+            got.get("status"), mpi4py_form)
+
+
+#: mpi4py's communicator calls that are local (never wait for another process): the underlying communicator's
+_LOCAL = frozenset({
+    "Get_info", "Set_info", "Get_errhandler", "Call_errhandler", "Get_attr", "Set_attr", "Delete_attr",
+    "Create_keyval", "Free_keyval", "Get_topology", "topology", "is_topo", "Cart_map", "Graph_map",
+    "Attach_buffer", "Detach_buffer", "Flush_buffer", "Iflush_buffer", "Create_errhandler", "Get_parent",
+})
+#: a topology communicator's local queries (Cartesian, graph, distributed graph)
+_TOPO_LOCAL = frozenset({
+    "Get_cart_rank", "Get_coords", "Get_dim", "Get_topo", "Shift", "coords", "dim", "dims", "ndim",
+    "periods", "topo", "Get_dims", "Get_neighbors", "Get_neighbors_count", "edges", "index", "nedges",
+    "neighbors", "nneighbors", "nnodes", "Get_dist_neighbors", "Get_dist_neighbors_count", "degrees",
+    "indegree", "outdegree", "inedges", "outedges", "inoutedges",
+})
 
 
 def _tag_for(cid: str) -> int:
-    import zlib
     return zlib.crc32(cid.encode()) % 30000 + 1
 
 
