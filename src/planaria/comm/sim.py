@@ -1328,14 +1328,21 @@ class SimComm(Comm):
         return new
 
     def split(self, color: int | None = 0, key: int = 0) -> SimComm | None:
-        # Not MPI_Comm_split: a blocking collective would wait forever for a zombie. The
-        # failure-safe allgather raises instead; once it completed everywhere no rank can
-        # fail before the group is created (failures only strike at call entries).
+        # Not MPI_Comm_split: a blocking collective would wait forever for a zombie. One
+        # failure-safe allgather of (color, key), with failures injected only at its entry, never
+        # while waiting: a rank that failed after giving its part would let the others complete
+        # it and then wait for it in the group creation. Once it completed everywhere, every
+        # member reaches the creation.
         if self._ml_on:
             self._ml_seq += 1
         if color == MPI.UNDEFINED:
             color = None
-        entries = self.allgather((color, key))
+        self._enter(None)
+        mine = np.array([-1 if color is None else int(color), int(key)], dtype=np.int64)
+        both = np.empty(2 * self.size, dtype=np.int64)
+        req = self._c.Iallgather(mine, both)
+        self._poll(lambda: None if MPI.Request.Test(req) else _PENDING, None, req, (mine, both), inject=False)
+        entries = [(None if c < 0 else c, k) for c, k in both.reshape(-1, 2).tolist()]
         cid = self._child_id("p")
         if color is None:
             if self._ml_on:
