@@ -309,7 +309,7 @@ def worker(comm: Any, args: argparse.Namespace, info: DemInfo, blocks: list[Bloc
     queue: list[tuple[int, int]] = [(t, 0) for t in range(ntask) if initial_owner(t, n) == rank]
     seen = set(queue)  # (task, attempt) queued or run: a master that took over may send one again
     first = True
-    recvs = {m: comm.irecv(source=m, tag=T_CMD) for m in masters}
+    recvs = {m: comm.irecv_matched(source=m, tag=T_CMD) for m in masters}
     while True:
         while queue:
             task, attempt = queue.pop(0)
@@ -343,7 +343,7 @@ def worker(comm: Any, args: argparse.Namespace, info: DemInfo, blocks: list[Bloc
                 if (cmd[1], cmd[2]) not in seen:  # a repeat was already answered to both masters
                     seen.add((cmd[1], cmd[2]))
                     queue.append((cmd[1], cmd[2]))
-                recvs[m] = comm.irecv(source=m, tag=T_CMD)
+                recvs[m] = comm.irecv_matched(source=m, tag=T_CMD)
                 break
         else:
             time.sleep(POLL)
@@ -455,7 +455,7 @@ class Master:
     def _recv(self, src: int, tag: int) -> Any:
         key = (src, tag)
         if key not in self.recvs:
-            self.recvs[key] = self.comm.irecv(source=src, tag=tag)
+            self.recvs[key] = self.comm.irecv_matched(source=src, tag=tag)
         r = self.recvs[key]
         if r.Test():
             del self.recvs[key]

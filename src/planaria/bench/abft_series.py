@@ -56,7 +56,7 @@ def release(world: Any) -> None:
         for r in range(1, world.Get_size()):
             world.send(None, r, T_GO)
         return
-    req = world.irecv(source=0, tag=T_GO)
+    req = world.irecv_matched(source=0, tag=T_GO)
     while not req.Test():
         time.sleep(0.005)
     req.wait()

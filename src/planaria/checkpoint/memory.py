@@ -205,7 +205,7 @@ class MemoryStore(CheckpointStore):
         due: dict[int, list[int]] = {}              # source -> owners it sends, in the order it sends them
         for o in self._standard(r, n):
             due.setdefault(sources[o], []).append(o)
-        heads = {s: comm.irecv(source=s, tag=TAG_REBUILD) for s in due}
+        heads = {s: comm.irecv_matched(source=s, tag=TAG_REBUILD) for s in due}
         got: dict[int, tuple[Meta, np.ndarray]] = {}
         out: dict[str, np.ndarray] | None = None
         problem = ""
@@ -221,7 +221,7 @@ class MemoryStore(CheckpointStore):
                 idle = 0
                 o = due[s].pop(0)
                 if due[s]:
-                    heads[s] = comm.irecv(source=s, tag=TAG_REBUILD)
+                    heads[s] = comm.irecv_matched(source=s, tag=TAG_REBUILD)
                 else:
                     del heads[s]
                 o2, meta = msg

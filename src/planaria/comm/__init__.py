@@ -1,4 +1,14 @@
 """Resilient communicators: one API (mpi4py's names), two backends (real ULFM, simulated failures)."""
-from planaria.comm.errors import FailureError, ProcFailedError, RevokedError
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["FailureError", "ProcFailedError", "RevokedError"]
+
+
+def __getattr__(name: str) -> Any:
+    """The failure errors, from ``comm.errors`` on first use (making them imports mpi4py, which starts MPI)."""
+    if name in __all__:
+        from planaria.comm import errors
+        return getattr(errors, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """The backend-independent part of ``Comm``: mpi4py-style names, object forms over buffer forms.
 
-mpi4py's lower-case (pickle) collectives run on a hidden duplicate communicator that
+mpi4py's lower-case (pickle) reductions run on a hidden duplicate communicator that
 ULFM's revoke never reaches, so after a failure they can hang. Here every object
 collective is built from the *buffer* collectives of the same communicator (a length
 exchange, then the pickled bytes), which raise ``ProcFailedError``/``RevokedError``
@@ -14,6 +14,7 @@ call: what a call waits for is read from the application thread's stack when som
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import pickle
 import time
@@ -22,8 +23,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-
-from planaria.comm.errors import ProcFailedError
 
 _PROTO = pickle.HIGHEST_PROTOCOL
 _I64 = np.int64
@@ -51,6 +50,7 @@ def _loads(comm: Comm, data: Any) -> Any:
     except Exception:
         if any(memoryview(data).cast("B")):
             raise                       # a real pickle that does not load here: the program's error
+        from planaria.comm.errors import ProcFailedError
         failed = comm.get_failed()
         raise ProcFailedError(failed, f"an object collective ended without every rank's part "
                                       f"(a process failed during it; known failed: {sorted(failed) or '?'})") from None
@@ -125,12 +125,33 @@ class Comm(ABC):
 
     def __init__(self, mpi_comm: Any) -> None:
         self._c = mpi_comm
-        self.rank: int = mpi_comm.Get_rank()
-        self.size: int = mpi_comm.Get_size()
+        self._rank: int = mpi_comm.Get_rank()
+        self._size: int = mpi_comm.Get_size()
         self._msgfault: Callable[[int], float | None] | None = None
         self._ml_on = False        # recorded in the message log (msglog.enable/set_active switch it)
 
     # -- mpi4py-style accessors ------------------------------------------------
+    # Properties, not instance attributes: a backend's communicator may also be an mpi4py
+    # ``Intracomm``, whose ``rank`` and ``size`` are read-only properties that an instance
+    # attribute cannot shadow. The value is read once, at creation.
+    @property
+    def rank(self) -> int:
+        """This process's rank (mpi4py's ``rank``)."""
+        return self._rank
+
+    @rank.setter
+    def rank(self, value: int) -> None:
+        self._rank = value
+
+    @property
+    def size(self) -> int:
+        """Number of processes (mpi4py's ``size``)."""
+        return self._size
+
+    @size.setter
+    def size(self, value: int) -> None:
+        self._size = value
+
     def Get_rank(self) -> int:
         return self.rank
 
@@ -332,7 +353,12 @@ class Comm(ABC):
 
     @property
     def name(self) -> str:
+        """mpi4py's ``name`` property (settable, as in mpi4py)."""
         return self.Get_name()
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.Set_name(value)
 
     def Abort(self, errorcode: int = 0) -> None:
         """mpi4py's ``Abort``: end the whole job with ``errorcode`` (does not return)."""
@@ -351,6 +377,17 @@ class Comm(ABC):
     @abstractmethod
     def irecv(self, source: int = ..., tag: int = ...) -> Request: ...
 
+    def irecv_matched(self, source: int | None = None, tag: int | None = None) -> Request:
+        """Object receive of any size, matched when it is tested or waited for (a matched probe).
+
+        No MPI receive is posted, so a request dropped untested takes no message (the polling
+        idiom ``comm.irecv_matched(src, tag).test()`` is safe) and no buffer size applies; the
+        price is that a synchronous send (``ssend``) to it completes only once it is tested.
+        ``irecv`` follows mpi4py instead (a receive posted at once, into a buffer). ``None`` is
+        any source / any tag. Each backend implements it.
+        """
+        raise NotImplementedError(f"{type(self).__name__}.irecv_matched")
+
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, source: int | None = None,
                  recvtag: int | None = None, status: Any = None) -> Any:
         """Send and receive objects without deadlock (posts the send first)."""
@@ -367,83 +404,88 @@ class Comm(ABC):
 
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
         """Broadcast a picklable object from ``root``."""
-        hdr = np.zeros(1, dtype=_I64)
-        data = b""
-        if self.rank == root:
-            data = _dumps(obj)
-            hdr[0] = len(data)
-        self.Bcast(hdr, root)
-        self._ml_once()
-        n = int(hdr[0])
-        if self.rank == root:
-            self.Bcast([data, n, _byte()], root)
-            return obj
-        buf = bytearray(n)
-        self.Bcast([buf, n, _byte()], root)
-        return _loads(self, buf)
+        with _lock(self, "bcast"):
+            hdr = np.zeros(1, dtype=_I64)
+            data = b""
+            if self.rank == root:
+                data = _dumps(obj)
+                hdr[0] = len(data)
+            self.Bcast(hdr, root)
+            self._ml_once()
+            n = int(hdr[0])
+            if self.rank == root:
+                self.Bcast([data, n, _byte()], root)
+                return obj
+            buf = bytearray(n)
+            self.Bcast([buf, n, _byte()], root)
+            return _loads(self, buf)
 
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         """Gather objects to ``root`` (others get None)."""
-        data = _dumps(sendobj)
-        mine = np.array([len(data)], dtype=_I64)
-        lengths = np.zeros(self.size, dtype=_I64) if self.rank == root else None
-        self.Gather(mine, lengths, root)
-        self._ml_once()
-        if self.rank != root:
-            self.Gatherv([data, len(data), _byte()], None, root)
-            return None
-        total = int(lengths.sum())
-        buf = bytearray(total)
-        self.Gatherv([data, len(data), _byte()],
-                     [buf, (lengths, _offsets(lengths)), _byte()], root)
-        return _split(self, buf, lengths)
+        with _lock(self, "gather"):
+            data = _dumps(sendobj)
+            mine = np.array([len(data)], dtype=_I64)
+            lengths = np.zeros(self.size, dtype=_I64) if self.rank == root else None
+            self.Gather(mine, lengths, root)
+            self._ml_once()
+            if self.rank != root:
+                self.Gatherv([data, len(data), _byte()], None, root)
+                return None
+            total = int(lengths.sum())
+            buf = bytearray(total)
+            self.Gatherv([data, len(data), _byte()],
+                         [buf, (lengths, _offsets(lengths)), _byte()], root)
+            return _split(self, buf, lengths)
 
     def allgather(self, sendobj: Any) -> list[Any]:
         """Every rank gets the list of every rank's object."""
-        data = _dumps(sendobj)
-        lengths = np.zeros(self.size, dtype=_I64)
-        self.Allgather(np.array([len(data)], dtype=_I64), lengths)
-        self._ml_once()
-        buf = bytearray(int(lengths.sum()))
-        self.Allgatherv([data, len(data), _byte()],
-                        [buf, (lengths, _offsets(lengths)), _byte()])
-        return _split(self, buf, lengths)
+        with _lock(self, "allgather"):
+            data = _dumps(sendobj)
+            lengths = np.zeros(self.size, dtype=_I64)
+            self.Allgather(np.array([len(data)], dtype=_I64), lengths)
+            self._ml_once()
+            buf = bytearray(int(lengths.sum()))
+            self.Allgatherv([data, len(data), _byte()],
+                            [buf, (lengths, _offsets(lengths)), _byte()])
+            return _split(self, buf, lengths)
 
     def scatter(self, sendobj: Sequence[Any] | None = None, root: int = 0) -> Any:
         """Rank i gets ``sendobj[i]`` from ``root``."""
-        mine = np.zeros(1, dtype=_I64)
-        if self.rank == root:
-            if sendobj is None or len(sendobj) != self.size:
-                raise ValueError(f"scatter needs a sequence of {self.size} items at the root")
-            parts = [_dumps(x) for x in sendobj]
-            lengths = np.array([len(p) for p in parts], dtype=_I64)
-            self.Scatter(lengths, mine, root)
+        with _lock(self, "scatter"):
+            mine = np.zeros(1, dtype=_I64)
+            if self.rank == root:
+                if sendobj is None or len(sendobj) != self.size:
+                    raise ValueError(f"scatter needs a sequence of {self.size} items at the root")
+                parts = [_dumps(x) for x in sendobj]
+                lengths = np.array([len(p) for p in parts], dtype=_I64)
+                self.Scatter(lengths, mine, root)
+                self._ml_once()
+                data = b"".join(parts)
+                buf = bytearray(int(mine[0]))
+                self.Scatterv([data, (lengths, _offsets(lengths)), _byte()],
+                              [buf, len(buf), _byte()], root)
+                return sendobj[root]
+            self.Scatter(None, mine, root)
             self._ml_once()
-            data = b"".join(parts)
             buf = bytearray(int(mine[0]))
-            self.Scatterv([data, (lengths, _offsets(lengths)), _byte()],
-                          [buf, len(buf), _byte()], root)
-            return sendobj[root]
-        self.Scatter(None, mine, root)
-        self._ml_once()
-        buf = bytearray(int(mine[0]))
-        self.Scatterv(None, [buf, len(buf), _byte()], root)
-        return _loads(self, buf)
+            self.Scatterv(None, [buf, len(buf), _byte()], root)
+            return _loads(self, buf)
 
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Rank i sends ``sendobj[j]`` to rank j; returns what every rank sent to i."""
         if len(sendobj) != self.size:
             raise ValueError(f"alltoall needs a sequence of {self.size} items")
-        parts = [_dumps(x) for x in sendobj]
-        slen = np.array([len(p) for p in parts], dtype=_I64)
-        rlen = np.zeros(self.size, dtype=_I64)
-        self.Alltoall(slen, rlen)
-        self._ml_once()
-        data = b"".join(parts)
-        buf = bytearray(int(rlen.sum()))
-        self.Alltoallv([data, (slen, _offsets(slen)), _byte()],
-                       [buf, (rlen, _offsets(rlen)), _byte()])
-        return _split(self, buf, rlen)
+        with _lock(self, "alltoall"):
+            parts = [_dumps(x) for x in sendobj]
+            slen = np.array([len(p) for p in parts], dtype=_I64)
+            rlen = np.zeros(self.size, dtype=_I64)
+            self.Alltoall(slen, rlen)
+            self._ml_once()
+            data = b"".join(parts)
+            buf = bytearray(int(rlen.sum()))
+            self.Alltoallv([data, (slen, _offsets(slen)), _byte()],
+                           [buf, (rlen, _offsets(rlen)), _byte()])
+            return _split(self, buf, rlen)
 
     def allreduce(self, sendobj: Any, op: Any = None) -> Any:
         """Reduce objects with ``op`` (an ``mpi4py.MPI.Op`` or a 2-argument callable; default SUM), result everywhere.
@@ -499,6 +541,19 @@ class Comm(ABC):
     @abstractmethod
     def _world_of(self, rank: int) -> int:
         """World rank of ``rank`` of this communicator (fault plans name world ranks)."""
+
+
+def _lock(comm: Comm, key: str) -> Any:
+    """mpi4py's lock of ``comm``'s MPI communicator for the object collective ``key``.
+
+    mpi4py holds it around the two steps (lengths, then bytes) of its own object collectives, so
+    that calls from several threads do not interleave (``MPI._comm_lock``); planaria's two-step
+    object collectives hold the same one, for the same reason and so that code inspecting
+    mpi4py's lock table finds it.
+    """
+    from mpi4py import MPI
+    take = getattr(MPI, "_comm_lock", None)
+    return contextlib.nullcontext() if take is None else take(comm._c, key)
 
 
 def _byte() -> Any:

@@ -53,7 +53,6 @@ mpi4py's TypeError: a SimComm is not an ``MPI.Comm``.
 from __future__ import annotations
 
 import inspect
-import numbers
 import time
 import warnings
 import weakref
@@ -381,11 +380,11 @@ class _SimAgree(Request):
 
 
 class _SimObjRecv(Request):
-    """Planaria's object ``irecv(source, tag)``: matched with a matched probe, so a message of any size is received.
+    """``irecv_matched(source, tag)``: matched with a matched probe, so a message of any size is received.
 
     Not an MPI request (nothing is posted before the message is matched): mpi4py's class calls
     (``MPI.Request.waitany``...) do not take it; mpi4py's spelling ``irecv(buf, source, tag)`` gives
-    one that is (see ``SimComm.irecv``). The pending ones are matched in posting order whenever
+    one that is (``SimComm.irecv``, mpi4py's). The pending ones are matched in posting order whenever
     any communicator checks an operation (``SimWorld.match_pending``), as MPI matches posted
     receives: a message goes to the earliest posted receive that matches it, and a synchronous
     (or long) send to this process completes while the receive waits to be tested.
@@ -698,11 +697,10 @@ class SimComm(Comm):
         if self._ml_on and dest >= 0:
             self._ml_sent[dest] += 1
 
-    def recv(self, *args: Any, **kwargs: Any) -> Any:
-        """Receive an object of any size: planaria's ``recv(source, tag, status)`` or mpi4py's
-        ``recv(buf, source, tag, status)`` (``buf`` is not needed here and not used; see ``_obj_recv_args``).
-        A ``buf`` other than None gives mpi4py's own deprecation warning."""
-        buf, source, tag, status, _ = _obj_recv_args(args, kwargs, self.size)
+    def recv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,
+             status: Any = None) -> Any:
+        """mpi4py's ``recv``: an object of any size (``buf`` is not needed here and not used; one
+        other than None gives mpi4py's own deprecation warning)."""
         if buf is not None:
             warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=2)
         self._enter(source)
@@ -716,29 +714,13 @@ class SimComm(Comm):
             self._ml_recvd[source] += 1
         return obj
 
-    def sendrecv(self, sendobj: Any, dest: int, *args: Any, **kwargs: Any) -> Any:
-        """Object send-receive: planaria's ``(sendobj, dest, sendtag, source, recvtag, status)`` or mpi4py's
-        ``(sendobj, dest, sendtag, recvbuf, source, recvtag, status)`` (``recvbuf`` not needed, not used).
-
-        mpi4py's is recognized by a ``recvbuf`` keyword, a sixth positional integer (planaria's
-        sixth is a Status), a buffer in fourth place, or five positional ones with None fourth."""
-        def integral(x: Any) -> bool:
-            return isinstance(x, numbers.Integral)
-        full = (sendobj, dest, *args)
-        mpi4py_form = ("recvbuf" in kwargs or (len(full) >= 6 and integral(full[5]))
-                       or (len(full) >= 4 and full[3] is not None and not integral(full[3]))
-                       or (len(full) == 5 and full[3] is None))
-        names = ("sendtag", "recvbuf", "source", "recvtag", "status") if mpi4py_form else \
-            ("sendtag", "source", "recvtag", "status")
-        if len(args) > len(names):
-            raise TypeError(f"sendrecv takes at most {len(names) + 2} positional arguments")
-        got = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k in got or k not in ("sendtag", "recvbuf", "source", "recvtag", "status"):
-                raise TypeError(f"sendrecv got an unexpected or repeated argument {k!r}")
-            got[k] = v
-        return Comm.sendrecv(self, sendobj, dest, got.get("sendtag", 0), got.get("source"),
-                             got.get("recvtag"), got.get("status"))
+    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                 source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG, status: Any = None) -> Any:
+        """mpi4py's ``sendrecv``: the send is posted first, so two ranks may exchange at once."""
+        req = self.isend(sendobj, dest, sendtag)
+        value = self.recv(recvbuf, source, recvtag, status)
+        req.Wait()
+        return value
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         self._enter(dest)
@@ -752,23 +734,21 @@ class SimComm(Comm):
             return _SimLReq(req, self, dest, "isend", tag, None, -1)
         return _SimReq(req, self, dest)
 
-    def irecv(self, *args: Any, **kwargs: Any) -> Request:
-        """Nonblocking object receive, in either spelling (see ``_obj_recv_args``).
-
-        Planaria's ``irecv(source, tag)`` matches the message when tested, so any size arrives.
-        mpi4py's ``irecv(buf, source, tag)`` (``buf`` None, a size or a buffer) is mpi4py's own
-        receive, with its limit (a message longer than ``buf``, by default 32 KiB, is an error),
-        so that the request is an ``MPI.Request`` that mpi4py's class calls accept."""
-        buf, source, tag, status, mpi4py_form = _obj_recv_args(args, kwargs, self.size)
-        if status is not None:
-            raise TypeError("irecv() takes no status")
+    def irecv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
+        """mpi4py's ``irecv``: a receive posted at once into ``buf`` (None: mpi4py's default, a
+        message of at most 32 KiB), an ``MPI.Request`` that mpi4py's class calls accept; its own
+        ``Wait``/``Test`` are failure-safe. ``irecv_matched`` receives any size instead."""
         self._enter(source)
-        if not mpi4py_form:
-            return _SimObjRecv(self, source, tag)
         req = self._c.irecv(buf, source, tag)
         if self._ml_on:
             return _SimLReq(req, self, source, "irecv", tag, None, source if source >= 0 else -1)
         return _SimReq(req, self, source, keep=(buf,))
+
+    def irecv_matched(self, source: int | None = None, tag: int | None = None) -> Request:
+        """Object receive of any size, matched by a probe (see ``_SimObjRecv`` and ``Comm.irecv_matched``)."""
+        source = MPI.ANY_SOURCE if source is None else source
+        self._enter(source)
+        return _SimObjRecv(self, source, MPI.ANY_TAG if tag is None else tag)
 
     # -- buffer collectives: non-blocking MPI-3 collectives, progressed with failure checks --
     def Barrier(self) -> None:
@@ -1432,34 +1412,6 @@ class SimComm(Comm):
                 sent_to[0] = coord
             return _PENDING
         return step
-
-
-def _obj_recv_args(args: tuple, kwargs: dict[str, Any], size: int) -> tuple[Any, int, int, Any, bool]:
-    """An object receive's arguments, in planaria's spelling ``(source, tag, status)`` or mpi4py's
-    ``(buf, source, tag, status)``: (buf, source, tag, status, whether mpi4py's).
-
-    mpi4py's is recognized by a ``buf`` keyword, a first argument that is not an integer (None or
-    a buffer) or no rank of a communicator of ``size`` (a buffer size), a third positional
-    integer (planaria's third is a Status), or a second positional integer that cannot be a tag
-    (negative other than ANY_TAG: a source such as PROC_NULL after a buffer size).
-    """
-    def integral(x: Any) -> bool:
-        return isinstance(x, numbers.Integral)
-    mpi4py_form = bool("buf" in kwargs
-                       or (args and (not integral(args[0]) or not (
-                           0 <= args[0] < size or args[0] in (MPI.ANY_SOURCE, MPI.PROC_NULL))))
-                       or (len(args) >= 3 and integral(args[2]))
-                       or (len(args) == 2 and integral(args[1]) and args[1] < 0 and args[1] != MPI.ANY_TAG))
-    names = ("buf", "source", "tag", "status") if mpi4py_form else ("source", "tag", "status")
-    if len(args) > len(names):
-        raise TypeError(f"receive takes at most {len(names)} positional arguments ({len(args)} given)")
-    got = dict(zip(names, args))
-    for k, v in kwargs.items():
-        if k in got or k not in ("buf", "source", "tag", "status"):
-            raise TypeError(f"receive got an unexpected or repeated argument {k!r}")
-        got[k] = v
-    return (got.get("buf"), got.get("source", MPI.ANY_SOURCE), got.get("tag", MPI.ANY_TAG),
-            got.get("status"), mpi4py_form)
 
 
 #: mpi4py's communicator calls that are local (never wait for another process): the underlying communicator's

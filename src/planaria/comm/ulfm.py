@@ -1,11 +1,36 @@
 """``Comm`` on real ULFM (Open MPI 5 run with ``--with-ft ulfm``): thin, errors mapped to planaria's.
 
 Each method also keeps the message log's counters when its communicator is recorded (one test
-of ``_ml_on`` otherwise; see ``comm/base.py``)."""
+of ``_ml_on`` otherwise; see ``comm/base.py``).
+
+A ``UlfmComm`` *is* an ``mpi4py.MPI.Intracomm`` (same MPI handle as the communicator it was made
+from), so it goes wherever mpi4py wants a communicator: ``MPI.Comm(c)``, ``MPI.Comm.Compare``,
+``==``, ``Create_group``... The methods planaria defines (failure handling, message-log counters,
+object collectives built from buffer ones) run planaria's code; every other public method of
+mpi4py's class is a thin wrapper made when the class is created (``_delegate``): it calls
+mpi4py's method on the same object and only turns ULFM's errors into planaria's and the
+communicators and requests it returns into planaria's. Wrappers rather than ``__getattr__``:
+a subclass finds mpi4py's own methods before ``__getattr__`` is ever asked, and a wrapper made
+once costs one Python call, not a look-up and a closure per call.
+
+Communicators these calls make are planaria communicators of the matching mpi4py class
+(``UlfmCartcomm`` is an ``MPI.Cartcomm``, and so on), carrying the parent's message faults.
+Requests are ``MPI.Request`` subclasses (``_Req``): ``MPI.Request.Waitall`` and friends accept
+them and they become null (falsy) once complete, as mpi4py's; their own ``Wait``/``Test``/
+``wait``/``test`` raise planaria's errors. ``MPI.Request.Waitall(reqs)`` (and the other class
+methods over a list) run in mpi4py's C code, so a failure there raises a plain ``MPI.Exception``,
+not planaria's subclass: its class is ``MPI.ERR_IN_STATUS`` (Open MPI), with ULFM's
+``MPI.ERR_PROC_FAILED``/``MPI.ERR_REVOKED`` in the statuses passed, or ULFM's class itself; and a
+receive completed that way is not counted by the message log.
+"""
 from __future__ import annotations
 
+import inspect
+import pickle
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from mpi4py import MPI
 
 from planaria.comm.base import Comm, Request
@@ -25,68 +50,127 @@ def ulfm_available() -> bool:
     return True
 
 
-class _Req(Request):
-    __slots__ = ("_r", "_comm")
+_R_Wait, _R_Test, _R_wait, _R_test = MPI.Request.Wait, MPI.Request.Test, MPI.Request.wait, MPI.Request.test
 
-    def __init__(self, req: Any, comm: UlfmComm) -> None:
-        self._r = req
+
+class _Req(Request, MPI.Request):
+    """An mpi4py request (the same MPI handle, and the buffer it keeps alive) whose own calls raise planaria's errors."""
+
+    def __new__(cls, req: Any = None, *rest: Any) -> _Req:
+        return MPI.Request.__new__(cls, req)
+
+    def __init__(self, req: Any, comm: _Failures) -> None:
         self._comm = comm
 
-    def Test(self) -> bool:
+    def Test(self, status: Any = None) -> bool:
         try:
-            return bool(self._r.Test())
+            return _R_Test(self, status)
         except MPI.Exception as e:
             raise self._comm._convert(e) from e
 
-    def Wait(self) -> None:
+    def Wait(self, status: Any = None) -> bool:
         try:
-            self._r.Wait()
+            return _R_Wait(self, status)
+        except MPI.Exception as e:
+            raise self._comm._convert(e) from e
+
+    def test(self, status: Any = None) -> tuple[bool, Any]:
+        """mpi4py's ``test``: (done, the received object for an object ``irecv``, else None)."""
+        try:
+            return _R_test(self, status)
+        except MPI.Exception as e:
+            raise self._comm._convert(e) from e
+
+    def wait(self, status: Any = None) -> Any:
+        """mpi4py's ``wait``: the received object for an object ``irecv``, else None."""
+        try:
+            return _R_wait(self, status)
         except MPI.Exception as e:
             raise self._comm._convert(e) from e
 
     def Cancel(self) -> None:
         try:
-            self._r.Cancel()
-        except MPI.Exception:
+            MPI.Request.Cancel(self)
+        except MPI.Exception:       # noqa: S110 - best effort, as the base class says (a cancel cannot fail usefully)
             pass
+
+
+class _PReq(_Req, MPI.Prequest):
+    """A persistent request (``Send_init``...): ``Start`` too raises planaria's errors."""
+
+    def __new__(cls, req: Any = None, *rest: Any) -> _PReq:
+        return MPI.Request.__new__(cls, req)       # the type's C base is Request's (Prequest adds no fields)
+
+    def Start(self) -> None:
+        try:
+            MPI.Prequest.Start(self)
+        except MPI.Exception as e:
+            raise self._comm._convert(e) from e
 
 
 class _LReq(_Req):
     """A request of a recorded communicator: what its ``Wait`` waits for, and a receive counted once done."""
 
-    __slots__ = ("_op", "_peer", "_tag", "_buf", "_count")
-
     def __init__(self, req: Any, comm: UlfmComm, op: str, peer: int, tag: int, buf: Any, count: int) -> None:
         # count: the source (communicator rank) a receive adds to when it completes; -1 for sends and wildcards
-        self._r, self._comm, self._op, self._peer, self._tag, self._buf, self._count = req, comm, op, peer, tag, buf, count
+        self._comm, self._op, self._peer, self._tag, self._buf, self._count = comm, op, peer, tag, buf, count
 
-    def Test(self) -> bool:
-        try:
-            done = bool(self._r.Test())
-        except MPI.Exception as e:
-            raise self._comm._convert(e) from e
-        if done and self._count >= 0:
-            self._comm._ml_recvd[self._count] += 1
-            self._count = -1
-        return done
-
-    def Wait(self) -> None:
-        try:
-            self._r.Wait()
-        except MPI.Exception as e:
-            raise self._comm._convert(e) from e
+    def _counted(self) -> None:
         if self._count >= 0:
             self._comm._ml_recvd[self._count] += 1
             self._count = -1
 
+    def Test(self, status: Any = None) -> bool:
+        try:
+            done = _R_Test(self, status)
+        except MPI.Exception as e:
+            raise self._comm._convert(e) from e
+        if done:
+            self._counted()
+        return done
 
-class _Done(Request):
-    """An already-complete request (a dropped message's send)."""
-
-    def Test(self) -> bool:
+    def Wait(self, status: Any = None) -> bool:
+        try:
+            _R_Wait(self, status)
+        except MPI.Exception as e:
+            raise self._comm._convert(e) from e
+        self._counted()
         return True
 
-    def Wait(self) -> None:
+    def test(self, status: Any = None) -> tuple[bool, Any]:
+        try:
+            done, obj = _R_test(self, status)
+        except MPI.Exception as e:
+            raise self._comm._convert(e) from e
+        if done:
+            self._counted()
+        return done, obj
+
+    def wait(self, status: Any = None) -> Any:
+        try:
+            obj = _R_wait(self, status)
+        except MPI.Exception as e:
+            raise self._comm._convert(e) from e
+        self._counted()
+        return obj
+
+
+class _Done(Request, MPI.Request):
+    """An already-complete request (a dropped message's send): a null ``MPI.Request``, as mpi4py's once complete."""
+
+    def __new__(cls) -> _Done:
+        return MPI.Request.__new__(cls)
+
+    def Test(self, status: Any = None) -> bool:
+        return True
+
+    def Wait(self, status: Any = None) -> bool:
+        return True
+
+    def test(self, status: Any = None) -> tuple[bool, Any]:
+        return True, None
+
+    def wait(self, status: Any = None) -> Any:
         return None
 
     def Cancel(self) -> None:
@@ -94,7 +178,8 @@ class _Done(Request):
 
 
 class _ObjRecv(Request):
-    """Object irecv via matched probe, so any message size works (mpi4py's irecv needs a buffer size)."""
+    """``irecv_matched``: an object receive matched by a matched probe when tested, so any size works
+    and nothing is posted (see ``Comm.irecv_matched``). Not an ``MPI.Request``: it has no MPI handle."""
 
     __slots__ = ("_comm", "_peer", "_tag", "_done", "_obj")
     _op = "irecv"
@@ -118,7 +203,7 @@ class _ObjRecv(Request):
 
     def Wait(self) -> None:
         if not self._done:
-            self._obj = self._comm.recv(self._peer, self._tag)     # counted there
+            self._obj = self._comm.recv(None, self._peer, self._tag)     # counted there
             self._done = True
 
     def _value(self) -> Any:
@@ -128,16 +213,17 @@ class _ObjRecv(Request):
         self._done = True
 
 
-class UlfmComm(Comm):
-    """Fault-tolerant communicator over real ULFM."""
+class _Failures:
+    """ULFM's errors as planaria's, for every planaria ULFM communicator (intra or inter).
 
-    backend = "ulfm"
+    Needs ``_c``, the plain mpi4py communicator with the same handle (calls made on it run
+    mpi4py's code only), ``_ml_on`` and ``size``.
+    """
 
-    def __init__(self, mpi_comm: Any) -> None:
-        mpi_comm.Set_errhandler(MPI.ERRORS_RETURN)
-        super().__init__(mpi_comm)
+    _ml_on = False
+    _msgfault: Callable[[int], float | None] | None = None
+    __hash__ = object.__hash__      # mpi4py's communicators are unhashable; planaria keeps them in weak sets
 
-    # -- error mapping -------------------------------------------------------------
     def _known_failed(self) -> set[int]:
         try:
             g = self._c.Get_failed()
@@ -154,6 +240,8 @@ class UlfmComm(Comm):
             g.Free()
 
     def _convert(self, e: MPI.Exception) -> Exception:
+        if isinstance(e, FailureError):
+            return e
         out = self._error_of(e)
         if self._ml_on and isinstance(out, FailureError):
             self._ml_noted(out)
@@ -192,9 +280,60 @@ class UlfmComm(Comm):
         table = getattr(self, "_wtable", None)
         if table is None:
             g, w = self._c.Get_group(), MPI.COMM_WORLD.Get_group()
-            table = self._wtable = MPI.Group.Translate_ranks(g, list(range(self.size)), w)
+            table = self._wtable = MPI.Group.Translate_ranks(g, list(range(g.Get_size())), w)
             g.Free(), w.Free()
         return table[rank]
+
+    @staticmethod
+    def _known_failed_of(c: Any) -> bool:
+        try:
+            g = c.Get_failed()
+            n = g.Get_size()
+            g.Free()
+            return n > 0 or bool(c.Is_revoked())
+        except MPI.Exception:
+            return True
+
+
+class UlfmComm(_Failures, Comm, MPI.Intracomm):
+    """Fault-tolerant communicator over real ULFM: an ``MPI.Intracomm`` sharing the handle it is made from."""
+
+    backend = "ulfm"
+
+    def __init__(self, mpi_comm: Any) -> None:
+        plain = _plain(mpi_comm)
+        plain.Set_errhandler(MPI.ERRORS_RETURN)
+        Comm.__init__(self, plain)
+
+    def _pending(self, parent: _Failures, rank: int, size: int) -> None:
+        """Set up a communicator a non-blocking call (``Idup``, ``Ishrink``) is still making: no MPI call
+        on it yet; a rank or size not known (-1) is read when first asked for."""
+        self._c = _plain(self)
+        self._rank, self._size = rank, size
+        self._msgfault = parent._msgfault
+        self._ml_on = False
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (read once)."""
+        r = self._rank
+        if r < 0:
+            r = self._rank = self._c.Get_rank()
+        return r
+
+    @property
+    def size(self) -> int:
+        """Number of processes (read once)."""
+        n = self._size
+        if n < 0:
+            n = self._size = self._c.Get_size()
+        return n
+
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Get_size(self) -> int:
+        return self.size
 
     # -- point-to-point ------------------------------------------------------------------
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
@@ -264,9 +403,10 @@ class UlfmComm(Comm):
         if self._ml_on and dest >= 0:
             self._ml_sent[dest] += 1
 
-    def recv(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
+    def recv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
+        """mpi4py's ``recv`` (``buf``: an optional receive buffer for the pickled data)."""
         try:
-            obj = self._c.recv(None, source, tag, status)
+            obj = self._c.recv(buf, source, tag, status)
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on and source >= 0:
@@ -288,8 +428,28 @@ class UlfmComm(Comm):
             return _LReq(req, self, "isend", dest, tag, None, -1)
         return _Req(req, self)
 
-    def irecv(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
-        return _ObjRecv(self, source, tag)
+    def irecv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
+        """mpi4py's ``irecv``: a receive posted at once, into ``buf`` (a writable buffer, or a size in
+        bytes; None: mpi4py's default, ``mpi4py.rc.irecv_bufsz`` bytes). A larger message is an error
+        (``MPI_ERR_TRUNCATE``), as in mpi4py; ``irecv_matched`` takes a message of any size."""
+        try:
+            req = self._c.irecv(buf, source, tag)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+        if self._ml_on:
+            return _LReq(req, self, "irecv", source, tag, None, source if source >= 0 else -1)
+        return _Req(req, self)
+
+    def irecv_matched(self, source: int | None = None, tag: int | None = None) -> Request:
+        return _ObjRecv(self, MPI.ANY_SOURCE if source is None else source, MPI.ANY_TAG if tag is None else tag)
+
+    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                 source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG, status: Any = None) -> Any:
+        """mpi4py's ``sendrecv``: the send is posted first, so two ranks may exchange at once."""
+        req = self.isend(sendobj, dest, sendtag)
+        value = self.recv(recvbuf, source, recvtag, status)
+        req.Wait()
+        return value
 
     # -- buffer collectives ----------------------------------------------------------------
     def Barrier(self) -> None:
@@ -403,10 +563,10 @@ class UlfmComm(Comm):
         if self._ml_on:
             self._ml_seq += 1
         try:
-            new = UlfmComm(self._c.Shrink())
+            newc = self._c.Shrink()
         except MPI.Exception as e:
             raise self._convert(e) from e
-        new._msgfault = self._msgfault
+        new = _made(newc, self)
         if self._ml_on:
             self._ml_child(new, "k")
         return new
@@ -429,17 +589,21 @@ class UlfmComm(Comm):
     def get_failed(self) -> set[int]:
         return self._known_failed()
 
-    def dup(self) -> UlfmComm:
+    def dup(self, info: Any = None) -> UlfmComm:
         if self._ml_on:
             self._ml_seq += 1
         try:
-            new = UlfmComm(self._c.Dup())
+            newc = self._c.Dup(info)
         except MPI.Exception as e:
             raise self._convert(e) from e
-        new._msgfault = self._msgfault
+        new = _made(newc, self)
         if self._ml_on:
             self._ml_child(new, "d")
         return new
+
+    def Dup(self, info: Any = None) -> UlfmComm:
+        """mpi4py's ``Dup``: ``dup(info)``, a planaria communicator of the same class."""
+        return self.dup(info)
 
     def split(self, color: int | None = 0, key: int = 0) -> UlfmComm | None:
         if self._ml_on:
@@ -449,70 +613,228 @@ class UlfmComm(Comm):
             newc = self._c.Split(c, key)
         except MPI.Exception as e:
             raise self._convert(e) from e
-        new = None if newc == MPI.COMM_NULL else UlfmComm(newc)
-        if new is not None:
-            new._msgfault = self._msgfault
+        new = None if newc == MPI.COMM_NULL else _made(newc, self)
         if self._ml_on:
             self._ml_child(new, "s", color)
         return new
 
     def free(self) -> None:
+        """Release the communicator (local; safe after failures): afterwards it compares equal to
+        ``MPI.COMM_NULL``, as mpi4py's, unless a failure or a revoke is known on it (then the handle
+        is left alone: freeing it could wait for the failed process)."""
         c, self._c = self._c, MPI.COMM_NULL
         if c == MPI.COMM_NULL or c == MPI.COMM_WORLD:
             return
         if not self._known_failed_of(c):
             try:
-                c.Free()
+                MPI.Comm.Free(self)
             except MPI.Exception:
                 pass
 
-    # -- the rest of mpi4py's communicator API --------------------------------------------------
-    def __getattr__(self, name: str) -> Any:
-        """Any other name of mpi4py's communicator (``Scan``, ``Ssend``, ``Probe``, ``Ibarrier``,
-        ``Create_cart``, a Cartesian communicator's ``Shift``...): the underlying communicator's,
-        with ULFM's errors raised as planaria's and the communicators it makes wrapped as planaria
-        communicators. Real ULFM makes these calls raise on a failure like the wrapped ones; the
-        pickle collectives mpi4py runs on a hidden duplicate (which hang after a failure) are
-        not delegated: ``Comm`` has failure-safe ones."""
-        if name.startswith("_") or name in _UNSAFE_OBJECT_COLLECTIVES:
-            raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
-        attr = getattr(self.__dict__.get("_c", MPI.COMM_NULL), name)
-        if not callable(attr):
-            return attr
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                out = attr(*args, **kwargs)
-            except MPI.Exception as e:
-                raise self._convert(e) from e
-            return _wrap_made(out, self)
-        call.__name__ = call.__qualname__ = name
-        call.__doc__ = getattr(attr, "__doc__", None)
-        return call
+class _TopoObjects:
+    """The object neighbor collectives of a topology communicator, built from the buffer ones.
 
-    @staticmethod
-    def _known_failed_of(c: Any) -> bool:
-        try:
-            g = c.Get_failed()
-            n = g.Get_size()
-            g.Free()
-            return n > 0 or bool(c.Is_revoked())
-        except MPI.Exception:
-            return True
+    mpi4py's ``neighbor_allgather``/``neighbor_alltoall`` run on a hidden duplicate that ULFM's
+    revoke does not reach (see ``comm/base.py``); here a length exchange and the pickled bytes go
+    through ``Neighbor_allgather(v)``/``Neighbor_alltoall(v)`` of this communicator, which raise
+    planaria's errors. A ``PROC_NULL`` neighbor gives None, as in mpi4py.
+    """
+
+    def neighbor_allgather(self, sendobj: Any) -> list[Any]:
+        data = pickle.dumps(sendobj, pickle.HIGHEST_PROTOCOL)
+        rlen = np.full(self.indegree, -1, dtype=np.int64)
+        self.Neighbor_allgather(np.array([len(data)], dtype=np.int64), rlen)
+        counts = np.maximum(rlen, 0)
+        buf = bytearray(int(counts.sum()))
+        self.Neighbor_allgatherv([data, len(data), MPI.BYTE], [buf, (counts, _displs(counts)), MPI.BYTE])
+        return _unpickled(buf, rlen)
+
+    def neighbor_alltoall(self, sendobj: list[Any]) -> list[Any]:
+        if len(sendobj) != self.outdegree:
+            raise ValueError(f"neighbor_alltoall needs a sequence of {self.outdegree} items")
+        parts = [pickle.dumps(x, pickle.HIGHEST_PROTOCOL) for x in sendobj]
+        slen = np.array([len(p) for p in parts], dtype=np.int64)
+        rlen = np.full(self.indegree, -1, dtype=np.int64)
+        self.Neighbor_alltoall(slen, rlen)
+        counts = np.maximum(rlen, 0)
+        buf = bytearray(int(counts.sum()))
+        self.Neighbor_alltoallv([b"".join(parts), (slen, _displs(slen)), MPI.BYTE],
+                                [buf, (counts, _displs(counts)), MPI.BYTE])
+        return _unpickled(buf, rlen)
 
 
-#: mpi4py's pickle collectives that run on a hidden duplicate communicator (see ``comm/base.py``)
-_UNSAFE_OBJECT_COLLECTIVES = frozenset({"neighbor_allgather", "neighbor_alltoall"})
+def _displs(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=out[1:])
+    return out
 
 
-def _wrap_made(out: Any, parent: UlfmComm) -> Any:
-    """A communicator an mpi4py call made (alone or in a tuple, as ``Idup``'s): a planaria one."""
-    if isinstance(out, MPI.Intracomm) and not isinstance(out, UlfmComm):
+def _unpickled(buf: bytearray, lengths: np.ndarray) -> list[Any]:
+    view, out, pos = memoryview(buf), [], 0
+    for n in lengths.tolist():
+        if n < 0:
+            out.append(None)            # a PROC_NULL neighbor
+            continue
+        out.append(pickle.loads(view[pos:pos + n]))
+        pos += n
+    return out
+
+
+class UlfmCartcomm(_TopoObjects, UlfmComm, MPI.Cartcomm):
+    """A planaria ULFM communicator that is an ``MPI.Cartcomm`` (made by ``Create_cart``, ``Sub``...)."""
+
+
+class UlfmGraphcomm(_TopoObjects, UlfmComm, MPI.Graphcomm):
+    """A planaria ULFM communicator that is an ``MPI.Graphcomm`` (made by ``Create_graph``)."""
+
+
+class UlfmDistgraphcomm(_TopoObjects, UlfmComm, MPI.Distgraphcomm):
+    """A planaria ULFM communicator that is an ``MPI.Distgraphcomm`` (made by ``Create_dist_graph(_adjacent)``)."""
+
+
+class UlfmIntercomm(_Failures, MPI.Intercomm):
+    """An ``MPI.Intercomm`` (made by ``Create_intercomm``) whose calls raise planaria's errors and whose
+    ``Merge`` gives a planaria ``UlfmComm``. planaria's own ``Comm`` API (object collectives built from
+    buffer ones, recovery) is for intracommunicators, so this class has mpi4py's methods only."""
+
+    backend = "ulfm"
+
+    def __init__(self, mpi_comm: Any) -> None:
+        self._c = _plain(mpi_comm)
+        self._c.Set_errhandler(MPI.ERRORS_RETURN)
+
+    def _pending(self, parent: _Failures, rank: int, size: int) -> None:
+        self._c = _plain(self)
+        self._msgfault = parent._msgfault
+
+    def __repr__(self) -> str:
+        return f"<planaria.UlfmIntercomm size={self.size} remote_size={self.remote_size}>"
+
+
+#: planaria's class for each mpi4py communicator class (most derived first)
+_CLASSES: tuple[tuple[type, type], ...] = (
+    (MPI.Cartcomm, UlfmCartcomm), (MPI.Graphcomm, UlfmGraphcomm), (MPI.Distgraphcomm, UlfmDistgraphcomm),
+    (MPI.Intercomm, UlfmIntercomm), (MPI.Intracomm, UlfmComm))
+_PLAIN_TYPES = frozenset(k for k, _ in _CLASSES)
+
+
+def _plain(c: Any) -> Any:
+    """A plain mpi4py communicator of ``c``'s class with ``c``'s handle (``c`` itself when it is one)."""
+    if type(c) in _PLAIN_TYPES:
+        return c
+    for kind, _ in _CLASSES:
+        if isinstance(c, kind):
+            return kind(c)
+    return MPI.Intracomm(c)
+
+
+def ulfm_comm(mpi_comm: Any) -> Any:
+    """The planaria ULFM communicator of ``mpi_comm``'s class (``UlfmCartcomm`` for a ``Cartcomm``...)."""
+    for kind, cls in _CLASSES:
+        if isinstance(mpi_comm, kind):
+            return cls(mpi_comm)
+    raise TypeError(f"not an mpi4py communicator: {type(mpi_comm).__name__}")
+
+
+#: mpi4py calls that return a communicator still being made (usable once their request completes)
+_NONBLOCKING_MAKERS = frozenset({"Idup", "Idup_with_info", "Ishrink"})
+
+
+def _made(out: Any, parent: _Failures, maker: str = "") -> Any:
+    """What an mpi4py call returned, with its communicators and requests made planaria's.
+
+    A communicator becomes the planaria class of its mpi4py class, carrying ``parent``'s message
+    faults (a null one stays mpi4py's ``COMM_NULL``); one that mpi4py made of the caller's own class
+    (``Clone``, ``Idup``: ``type(self)``, without running ``__init__``) is set up in place. A request
+    becomes a ``_Req`` (``_PReq`` when persistent) whose calls raise planaria's errors.
+    """
+    if isinstance(out, MPI.Comm):
+        if isinstance(out, _Failures):
+            if "_c" not in out.__dict__:
+                if maker in _NONBLOCKING_MAKERS:
+                    same = maker != "Ishrink"
+                    out._pending(parent, parent.rank if same else -1, parent.size if same else -1)
+                else:
+                    type(out).__init__(out, out)
+                    out._msgfault = parent._msgfault
+            return out
         if out == MPI.COMM_NULL:
             return out
-        new = UlfmComm(out)
-        new._msgfault = parent._msgfault
-        return new
-    if isinstance(out, tuple | list) and any(isinstance(x, MPI.Intracomm) for x in out):
-        return type(out)(_wrap_made(x, parent) for x in out)
+        for kind, cls in _CLASSES:
+            if isinstance(out, kind):
+                if maker in _NONBLOCKING_MAKERS:
+                    new = cls.__new__(cls, out)
+                    new._pending(parent, -1, -1)
+                    return new
+                new = cls(out)
+                new._msgfault = parent._msgfault
+                return new
+        return out
+    if isinstance(out, MPI.Request):
+        if isinstance(out, Request):
+            return out
+        if isinstance(out, MPI.Prequest):
+            return _PReq(out, parent)
+        if type(out) is MPI.Request:
+            return _Req(out, parent)
+        return out                      # a generalized request: mpi4py's
+    if isinstance(out, tuple | list) and any(isinstance(x, MPI.Comm | MPI.Request) for x in out):
+        return type(out)(_made(x, parent, maker) for x in out)
     return out
+
+
+def _wrapper(name: str, fn: Any) -> Callable[..., Any]:
+    """mpi4py's method ``fn`` on the same object, with ULFM's errors raised as planaria's and what
+    it makes made planaria's (``_made``)."""
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            out = fn(self, *args, **kwargs)
+        except MPI.Exception as e:
+            err = self._convert(e)
+            if err is e:
+                raise
+            raise err from e
+        if out is None or out.__class__ in _SCALARS:
+            return out
+        return _made(out, self, name)
+    call.__name__ = name
+    call.__qualname__ = name
+    # a code object of its own, named after the method: tracebacks and the message log's stack
+    # reading (``msglog._method``) then show the mpi4py call, not a shared ``call``
+    call.__code__ = call.__code__.replace(co_name=name, co_qualname=name)
+    call.__doc__ = getattr(fn, "__doc__", None)
+    call.__wrapped__ = fn                                   # type: ignore[attr-defined]
+    call._planaria_delegate = True                          # type: ignore[attr-defined]
+    return call
+
+
+_SCALARS = frozenset({int, bool, float, str})
+
+
+def _delegate(cls: type, mpi_cls: type) -> None:
+    """Give ``cls`` a wrapper (``_wrapper``) for every public method of ``mpi_cls`` that planaria's
+    classes in ``cls``'s hierarchy do not define themselves. Class methods (``Get_parent``,
+    ``Create_from_group``...) and properties stay mpi4py's: they take no communicator, or only
+    read local attributes."""
+    own: set[str] = set()
+    for k in cls.__mro__:
+        if k.__module__.startswith("planaria."):
+            own.update(n for n, v in vars(k).items() if not getattr(v, "_planaria_delegate", False))
+    for name in dir(mpi_cls):
+        if name.startswith("_") or name in own:
+            continue
+        raw = inspect.getattr_static(mpi_cls, name)
+        if isinstance(raw, classmethod | staticmethod) or not callable(raw):
+            continue
+        if getattr(getattr(cls, name, None), "__wrapped__", None) is raw:
+            continue                                        # inherited wrapper of the same method
+        setattr(cls, name, _wrapper(name, raw))
+
+
+_delegate(UlfmComm, MPI.Intracomm)
+_delegate(UlfmCartcomm, MPI.Cartcomm)
+_delegate(UlfmGraphcomm, MPI.Graphcomm)
+_delegate(UlfmDistgraphcomm, MPI.Distgraphcomm)
+_delegate(UlfmIntercomm, MPI.Intercomm)

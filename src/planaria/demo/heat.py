@@ -218,7 +218,7 @@ def _sleep_until_report(comm: pl.Comm) -> None:
     """Wait for rank 0's report without spinning: the closing agreement busy-polls, and 7 ranks
     spinning on 2 cores made rank 0's serial reference run several times slower. A failure of
     rank 0 meanwhile raises here, inside the protected epilogue, like any other."""
-    req = comm.irecv(source=0, tag=REPORT_DONE_TAG)
+    req = comm.irecv_matched(source=0, tag=REPORT_DONE_TAG)
     while not req.test()[0]:
         time.sleep(0.002)
 

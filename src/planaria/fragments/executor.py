@@ -191,7 +191,7 @@ class Executor:
         up; after a ring the message is often matched only by the second probe (the first one's
         progress call pulls it in)."""
         while True:
-            done, msg = self.comm.irecv(tag=TAG).test()
+            done, msg = self.comm.irecv_matched(tag=TAG).test()
             if done:
                 self.msgs_in += 1
                 yield msg
@@ -215,7 +215,7 @@ class Executor:
     def echo_pings(self) -> None:
         """Answer the balancer's link probe (``_LinkProbe``) at once, from the loop."""
         while self.pings_left:
-            done, _payload = self.comm.irecv(source=self.brank, tag=PING_TAG).test()
+            done, _payload = self.comm.irecv_matched(self.brank, PING_TAG).test()
             if not done:
                 return
             self.post(self.comm.isend(b"k", self.brank, PING_TAG), self.brank)
@@ -789,7 +789,7 @@ class _LinkProbe:
     def _next_round(self) -> None:
         self.round += 1
         payload = b"x" * _PING_SIZES[self.round]
-        self.pending = {w: self.comm.irecv(source=w, tag=PING_TAG) for w in range(self.workers)}
+        self.pending = {w: self.comm.irecv_matched(w, PING_TAG) for w in range(self.workers)}
         self.t = time.perf_counter()
         self.sends += [self.comm.isend(payload, w, PING_TAG) for w in range(self.workers)]
         for w in range(self.workers):

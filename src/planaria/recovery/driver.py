@@ -289,7 +289,7 @@ class Resilient:
     def _spare_wait(self) -> tuple[int, State] | None:
         """Wait without spinning until released (None) or needed (returns where to resume)."""
         world = self._lay.world
-        req = world.irecv(tag=SPARE_TAG)
+        req = world.irecv_matched(tag=SPARE_TAG)
         while True:
             try:
                 done, msg = req.test()
@@ -304,7 +304,7 @@ class Resilient:
             if done:
                 if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "warm":
                     self._warm_up(msg[1], msg[2])
-                    req = world.irecv(tag=SPARE_TAG)
+                    req = world.irecv_matched(tag=SPARE_TAG)
                     continue
                 if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "stop" and msg[1] in _STOPPED:
                     raise _STOPPED[msg[1]](msg[2])
