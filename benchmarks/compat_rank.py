@@ -39,6 +39,22 @@ def _swap(cls: type, world: object, mpi_world: object) -> None:
     cls.setUp = setUp
 
 
+class _Result(unittest.TextTestResult):
+    """Also keeps the ids (``Class.test``) of the tests that passed, to compare with the raw run."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.passed_ids: list[str] = []
+
+    def addSuccess(self, test: unittest.TestCase) -> None:     # noqa: N802 - unittest's name
+        super().addSuccess(test)
+        self.passed_ids.append(".".join(test.id().rsplit(".", 2)[-2:]))
+
+
+class _Runner(unittest.TextTestRunner):
+    resultclass = _Result
+
+
 def main(argv: list[str]) -> int:
     tests_dir, module_name = argv[0], argv[1]
     raw = "--raw" in argv[2:]
@@ -55,12 +71,12 @@ def main(argv: list[str]) -> int:
         if not raw:
             _swap(cls, comm, MPI.COMM_WORLD)
         suite.addTests(unittest.defaultTestLoader.loadTestsFromTestCase(cls))
-    res = unittest.TextTestRunner(stream=io.StringIO(), verbosity=0).run(suite)
+    res = _Runner(stream=io.StringIO(), verbosity=0).run(suite)
     bad = res.failures + res.errors
     if comm.Get_rank() == 0:
         print("COMPAT " + json.dumps({
             "module": module_name, "run": res.testsRun, "failed": len(bad), "skipped": len(res.skipped),
-            "passed": res.testsRun - len(bad) - len(res.skipped),
+            "passed": res.testsRun - len(bad) - len(res.skipped), "passed_ids": sorted(res.passed_ids),
             "failures": [[t.id().rsplit(".", 1)[-1], (tb.strip().splitlines() or [""])[-1][:200]]
                          for t, tb in bad[:10]]}), flush=True)
     return 0
