@@ -358,3 +358,36 @@ def abft(
                       progress=_progress(json_out), modes=modes, per_job=per_job, tmpfs=tmpfs, keep_heap=keep_heap,
                       settle=settle)
     raise typer.Exit(run_and_show("abft", compute, ab.show, json_out))
+
+
+@app.command("diagnose-accuracy")
+def diagnose_accuracy(
+    cases: str = typer.Option("all", "--cases", help="Corpus cases, comma-separated (names in cases.toml), or all."),
+    modes: str = typer.Option("ulfm,sim,plain", "--modes",
+                              help="Modes, comma-separated: ulfm, sim (planaria's runtime on that backend), plain "
+                                   "(the same program on MPI.COMM_WORLD without planaria); a case runs only in the "
+                                   "modes that apply to it."),
+    ranks: int | None = typer.Option(None, "--ranks", help="Ranks per job (at least each case's own n; default: the case's n)."),
+    corpus: str | None = typer.Option(None, "--corpus", help="Corpus directory (default: tests/diagnosis_corpus of the source tree)."),
+    suite: bool = typer.Option(False, "--suite", help="Only the cases marked suite = true (the regression tests)."),
+    keep: str | None = typer.Option(None, "--keep", help="Keep every job directory under this directory."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result (every run, with what the report said) as JSON."),
+) -> None:
+    """Diagnosis accuracy on the corpus of faulty programs: is the first root cause (kind, ranks, file:line) right?
+
+    Every case runs as a real 'planaria run --on-hang abort' job (fast detection thresholds, a hard
+    --timeout), then 'planaria diagnose JOB --json'; per case and mode: right / wrong (what it said) /
+    no answer, and the time from the fault to the first incident announcing the correct root cause.
+    Exit 0 (whatever the accuracy), 2 for bad options.
+
+    Example: planaria bench diagnose-accuracy --cases deadlock_pair,compute_loop --modes ulfm,plain
+    """
+    from pathlib import Path
+
+    from planaria.bench import diagnose_accuracy as dab
+    from planaria.bench._launch import run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        return dab.run(cases, modes, ranks, Path(corpus) if corpus else None, suite_only=suite,
+                       keep=Path(keep) if keep else None, progress=_progress(json_out))
+    raise typer.Exit(run_and_show("diagnose-accuracy", compute, dab.show, json_out))
