@@ -104,3 +104,17 @@ def test_postmortem_never_blames_ranks_the_launcher_ended_and_starts_from_its_la
     summary.append({"rank": 3, "state": "failed", "how": "uncaught ValueError: bad", "ended_by": None})
     out = postmortem.postmortem(events, "j", summary=summary, last_live=("diag-1.json", live))
     assert [rc["rank_list"] for rc in out["root_causes"]] == [[3]]
+
+
+def test_postmortem_names_a_rank_that_left_early_not_the_survivor_that_saw_it():
+    """Under ULFM a rank that exited counts as failed: rank 0's ProcFailedError names rank 3, which
+    had ended with exit 0 before the barrier the others waited in."""
+    events = [{"type": "fail", "rank": 0, "t": 2.0, "reason": "uncaught ProcFailedError",
+               "saw_failure": {"op": "Barrier", "comm": "world", "ranks": [3], "site": "a.py:10 in <module>"}}]
+    summary = [{"rank": 0, "state": "failed", "how": "uncaught ProcFailedError"},
+               {"rank": 1, "state": "finished", "how": "exit 0", "exit_code": 0},
+               {"rank": 3, "state": "finished", "how": "exit 0", "exit_code": 0}]
+    out = postmortem.postmortem(events, "j", summary=summary)
+    assert [(rc["kind"], rc["rank_list"]) for rc in out["root_causes"]] == [("finished", [3])]
+    assert "ended (exit 0) while rank(s) 0 still communicated with it" in out["text"]
+    assert out["consequences"]["0"]["blames"] == [3]

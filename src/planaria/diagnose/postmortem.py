@@ -39,11 +39,19 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
     injected = {e.get("rank"): e for e in events if e.get("type") == "inject" and e.get("kind") == "kill"}
     incidents = [dict(e["incident"], by=e.get("by")) for e in events
                  if e.get("type") == "incident" and isinstance(e.get("incident"), dict)]
+    # ranks that ended normally: under ULFM a rank that has left counts as failed for the others,
+    # so a survivor's ProcFailedError naming one is a consequence of that rank leaving early
+    finished = {int(row["rank"]): row for row in summary or []
+                if isinstance(row.get("rank"), int) and row.get("state") == "finished"}
     consequences: dict[int, dict[str, Any]] = {}
     roots: list[dict[str, Any]] = []
+    left_early: dict[int, list[int]] = {}
     for rank, ev in sorted(first.items()):
         saw = ev.get("saw_failure") or {}
-        blamed = [r for r in saw.get("ranks") or [] if r in first and r != rank]
+        blamed = [r for r in saw.get("ranks") or [] if (r in first or r in finished) and r != rank]
+        for r in blamed:
+            if r not in first:
+                left_early.setdefault(r, []).append(rank)
         if blamed:
             consequences[rank] = {"blames": blamed, "op": saw.get("op"), "comm": saw.get("comm"),
                                   "site": saw.get("site")}
@@ -57,13 +65,20 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         roots.append({"kind": "no-state", "ranks": rank_ranges([rank]), "rank_list": [rank], "reason": how,
                       "site": ev.get("site"), "op": (ev.get("op") or {}).get("name"),
                       "step": ev.get("step"), "t": ev.get("t")})
+    for r, waiters in sorted(left_early.items()):
+        row = finished[r]
+        code = row.get("exit_code")
+        roots.append({"kind": "finished", "ranks": rank_ranges([r]), "rank_list": [r],
+                      "reason": f"ended (exit {0 if code is None else code}) while rank(s) {rank_ranges(waiters)} "
+                                f"still communicated with it", "site": None, "op": None,
+                      "step": row.get("step"), "t": row.get("t")})
     # ranks the launcher ended (timeout, Ctrl-C, a detected hang) are victims, never causes
     stopped = {int(row["rank"]) for row in summary or []
                if isinstance(row.get("rank"), int) and _by_launcher(str(row.get("ended_by") or ""))}
     victims = [rc for rc in roots if rc["rank_list"][0] in stopped]
     roots = [rc for rc in roots if rc not in victims]
     # ranks the job abort took down are not failures of their own when some other rank failed
-    aborted = [rc for rc in roots if str(first[rc["rank_list"][0]].get("ended_by") or "").startswith(_ABORT)]
+    aborted = [rc for rc in roots if str(first.get(rc["rank_list"][0], {}).get("ended_by") or "").startswith(_ABORT)]
     others = [rc["rank_list"][0] for rc in roots if rc not in aborted]
     abort_note: str | None = None
     if aborted and others:
