@@ -150,7 +150,9 @@ def _mismatch(a: int, b: int, op: dict[str, Any], other: dict[str, Any], rec: di
     else:
         kind, reason = "source-mismatch", (f"unmatched source: rank {src} sent to rank {a} (tag {tag}), rank {a} "
                                            f"waits for a message from rank {b}{where}")
-    ranks = sorted({a, b} | ({src} if isinstance(src, int) else set()))
+    # the ranks to fix: the receiver and the sender of the message it does not match (a receive
+    # that names another rank does not make that rank part of the mismatch)
+    ranks = sorted({a, src if isinstance(src, int) else b})
     return {"kind": kind, "ranks": hangfilter.rank_ranges(ranks), "rank_list": [a] + [r for r in ranks if r != a],
             "reason": reason, "op": op.get("name"), "comm": op.get("comm"), "site": op.get("site"),
             "host": rec.get("host"), "unmatched": other}
