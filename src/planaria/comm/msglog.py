@@ -356,7 +356,8 @@ _INFRA = tuple(f"/planaria/{p}/" for p in ("comm", "runtime", "localize", "injec
 def is_app_file(filename: str) -> bool:
     """True for application code: not planaria's infrastructure (its demo and benchmark programs count as applications)."""
     fn = filename.replace("\\", "/")
-    return not fn.startswith("<") and not any(p in fn for p in _INFRA)
+    # a Cython source (.pyx: mpi4py's methods) is never the program's own
+    return not fn.startswith("<") and not fn.endswith(".pyx") and not any(p in fn for p in _INFRA)
 
 
 def call_site(frame: Any) -> str | None:

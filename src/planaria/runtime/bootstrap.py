@@ -256,13 +256,13 @@ def _kill(reason: str) -> None:
     fail_stop(reason)
 
 
-def fail_stop(reason: str) -> None:
+def fail_stop(reason: str, _tb: Any = None) -> None:
     """End this rank as a process failure the survivors will see; records ``reason`` with the controller."""
     _RT.dead = True
     _flush()
     if _RT.agent is not None:
         try:
-            _RT.agent.report("fail", wait=True, reason=reason, step=_RT.step, **_failure_context())
+            _RT.agent.report("fail", wait=True, reason=reason, step=_RT.step, **_failure_context(_tb))
             _RT.agent.dead = reason
         except Exception:
             pass
@@ -279,15 +279,27 @@ def fail_stop(reason: str) -> None:
     time.sleep(10)  # pragma: no cover - SIGKILL does not return
 
 
-def _failure_context() -> dict[str, Any]:
-    """Where this rank was when it failed (call site, operation) and which failures it had seen (detection on)."""
+def _failure_context(tb: Any = None) -> dict[str, Any]:
+    """Where this rank was when it failed (call site, operation) and which failures it had seen (detection on).
+
+    ``tb``: the traceback of the exception that ends the rank; its innermost application frame is
+    where the program failed (the live stack is the exception hook's by then)."""
     from planaria.comm import msglog
     lg = msglog.log()
     if lg is None:
         return {}
     out: dict[str, Any] = {}
     try:
-        out["site"] = lg.site()
+        if tb is not None:       # the innermost application frame of the traceback (Cython frames
+            app = None           # of mpi4py have no f_back: walk the traceback, not the frames)
+            while tb is not None:
+                code = tb.tb_frame.f_code
+                if msglog.is_app_file(code.co_filename):
+                    app = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+                tb = tb.tb_next
+            out["site"] = app or lg.site()
+        else:
+            out["site"] = lg.site()
         op = lg.current()
         if op is not None:
             out["op"] = {k: op.get(k) for k in ("name", "comm", "peer", "tag", "seq")}
@@ -318,7 +330,7 @@ def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> No
     sys.stderr.write(text)
     sys.stderr.write(f"planaria: rank {rank} failed with an uncaught {etype.__name__}; "
                      "treating it as a process failure\n")
-    fail_stop(f"uncaught {etype.__name__}: {value}".splitlines()[0][:300])
+    fail_stop(f"uncaught {etype.__name__}: {value}".splitlines()[0][:300], tb)
 
 
 def _stop_services() -> None:
