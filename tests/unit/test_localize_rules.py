@@ -203,7 +203,7 @@ def test_a_sent_message_the_receive_does_not_match_is_a_tag_mismatch_not_the_net
     rb.probe_result(5, STATUS, {"op": {"name": "Barrier", "kind": "coll", "comm": "world", "seq": 1,
                                        "since": 9.0, "site": "a.py:30 in f"}, "sent": True}, now=11.0)
     (inc,) = roots(rb)
-    assert inc["kind"] == "tag-mismatch" and inc["status"] == "confirmed"
+    assert inc["kind"] == "tag-mismatch" and inc["status"] == "confirmed" and inc["ranks"] == [0, 5]
     assert inc["verdict"] == "unmatched tag: rank 5 sent tag 8, rank 0 waits for tag 7 from rank 5 at a.py:20 in f"
     # the same wait without the unmatched message: the message really was lost on the way
     rb = rb_default()

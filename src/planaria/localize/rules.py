@@ -965,14 +965,17 @@ def _type_verdicts(records: Sequence[ErrorRecord]) -> list[Verdict]:
             ev = last.evidence
             want = "any tag" if ev.get("want") is None else f"tag {ev.get('want')}"
             where = f" at {last.site}" if last.site else ""
+            # blamed: the sender of the unmatched message and the rank whose receive does not match
+            # it (a rank the receive names but that sent nothing has no part in it)
+            pair = tuple(sorted({r for r in (ev.get("source"), ev.get("waiting")) if isinstance(r, int)})) or (about,)
             if ev.get("source") == about:
                 out.append(Verdict(f"unmatched tag: rank {about} sent tag {ev.get('tag')}, rank {ev.get('waiting')} "
                                    f"waits for {want} from rank {about}{where}", "tag-mismatch",
-                                   PRIORITY["tag-mismatch"], (about,), host))
+                                   PRIORITY["tag-mismatch"], pair, host))
             else:
                 out.append(Verdict(f"unmatched source: rank {ev.get('source')} sent to rank {ev.get('waiting')} "
                                    f"(tag {ev.get('tag')}), rank {ev.get('waiting')} waits for a message from rank "
-                                   f"{about}{where}", "source-mismatch", PRIORITY["source-mismatch"], (about,), host))
+                                   f"{about}{where}", "source-mismatch", PRIORITY["source-mismatch"], pair, host))
         elif typ == NETWORK:
             ev = last.evidence
             if isinstance(ev.get("sent_to"), int):
