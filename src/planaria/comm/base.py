@@ -369,13 +369,15 @@ class Comm(ABC):
     def send(self, obj: Any, dest: int, tag: int = 0) -> None: ...
 
     @abstractmethod
-    def recv(self, source: int = ..., tag: int = ..., status: Any = None) -> Any: ...
+    def recv(self, buf: Any = None, source: int = ..., tag: int = ..., status: Any = None) -> Any:
+        """mpi4py's ``recv``: an object of any size (``buf`` is deprecated in mpi4py and not needed)."""
 
     @abstractmethod
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request: ...
 
     @abstractmethod
-    def irecv(self, source: int = ..., tag: int = ...) -> Request: ...
+    def irecv(self, buf: Any = None, source: int = ..., tag: int = ...) -> Request:
+        """mpi4py's ``irecv``: a receive posted at once into ``buf`` (None: at most 32 KiB)."""
 
     def irecv_matched(self, source: int | None = None, tag: int | None = None) -> Request:
         """Object receive of any size, matched when it is tested or waited for (a matched probe).
@@ -388,13 +390,14 @@ class Comm(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__}.irecv_matched")
 
-    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, source: int | None = None,
-                 recvtag: int | None = None, status: Any = None) -> Any:
-        """Send and receive objects without deadlock (posts the send first)."""
+    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
+                 source: int | None = None, recvtag: int | None = None, status: Any = None) -> Any:
+        """mpi4py's ``sendrecv``: the send is posted first, so two ranks may exchange at once
+        (``recvbuf`` is accepted for mpi4py's signature; the object is received whatever its size)."""
         from mpi4py import MPI
         req = self.isend(sendobj, dest, sendtag)
-        value = self.recv(source=MPI.ANY_SOURCE if source is None else source,
-                          tag=MPI.ANY_TAG if recvtag is None else recvtag, status=status)
+        value = self.recv(recvbuf, MPI.ANY_SOURCE if source is None else source,
+                          MPI.ANY_TAG if recvtag is None else recvtag, status)
         req.Wait()
         return value
 

@@ -714,14 +714,6 @@ class SimComm(Comm):
             self._ml_recvd[source] += 1
         return obj
 
-    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
-                 source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG, status: Any = None) -> Any:
-        """mpi4py's ``sendrecv``: the send is posted first, so two ranks may exchange at once."""
-        req = self.isend(sendobj, dest, sendtag)
-        value = self.recv(recvbuf, source, recvtag, status)
-        req.Wait()
-        return value
-
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         self._enter(dest)
         if self._msgfault is not None and not self._outgoing(dest):

@@ -443,14 +443,6 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def irecv_matched(self, source: int | None = None, tag: int | None = None) -> Request:
         return _ObjRecv(self, MPI.ANY_SOURCE if source is None else source, MPI.ANY_TAG if tag is None else tag)
 
-    def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
-                 source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG, status: Any = None) -> Any:
-        """mpi4py's ``sendrecv``: the send is posted first, so two ranks may exchange at once."""
-        req = self.isend(sendobj, dest, sendtag)
-        value = self.recv(recvbuf, source, recvtag, status)
-        req.Wait()
-        return value
-
     # -- buffer collectives ----------------------------------------------------------------
     def Barrier(self) -> None:
         if self._ml_on:
