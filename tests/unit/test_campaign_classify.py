@@ -169,3 +169,21 @@ def test_a_known_library_crash_is_told_apart_only_when_it_explains_the_stop() ->
     # a crash never excuses a wrong result or a non-documented exit
     assert classify(targets.app_observation(1, "", crashes, plan, "abc"))[0] == UNEXPLAINED
     assert combine([(LIBRARY, "x"), (UNEXPLAINED, "y")])[0] == UNEXPLAINED
+
+
+def test_the_report_lists_library_crashes_apart_from_bad_runs() -> None:
+    import io
+
+    from rich.console import Console
+
+    from planaria.campaign.report import print_report
+    from planaria.campaign.targets import RunRecord
+
+    plan = plans.RunPlan(5, "app", "ulfm", ["kill:rank=3,time=0.008"], {"store": "memory"})
+    rec = RunRecord(plan)
+    rec.cls, rec.reason, rec.replay = LIBRARY, "exit 3: spares exhausted after 3 process(es) crashed", ["planaria run x"]
+    buf = io.StringIO()
+    print_report([rec], {"seed": 7, "timeout": 90.0}, console=Console(file=buf, width=200))
+    text = buf.getvalue()
+    assert "1 run(s) where the MPI library crashed" in text and "run 5 app on ulfm: library crash" in text
+    assert "no run was wrong, hung or unexplained" in text

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from planaria.campaign.classify import BAD, CLASSES
+from planaria.campaign.classify import BAD, CLASSES, LIBRARY
 from planaria.campaign.targets import RunRecord
 
 
@@ -51,12 +51,21 @@ def print_report(records: list[RunRecord], header: dict[str, Any], console: Any 
     t.add_section()
     t.add_row("all", "", str(len(records)), *[_cell(k, total.get(k, 0)) for k in CLASSES])
     con.print(t)
+    crashed = [r for r in records if r.cls == LIBRARY]
+    if crashed:
+        con.print(f"{len(crashed)} run(s) where the MPI library crashed (see docs/recovery.md):")
+        _listing(con, crashed)
     worst = bad(records)
     if not worst:
         con.print("[green]no run was wrong, hung or unexplained[/green]")
         return
     con.print(f"[red]{len(worst)} bad run(s)[/red]:")
-    for r in worst:
+    _listing(con, worst)
+
+
+def _listing(con: Any, runs: list[RunRecord]) -> None:
+    """Each run's class, reason, plan and the commands that replay it."""
+    for r in runs:
         con.print(f"[bold]run {r.plan.index}[/bold] {r.plan.target} on {r.plan.backend}: "
                   f"[red]{r.cls}[/red]: {r.reason}", highlight=False)
         con.print(f"  plan: {r.plan.describe()}", highlight=False, markup=False, soft_wrap=True)
