@@ -38,6 +38,9 @@ from planaria.comm import errors as _errors
 from planaria.comm.errors import FailureError, ProcFailedError, RevokedError
 
 _FAILED_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING)
+# mpi4py's C methods of the hottest calls, called on the communicator itself (it is an
+# Intracomm sharing the handle): one call, no attribute look-ups on the way (8-byte ping-pong)
+_SEND, _RECV, _SENDRECV, _ALLREDUCE = MPI.Comm.Send, MPI.Comm.Recv, MPI.Comm.Sendrecv, MPI.Comm.Allreduce
 
 
 def ulfm_available() -> bool:
@@ -339,7 +342,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
         if self._msgfault is None or self._outgoing(dest):
             try:
-                self._c.Send(buf, dest, tag)
+                _SEND(self, buf, dest, tag)
             except MPI.Exception as e:
                 raise self._convert(e) from e
         if self._ml_on and dest >= 0:           # a dropped message too
@@ -347,7 +350,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
 
     def Recv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> None:
         try:
-            self._c.Recv(buf, source, tag, status)
+            _RECV(self, buf, source, tag, status)
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on and source >= 0:
@@ -385,7 +388,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
                 self._ml_sent[dest] += 1
             return
         try:
-            self._c.Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+            _SENDRECV(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on:
@@ -472,7 +475,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         if self._ml_on:
             self._ml_seq += 1
         try:
-            self._c.Allreduce(sendbuf, recvbuf, MPI.SUM if op is None else op)
+            _ALLREDUCE(self, sendbuf, recvbuf, MPI.SUM if op is None else op)
         except MPI.Exception as e:
             raise self._convert(e) from e
 
