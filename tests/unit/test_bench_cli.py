@@ -28,18 +28,26 @@ def _invoke(args: list[str]) -> dict:
     return json.loads(res.stdout)
 
 
+def test_bench_overhead_rejects_an_unknown_call() -> None:
+    from planaria.bench import overhead
+    with pytest.raises(ValueError, match="unknown call 'Nope'"):
+        overhead.run([2], ["ulfm"], calls="Scan,Nope")
+
+
 @pytest.mark.timeout(120)
 def test_bench_overhead_tiny() -> None:
     out = _invoke(["overhead", "--ranks", "2", "--backend", "ulfm,sim", "--iters", "20", "--sr-iters", "2",
-                   "--blocks", "6", "--json"])
+                   "--blocks", "6", "--calls", "Scan,Ssend_Recv,Neighbor_alltoall", "--json"])
     assert out["benchmark"] == "overhead"
     cases = {(r["backend"], r["case"]) for r in out["rows"]}
-    assert cases == {(b, c) for b in ("ulfm", "sim") for c in ("allreduce_8B", "sendrecv_1MiB", "pingpong_8B")}
+    assert cases == {(b, c) for b in ("ulfm", "sim") for c in ("allreduce_8B", "sendrecv_1MiB", "pingpong_8B",
+                                                               "Scan_1MiB", "Ssend_Recv_1MiB", "Neighbor_alltoall_1MiB")}
     for r in out["rows"]:
         assert r["ranks"] == 2
         for k in ("raw_ns_median", "planaria_ns_median", "ratio", "paired_ratio_median"):
             assert r[k] > 0, (k, r)
         if r["backend"] == "ulfm":
+            assert r["goal"] == (1.05 if r["case"].endswith("_1MiB") and r["case"] != "sendrecv_1MiB" else r["goal"])
             assert r["goal"] > 0 and isinstance(r["goal_met"], bool)
         else:
             assert r["goal"] is None

@@ -8,12 +8,18 @@ timed with ``time.perf_counter_ns`` on rank 0:
 - ``Sendrecv`` of 1 MiB between ranks 0 and 1 (other ranks idle):
   ``comm.mpi.Sendrecv(s, peer, 7, r, peer, 7)`` vs ``comm.Sendrecv(s, peer, 7, r, peer, 7)``;
 - ping-pong of 8 bytes between ranks 0 and 1 (OSU latency's pattern; other ranks idle): rank 0
-  ``Send`` then ``Recv``, rank 1 ``Recv`` then ``Send``; one operation is one round trip.
+  ``Send`` then ``Recv``, rank 1 ``Recv`` then ``Send``; one operation is one round trip;
+- the rest of mpi4py's calls at 1 MiB (``MIB_CALLS``; each rank sends 1 MiB: a collective's
+  per-rank contribution, a message, a Cartesian ring's neighbour exchange), the same call on
+  ``comm`` and on ``comm.mpi`` (a Cartesian communicator made from each). They cover every kind
+  of method planaria has: its own (``Bcast``...), mpi4py's C method behind a generated wrapper
+  (``Scan``...), a counting wrapper (``Ssend``), requests (``Iallreduce``, ``Isend``), object
+  forms (``bcast``) and a topology communicator's (``Neighbor_alltoall``).
 
 Reported per case: the median over blocks of the per-operation time of each, their ratio
 (planaria / raw), and the median of the per-block-pair ratios. Goals (ulfm backend):
 ratio <= 1.2 for the 8-byte Allreduce, <= 1.02 for the 1 MiB Sendrecv, <= 1.15 for the 8-byte
-ping-pong.
+ping-pong, <= 1.05 for every other call at 1 MiB.
 
 With ``detect`` the jobs run with run-time error detection on (``PLANARIA_DETECT=1``: monitored
 communicators and the probe service thread), as under ``planaria run``; the difference to a run
@@ -31,8 +37,13 @@ from planaria.bench import _launch
 from planaria.bench._launch import command_line, emit, launch, loadavg, median, parse_ranks
 
 MODULE = "planaria.bench.overhead"
-GOALS = {"allreduce_8B": 1.2, "sendrecv_1MiB": 1.02, "pingpong_8B": 1.15}
 MIB = 1 << 20
+#: the further calls, each at 1 MiB per rank (``_mib_calls`` makes them)
+MIB_CALLS = ("Bcast", "Reduce", "Allreduce", "Gather", "Scatter", "Allgather", "Alltoall", "Scan",
+             "Exscan", "Reduce_scatter_block", "Iallreduce", "Ibcast", "Isend_Irecv", "Ssend_Recv",
+             "Sendrecv_replace", "bcast", "Neighbor_alltoall")
+GOALS = {"allreduce_8B": 1.2, "sendrecv_1MiB": 1.02, "pingpong_8B": 1.15,
+         **{f"{c}_1MiB": 1.05 for c in MIB_CALLS}}
 
 
 # --------------------------------------------------------------------------- inside the ranks
@@ -89,6 +100,13 @@ def rank_main(args: argparse.Namespace) -> None:
         "sendrecv_1MiB": (sr_raw, sr_pl, args.sr_iters),
         "pingpong_8B": (pingpong(raw), pingpong(comm), args.iters),
     }
+    wanted = [c for c in args.calls.split(",") if c] if args.calls else list(MIB_CALLS)
+    raw_calls, pl_calls = _mib_calls(raw, wanted), _mib_calls(comm, wanted)
+    for c in wanted:
+        cases[f"{c}_1MiB"] = (raw_calls[c], pl_calls[c], args.sr_iters)
+    if args.only:
+        keep = set(args.only.split(","))
+        cases = {k: v for k, v in cases.items() if k in keep}
     out: dict[str, Any] = {}
     for name, (f_raw, f_pl, k) in cases.items():
         for _ in range(max(2, args.blocks // 20)):          # warm-up blocks, not recorded
@@ -117,10 +135,77 @@ def rank_main(args: argparse.Namespace) -> None:
         emit({"ranks": comm.size, "backend": args.backend, "cases": out}, args.out)
 
 
+def _mib_calls(c: Any, names: list[str]) -> dict[str, Any]:
+    """``name -> run(k)``: k calls of mpi4py's ``name`` on communicator ``c``, 1 MiB sent per rank."""
+    import numpy as np
+    from mpi4py import MPI
+
+    n, rank = c.Get_size(), c.Get_rank()
+    peer = 1 - rank if rank < 2 else None
+    m = MIB // 8
+    s, r = np.ones(m), np.zeros(m)
+    big = np.zeros(m * n)
+    part = np.zeros(m // n)
+    cart = c.Create_cart([n], periods=[True]) if "Neighbor_alltoall" in names else None
+    ring = np.zeros(m)                         # two neighbours in a periodic ring: two blocks of 512 KiB
+    obj = bytes(MIB)
+
+    def p2p(step: Any) -> Any:
+        def run(k: int) -> None:
+            if peer is not None:
+                for _ in range(k):
+                    step()
+        return run
+
+    def loop(step: Any) -> Any:
+        def run(k: int) -> None:
+            for _ in range(k):
+                step()
+        return run
+
+    def ssend_recv() -> None:               # one round trip: 0 Ssend then Recv, 1 the other way
+        if rank == 0:
+            c.Ssend(s, 1, 4)
+            c.Recv(r, 1, 4)
+        else:
+            c.Recv(r, 0, 4)
+            c.Ssend(s, 0, 4)
+
+    steps = {
+        "Bcast": loop(lambda: c.Bcast(s, 0)),
+        "Reduce": loop(lambda: c.Reduce(s, r, MPI.SUM, 0)),
+        "Allreduce": loop(lambda: c.Allreduce(s, r)),
+        "Gather": loop(lambda: c.Gather(s, big, 0)),
+        "Scatter": loop(lambda: c.Scatter(big, s, 0)),
+        "Allgather": loop(lambda: c.Allgather(s, big)),
+        "Alltoall": loop(lambda: c.Alltoall(s, r)),
+        "Scan": loop(lambda: c.Scan(s, r)),
+        "Exscan": loop(lambda: c.Exscan(s, r)),
+        "Reduce_scatter_block": loop(lambda: c.Reduce_scatter_block(s, part)),
+        "Iallreduce": loop(lambda: c.Iallreduce(s, r).Wait()),
+        "Ibcast": loop(lambda: c.Ibcast(s, 0).Wait()),
+        "Isend_Irecv": p2p(lambda: MPI.Request.Waitall([c.Irecv(r, peer, 3), c.Isend(s, peer, 3)])),
+        "Ssend_Recv": p2p(ssend_recv),
+        "Sendrecv_replace": p2p(lambda: c.Sendrecv_replace(r, peer, 5, peer, 5)),
+        "bcast": loop(lambda: c.bcast(obj, 0)),
+        "Neighbor_alltoall": loop(lambda: cart.Neighbor_alltoall(s, ring)),
+    }
+    unknown = [x for x in names if x not in steps]
+    if unknown:
+        raise ValueError(f"unknown call(s) {unknown}; known: {', '.join(steps)}")
+    return {x: steps[x] for x in names}
+
+
 # --------------------------------------------------------------------------- driver (outside MPI)
 def run(ranks: list[int], backends: list[str], iters: int = 1000, sr_iters: int = 20, blocks: int = 200,
-        timeout: float = 300.0, progress: Any = None, detect: bool = False) -> dict[str, Any]:
-    """One job per (backend, rank count); rows carry rank 0's medians and the planaria/raw ratios."""
+        timeout: float = 300.0, progress: Any = None, detect: bool = False, calls: str | None = None,
+        only: str | None = None) -> dict[str, Any]:
+    """One job per (backend, rank count); rows carry rank 0's medians and the planaria/raw ratios.
+    ``calls``: the 1 MiB calls to time (comma-separated ``MIB_CALLS``; None: all); ``only``:
+    the cases to keep (``pingpong_8B,Scan_1MiB``...; None: all)."""
+    for c in (calls or "").split(","):
+        if c and c not in MIB_CALLS:
+            raise ValueError(f"unknown call {c!r}; known: {', '.join(MIB_CALLS)}")
     for be in backends:
         if be not in ("ulfm", "sim"):
             raise ValueError(f"backend must be ulfm or sim, not {be!r}")
@@ -132,8 +217,9 @@ def run(ranks: list[int], backends: list[str], iters: int = 1000, sr_iters: int 
         for n in ranks:
             if progress:
                 progress(f"overhead: {n} ranks, {be}")
+            extra = (["--calls", calls] if calls else []) + (["--only", only] if only else [])
             got = launch(n, MODULE, ["--backend", be, "--iters", str(iters), "--sr-iters", str(sr_iters),
-                                     "--blocks", str(blocks)], ft=(be == "ulfm"), timeout=timeout,
+                                     "--blocks", str(blocks), *extra], ft=(be == "ulfm"), timeout=timeout,
                          env={"PLANARIA_DETECT": "1" if detect else "0"})
             for case, c in got.result["cases"].items():
                 goal = GOALS.get(case) if (be == "ulfm" and not detect) else None
@@ -178,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ranks", default="2", help="rank counts, e.g. 2 or 2,4")
     p.add_argument("--backend", default="ulfm,sim", help="backends, e.g. ulfm or ulfm,sim")
     p.add_argument("--iters", type=int, default=1000, help="8-byte Allreduce operations per block")
-    p.add_argument("--sr-iters", type=int, default=20, help="1 MiB Sendrecv operations per block")
+    p.add_argument("--sr-iters", type=int, default=20, help="1 MiB operations per block (Sendrecv and the other calls)")
+    p.add_argument("--calls", default=None, help=f"1 MiB calls to time, comma-separated (default all: {','.join(MIB_CALLS)})")
+    p.add_argument("--only", default=None, help="cases to keep, e.g. pingpong_8B,Scan_1MiB (default all)")
     p.add_argument("--blocks", type=int, default=200, help="timed blocks per variant")
     p.add_argument("--detect", action="store_true", help="run with run-time error detection on (PLANARIA_DETECT=1)")
     _launch.add_common_args(p, timeout=300.0)
@@ -189,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     def compute() -> dict[str, Any]:
         return run(parse_ranks(args.ranks), [b for b in args.backend.split(",") if b], args.iters,
                    args.sr_iters, args.blocks, args.timeout, progress=_launch.progress_printer(args.json),
-                   detect=args.detect)
+                   detect=args.detect, calls=args.calls, only=args.only)
     return _launch.run_and_show("overhead", compute, show, args.json)
 
 

@@ -50,11 +50,13 @@ def overhead(
     ranks: str = typer.Option("2", "--ranks", help="Rank counts, comma-separated (the Sendrecv runs between ranks 0 and 1)."),
     backend: str = typer.Option("ulfm,sim", "--backend", help="Backends, comma-separated: ulfm, sim."),
     iters: int = typer.Option(1000, "--iters", help="8-byte Allreduce operations per timed block."),
-    sr_iters: int = typer.Option(20, "--sr-iters", help="1 MiB Sendrecv operations per timed block."),
+    sr_iters: int = typer.Option(20, "--sr-iters", help="1 MiB operations per timed block (Sendrecv and the other calls)."),
     blocks: int = typer.Option(200, "--blocks", help="Timed blocks per variant (raw and planaria alternate)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per launch."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     detect: bool = typer.Option(False, "--detect", help="Run with run-time error detection on (PLANARIA_DETECT=1), as under planaria run: what detection adds per call."),
+    calls: str = typer.Option("", "--calls", help="The further 1 MiB calls to time, comma-separated, e.g. Scan,Ssend_Recv (default: all of them)."),
+    only: str = typer.Option("", "--only", help="Cases to keep, comma-separated, e.g. pingpong_8B,Scan_1MiB (default: all)."),
 ) -> None:
     """Median per-call time of planaria.Comm vs the raw mpi4py communicator (comm.mpi), and their ratio.
 
@@ -65,7 +67,8 @@ def overhead(
 
     def compute():  # type: ignore[no-untyped-def]
         return ob.run(parse_ranks(ranks), [b for b in backend.split(",") if b], iters, sr_iters, blocks,
-                        timeout, progress=_progress(json_out), detect=detect)
+                        timeout, progress=_progress(json_out), detect=detect, calls=calls or None,
+                        only=only or None)
     raise typer.Exit(run_and_show("overhead", compute, ob.show, json_out))
 
 

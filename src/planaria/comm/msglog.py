@@ -6,6 +6,12 @@ the per-communicator count of collectives entered (``_ml_seq``) and the per-peer
 point-to-point messages sent and received (``_ml_sent``, ``_ml_recvd``; a status probe answers
 "did you post the send I am waiting for?" from them), and report failure errors here
 (``failed``). That is all the hot path does: no wrapper, no extra frame, no clock read.
+On ulfm, the rest of mpi4py's calls (thin wrappers generated in ``comm/ulfm.py``) count the same
+way: collectives (``COLLECTIVES``, ``NONBLOCKING_COLLECTIVES``; persistent ones when started) on
+entry, sends (``SENDS``) when posted, and the communicators they make (``MAKERS``) are recorded
+as children; ``Sendrecv_replace`` counts its receive. Receives completed through a matched
+message (``Mprobe`` then ``Mrecv``), a persistent receive or ``Isendrecv`` are not counted as
+received: a status probe can then see such a message as sent but not received.
 
 What the application thread is blocked in is read from its stack when somebody asks
 (``look``, ``current``): the outermost frame of a communication method of a recorded
@@ -29,6 +35,7 @@ world communicator, then ``.d<n>`` (n-th dup), ``.k<n>`` (n-th shrink), ``.s<n>c
 """
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import time
@@ -40,14 +47,22 @@ from planaria.comm import base as _base
 from planaria.comm.base import Comm, Request
 from planaria.comm.errors import FailureError
 
-# point-to-point operations: name -> (peer parameter, tag parameter)
-_P2P: dict[str, tuple[str, str]] = {
+#: point-to-point operations a thread can block in: name -> (peer parameter, tag parameter)
+P2P: dict[str, tuple[str, str]] = {
     "Send": ("dest", "tag"), "send": ("dest", "tag"),
+    "Ssend": ("dest", "tag"), "ssend": ("dest", "tag"),
+    "Bsend": ("dest", "tag"), "bsend": ("dest", "tag"), "Rsend": ("dest", "tag"),
     "Recv": ("source", "tag"), "recv": ("source", "tag"),
+    "Probe": ("source", "tag"), "probe": ("source", "tag"),
+    "Mprobe": ("source", "tag"), "mprobe": ("source", "tag"),
     "Sendrecv": ("source", "recvtag"), "sendrecv": ("source", "recvtag"),
+    "Sendrecv_replace": ("source", "recvtag"),
 }
-# collectives: name -> the root parameter, or None when not rooted
-_COLLECTIVES: dict[str, str | None] = {
+#: mpi4py's sending calls (blocking or not) whose message the log counts when it is posted
+SENDS = frozenset({"Ssend", "ssend", "Bsend", "bsend", "Rsend", "Issend", "issend", "Ibsend",
+                   "ibsend", "Irsend", "Sendrecv_replace", "Isendrecv", "Isendrecv_replace"})
+#: collectives (counted on entry): name -> the root parameter, or None when not rooted
+COLLECTIVES: dict[str, str | None] = {
     "Barrier": None, "barrier": None,
     "Bcast": "root", "bcast": "root",
     "Reduce": "root", "reduce": "root",
@@ -55,9 +70,29 @@ _COLLECTIVES: dict[str, str | None] = {
     "Gather": "root", "gather": "root", "Gatherv": "root",
     "Allgather": None, "allgather": None, "Allgatherv": None,
     "Scatter": "root", "scatter": "root", "Scatterv": "root",
-    "Alltoall": None, "alltoall": None, "Alltoallv": None,
+    "Alltoall": None, "alltoall": None, "Alltoallv": None, "Alltoallw": None,
+    "Scan": None, "scan": None, "Exscan": None, "exscan": None,
+    "Reduce_scatter": None, "Reduce_scatter_block": None,
+    "Neighbor_allgather": None, "Neighbor_allgatherv": None, "Neighbor_alltoall": None,
+    "Neighbor_alltoallv": None, "Neighbor_alltoallw": None,
+    "neighbor_allgather": None, "neighbor_alltoall": None,
     "agree": None, "shrink": None, "dup": None, "split": None,
+    "Agree": None, "Shrink": None, "Dup": None, "Split": None, "Split_type": None, "Create": None,
+    "Create_group": None, "Create_cart": None, "Create_graph": None, "Create_dist_graph": None,
+    "Create_dist_graph_adjacent": None, "Sub": None, "Clone": None, "Dup_with_info": None,
 }
+#: mpi4py's calls that make a communicator from a recorded one (every member calls them): the
+#: letter the new communicator's id gets (``child``); the same on both backends
+MAKERS: dict[str, str] = {
+    "Split_type": "t", "Create": "c", "Create_cart": "cart", "Create_graph": "graph",
+    "Create_dist_graph_adjacent": "dga", "Create_dist_graph": "dg", "Sub": "sub",
+    "Clone": "d", "Dup_with_info": "d",
+}
+#: the nonblocking collectives, counted when posted (their persistent ``..._init`` forms: when started)
+NONBLOCKING_COLLECTIVES = frozenset(
+    ["I" + n[0].lower() + n[1:] for n in COLLECTIVES if n[0].isupper() and n not in MAKERS
+     and n not in ("Agree", "Shrink", "Dup", "Split", "Create_group", "Clone", "Dup_with_info")]
+    + ["Iagree", "Ishrink", "Idup", "Idup_with_info"])
 _WAITS = ("Wait", "wait")       # methods of a request: the operation is "Wait(<what posted it>)"
 _now = time.monotonic
 HISTORY = 64
@@ -149,7 +184,7 @@ class MsgLog:
         call = self.look()
         if call is None or call.name.startswith("Wait("):
             return None
-        spec = _P2P.get(call.name)
+        spec = P2P.get(call.name)
         if spec is None or call.name.startswith(("Send", "send")):
             return None
         loc = call.frame.f_locals
@@ -241,26 +276,62 @@ def describe(call: Call) -> dict[str, Any]:
     obj = loc.get("self")
     name, peer, tag, seq, size = call.name, None, None, None, 0
     if name.startswith("Wait("):
-        comm, kind = getattr(obj, "_comm", None), "p2p"
-        peer, tag, size = getattr(obj, "_peer", None), getattr(obj, "_tag", None), _size(getattr(obj, "_buf", None))
+        comm = getattr(obj, "_comm", None)
+        if name[5:-1] in NONBLOCKING_COLLECTIVES:
+            kind, seq = "coll", getattr(comm, "_ml_seq", None)
+        else:
+            kind = "p2p"
+            peer, tag = getattr(obj, "_peer", None), getattr(obj, "_tag", None)
+            size = _size(getattr(obj, "_buf", None))
     else:
         comm = obj
         code = f.f_code
         if code.co_argcount > 1:
             size = _size(loc.get(code.co_varnames[1]))
-        spec = _P2P.get(name)
+        elif "args" in loc and "kwargs" in loc:          # a generic wrapper: bind to mpi4py's signature
+            loc = _arguments(name, loc["args"], loc["kwargs"])
+            size = _size(next(iter(loc.values()), None))
+        spec = P2P.get(name)
         if spec is not None:
             kind = "p2p"
             peer, tag = loc.get(spec[0]), loc.get(spec[1])
         else:
             kind = "coll"
-            root = _COLLECTIVES.get(name)
+            root = COLLECTIVES.get(name)
             if root is not None:
                 peer = loc.get(root, 0)
             seq = getattr(comm, "_ml_seq", None)
     return {"name": name, "kind": kind, "comm": getattr(comm, "_ml_id", "?"), "peer": _world(comm, peer),
             "tag": tag if isinstance(tag, int) and tag >= 0 else None, "size": size,
             "seq": seq, "since": round(_now() - call.start, 6)}
+
+
+_SIGNATURES: dict[str, Any] = {}
+
+
+def _arguments(name: str, args: Any, kwargs: Any) -> dict[str, Any]:
+    """The arguments of mpi4py's method ``name`` as ``{parameter: value}`` (without ``self``); {} when they do not bind."""
+    sig = _SIGNATURES.get(name)
+    if sig is None:
+        from mpi4py import MPI
+        for cls in (MPI.Intracomm, MPI.Cartcomm, MPI.Graphcomm, MPI.Distgraphcomm, MPI.Intercomm):
+            fn = getattr(cls, name, None)
+            if fn is not None:
+                try:
+                    sig = _SIGNATURES[name] = inspect.signature(fn)
+                except (TypeError, ValueError):
+                    return {}
+                break
+        else:
+            return {}
+    try:
+        bound = sig.bind(None, *args, **kwargs)
+    except TypeError:
+        return {}
+    bound.apply_defaults()
+    out = dict(bound.arguments)
+    out.pop(next(iter(sig.parameters)), None)
+    return out
 
 
 # -- reading the stack ----------------------------------------------------------------------
@@ -287,7 +358,7 @@ def _codes() -> dict[Any, str]:
         return _CODES[1]
     comms, reqs = _subclasses(Comm), _subclasses(Request)
     out: dict[Any, str] = {}
-    for classes, names in ((comms, tuple(_P2P) + tuple(_COLLECTIVES)), (reqs, _WAITS)):
+    for classes, names in ((comms, tuple(P2P) + tuple(COLLECTIVES)), (reqs, _WAITS)):
         for cls in classes:
             for name in names:
                 fn = cls.__dict__.get(name)

@@ -235,7 +235,7 @@ class _SimLReq(_SimReq):
 
     __slots__ = ("_op", "_tag", "_buf", "_count")
 
-    def __init__(self, req: Any, comm: SimComm, peer: int, op: str, tag: int, buf: Any, count: int) -> None:
+    def __init__(self, req: Any, comm: SimComm, peer: int | None, op: str, tag: int, buf: Any, count: int) -> None:
         # count: the source (communicator rank) a receive adds to when it completes; -1 for sends and wildcards
         self._comm, self._peer, self._status, self._keep = comm, peer, None, ()
         self._op, self._tag, self._buf, self._count = op, tag, buf, count
@@ -440,6 +440,13 @@ class _SimObjRecv(Request):
         self._done = True
 
 
+def _named(call: Callable[..., Any], name: str) -> None:
+    """Name a method made by a factory ``name``, code object included: each gets its own, so the
+    message log's stack reading (``msglog._codes``) and tracebacks show the mpi4py call."""
+    call.__name__ = call.__qualname__ = name
+    call.__code__ = call.__code__.replace(co_name=name, co_qualname=name)
+
+
 def _nonblocking(name: str) -> Callable[..., Request]:
     """A SimComm method posting mpi4py's nonblocking collective ``name`` as a sim request.
 
@@ -449,8 +456,13 @@ def _nonblocking(name: str) -> Callable[..., Request]:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
-        return _SimReq(getattr(self._c, name)(*args, **kwargs), self, None, keep=(args, kwargs))
-    call.__name__ = call.__qualname__ = name
+        req = getattr(self._c, name)(*args, **kwargs)
+        if self._ml_on:              # the log reads what its Wait waits for (``Wait(Iallreduce)``)
+            r = _SimLReq(req, self, None, name, -1, None, -1)
+            r._keep = (args, kwargs)
+            return r
+        return _SimReq(req, self, None, keep=(args, kwargs))
+    _named(call, name)
     call.__doc__ = f"mpi4py's ``{name}``, failure-safe: its request raises instead of waiting for a failed member."
     return call
 
@@ -470,7 +482,7 @@ def _persistent(name: str, send: bool) -> Callable[..., Request]:
         peer = got.get(key, MPI.ANY_SOURCE)
         tag = got.get("tag", 0 if send else MPI.ANY_TAG)
         return _SimPreq(getattr(self._c, name)(buf, peer, tag), self, peer, send, (buf,))
-    call.__name__ = call.__qualname__ = name
+    _named(call, name)
     call.__doc__ = f"mpi4py's ``{name}``: a persistent request whose ``Start`` and waits are failure-safe."
     return call
 
@@ -483,7 +495,7 @@ def _persistent_collective(name: str) -> Callable[..., Request]:
     def call(self: SimComm, *args: Any, **kwargs: Any) -> Request:
         self._sync()
         return _SimPreq(getattr(self._c, name)(*args, **kwargs), self, None, False, (args, kwargs))
-    call.__name__ = call.__qualname__ = name
+    _named(call, name)
     call.__doc__ = f"mpi4py's ``{name}``: a persistent collective request whose ``Start`` and waits are failure-safe."
     return call
 
@@ -497,7 +509,7 @@ def _blocking(iname: str) -> Callable[..., None]:
             self._ml_seq += 1
         self._enter(None)
         self._coll(getattr(self._c, iname)(*args, **kwargs), args, kwargs)
-    call.__name__ = call.__qualname__ = name
+    _named(call, name)
     call.__doc__ = f"mpi4py's ``{name}``: ``{iname}`` waited for with failure checks."
     return call
 

@@ -35,6 +35,7 @@ from mpi4py import MPI
 
 from planaria.comm.base import Comm, Request
 from planaria.comm import errors as _errors
+from planaria.comm import msglog
 from planaria.comm.errors import FailureError, ProcFailedError, RevokedError
 
 _FAILED_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING)
@@ -99,12 +100,17 @@ class _Req(Request, MPI.Request):
 
 
 class _PReq(_Req, MPI.Prequest):
-    """A persistent request (``Send_init``...): ``Start`` too raises planaria's errors."""
+    """A persistent request (``Send_init``...): ``Start`` too raises planaria's errors; a
+    collective one (``Allreduce_init``...) counts as a collective of its communicator when started."""
+
+    _collective = False
 
     def __new__(cls, req: Any = None, *rest: Any) -> _PReq:
         return MPI.Request.__new__(cls, req)       # the type's C base is Request's (Prequest adds no fields)
 
     def Start(self) -> None:
+        if self._collective and self._comm._ml_on:
+            self._comm._ml_seq += 1
         try:
             MPI.Prequest.Start(self)
         except MPI.Exception as e:
@@ -732,6 +738,9 @@ def ulfm_comm(mpi_comm: Any) -> Any:
     raise TypeError(f"not an mpi4py communicator: {type(mpi_comm).__name__}")
 
 
+#: mpi4py's persistent point-to-point calls (the other ``..._init`` calls are collectives)
+_P2P_INIT = frozenset({"Send_init", "Ssend_init", "Bsend_init", "Rsend_init", "Recv_init",
+                       "Psend_init", "Precv_init"})
 #: mpi4py calls that return a communicator still being made (usable once their request completes)
 _NONBLOCKING_MAKERS = frozenset({"Idup", "Idup_with_info", "Ishrink"})
 
@@ -770,8 +779,12 @@ def _made(out: Any, parent: _Failures, maker: str = "") -> Any:
         if isinstance(out, Request):
             return out
         if isinstance(out, MPI.Prequest):
-            return _PReq(out, parent)
+            p = _PReq(out, parent)
+            p._collective = maker.endswith("_init") and maker not in _P2P_INIT
+            return p
         if type(out) is MPI.Request:
+            if parent._ml_on and maker in msglog.NONBLOCKING_COLLECTIVES:
+                return _LReq(out, parent, maker, -1, -1, None, -1)     # the log reads ``Wait(Iallreduce)``
             return _Req(out, parent)
         return out                      # a generalized request: mpi4py's
     if isinstance(out, tuple | list) and any(isinstance(x, MPI.Comm | MPI.Request) for x in out):
@@ -781,7 +794,11 @@ def _made(out: Any, parent: _Failures, maker: str = "") -> Any:
 
 def _wrapper(name: str, fn: Any) -> Callable[..., Any]:
     """mpi4py's method ``fn`` on the same object, with ULFM's errors raised as planaria's and what
-    it makes made planaria's (``_made``)."""
+    it makes made planaria's (``_made``). A collective, a send or a communicator maker also keeps
+    the message log's counters of a recorded communicator (``_counting``)."""
+    if (name in msglog.COLLECTIVES or name in msglog.NONBLOCKING_COLLECTIVES
+            or name in msglog.SENDS):
+        return _named(_counting(name, fn), name, fn)
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -794,14 +811,52 @@ def _wrapper(name: str, fn: Any) -> Callable[..., Any]:
         if out is None or out.__class__ in _SCALARS:
             return out
         return _made(out, self, name)
-    call.__name__ = name
-    call.__qualname__ = name
-    # a code object of its own, named after the method: tracebacks and the message log's stack
-    # reading (``msglog._method``) then show the mpi4py call, not a shared ``call``
+    return _named(call, name, fn)
+
+
+def _counting(name: str, fn: Any) -> Callable[..., Any]:
+    """``_wrapper``'s call for a collective (counted on entry), a send (counted per destination
+    when posted) or a call making a communicator (recorded as a child: ``msglog.MAKERS``)."""
+    send = name in msglog.SENDS
+    kind = msglog.MAKERS.get(name)
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        on = self._ml_on
+        if on:
+            if send:
+                dest = args[1] if len(args) > 1 else kwargs.get("dest", -1)
+                if isinstance(dest, int) and dest >= 0:
+                    self._ml_sent[dest] += 1
+            else:
+                self._ml_seq += 1
+        try:
+            out = fn(self, *args, **kwargs)
+        except MPI.Exception as e:
+            err = self._convert(e)
+            if err is e:
+                raise
+            raise err from e
+        if on and name == "Sendrecv_replace":     # its receive, from a named source, completed
+            source = args[3] if len(args) > 3 else kwargs.get("source", -1)
+            if isinstance(source, int) and source >= 0:
+                self._ml_recvd[source] += 1
+        if out is None or out.__class__ in _SCALARS:
+            return out
+        made = _made(out, self, name)
+        if on and kind is not None:         # every member made it (or got COMM_NULL): same ids everywhere
+            self._ml_child(made if isinstance(made, Comm) else None, kind)
+        return made
+    return call
+
+
+def _named(call: Any, name: str, fn: Any) -> Callable[..., Any]:
+    """``call`` named as mpi4py's method ``fn``, with a code object of its own: tracebacks and the
+    message log's stack reading (``msglog._codes``) then show the mpi4py call, not a shared ``call``."""
+    call.__name__ = call.__qualname__ = name
     call.__code__ = call.__code__.replace(co_name=name, co_qualname=name)
     call.__doc__ = getattr(fn, "__doc__", None)
-    call.__wrapped__ = fn                                   # type: ignore[attr-defined]
-    call._planaria_delegate = True                          # type: ignore[attr-defined]
+    call.__wrapped__ = fn
+    call._planaria_delegate = True
     return call
 
 

@@ -82,6 +82,34 @@ else:
         time.sleep(0.5)
     comm.bcast("x", root=2)
 assert lg.colls()["world"] == seq                                  # two Bcasts, one collective
+# mpi4py's further calls are recorded too: a Cartesian communicator is a child with the same id
+# everywhere, Reduce_scatter_block and Iallreduce count as collectives, Ssend as a message; the stack reading
+# names them with their arguments (Reduce_scatter_block, Iallreduce's Wait, Probe) (bound to mpi4py's signature for generic wrappers)
+cart = comm.Create_cart([size], periods=[True])
+assert lg.colls()["world"] == seq + 1 and lg.colls().get("world.cart3") == 0, lg.colls()
+assert cart._ml_on and cart._ml_id == "world.cart3"
+if rank == 0:
+    op, _ = blocked_in(lambda: comm.Reduce_scatter_block(np.ones(size), np.zeros(1)))
+    assert op["name"] == "Reduce_scatter_block" and op["kind"] == "coll" and op["seq"] == seq + 2, op
+    assert op["size"] == 8 * size, op
+    req = cart.Iallreduce(np.ones(1), np.zeros(1))
+    op, _ = blocked_in(req.Wait)
+    assert op["name"] == "Wait(Iallreduce)" and op["kind"] == "coll" and op["comm"] == "world.cart3", op
+    op, _ = blocked_in(lambda: comm.Probe(source=1, tag=11))
+    assert op["name"] == "Probe" and op["kind"] == "p2p" and op["peer"] == 1 and op["tag"] == 11, op
+    comm.Recv(buf, source=1, tag=11)
+else:
+    if rank == 2:
+        time.sleep(0.5)
+    comm.Reduce_scatter_block(np.ones(size), np.zeros(1))
+    if rank == 2:
+        time.sleep(0.5)
+    cart.Iallreduce(np.ones(1), np.zeros(1)).Wait()
+    if rank == 1:
+        time.sleep(0.5)
+        comm.Ssend(np.ones(4), dest=0, tag=11)
+assert lg.colls()["world"] == seq + 2 and lg.colls()["world.cart3"] == 1, lg.colls()
+seq += 2
 sent, recvd = lg.p2p_counts()
 import inspect
 import sys
