@@ -118,3 +118,30 @@ def test_postmortem_names_a_rank_that_left_early_not_the_survivor_that_saw_it():
     assert [(rc["kind"], rc["rank_list"]) for rc in out["root_causes"]] == [("finished", [3])]
     assert "ended (exit 0) while rank(s) 0 still communicated with it" in out["text"]
     assert out["consequences"]["0"]["blames"] == [3]
+
+
+def test_ranks_the_mpi_runtime_ended_after_a_crash_are_consequences_and_the_crash_has_its_site():
+    """Without ULFM mpiexec ends every rank with SIGTERM once one dies of SIGSEGV: the crashed rank is
+    the root cause, at the site its fatal-error trace named (summary row ``site``)."""
+    events = [{"type": "lost", "rank": 0, "t": 5.0, "reason": "killed by signal 15 (SIGTERM) (no report)"},
+              {"type": "lost", "rank": 1, "t": 5.0, "reason": "killed by signal 11 (SIGSEGV) (no report)"},
+              {"type": "lost", "rank": 2, "t": 5.5, "reason": "killed or crashed (no report)"}]
+    summary = [{"rank": 1, "state": "lost", "site": "app.py:13 in <module>"}]
+    out = postmortem.postmortem(events, "j", summary=summary)
+    (root,) = out["root_causes"]
+    assert root["rank_list"] == [1] and root["site"] == "app.py:13 in <module>" and "SIGSEGV" in root["reason"]
+    assert "ranks 0,2 were ended by the MPI runtime (SIGTERM) after rank(s) 1 crashed" in out["text"]
+    # without a crash, ranks ended by SIGTERM stay root causes (someone ended them)
+    out = postmortem.postmortem(events[:1], "j")
+    assert [c["rank_list"] for c in out["root_causes"]] == [[0]]
+
+
+def test_an_uncaught_oserror_from_an_injected_io_error_is_an_io_fault():
+    events = [{"type": "inject", "rank": 1, "kind": "ioerror", "detail": "injected I/O errors from iteration 3 on 'x*'",
+               "t": 1.0},
+              {"type": "fail", "rank": 1, "reason": "uncaught OSError: [Errno 5] injected I/O error: 'x1'",
+               "site": "app.py:16 in <module>", "t": 1.1}]
+    (root,) = postmortem.postmortem(events, "j")["root_causes"]
+    assert root["kind"] == "io-fault" and root["site"] == "app.py:16 in <module>" and "planaria --inject" in root["reason"]
+    (root,) = postmortem.postmortem(events[1:], "j")["root_causes"]       # not planned: a failure like any other
+    assert root["kind"] == "no-state"

@@ -522,6 +522,22 @@ def test_waits_for_chain_ends_at_the_computing_rank() -> None:
     assert inc["rules"] == ["waits-for", "same-rank"] and inc["count"] == 3
 
 
+def test_a_rank_the_fault_plan_hangs_is_named_injected_and_a_short_idle_counts_with_short_timeouts() -> None:
+    rb = rb_default()
+    rb.submit(rec(0, 9, 10.0, evidence={"ping": True}))
+    rb.probe_result(9, STATUS, {"op": None, "where": "threading.py:331 in wait", "idle": 1.0,
+                                "injected": "injected hang at iteration 3"}, now=11.0)
+    (inc,) = roots(rb)
+    assert inc["kind"] == "injected" and inc["ranks"] == [9] and inc["status"] == "confirmed"
+    assert "fault plan asked (injected hang at iteration 3" in inc["verdict"]
+    # out of MPI for 1 s: healthy for the default rule base (5 s), computing when timeouts are 1 s
+    for after, computing in ((5.0, False), (1.0, True)):
+        rb = rb_default(computing_after=after)
+        rb.submit(rec(0, 9, 10.0, evidence={"ping": True}))
+        rb.probe_result(9, STATUS, {"op": None, "where": "solver.py:9 in step", "idle": 1.2}, now=11.0)
+        assert any(i["kind"] == "not-sending" for i in roots(rb)) == computing, after
+
+
 def test_waits_for_cycle_is_cut_deterministically() -> None:
     rb = rb_default()
     for d, w in ((5, 9), (9, 5)):  # different tags: not one resource, so not a deadlock merge

@@ -35,3 +35,12 @@ def test_lines_are_bounded_and_modes_checked() -> None:
     assert len(lines) == MAX_LINES + 1 and lines[-1] == "more incidents: planaria diagnose J"
     with pytest.raises(ValueError, match="--on-hang must be one of report, diagnose, abort"):
         IncidentWatch("stop", "J")
+
+
+def test_an_unreachable_rank_that_still_runs_is_a_hang_a_failed_one_is_not() -> None:
+    """A stopped (SIGSTOP) or cut-off rank is 'rank-failed' for its peers while its process runs:
+    the job hangs. A rank that really failed lets the survivors go on (ULFM errors), no action."""
+    w = IncidentWatch("abort", "J")
+    assert w.take([(inc("rank-failed", [2]), 0)], running=lambda ranks: False)[1] is None
+    assert w.take([(inc("rank-failed", [3]), 0)])[1] is None                  # no way to tell: no action
+    assert w.take([(inc("rank-failed", [4]), 0)], running=lambda ranks: ranks == [4])[1] == "abort"

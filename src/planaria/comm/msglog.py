@@ -121,6 +121,7 @@ class MsgLog:
         self.ioerrors: deque[tuple] = deque(maxlen=HISTORY)   # (time, what, site)
         self.total = {"slow": 0, "io": 0, "fail": 0}     # entries ever appended to slow / ioerrors / failures
         self.resolution = RESOLUTION
+        self.injected_hang = ""              # set when the fault plan hangs this rank (status probes say so)
         self._seen: Call | None = None       # the call the last look found (its frame is kept to know it again)
         self._looked: float | None = None    # when the last look was made (None: no look since a pause)
         self._lock = threading.Lock()

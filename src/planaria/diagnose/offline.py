@@ -26,6 +26,7 @@ import numpy as np
 
 from planaria.graphs import cyclic_components
 from planaria.diagnose.state import NULL, ListTable, RankTable, columns
+from planaria.diagnose.pyspy import STOPPED_STATUS
 
 RECV_NAMES = frozenset({"recv", "irecv", "probe", "iprobe", "mprobe", "improbe", "mrecv"})
 SEND_NAMES = frozenset({"send", "ssend", "bsend", "rsend", "isend", "issend", "ibsend", "irsend"})
@@ -89,6 +90,16 @@ def _frame_rank(path: str) -> int:
     if _LIBRARY.search(p) or p.split("/")[-1] in ("threading.py", "socket.py", "selectors.py", "queue.py"):
         return 2
     return 0
+
+
+_SITE = re.compile(r"^(.*):(\d+)(?: in (.*))?$")   # "path/x.py:12 in f" -> path, line, function
+
+
+def ran_past(site: str | None, other: str | None) -> bool:
+    """``site`` is a later line of the same function of the same file as ``other``: a rank at ``site``
+    has run past the call at ``other`` (straight-line code; a loop's next iteration is not seen)."""
+    a, b = _SITE.match(site or ""), _SITE.match(other or "")
+    return bool(a and b and (a[1], a[3]) == (b[1], b[3]) and int(a[2]) > int(b[2]))
 
 
 def frame_site(stack: list[Any]) -> str | None:
@@ -640,7 +651,8 @@ class _Analysis:
             rc.waiters = int(count[i])
         # (c) group-level cycles: collectives waiting on ranks that wait on the collective (cross-op deadlock)
         for scc in cyclic_components(edges):
-            causes.append(self._group_cycle_cause(scc, sum(int(basin[g]) for g in set().union(*map(anc_of, scc)))))
+            n_wait = sum(int(basin[g]) for g in set().union(*map(anc_of, scc)))
+            causes.append(self._cross_comm_mismatch(scc, n_wait) or self._group_cycle_cause(scc, n_wait))
         # (d) collectives every member has entered, and mismatched collectives
         causes.extend(self._group_causes(basin, anc_of))
         causes.sort(key=lambda x: (-x.waiters, _KIND_ORDER.get(x.kind, 99), x.ranks[:1]))
@@ -699,6 +711,41 @@ class _Analysis:
     def _group_text(self, g: int) -> str:
         return self.op_text(int(self.w_rank[self.w_off[g]]))
 
+    def _cross_comm_mismatch(self, scc: list[int], waiters: int) -> RootCause | None:
+        """Collectives on different communicators that wait for each other's ranks, every rank missing
+        from one being inside another (no point-to-point wait between): the ranks disagree on which
+        collective comes next. The ranks of the collective with strictly the fewest ranks inside are the
+        odd ones, at their call (or at the call they skipped, when they have run past it); None when the
+        cycle goes through a point-to-point wait or no collective is strictly the smallest."""
+        inside = np.asarray(scc, dtype=np.int64) + self.size
+        if any(not np.isin(self.f0[self.lag(g)], inside).all() for g in scc):
+            return None
+        nw = np.array([self.waiters(g).size for g in scc])
+        if (nw == nw.min()).sum() != 1:
+            return None
+        g, h = scc[int(np.argmin(nw))], scc[int(np.argmax(nw))]
+        odd, major = self.waiters(g), self.waiters(h)
+        orow, mrow = int(self.row_of[odd[0]]), int(self.row_of[major[0]])
+        osites = _uniq(self.c["op_site"][self.row_of[odd]])
+        site = self.s(int(osites[0])) if osites.size == 1 else None
+        call = f"{self._group_text(g)} at {_short(site) if site else self._sites_of(odd)}"
+        msite = self.s(int(self.c["op_site"][mrow]))
+        mcall = f"{self._group_text(h)} at {_short(msite)}"
+        they = "they wait" if odd.size > 1 else "it waits"
+        at = g                       # the collective whose call is to fix
+        if self._ahead(orow, mrow):
+            site, at = msite, h
+            reason = (f"{_rs(odd)} skipped {mcall}, which {_rs(major)} {'wait' if major.size > 1 else 'waits'} "
+                      f"in: {they} in {call}, which lacks {_rs(self.lag(g))}")
+        else:
+            reason = (f"{_rs(odd)} called {call} where {_rs(major)} called {mcall}: {they} for "
+                      f"{_rs(self.lag(g))}, which wait{'s' if self.lag(g).size == 1 else ''} for "
+                      f"{'them' if odd.size > 1 else 'it'} (collectives on different communicators)")
+        self.evidence.append(f"collective mismatch across communicators: {reason}")
+        row = orow if at == g else mrow
+        return RootCause("collective-mismatch", odd.tolist(), reason, op=self.s(int(self.c["op_name"][row])),
+                         comm=self.strings[int(self.g_comm[at])], site=site, waiters=waiters)
+
     def _group_cycle_cause(self, scc: list[int], waiters: int) -> RootCause:
         inside = np.asarray(scc, dtype=np.int64) + self.size
         ranks: set[int] = set()
@@ -738,6 +785,8 @@ class _Analysis:
                 key = ("no-state", int(self.host_of[r]))
             elif self.finished[row]:
                 key = ("finished", int(c["status"][row]))
+            elif self.s(int(c["status"][row])) == STOPPED_STATUS:   # alive, not running: no state of its own
+                key = ("stopped", self.site(r))
             elif self.computing[row]:
                 blocked = self._computing_reason(row).startswith("blocked")
                 key = ("blocked-outside-mpi" if blocked else "computing", self.site(r))
@@ -771,6 +820,8 @@ class _Analysis:
                     reason = "no state (dead or unreachable)"
             elif kind == "finished":
                 reason = f"has finished ({self.strings[key[1]]}) while other ranks still wait for it"
+            elif kind == "stopped":
+                kind, reason = "no-state", "is stopped (SIGSTOP or a debugger): alive but not running"
             elif kind == "computing":
                 reason = f"not in MPI: computing (endless loop or slow){self._step_note(rs)}"
             elif kind == "blocked-outside-mpi":
@@ -783,8 +834,19 @@ class _Analysis:
                 if kind == "unknown-wait" and bad_peer.intersection(rs):
                     reason = f"waits on a peer outside the job (size {self.size})"
             site = self.site(r0) if len({self.site(r) for r in rs[:64]}) == 1 else None
+            if kind == "finished" and len(rs) == 1:
+                site = self._finished_site(r0)
             out.append(RootCause(kind, rs, reason, op=op, comm=comm, site=site, host=host))
         return out
+
+    def _finished_site(self, r: int) -> str | None:
+        """Where finished rank ``r`` left (its ``sys.exit``, told in its bye), else the call of a rank
+        still waiting for it (the one it never matched)."""
+        got = ((self.state.get("known") or {}).get("exit_sites") or {}).get(str(r))
+        if got:
+            return str(got)
+        rows = np.flatnonzero((self.c["op_peer"] == r) & self.in_mpi)
+        return self.s(int(self.c["op_site"][rows[0]])) if rows.size else None
 
     def _injected_hangs(self) -> dict[int, str]:
         """Ranks a planned ``hang`` fault stopped (the controller's records), with its description."""
@@ -848,6 +910,92 @@ class _Analysis:
         parts = [_short(self.s(int(codes[i]))) for i in order[:3]]
         return " / ".join(parts) + (f" / {codes.size - 3} more sites" if codes.size > 3 else "")
 
+    def _call_text(self, row: int) -> str:
+        """"Bcast (root 0)" / "Allreduce": a collective call as its members must agree on it."""
+        nm = self.s(int(self.c["op_name"][row])) or "?"
+        peer = int(self.c["op_peer"][row])
+        return nm if peer == NULL else f"{nm} (root {peer})"
+
+    def _ahead(self, a: int, b: int) -> bool:
+        """Rank of row ``a`` has run past the call rank of row ``b`` is in: a later step, or in the same
+        step (or without steps) a later line of the same function of the same file. Then ``a``'s rank
+        skipped ``b``'s call, and that call is the one to fix."""
+        st = self.c["step"]
+        if st[a] != NULL and st[b] != NULL and st[a] != st[b]:
+            return bool(st[a] > st[b])
+        return ran_past(self.s(int(self.c["op_site"][a])), self.s(int(self.c["op_site"][b])))
+
+    def _odd_ones(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(odd ranks, ranks of the largest other class, members that completed the collective) of group
+        ``g``, or None when no class is strictly smaller than every other.
+
+        The ranks inside are partitioned by (call, root). Members that entered the collective and have
+        left it (completed) form a class of their own: they are counted with the class whose root is among
+        its own ranks when exactly one class has that (the root they got their data from), and they are
+        never the odd ones (what they called is not known). A single class inside against more members
+        that completed is odd unless it holds its own root (a root still collecting from senders that left)."""
+        c = self.c
+        w = self.waiters(g)
+        wr = self.row_of[w]
+        peer = c["op_peer"][wr]
+        peer = np.where((peer >= 0) & (peer < self.size), peer, -1)
+        key = c["op_name"][wr].astype(np.int64) * (self.size + 1) + peer + 1
+        ukey, inv, cnt = np.unique(key, return_inverse=True, return_counts=True)
+        inv = inv.ravel()
+        mem = self.members(g)
+        ent = self._entered(np.full(mem.size, self.g_comm[g], dtype=np.int64), mem)
+        done = mem[(ent >= self.g_seq[g]) & ~np.isin(mem, w)]
+        own_root = np.array([bool(np.isin(ukey[k] % (self.size + 1) - 1, w[inv == k])) for k in range(ukey.size)])
+        sizes = cnt.copy()
+        rest = done.size
+        if done.size and own_root.sum() == 1:
+            sizes[own_root] += done.size
+            rest = 0
+        if ukey.size == 1 and (not rest or own_root[0]):
+            return None
+        low = int(sizes.min())
+        if (sizes == low).sum() != 1 or (rest and rest <= low):
+            return None
+        k = int(np.argmin(sizes))
+        others = np.flatnonzero(np.arange(ukey.size) != k)
+        major = w[inv == others[np.argmax(cnt[others])]] if others.size else w[:0]
+        return w[inv == k], major, done
+
+    def _odd_cause(self, g: int, basin: np.ndarray, anc_of: Any) -> RootCause | None:
+        """The collective-mismatch of the odd ranks of group ``g`` (see :meth:`_odd_ones`), or None."""
+        found = self._odd_ones(g)
+        if found is None:
+            return None
+        odd, major, done = found
+        orow = int(self.row_of[odd[0]])
+        comm = self.strings[int(self.g_comm[g])]
+        inst = f"collective #{self.g_seq[g]} on {comm}"
+        osites = _uniq(self.c["op_site"][self.row_of[odd]])
+        site = self.s(int(osites[0])) if osites.size == 1 else None
+        call = f"{self._call_text(orow)} at {_short(site) if site else self._sites_of(odd)}"
+        op_row = orow
+        if major.size:
+            mrow = int(self.row_of[major[0]])
+            msite = self.s(int(self.c["op_site"][mrow]))
+            mcall = f"{self._call_text(mrow)} at {_short(msite)}"
+            if self._ahead(orow, mrow):
+                site, op_row = msite, mrow
+                reason = (f"{_rs(odd)} skipped {mcall} ({inst}), which {_rs(major)} "
+                          f"{'wait' if major.size > 1 else 'waits'} in: {'they are' if odd.size > 1 else 'it is'} "
+                          f"already in {call}")
+            else:
+                reason = f"{_rs(odd)} called {call} where {_rs(major)} called {mcall} ({inst})"
+            if done.size:
+                reason += f"; {_rs(done)} {'have' if done.size > 1 else 'has'} completed it"
+        else:
+            reason = (f"{_rs(odd)} {'are' if odd.size > 1 else 'is'} still in {call} ({inst}), which "
+                      f"{_rs(done)} {'have' if done.size > 1 else 'has'} completed: "
+                      f"{'their calls do' if odd.size > 1 else 'its call does'} not match theirs "
+                      f"(another collective, root or count), or {'their' if odd.size > 1 else 'its'} data was lost")
+        self.evidence.append(f"collective mismatch on {comm} #{self.g_seq[g]}: {reason}")
+        return RootCause("collective-mismatch", odd.tolist(), reason, op=self.s(int(self.c["op_name"][op_row])),
+                         comm=comm, site=site, waiters=sum(int(basin[h]) for h in anc_of(g)))
+
     def _group_causes(self, basin: np.ndarray, anc_of: Any) -> list[RootCause]:
         """Mismatched collectives, and collectives every member has entered (grouped by op and site)."""
         c, G = self.c, self.G
@@ -862,8 +1010,21 @@ class _Analysis:
         n_names = np.bincount(names // ns, minlength=G)
         n_roots = np.bincount(roots // (self.size + 1), minlength=G)
         mismatch = (n_names > 1) | (n_roots > 1)
+        nw = np.diff(self.w_off)
+        # every member entered, more of them have completed it than are still inside: a mismatch, not a stall
+        passed = (np.diff(self.l_off) == 0) & ~mismatch & (nw < self.g_nmem - nw)
         out = []
+        for g in np.flatnonzero(passed).tolist()[:_MAX_MISMATCH]:
+            rc = self._odd_cause(g, basin, anc_of)
+            if rc is None:
+                passed[g] = False
+            else:
+                out.append(rc)
         for g in np.flatnonzero(mismatch).tolist()[:_MAX_MISMATCH]:
+            rc = self._odd_cause(g, basin, anc_of)
+            if rc is not None:
+                out.append(rc)
+                continue
             w = self.waiters(g)
             wr = self.row_of[w]
             nm_codes = _uniq(c["op_name"][wr])
@@ -877,7 +1038,7 @@ class _Analysis:
             out.append(RootCause("collective-mismatch", w.tolist(),
                                  f"ranks entered different collectives (or roots) as #{self.g_seq[g]} on {comm}: "
                                  f"{what}", comm=comm, waiters=sum(int(basin[h]) for h in anc_of(g))))
-        stuck = np.flatnonzero((np.diff(self.l_off) == 0) & ~mismatch)
+        stuck = np.flatnonzero((np.diff(self.l_off) == 0) & ~mismatch & ~passed)
         if stuck.size:
             first = self.row_of[self.w_rank[self.w_off[stuck]]]
             key = c["op_name"][first].astype(np.int64) * ns + c["op_site"][first] + 1

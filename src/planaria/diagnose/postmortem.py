@@ -35,8 +35,13 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         if isinstance(r, int) and r not in first and row.get("state") in ("failed", "lost"):
             first[r] = {"type": "summary", "rank": r, "reason": row.get("how") or row["state"], "t": row.get("t"),
                         "ended_by": row.get("ended_by") or _ended_by(str(row.get("how") or ""))}
+    crashed_at = {row["rank"]: row["site"] for row in summary or [] if isinstance(row.get("rank"), int) and row.get("site")}
+    for r, ev in first.items():          # a crashed rank's site, from its fatal-error trace (the launcher read it)
+        if not ev.get("site") and r in crashed_at:
+            first[r] = dict(ev, site=crashed_at[r])
     by_ctl = {r for e in events if e.get("type") == "ctl" and e.get("action") == "kill" for r in e.get("ranks") or ()}
     injected = {e.get("rank"): e for e in events if e.get("type") == "inject" and e.get("kind") == "kill"}
+    io_planned = {e.get("rank"): e for e in events if e.get("type") == "inject" and e.get("kind") == "ioerror"}
     incidents = [dict(e["incident"], by=e.get("by")) for e in events
                  if e.get("type") == "incident" and isinstance(e.get("incident"), dict)]
     # ranks that ended normally: under ULFM a rank that has left counts as failed for the others,
@@ -56,21 +61,28 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
             consequences[rank] = {"blames": blamed, "op": saw.get("op"), "comm": saw.get("comm"),
                                   "site": saw.get("site")}
             continue
-        how = ("lost (killed or crashed, no report)" if ev.get("type") == "lost" else
-               str(ev.get("reason") or "failed"))
+        if ev.get("type") == "lost":
+            how = f"lost: {ev['reason']}" if ev.get("reason") else "lost (killed or crashed, no report)"
+        else:
+            how = str(ev.get("reason") or "failed")
         if rank in injected:
             how = f"killed by injection ({injected[rank].get('detail')})"
         elif rank in by_ctl and "planaria ctl" not in how:
             how = f"killed by command (planaria ctl): {how}"
-        roots.append({"kind": "no-state", "ranks": rank_ranges([rank]), "rank_list": [rank], "reason": how,
+        kind = "no-state"
+        if rank in io_planned and "OSError" in how:    # the plan's I/O error ended it
+            kind, how = "io-fault", f"{how} (injected: {io_planned[rank].get('detail')}; planaria --inject)"
+        roots.append({"kind": kind, "ranks": rank_ranges([rank]), "rank_list": [rank], "reason": how,
                       "site": ev.get("site"), "op": (ev.get("op") or {}).get("name"),
                       "step": ev.get("step"), "t": ev.get("t")})
     for r, waiters in sorted(left_early.items()):
         row = finished[r]
         code = row.get("exit_code")
+        # where it left (its sys.exit), else where the others waited for it (the call it never matched)
+        site = row.get("site") or next((consequences[w]["site"] for w in waiters if consequences[w].get("site")), None)
         roots.append({"kind": "finished", "ranks": rank_ranges([r]), "rank_list": [r],
                       "reason": f"ended (exit {0 if code is None else code}) while rank(s) {rank_ranges(waiters)} "
-                                f"still communicated with it", "site": None, "op": None,
+                                f"still communicated with it", "site": site, "op": None,
                       "step": row.get("step"), "t": row.get("t")})
     # ranks the launcher ended (timeout, Ctrl-C, a detected hang) are victims, never causes
     stopped = {int(row["rank"]) for row in summary or []
@@ -88,6 +100,16 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
             consequences[r] = {"blames": others, "op": None, "comm": None, "site": None, "by": "job abort"}
         abort_note = (f"ranks {rank_ranges(gone)} were ended by the job abort (default handler) after "
                       f"rank(s) {rank_ranges(others)} had failed")
+    teardown = _torn_down(roots)
+    if teardown:
+        roots = [rc for rc in roots if rc not in teardown]
+        crashed = [rc["rank_list"][0] for rc in roots]
+        for rc in teardown:
+            consequences[rc["rank_list"][0]] = {"blames": crashed, "op": None, "comm": None, "site": None,
+                                                "by": "job abort"}
+        abort_note = ((abort_note + "; ") if abort_note else "") + (
+            f"ranks {rank_ranges([rc['rank_list'][0] for rc in teardown])} were ended by the MPI runtime "
+            f"(SIGTERM) after rank(s) {rank_ranges(crashed)} crashed")
     evidence: list[str] = []
     if victims:
         ended = str(next(row.get("ended_by") for row in summary or [] if row.get("rank") == victims[0]["rank_list"][0]))
@@ -130,6 +152,22 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
 
 
 _ABORT = "the job abort"
+# signals of a process that crashed by itself (not one that was told to end)
+_CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL")
+
+
+def _torn_down(roots: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The roots that the MPI runtime ended because another rank crashed.
+
+    Without ULFM, mpiexec ends every rank with SIGTERM once one dies of a signal: those ranks
+    (ended by SIGTERM, or lost without a record, no earlier than the first crash) are
+    consequences of the crash, not failures of their own."""
+    crashes = [rc for rc in roots if any(sig in str(rc.get("reason")) for sig in _CRASH_SIGNALS)]
+    if not crashes:
+        return []
+    t_crash = min(float(rc.get("t") or 0.0) for rc in crashes)
+    return [rc for rc in roots if rc not in crashes and float(rc.get("t") or 0.0) >= t_crash
+            and ("(SIGTERM)" in str(rc.get("reason")) or "killed or crashed" in str(rc.get("reason")))]
 
 
 def _by_launcher(ended_by: str) -> bool:

@@ -20,6 +20,8 @@ from typing import Any
 
 #: status of a rank of a program without planaria's runtime, read from outside
 PLAIN_STATUS = "no planaria runtime (stacks read with py-spy)"
+#: a rank of planaria's runtime whose process is stopped (SIGSTOP, a debugger): alive, not running
+STOPPED_STATUS = "stopped (SIGSTOP or a debugger; read with py-spy)"
 #: file name of the frame standing for the MPI function a native stack is in (``MPI_Recv``)
 MPI_FILE = "<MPI>"
 
@@ -56,8 +58,11 @@ def dump(pid: int, timeout: float = 5.0, native: bool = False) -> list[dict[str,
     exe = executable()
     if exe is None:
         return None
+    # a stopped process (SIGSTOP, a debugger) cannot be suspended by py-spy: read it without
+    # suspending, which is as consistent since it does not run
+    extra = (["--native"] if native else []) + (["--nonblocking"] if stopped(pid) else [])
     try:
-        res = subprocess.run([exe, "dump", "--pid", str(pid), "--json"] + (["--native"] if native else []),
+        res = subprocess.run([exe, "dump", "--pid", str(pid), "--json", *extra],
                              capture_output=True, text=True, timeout=timeout)
         data = json.loads(res.stdout) if res.returncode == 0 else None
     except (subprocess.TimeoutExpired, OSError, ValueError):
@@ -105,11 +110,23 @@ def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float,
         if len(ent["samples"]) == rounds and not str(ent["name"]).startswith("planaria-"):
             ent["stack"] = ent["samples"][0]
             recs.append(ent)
-    if status is None:
+    if status is None and stopped(pid):
+        status = STOPPED_STATUS
+    elif status is None:
         status = "unresponsive (read with py-spy)" + (f": thread {gil} holds the GIL" if gil else "")
     rec = {"rank": rank, "host": host, "pid": pid, "t": time.time(), "op": None, "threads": recs,
            "status": status, "source": "py-spy"}
     return {"stacks": stacks, "ranks": [rec], "missing": []}
+
+
+def stopped(pid: int) -> bool:
+    """True when process ``pid`` of this machine is stopped (state T or t in ``/proc/PID/stat``)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            stat = f.read()
+    except (OSError, ValueError):
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")
 
 
 def local_pid(pid: Any) -> bool:

@@ -24,8 +24,9 @@ def known_facts(table: dict[int, dict[str, Any]], events: list[dict[str, Any]]) 
                 if e.get("type") == "inject" or (e.get("type") == "hang" and e.get("kind") == "hang")]
     incidents = [dict(e["incident"], by=e.get("by"), t=e.get("t")) for e in events
                  if e.get("type") == "incident" and isinstance(e.get("incident"), dict)][-50:]
+    exit_sites = {str(r): str(table[r]["site"]) for r in finished if table[r].get("site")}   # their sys.exit
     return {"failed": failed, "lost": lost, "finished": finished, "injected": injected[-50:],
-            "incidents": incidents}
+            "incidents": incidents, "exit_sites": exit_sites}
 
 
 def build_state(table: dict[int, dict[str, Any]], part: dict[str, Any], job: str,

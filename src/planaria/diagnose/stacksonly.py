@@ -12,8 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from planaria.diagnose.offline import Report, RootCause, _short, frame_site
+from planaria.diagnose.offline import Report, RootCause, _short, frame_site, ran_past
 from planaria.diagnose.pyspy import MPI_FILE, PLAIN_STATUS
+
+#: MPI collectives a rank can block in (the names py-spy's native frames give)
+COLLECTIVES = frozenset("MPI_" + n for n in (
+    "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Allgather", "Allgatherv", "Scatter",
+    "Scatterv", "Alltoall", "Alltoallv", "Alltoallw", "Scan", "Exscan", "Reduce_scatter", "Reduce_scatter_block"))
 
 _ADVICE = ("no rank uses planaria's runtime: the MPI call each rank is in comes from its native stack "
            "(py-spy --native); communicators, peers and tags are unknown (with pl.world() the diagnosis "
@@ -48,6 +53,29 @@ def _ranges(ranks: list[int]) -> str:
     return rank_ranges(ranks)
 
 
+def odd_collective(waiting: dict[tuple[str, str], list[int]], waiters: int) -> RootCause | None:
+    """Every rank is in a collective but not all in the same call at the same line: the ranks of the
+    (call, site) class strictly smaller than every other are the odd ones out (at the call they
+    skipped, when they are at a later line of the same function). None on a tie or a single class.
+    Without the runtime the communicators and roots are not known: the reason says so."""
+    if len(waiting) < 2 or not all(call in COLLECTIVES for call, _ in waiting):
+        return None
+    classes = sorted(waiting.items(), key=lambda kv: (len(kv[1]), kv[1]))
+    (call, site), ranks = classes[0]
+    if len(classes[1][1]) == len(ranks):
+        return None
+    (mcall, msite), major = classes[-1]
+    rs, ms = _ranges(ranks), _ranges(major)
+    one = len(ranks) == 1
+    note = "(from native stacks: communicators and roots are not known)"
+    if ran_past(site, msite):
+        return RootCause("collective-mismatch", ranks, f"rank(s) {rs} skipped {mcall} at {_short(msite)}, which "
+                         f"rank(s) {ms} wait in: {'it is' if one else 'they are'} already in {call} at "
+                         f"{_short(site)} {note}", op=mcall, site=msite, waiters=waiters)
+    return RootCause("collective-mismatch", ranks, f"rank(s) {rs} called {call} at {_short(site)} where rank(s) {ms} "
+                     f"called {mcall} at {_short(msite)} {note}", op=call, site=site, waiters=waiters)
+
+
 def diagnose(state: dict[str, Any]) -> Report:
     """Verdict and root causes of a plain program's hang from where its ranks' stacks are."""
     stacks = list(state.get("stacks") or [])
@@ -79,6 +107,9 @@ def diagnose(state: dict[str, Any]) -> Report:
     for site, ranks in sorted(outside.items(), key=lambda kv: (len(kv[1]), kv[1])) if n_wait else ():
         causes.append(RootCause("computing", ranks, "not in an MPI call (computing, or blocked outside MPI)",
                                 site=site, host=hosts.get(ranks[0]), waiters=n_wait))
+    odd = odd_collective(waiting, n_wait) if not (missing or outside or finished) else None
+    if odd is not None:
+        causes.append(odd)
     calls = sorted(waiting.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     wait_rows = [{"comm": None, "kind": None, "op": call, "seq": None, "waiting": len(ranks),
                   "ranks": _ranges(ranks), "site": site,
@@ -89,7 +120,10 @@ def diagnose(state: dict[str, Any]) -> Report:
         for rc in causes:
             rc.example = f"waiting in MPI: {example}"
     evidence = [_ADVICE]
-    if n_wait and not outside and not missing:
+    if odd is not None:
+        evidence.append("every rank is in an MPI collective, not all in the same call at the same line: the "
+                        "smallest group of ranks is the odd one out")
+    elif n_wait and not outside and not missing:
         evidence.append("every rank that answered is in an MPI call: a deadlock or a message that never "
                         "came; without the runtime the peers they wait on are not known")
     if not n_wait:

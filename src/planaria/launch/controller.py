@@ -191,6 +191,19 @@ class Controller:
         rows.update(self.table())
         return dict(sorted(rows.items()))
 
+    def still_running(self, ranks: list[int]) -> bool:
+        """True when every one of ``ranks`` is running as far as the launcher can tell: active in the
+        table (not failed, lost, finished or paused by a tool) and, on this host, its process exists.
+        A rank that its peers cannot reach while it still runs (stopped, cut off) hangs the job."""
+        with self._lock:
+            infos = [self.ranks.get(r) for r in ranks]
+        if not ranks or any(i is None or i["state"] not in ACTIVE for i in infos):
+            return False
+        if not self.pid_check:
+            return True
+        return all(pid_alive(int(i["pid"])) is not False for i in infos
+                   if i.get("pid") and i.get("host") in (None, self.host))
+
     def pids(self) -> list[int]:
         """Pids of all ranks that said hello."""
         with self._lock:
@@ -750,6 +763,8 @@ class Controller:
                 info.update(exit_code=code, end_time=now)
                 if msg.get("reason") and code:      # why the rank chose a non-zero status
                     info["reason"] = f"exit {code}: {str(msg['reason'])[:300]}"
+                if msg.get("site"):                 # where the program called sys.exit
+                    info["site"] = str(msg["site"])[:300]
                 if info["state"] in ACTIVE:
                     info["state"] = "finished"
             else:

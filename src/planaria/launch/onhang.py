@@ -12,12 +12,15 @@ Pure: no I/O; the runner prints the lines and acts.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 MODES = ("report", "diagnose", "abort")
 #: incident kinds that mean ranks wait for something that does not come
-HANG_KINDS = frozenset({"deadlock", "not-sending", "collective-hang", "timeout", "tag-mismatch", "source-mismatch"})
+HANG_KINDS = frozenset({"deadlock", "not-sending", "collective-hang", "timeout", "tag-mismatch", "source-mismatch",
+                        "injected"})
+#: incident kinds that say ranks are gone: a hang too when the ranks still run (stopped, cut off)
+UNREACHABLE_KINDS = frozenset({"rank-failed", "unreachable"})
 #: an incident is announced once its verdict does not wait for a probe any more
 _SETTLED = frozenset({"confirmed", "detected"})
 MAX_LINES = 20        # incident lines per job; then one line says where the rest is
@@ -34,9 +37,12 @@ class IncidentWatch:
         self._lines = 0
         self._acted = False
 
-    def take(self, incidents: Iterable[tuple[dict[str, Any], Any]]) -> tuple[list[str], str | None]:
+    def take(self, incidents: Iterable[tuple[dict[str, Any], Any]],
+             running: Callable[[list[int]], bool] | None = None) -> tuple[list[str], str | None]:
         """(lines to print, action) for newly reported ``(incident, responsible rank)`` pairs;
-        action is None, ``"diagnose"`` or ``"abort"``."""
+        action is None, ``"diagnose"`` or ``"abort"``. ``running(ranks)``: whether those ranks'
+        processes still run; a rank found unreachable (``UNREACHABLE_KINDS``) that still runs
+        hangs the job (a failed one does not: the survivors get an error)."""
         lines: list[str] = []
         action: str | None = None
         for inc, by in incidents:
@@ -53,7 +59,9 @@ class IncidentWatch:
                              f"full report: planaria diagnose {self.job}")
             elif self._lines == MAX_LINES + 1:
                 lines.append(f"more incidents: planaria diagnose {self.job}")
-            if kind in HANG_KINDS and self.mode != "report" and not self._acted:
+            hang = kind in HANG_KINDS or (kind in UNREACHABLE_KINDS and running is not None
+                                          and running([int(r) for r in inc.get("ranks") or ()]))
+            if hang and self.mode != "report" and not self._acted:
                 self._acted = True
                 action = self.mode
         return lines, action

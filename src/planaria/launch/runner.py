@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from planaria.launch import onhang, rankfate, sessiondirs, shmfiles
+from planaria.launch.crashsite import CrashSites
 from planaria.launch.plaininject import PlainKills
 from planaria.launch.controller import Controller
 from planaria.launch.jobdir import JobDir, _jsonable
@@ -136,6 +137,7 @@ class _Output:
         self._json = json_mode
         self.watch = _RuntimeWatch()
         self.sink: Any = None          # the controller's io(rank, channel, text), for attached tools
+        self.crashes = CrashSites()    # where a rank's Python crashed (faulthandler's trace)
 
     def pump(self, stream: Any, is_err: bool) -> None:
         """Copy every line of ``stream`` (until EOF)."""
@@ -152,6 +154,7 @@ class _Output:
             elif kind == "stdout":
                 shown, dest = f"[{rank}] {text}", sys.stderr if self._json else sys.stdout
             else:
+                self.crashes.feed(rank, text)
                 shown, dest = f"[{rank}!] {text}", sys.stderr
             self.write(shown, dest)
         stream.close()
@@ -345,6 +348,7 @@ def build_summary(jobdir: JobDir, opts: RunOptions, table: dict[int, dict[str, A
             "t": round(when - t0, 3) if when else None, "how": _how(info),
             "injected": info.get("injected"), "ended_by": info.get("ended_by"),
             **({"logical": info["logical"]} if info.get("logical") is not None else {}),
+            **({"site": info["site"]} if info.get("site") else {}),
         })
     out = {
         "job": jobdir.id, "jobdir": str(jobdir.path), "status": status, "outcome": outcome,
@@ -815,6 +819,9 @@ def run_job(opts: RunOptions) -> int:
     assert att is not None
 
     rows = att.table or fate_table(att.fates)   # a program without planaria's runtime: no rank talked
+    for r, row in rows.items():                 # a crashed rank: where its Python was
+        if row.get("state") in ("failed", "lost") and out.crashes.site(r) and not row.get("site"):
+            row["site"] = out.crashes.site(r)
     summary = build_summary(jobdir, opts, rows, t0, att.status, att.outcome, att.mpiexec_rc,
                             attempts)
     jobdir.write_summary(summary)
@@ -883,6 +890,8 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         "PLANARIA_DETECT_TIMEOUTS": opts.detect_timeouts or "",
         "PLANARIA_EVENTS_DEFAULT": opts.default_handler,
     }
+    if "PYTHONFAULTHANDLER" not in os.environ:  # a crashing rank prints its stack (CrashSites reads it)
+        penv["PYTHONFAULTHANDLER"] = "1"
     fates_dir = jobdir.path / "fates" / str(number)
     if opts.rank_fates:
         try:
@@ -987,7 +996,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
             _DIAG_REQUESTS.clear()
             threading.Thread(target=_diagnose_now, args=(controller, out, "SIGUSR1"), daemon=True,
                              name="planaria-diagnose-signal").start()
-        lines, hang_action = incidents.take(controller.take_incidents())
+        lines, hang_action = incidents.take(controller.take_incidents(), controller.still_running)
         for line in lines:
             _note(out, line)
         if hang_action == "diagnose":

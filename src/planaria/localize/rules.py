@@ -167,7 +167,7 @@ probe of a blamed rank runs; ``refuted`` when a status probe found the suspect
 healthy; ``detected`` otherwise.  Records are kept until ``prune(before)``.
 
 Incident kinds and priorities: host-down 90, network 80, rank-failed 70, io-fault
-60, io-error 55, deadlock 50, external 45, not-sending 40 (42 when computing),
+60, io-error 55, injected 52 (a hang the fault plan made), deadlock 50, external 45, not-sending 40 (42 when computing),
 collective-hang 28-32, timeout 20-25, unreachable 22, other types 15, slow 10-12.
 
 Order (in)dependence: the incidents (partition, kinds, verdicts, ranks, evidence,
@@ -227,14 +227,14 @@ PROBE_KINDS = (PING, STATUS, VOTE)
 _COVERS = {PING: (PING, STATUS, VOTE), STATUS: (STATUS,), VOTE: (VOTE,)}
 
 PRIORITY: dict[str, int] = {
-    "host-down": 90, "network": 80, "rank-failed": 70, "io-fault": 60, "io-error": 55,
+    "host-down": 90, "network": 80, "rank-failed": 70, "io-fault": 60, "io-error": 55, "injected": 52,
     "tag-mismatch": 85, "source-mismatch": 85, "deadlock": 50, "external": 45, "not-sending": 40, "collective-hang": 30,
     "timeout": 20, "unreachable": 22, "other": 15, "slow": 10, "duplicate": 0,
 }
 """Base priority of each incident kind (the strongest verdict of an incident names it)."""
 
 HANG_TYPES = frozenset({MSG_TIMEOUT, PING_TIMEOUT, COLL_TIMEOUT})
-_CONFIRMED_KINDS = frozenset({"host-down", "rank-failed", "network", "not-sending", "io-fault", "io-error",
+_CONFIRMED_KINDS = frozenset({"host-down", "rank-failed", "network", "not-sending", "injected", "io-fault", "io-error",
                               "tag-mismatch", "source-mismatch"})
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
@@ -950,6 +950,10 @@ def _type_verdicts(records: Sequence[ErrorRecord]) -> list[Verdict]:
                 what += f" at {last.site}"
             out.append(Verdict(f"rank {about} not sending: {what}", "not-sending",
                                PRIORITY["not-sending"], (about,), host))
+        elif typ == PEER_COMPUTING and last.evidence.get("injected"):
+            out.append(Verdict(f"rank {about} hangs as the fault plan asked ({last.evidence['injected']}; "
+                               f"planaria --inject), not by a fault of the program", "injected",
+                               PRIORITY["injected"], (about,), host))
         elif typ == PEER_COMPUTING:
             idle = last.evidence.get("idle")
             text = f"rank {about} not sending: computing at {last.site or 'an unknown place'}"
@@ -1430,6 +1434,10 @@ class RuleBase:
             ev = {"probe": "status", "sent_to": q.get("src"), "unreachable_from": [q["src"]] if "src" in q else []}
             recs.append(ErrorRecord(type=NETWORK, status=CONFIRMED, evidence=_clean(ev),
                                     comm=q.get("comm"), tag=q.get("tag"), **base))
+        elif out.get("injected"):            # the fault plan hangs it: say so, whatever it looks like
+            recs.append(ErrorRecord(type=PEER_COMPUTING, status=CONFIRMED,
+                                    evidence=_clean({"injected": str(out["injected"]), "step": out.get("step")}),
+                                    site=_str_or_none(out.get("where")), **base))
         elif op is None:
             idle = out.get("idle")
             if idle is None or idle >= self.computing_after:

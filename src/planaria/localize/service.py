@@ -113,7 +113,10 @@ class Service:
         self.svc = svc
         self.hosts = list(hosts)
         self.responsible = [responsible(r, self.hosts) for r in range(size)]
-        self.rules = RuleBase.default(hosts=self.hosts, rank=rank)
+        # a suspect out of MPI for as long as the shortest wait that counts as a hang is computing
+        # (the rule base's 5 s otherwise: with short timeouts it would look healthy and never be named)
+        self.rules = RuleBase.default(hosts=self.hosts, rank=rank,
+                                      computing_after=min(5.0, self.th.p2p, self.th.coll))
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[float, Callable[[Any], None]]] = {}   # probe id -> (deadline, callback)
         self._sends: list[tuple[Any, bytes, float]] = []
@@ -308,6 +311,8 @@ class Service:
                                "host": self.hosts[self.rank]}
         if lg is None:
             return out
+        if lg.injected_hang:
+            out["injected"] = lg.injected_hang
         op = lg.current()
         if op is not None:
             op["site"] = _short(lg.site())

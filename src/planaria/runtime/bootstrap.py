@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from planaria.comm.base import Comm
@@ -34,6 +35,7 @@ class _Runtime:
         self.finalized = False
         self.exit_code = 0
         self.exit_reason = ""          # why this rank ends with a non-zero status, told in its bye
+        self.exit_site = ""            # where the program called sys.exit, told in its bye
         self.dead = False
         self.localizer: Any = None
         self.job_failures = False      # the controller knew of a failed rank when this one said bye
@@ -86,7 +88,23 @@ def world(backend: str = "auto") -> Comm:
         _start_localizer(comm, thresholds, svc)
     atexit.register(finalize)
     sys.excepthook = _excepthook
+    if not hasattr(sys.exit, "__wrapped__"):
+        sys.exit = _exit_recorder(sys.exit)
     return comm
+
+
+def _exit_recorder(real_exit: Callable[..., Any]) -> Callable[..., Any]:
+    """``sys.exit`` that first remembers where the program's main thread called it (told in the
+    rank's bye): a rank that leaves while others still wait for it is then named at that line.
+    A wrapper because Python keeps no trace of where a ``SystemExit`` came from."""
+    def exit(status: object = None) -> Any:
+        if not _RT.exit_site and threading.current_thread() is threading.main_thread():
+            from planaria.comm.msglog import call_site
+            _RT.exit_site = call_site(sys._getframe(1)) or ""
+        real_exit(status)
+    exit.__wrapped__ = real_exit               # type: ignore[attr-defined]
+    exit.__doc__ = real_exit.__doc__
+    return exit
 
 
 def detection_enabled() -> bool:
@@ -239,6 +257,11 @@ def watch(name: str, array: Any) -> None:
 
 
 def _report(kind: str, fields: dict[str, Any]) -> None:
+    if kind == "hang":                  # the plan hangs this rank: its status probe answers say so
+        from planaria.comm import msglog
+        lg = msglog.log()
+        if lg is not None:
+            lg.injected_hang = str(fields.get("detail") or "injected hang")
     if _RT.agent is not None:
         _RT.agent.report(kind, wait=(kind != "inject"), **fields)
 
@@ -361,6 +384,8 @@ def finalize(code: int | None = None) -> None:
                    "role": _RT.agent.role, "logical": _RT.agent.logical}   # the last word on both
             if _RT.exit_reason:
                 bye["reason"] = _RT.exit_reason
+            if _RT.exit_site:
+                bye["site"] = _RT.exit_site
             ack = _RT.agent.request(bye, timeout=1.0)
             _RT.job_failures = bool(ack and ack.get("failures"))
             _RT.agent.close()

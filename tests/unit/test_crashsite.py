@@ -1,0 +1,68 @@
+"""The launcher's reading of Python's fatal-error traces (faulthandler) per rank."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from planaria.diagnose import pyspy
+from planaria.launch.crashsite import CrashSites
+
+TRACE = """Fatal Python error: Segmentation fault
+
+Thread 0x00007f0000000001 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+  File "/home/u/helper.py", line 5 in loop
+
+Current thread 0x00007fc141e0ac40 (most recent call first):
+  File "/usr/lib/python3/site-packages/numpy/core/_methods.py", line 49 in _sum
+  File "/home/u/app.py", line 13 in step
+  File "/home/u/app.py", line 20 in <module>
+
+Extension modules: mpi4py.MPI, numpy.core._multiarray_umath (total: 2)""".splitlines()
+
+
+def test_the_crashing_threads_innermost_program_frame_is_the_site() -> None:
+    cs = CrashSites()
+    for line in TRACE:              # two ranks' lines interleaved: only rank 1 crashed
+        cs.feed(1, line)
+        cs.feed(0, "an ordinary error line")
+    assert cs.site(1) == "/home/u/app.py:13 in step"     # not numpy's frame, not the other thread's
+    assert cs.error(1) == "Segmentation fault"
+    assert cs.site(0) is None and cs.error(0) is None
+
+
+def test_a_real_python_crash_is_read() -> None:
+    """A real interpreter killed by SIGSEGV under ``PYTHONFAULTHANDLER=1`` prints what CrashSites reads."""
+    prog = "import os, signal\ndef f():\n    os.kill(os.getpid(), signal.SIGSEGV)\nf()\n"
+    env = dict(os.environ, PYTHONFAULTHANDLER="1")
+    res = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == -signal.SIGSEGV
+    cs = CrashSites()
+    for line in res.stderr.splitlines():
+        cs.feed(0, line)
+    assert cs.site(0) == "<string>:3 in f"
+    assert cs.error(0) == "Segmentation fault"
+
+
+def test_a_stopped_process_is_read_by_pyspy_without_suspending_it(tmp_path) -> None:
+    prog = tmp_path / "stopme.py"
+    prog.write_text("import os, signal\ndef f():\n    os.kill(os.getpid(), signal.SIGSTOP)\nf()\n")
+    p = subprocess.Popen([sys.executable, str(prog)])
+    try:
+        deadline = time.monotonic() + 10
+        while not pyspy.stopped(p.pid):
+            assert time.monotonic() < deadline, "the process did not stop"
+            time.sleep(0.02)
+        assert not pyspy.stopped(os.getpid())
+        if pyspy.executable() is None:
+            return
+        threads = pyspy.dump(p.pid)
+        assert threads and threads[0]["stack"][-1] == [str(prog), 3, "f"], threads
+        part = pyspy.sample(1, p.pid, "h", rounds=1, interval=0.0)
+        assert part is not None and part["ranks"][0]["status"] == pyspy.STOPPED_STATUS
+    finally:
+        p.kill()
+        p.wait()
