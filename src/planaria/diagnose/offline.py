@@ -763,10 +763,14 @@ class _Analysis:
                     f" (inside {self._group_text(x - self.size)}, which needs rank {l})")
         rs = sorted(ranks)
         w0 = int(self.waiters(scc[0])[0])
+        # the call to fix is the point-to-point wait (the others entered a collective every member
+        # calls): its site, not the collective's
+        p2p = [r for r in rs if self.is_p2p[int(self.row_of[r])]]
+        at = p2p[0] if p2p else (rs[0] if rs else None)
         return RootCause("deadlock", rs, "ranks wait in point-to-point operations for ranks that are inside a "
                          "collective that needs them (deadlock across operations)",
                          op=self.s(int(self.c["op_name"][self.row_of[w0]])), comm=self.strings[self.g_comm[scc[0]]],
-                         site=self.site(rs[0]) if rs else None, host=self.host(rs[0]) if rs else None,
+                         site=self.site(at) if at is not None else None, host=self.host(rs[0]) if rs else None,
                          waiters=waiters, example=details[0] if details else "", details=details[1:])
 
     def _sink_causes(self, sinks: np.ndarray) -> list[RootCause]:
