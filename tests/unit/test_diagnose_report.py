@@ -145,3 +145,17 @@ def test_an_uncaught_oserror_from_an_injected_io_error_is_an_io_fault():
     assert root["kind"] == "io-fault" and root["site"] == "app.py:16 in <module>" and "planaria --inject" in root["reason"]
     (root,) = postmortem.postmortem(events[1:], "j")["root_causes"]       # not planned: a failure like any other
     assert root["kind"] == "no-state"
+
+
+def test_an_any_source_receive_that_took_the_awaited_ranks_message_is_the_source_mismatch():
+    """Rank 0's ANY_SOURCE receive (a.py:16) took rank 1's message; its receive from rank 1 (a.py:17)
+    waits while rank 2's message with the same tag is left: the wildcard receive is named, at once."""
+    wild = {"took": 1, "tag": 4, "site": "a.py:16 in <module>"}
+    op = dict(_recv(1, 0.3), site="a.py:17 in <module>", unmatched={"source": 2, "tag": 4, "bytes": 16, "wildcard": wild})
+    coll = {"name": "Barrier", "kind": "coll", "comm": "world", "peer": None, "since": 1.0, "site": "a.py:22"}
+    state = {"ranks": [_rec(0, op), _rec(1, coll), _rec(2, coll)]}
+    (c,) = report.lost_messages(state)
+    assert c["kind"] == "source-mismatch" and c["rank_list"] == [0] and c["site"] == "a.py:16 in <module>"
+    assert "ANY_SOURCE receive at a.py:16 took rank 1's message" in c["reason"]
+    state["ranks"][1]["op"] = dict(_recv(0, 0.3), name="Send")   # rank 1 may still send: wait longer first
+    assert report.lost_messages(state) == []

@@ -212,6 +212,20 @@ def test_a_sent_message_the_receive_does_not_match_is_a_tag_mismatch_not_the_net
     assert roots(rb)[0]["kind"] == "network"
 
 
+def test_an_any_source_receive_that_took_the_peers_message_is_named_not_the_sender() -> None:
+    """Rank 0 waits for rank 5; rank 6's message (tag 4) waits unmatched, and rank 0's earlier
+    ANY_SOURCE receive took rank 5's tag-4 message: rank 0's wildcard receive is the mismatch."""
+    rb = rb_default()
+    wild = {"took": 5, "tag": 4, "site": "a.py:16 in f"}
+    rb.submit(rec(0, 5, 10.0, comm="world", tag=4, op="Recv", site="a.py:17 in f",
+                  evidence={"ping": True, "unmatched": {"source": 6, "tag": 4, "bytes": 8, "wildcard": wild}}))
+    rb.probe_result(5, STATUS, {"op": {"name": "Barrier", "kind": "coll", "comm": "world", "seq": 1,
+                                       "since": 9.0, "site": "a.py:30 in f"}}, now=11.0)
+    (inc,) = roots(rb)                       # the wait for rank 5 is part of it
+    assert inc["kind"] == "source-mismatch" and inc["ranks"] == [0, 5], inc
+    assert "rank 0's ANY_SOURCE receive at a.py:16 in f took rank 5's message (tag 4)" in inc["verdict"]
+
+
 def test_status_reply_of_a_healthy_rank_refutes() -> None:
     rb = rb_default(computing_after=5.0)
     rb.submit(rec(0, 5, 10.0, evidence={"ping": True}))

@@ -536,6 +536,15 @@ class Comm(ABC):
             msglog.failed(self, exc)
         return exc
 
+    def _ml_wildcard(self, status: Any) -> None:
+        """Count a completed receive from any source by its sender (``status``), and remember where
+        the program made it: a later receive that waits for the sender it took names it."""
+        src = status.Get_source()
+        if 0 <= src < len(self._ml_recvd):
+            self._ml_recvd[src] += 1
+            from planaria.comm import msglog
+            msglog.wildcard(self, src, status.Get_tag())
+
     def _ml_child(self, new: Comm | None, kind: str, color: Any = None) -> None:
         """Record ``new`` (made by this communicator's dup ``d``, shrink ``k`` or split ``s``) in the message log."""
         from planaria.comm import msglog

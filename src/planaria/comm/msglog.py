@@ -122,6 +122,7 @@ class MsgLog:
         self.total = {"slow": 0, "io": 0, "fail": 0}     # entries ever appended to slow / ioerrors / failures
         self.resolution = RESOLUTION
         self.injected_hang = ""              # set when the fault plan hangs this rank (status probes say so)
+        self.wildcards: deque[tuple] = deque(maxlen=8)   # (comm id, source comm rank, world rank, tag, site)
         self._seen: Call | None = None       # the call the last look found (its frame is kept to know it again)
         self._looked: float | None = None    # when the last look was made (None: no look since a pause)
         self._lock = threading.Lock()
@@ -181,12 +182,14 @@ class MsgLog:
         in a receive from rank P with tag T, an ``Iprobe`` (any source, any tag; it matches nothing
         away from the application) on the same communicator finds a message from P with another
         tag, or from another rank when the receive names one: the program's mismatch, which the
-        message counts alone would call a lost message. ``{"source": world rank, "tag": t}``."""
+        message counts alone would call a lost message. ``{"source": world rank, "tag": t}``, with
+        ``"wildcard"`` (``took``, ``tag``, ``site``) when an earlier receive from any source on this
+        communicator took the awaited rank's message with that tag (an ``ANY_SOURCE`` race)."""
         call = self.look()
         if call is None or call.name.startswith("Wait("):
             return None
         spec = P2P.get(call.name)
-        if spec is None or call.name.startswith(("Send", "send")):
+        if spec is None or spec[0] == "dest":     # a send waits for no message
             return None
         loc = call.frame.f_locals
         comm, peer, tag = loc.get("self"), loc.get(spec[0]), loc.get(spec[1])
@@ -203,7 +206,15 @@ class MsgLog:
         src, got = st.Get_source(), st.Get_tag()
         if (peer < 0 or src == peer) and (tag < 0 or got == tag):
             return None        # it matches: about to be received
-        return {"source": _world(comm, src), "tag": got, "bytes": st.Get_count(MPI.BYTE)}
+        out = {"source": _world(comm, src), "tag": got, "bytes": st.Get_count(MPI.BYTE)}
+        cid = getattr(comm, "_ml_id", "?")
+        for w_cid, w_src, w_world, w_tag, w_site in reversed(self.wildcards):
+            if w_cid == cid and w_src == peer and src != peer and w_tag == got:
+                # an earlier receive from any source took the awaited rank's message with the tag
+                # of the one left over: that receive matched the wrong sender
+                out["wildcard"] = {"took": w_world, "tag": w_tag, "site": w_site}
+                break
+        return out
 
     # -- state for probes and collection ---------------------------------------------
     def colls(self) -> dict[str, int]:
@@ -491,6 +502,15 @@ def failed(comm: Comm, exc: Exception) -> None:
     ranks = sorted(getattr(exc, "ranks", None) or [])
     world = sorted(w for w in (_world(comm, r) for r in ranks) if w is not None)
     lg.push("fail", (time.time(), name, getattr(comm, "_ml_id", "?"), world, call_site(frame)))
+
+
+def wildcard(comm: Comm, source: int, tag: int) -> None:
+    """Record a completed receive from any source on a recorded communicator: the sender it took,
+    the tag, and the program's call site (a source mismatch may start there)."""
+    lg = _LOG
+    if lg is not None:
+        lg.wildcards.append((getattr(comm, "_ml_id", "?"), source, _world(comm, source), tag,
+                             call_site(sys._getframe(1))))
 
 
 def child(parent: Comm, new: Comm | None, kind: str, color: Any = None) -> None:

@@ -666,9 +666,14 @@ class SimComm(Comm):
 
     def Recv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> None:
         self._enter(source)
+        if source < 0 and self._ml_on and status is None:
+            status = MPI.Status()               # the log counts a wildcard receive by its sender
         self._wait(self._c.Irecv(buf, source, tag), source, status, keep=(buf,))
-        if self._ml_on and source >= 0:
-            self._ml_recvd[source] += 1
+        if self._ml_on:
+            if source >= 0:
+                self._ml_recvd[source] += 1
+            else:
+                self._ml_wildcard(status)
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         self._enter(dest)
@@ -717,13 +722,18 @@ class SimComm(Comm):
             warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=2)
         self._enter(source)
         c = self._c
+        if source < 0 and self._ml_on and status is None:
+            status = MPI.Status()
 
         def test() -> Any:
             m = c.improbe(source, tag, status)
             return _PENDING if m is None else m.recv(status)
         obj = self._poll(test, source, None)
-        if self._ml_on and source >= 0:
-            self._ml_recvd[source] += 1
+        if self._ml_on:
+            if source >= 0:
+                self._ml_recvd[source] += 1
+            else:
+                self._ml_wildcard(status)
         return obj
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:

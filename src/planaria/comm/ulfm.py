@@ -355,12 +355,17 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             self._ml_sent[dest] += 1
 
     def Recv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> None:
+        if source < 0 and self._ml_on and status is None:
+            status = MPI.Status()               # the log counts a wildcard receive by its sender
         try:
             _RECV(self, buf, source, tag, status)
         except MPI.Exception as e:
             raise self._convert(e) from e
-        if self._ml_on and source >= 0:
-            self._ml_recvd[source] += 1
+        if self._ml_on:
+            if source >= 0:
+                self._ml_recvd[source] += 1
+            else:
+                self._ml_wildcard(status)
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         if self._msgfault is not None and not self._outgoing(dest):
@@ -414,12 +419,17 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
 
     def recv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
         """mpi4py's ``recv`` (``buf``: an optional receive buffer for the pickled data)."""
+        if source < 0 and self._ml_on and status is None:
+            status = MPI.Status()
         try:
             obj = self._c.recv(buf, source, tag, status)
         except MPI.Exception as e:
             raise self._convert(e) from e
-        if self._ml_on and source >= 0:
-            self._ml_recvd[source] += 1
+        if self._ml_on:
+            if source >= 0:
+                self._ml_recvd[source] += 1
+            else:
+                self._ml_wildcard(status)
         return obj
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:

@@ -120,11 +120,15 @@ def lost_messages(state: dict[str, Any]) -> list[dict[str, Any]]:
         b = op.get("peer")
         if op.get("kind") != "p2p" or not isinstance(b, int) or b not in recs:
             continue
-        if float(op.get("since") or 0.0) < LOST_AFTER:     # may still be in flight
+        other = op.get("unmatched")
+        # a wait shorter than LOST_AFTER may end by itself (the message in flight); not when an
+        # earlier ANY_SOURCE receive took the awaited rank's message and that rank is in a collective
+        settled = (isinstance(other, dict) and isinstance(other.get("wildcard"), dict)
+                   and (recs[b].get("op") or {}).get("kind") == "coll")
+        if float(op.get("since") or 0.0) < LOST_AFTER and not settled:
             continue
         if not any(w in str(op.get("name")) for w in ("Recv", "recv", "Sendrecv", "sendrecv")):
             continue
-        other = op.get("unmatched")
         if isinstance(other, dict) and isinstance(other.get("tag"), int):
             out.append(_mismatch(a, b, op, other, rec))
             continue
@@ -144,6 +148,15 @@ def _mismatch(a: int, b: int, op: dict[str, Any], other: dict[str, Any], rec: di
     the program's tag or source mismatch, not a lost message."""
     src, tag, want = other.get("source"), other.get("tag"), op.get("tag")
     where = f" at {_short_site(op.get('site'))}" if op.get("site") else ""
+    wild = other.get("wildcard")
+    if isinstance(wild, dict) and wild.get("site"):
+        # an ANY_SOURCE receive took b's message, meant (by its tag) for src's: that receive is the bug
+        return {"kind": "source-mismatch", "ranks": hangfilter.rank_ranges([a]), "rank_list": [a],
+                "reason": f"receive from any source took the wrong message: rank {a}'s ANY_SOURCE receive at "
+                          f"{_short_site(wild['site'])} took rank {b}'s message (tag {tag}), so its receive "
+                          f"from rank {b}{where} waits while rank {src}'s message (tag {tag}) is left unmatched",
+                "op": op.get("name"), "comm": op.get("comm"), "site": wild["site"], "host": rec.get("host"),
+                "unmatched": other}
     if src == b:
         kind, reason = "tag-mismatch", (f"unmatched tag: rank {b} sent tag {tag}, rank {a} waits for tag "
                                         f"{'any' if want is None else want} from rank {b}{where}")

@@ -972,7 +972,14 @@ def _type_verdicts(records: Sequence[ErrorRecord]) -> list[Verdict]:
             # blamed: the sender of the unmatched message and the rank whose receive does not match
             # it (a rank the receive names but that sent nothing has no part in it)
             pair = tuple(sorted({r for r in (ev.get("source"), ev.get("waiting")) if isinstance(r, int)})) or (about,)
-            if ev.get("source") == about:
+            w = ev.get("waiting")
+            if ev.get("wildcard_site") and isinstance(w, int):
+                out.append(Verdict(f"receive from any source took the wrong message: rank {w}'s ANY_SOURCE receive "
+                                   f"at {ev['wildcard_site']} took rank {about}'s message (tag {ev.get('tag')}), so "
+                                   f"its receive from rank {about}{where} waits while rank {ev.get('source')}'s is "
+                                   f"left unmatched", "source-mismatch", PRIORITY["source-mismatch"],
+                                   tuple(sorted({w, about})), host))     # one incident with the wait for it
+            elif ev.get("source") == about:
                 out.append(Verdict(f"unmatched tag: rank {about} sent tag {ev.get('tag')}, rank {ev.get('waiting')} "
                                    f"waits for {want} from rank {about}{where}", "tag-mismatch",
                                    PRIORITY["tag-mismatch"], pair, host))
@@ -1427,6 +1434,9 @@ class RuleBase:
             # a lost message (sent) nor simply a peer that does not send (another rank's message)
             ev = {"probe": "status", "waiting": q.get("src"), "source": other.get("source"), "tag": other.get("tag"),
                   "want": q.get("tag")}
+            wild = other.get("wildcard")
+            if isinstance(wild, dict) and isinstance(wild.get("site"), str):
+                ev["wildcard_site"] = wild["site"]      # an ANY_SOURCE receive took this rank's message
             site = q.get("site")
             recs.append(ErrorRecord(type=UNMATCHED, status=CONFIRMED, evidence=_clean(ev), comm=q.get("comm"),
                                     tag=q.get("tag"), site=site if isinstance(site, str) else None, **base))

@@ -1,5 +1,6 @@
 """Message log in a real job: communicator ids agree across ranks, collectives are counted, p2p counts match."""
 import numpy as np
+from mpi4py import MPI
 
 import planaria as pl
 from planaria.comm import msglog
@@ -160,4 +161,14 @@ assert time.monotonic() - t_again < 0.5, time.monotonic() - t_again
 settle(False)
 comm.Sendrecv(np.ones(4), dest=right, sendtag=8, recvbuf=buf, source=left, recvtag=8)
 assert lg.p2p_counts()[0] == {**sent, str(right): sent[str(right)] + 1}
+# a receive from any source is counted by its sender and remembered with its call site
+before = lg.p2p_counts()[1].get("1", 0)
+if rank == 0:
+    comm.Recv(buf, source=MPI.ANY_SOURCE, tag=12)                  # SITE:wild
+    cid, src, world, tag, site = lg.wildcards[-1]
+    assert (cid, src, world, tag) == ("world", 1, 1, 12), lg.wildcards
+    assert "SITE:wild" in open(__file__).read().splitlines()[int(site.split(":")[1].split()[0]) - 1], site
+    assert lg.p2p_counts()[1].get("1", 0) == before + 1
+elif rank == 1:
+    comm.Send(np.ones(4), dest=0, tag=12)
 print(f"OK msglog {rank}", flush=True)
