@@ -66,3 +66,27 @@ def test_a_stopped_process_is_read_by_pyspy_without_suspending_it(tmp_path) -> N
     finally:
         p.kill()
         p.wait()
+
+
+def test_an_uncaught_exceptions_traceback_gives_the_site_and_the_error() -> None:
+    seen = []
+    cs = CrashSites(notify=lambda rank, site, error: seen.append((rank, site, error)))
+    for line in ['Traceback (most recent call last):',
+                 '  File "/home/u/app.py", line 8, in <module>',
+                 '    x = values[comm.rank]',
+                 '        ~~~~~~^^^^^^^^^^^',
+                 '  File "/usr/lib/python3.11/json/__init__.py", line 346, in loads',
+                 'KeyError: 2']:
+        cs.feed(2, line)
+    assert cs.site(2) == "/home/u/app.py:8 in <module>" and cs.error(2) == "KeyError: 2"
+    assert seen == [(2, "/home/u/app.py:8 in <module>", "KeyError: 2")]
+
+
+def test_mpi4py_cython_frames_are_not_the_site() -> None:
+    cs = CrashSites()
+    for line in ['Traceback (most recent call last):',
+                 '  File "/home/u/app.py", line 11, in <module>',
+                 '  File "src/mpi4py/MPI.src/Comm.pyx", line 440, in mpi4py.MPI.Comm.Recv',
+                 'mpi4py.MPI.Exception: MPI_ERR_TRUNCATE: message truncated']:
+        cs.feed(1, line)
+    assert cs.site(1) == "/home/u/app.py:11 in <module>"

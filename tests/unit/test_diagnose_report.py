@@ -159,3 +159,15 @@ def test_an_any_source_receive_that_took_the_awaited_ranks_message_is_the_source
     assert "ANY_SOURCE receive at a.py:16 took rank 1's message" in c["reason"]
     state["ranks"][1]["op"] = dict(_recv(0, 0.3), name="Send")   # rank 1 may still send: wait longer first
     assert report.lost_messages(state) == []
+
+
+def test_a_later_message_waiting_unmatched_after_a_lost_one_is_a_lost_message_not_a_tag_mismatch():
+    """Rank 1 sent tags 0 and 1 to rank 2; tag 0 was dropped, tag 1 waits unmatched at rank 2, which
+    waits for tag 0: rank 1 sent two more than rank 2 received, one is missing."""
+    op = dict(_recv(1, 5.0), tag=0, unmatched={"source": 1, "tag": 1, "bytes": 8})
+    state = {"ranks": [_rec(2, op, recvd={"1": 10}), _rec(1, None, sent={"2": 12})]}
+    (c,) = report.lost_messages(state)
+    assert c["kind"] == "lost-message", c
+    state["ranks"][1]["sent"] = {"2": 11}          # only the one waiting there: the tags do not match
+    (c,) = report.lost_messages(state)
+    assert c["kind"] == "tag-mismatch", c

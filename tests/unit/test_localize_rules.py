@@ -226,6 +226,16 @@ def test_an_any_source_receive_that_took_the_peers_message_is_named_not_the_send
     assert "rank 0's ANY_SOURCE receive at a.py:16 in f took rank 5's message (tag 4)" in inc["verdict"]
 
 
+def test_a_later_message_left_over_after_a_lost_one_is_the_network_not_a_tag_mismatch() -> None:
+    """Rank 0 waits for tag 7 from rank 5 and has received 3; rank 5 has sent 5, its tag-8 message
+    waits at rank 0 unmatched: one message before it never arrived."""
+    rb = rb_default()
+    rb.submit(rec(0, 5, 10.0, comm="world", tag=7, op="Recv",
+                  evidence={"ping": True, "received": 3, "unmatched": {"source": 5, "tag": 8, "bytes": 8}}))
+    rb.probe_result(5, STATUS, {"op": None, "idle": 0.1, "sent": True, "sent_count": 5}, now=11.0)
+    assert roots(rb)[0]["kind"] == "network"
+
+
 def test_status_reply_of_a_healthy_rank_refutes() -> None:
     rb = rb_default(computing_after=5.0)
     rb.submit(rec(0, 5, 10.0, evidence={"ping": True}))

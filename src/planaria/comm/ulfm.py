@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import pickle
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,7 @@ _FAILED_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING)
 # mpi4py's C methods of the hottest calls, called on the communicator itself (it is an
 # Intracomm sharing the handle): one call, no attribute look-ups on the way (8-byte ping-pong)
 _SEND, _RECV, _SENDRECV, _ALLREDUCE = MPI.Comm.Send, MPI.Comm.Recv, MPI.Comm.Sendrecv, MPI.Comm.Allreduce
+_IS_REVOKED = MPI.Comm.Is_revoked
 
 
 def ulfm_available() -> bool:
@@ -164,6 +166,44 @@ class _LReq(_Req):
         return obj
 
 
+class _Polled(_Req):
+    """A request whose own waits poll, with the communicator's revoke and failures looked at in
+    between: Open MPI 5.0.11's ULFM never completes an ``Isendrecv`` (``Isendrecv_replace``) whose
+    communicator is revoked, or whose peer fails, while it waits. A request given up that way is
+    kept (``_ABANDONED``): MPI may still write into its buffers."""
+
+    def Wait(self, status: Any = None) -> bool:
+        self._poll(status)
+        return True
+
+    def wait(self, status: Any = None) -> Any:
+        return self._poll(status)
+
+    def _poll(self, status: Any) -> Any:
+        comm, pause, look = self._comm, 0.0, time.monotonic()
+        while True:
+            done, obj = self.test(status)
+            if done:
+                return obj
+            now = time.monotonic()
+            if now >= look:                     # the revoke and failure checks cost a few µs: 100 times a second
+                look = now + 0.01
+                if _IS_REVOKED(comm):
+                    _ABANDONED.append(self)
+                    raise comm._convert_revoked()
+                failed = comm._known_failed()
+                if failed:
+                    _ABANDONED.append(self)
+                    comm._saw(failed)
+                    raise comm._ml_noted(ProcFailedError(failed)) if comm._ml_on else ProcFailedError(failed)
+            time.sleep(pause)
+            pause = min(0.001, pause * 2 or 1e-5)
+
+
+_ABANDONED: list[Any] = []           # requests given up after a failure (their buffers stay alive)
+_POLLED_MAKERS = frozenset({"Isendrecv", "Isendrecv_replace"})
+
+
 class _Done(Request, MPI.Request):
     """An already-complete request (a dropped message's send): a null ``MPI.Request``, as mpi4py's once complete."""
 
@@ -272,6 +312,13 @@ class _Failures:
             return RevokedError()
         return e
 
+    def _convert_revoked(self) -> Exception:
+        """The error of a call refused because this communicator is known revoked (recorded like any)."""
+        err = RevokedError()
+        if self._ml_on:
+            self._ml_noted(err)
+        return err
+
     def _saw(self, failed: set[int]) -> None:
         if failed and _errors._observers:
             try:
@@ -372,6 +419,8 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             if self._ml_on and dest >= 0:       # a dropped message counts as sent
                 self._ml_sent[dest] += 1
             return _Done()
+        if _IS_REVOKED(self):                   # Open MPI 5.0.11 would post it and complete it locally
+            raise self._convert_revoked()
         try:
             req = self._c.Isend(buf, dest, tag)
         except MPI.Exception as e:
@@ -437,6 +486,8 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             if self._ml_on and dest >= 0:       # a dropped message counts as sent
                 self._ml_sent[dest] += 1
             return _Done()
+        if _IS_REVOKED(self):
+            raise self._convert_revoked()
         try:
             req = self._c.isend(obj, dest, tag)
         except MPI.Exception as e:
@@ -526,6 +577,8 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             self._c.Allgatherv(sendbuf, recvbuf)
         except MPI.Exception as e:
             raise self._convert(e) from e
+        if _IS_REVOKED(self):     # Open MPI 5.0.11 returns success, nothing received, when revoked inside it
+            raise self._convert_revoked()
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         if self._ml_on:
@@ -793,6 +846,8 @@ def _made(out: Any, parent: _Failures, maker: str = "") -> Any:
             p._collective = maker.endswith("_init") and maker not in _P2P_INIT
             return p
         if type(out) is MPI.Request:
+            if maker in _POLLED_MAKERS:
+                return _Polled(out, parent)
             if parent._ml_on and maker in msglog.NONBLOCKING_COLLECTIVES:
                 return _LReq(out, parent, maker, -1, -1, None, -1)     # the log reads ``Wait(Iallreduce)``
             return _Req(out, parent)
@@ -808,7 +863,9 @@ def _wrapper(name: str, fn: Any) -> Callable[..., Any]:
     the message log's counters of a recorded communicator (``_counting``)."""
     if (name in msglog.COLLECTIVES or name in msglog.NONBLOCKING_COLLECTIVES
             or name in msglog.SENDS):
-        return _named(_counting(name, fn), name, fn)
+        return _named(_counting(name, fn, guarded=_guarded(name)), name, fn)
+    if _guarded(name):
+        return _named(_counting(name, fn, guarded=True), name, fn)
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -824,13 +881,32 @@ def _wrapper(name: str, fn: Any) -> Callable[..., Any]:
     return _named(call, name, fn)
 
 
-def _counting(name: str, fn: Any) -> Callable[..., Any]:
+#: calls ULFM itself runs on a revoked communicator (they are how a program recovers)
+_RUN_WHEN_REVOKED = frozenset({"Iagree", "Ishrink", "Agree", "Shrink", "Revoke", "Ack_failed", "Get_failed"})
+
+
+def _guarded(name: str) -> bool:
+    """Calls that check the revoke at entry: Open MPI 5.0.11's ULFM lets nonblocking and persistent
+    calls made on a communicator already known revoked complete locally (``Isend``, ``Ireduce``,
+    ``Bsend_init``...), ``Idup`` corrupt the heap, ``Isendrecv``, ``Create_group`` and
+    ``Create_dist_graph`` wait forever, where ULFM says they raise ``MPI_ERR_REVOKED``."""
+    if name in _RUN_WHEN_REVOKED or name.startswith("Is_") or name == "Iflush_buffer":
+        return False
+    nonblocking = name[:1] == "I" and name[1:2].islower()
+    return (nonblocking or name.startswith(("isend", "issend", "ibsend", "irecv", "improbe")) or name.endswith("_init")
+            or name in ("Create_group", "Create_dist_graph"))
+
+
+def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
     """``_wrapper``'s call for a collective (counted on entry), a send (counted per destination
-    when posted) or a call making a communicator (recorded as a child: ``msglog.MAKERS``)."""
+    when posted) or a call making a communicator (recorded as a child: ``msglog.MAKERS``); a
+    ``guarded`` one first raises ``RevokedError`` when the communicator is known revoked."""
     send = name in msglog.SENDS
     kind = msglog.MAKERS.get(name)
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if guarded and _IS_REVOKED(self):
+            raise self._convert_revoked()
         on = self._ml_on
         if on:
             if send:

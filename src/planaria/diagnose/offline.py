@@ -83,7 +83,7 @@ def _frame_rank(path: str) -> int:
     """0: the user's own file; 1: planaria's application-level code (demo, ABFT, fragments, recovery);
     2: planaria's machinery, the standard library or a third-party package."""
     p = path.replace("\\", "/")
-    if p.startswith("<") or _MACHINERY.search(p):
+    if p.startswith("<") or _MACHINERY.search(p) or p.endswith((".pyx", ".pxi")):   # Cython: mpi4py's own
         return 2
     if "/planaria/" in p:
         return 1

@@ -60,7 +60,8 @@ def dump(pid: int, timeout: float = 5.0, native: bool = False) -> list[dict[str,
         return None
     # a stopped process (SIGSTOP, a debugger) cannot be suspended by py-spy: read it without
     # suspending, which is as consistent since it does not run
-    extra = (["--native"] if native else []) + (["--nonblocking"] if stopped(pid) else [])
+    halted = stopped(pid)          # native stacks need the process suspended by py-spy: Python frames only
+    extra = (["--native"] if native and not halted else []) + (["--nonblocking"] if halted else [])
     try:
         res = subprocess.run([exe, "dump", "--pid", str(pid), "--json", *extra],
                              capture_output=True, text=True, timeout=timeout)
@@ -116,6 +117,8 @@ def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float,
         status = "unresponsive (read with py-spy)" + (f": thread {gil} holds the GIL" if gil else "")
     rec = {"rank": rank, "host": host, "pid": pid, "t": time.time(), "op": None, "threads": recs,
            "status": status, "source": "py-spy"}
+    if stopped(pid):
+        rec["stopped"] = True          # alive but not running (SIGSTOP, a debugger)
     return {"stacks": stacks, "ranks": [rec], "missing": []}
 
 

@@ -121,6 +121,10 @@ def lost_messages(state: dict[str, Any]) -> list[dict[str, Any]]:
         if op.get("kind") != "p2p" or not isinstance(b, int) or b not in recs:
             continue
         other = op.get("unmatched")
+        sent = int(((recs[b].get("sent") or {}).get(str(a))) or 0)
+        got = int(((rec.get("recvd") or {}).get(str(b))) or 0)
+        if isinstance(other, dict) and other.get("source") == b and sent > got + 1:
+            other = None        # b sent more than the one left over: a message before it was lost
         # a wait shorter than LOST_AFTER may end by itself (the message in flight); not when an
         # earlier ANY_SOURCE receive took the awaited rank's message and that rank is in a collective
         settled = (isinstance(other, dict) and isinstance(other.get("wildcard"), dict)
@@ -132,8 +136,6 @@ def lost_messages(state: dict[str, Any]) -> list[dict[str, Any]]:
         if isinstance(other, dict) and isinstance(other.get("tag"), int):
             out.append(_mismatch(a, b, op, other, rec))
             continue
-        sent = int(((recs[b].get("sent") or {}).get(str(a))) or 0)
-        got = int(((rec.get("recvd") or {}).get(str(b))) or 0)
         if sent > got:
             out.append({"kind": "lost-message", "ranks": hangfilter.rank_ranges([a, b]), "rank_list": [b, a],
                         "reason": f"a message from rank {b} to rank {a} was lost: rank {b} sent {sent}, "

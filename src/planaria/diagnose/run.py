@@ -25,8 +25,11 @@ def known_facts(table: dict[int, dict[str, Any]], events: list[dict[str, Any]]) 
     incidents = [dict(e["incident"], by=e.get("by"), t=e.get("t")) for e in events
                  if e.get("type") == "incident" and isinstance(e.get("incident"), dict)][-50:]
     exit_sites = {str(r): str(table[r]["site"]) for r in finished if table[r].get("site")}   # their sys.exit
+    # where a rank's uncaught exception or crash happened (the launcher read its traceback)
+    crash_sites = {str(r): {"site": str(v["site"]), "error": str(v["error"])} for r, v in table.items()
+                   if v.get("site") and v.get("error")}
     return {"failed": failed, "lost": lost, "finished": finished, "injected": injected[-50:],
-            "incidents": incidents, "exit_sites": exit_sites}
+            "incidents": incidents, "exit_sites": exit_sites, "crash_sites": crash_sites}
 
 
 def build_state(table: dict[int, dict[str, Any]], part: dict[str, Any], job: str,

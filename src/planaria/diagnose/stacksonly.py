@@ -86,6 +86,7 @@ def diagnose(state: dict[str, Any]) -> Report:
     outside: dict[str, list[int]] = {}                   # site -> ranks not in an MPI call
     hosts: dict[int, str | None] = {}
     finished: list[int] = []
+    stopped: dict[str, list[int]] = {}                   # site -> ranks whose process is stopped
     for rec in recs:
         r = int(rec["rank"])
         hosts[r] = rec.get("host")
@@ -94,12 +95,24 @@ def diagnose(state: dict[str, Any]) -> Report:
             continue
         st = _main_stack(rec, stacks) or []
         site = frame_site([f for f in st if f[0] != MPI_FILE]) or "?"
+        if rec.get("stopped"):
+            stopped.setdefault(site, []).append(r)
+            continue
         if st and st[-1][0] == MPI_FILE:
             waiting.setdefault((str(st[-1][2]), site), []).append(r)
         else:
             outside.setdefault(site, []).append(r)
     n_wait = sum(len(v) for v in waiting.values())
     causes: list[RootCause] = []
+    for site, ranks in sorted(stopped.items(), key=lambda kv: kv[1]):
+        causes.append(RootCause("no-state", ranks, "stopped (SIGSTOP or a debugger): alive but not running",
+                                site=site, host=hosts.get(ranks[0]), waiters=n_wait))
+    crashed = (state.get("known") or {}).get("crash_sites") or {}
+    for r in [r for r in missing if str(r) in crashed]:      # its own traceback said where it failed
+        c = crashed[str(r)]
+        causes.append(RootCause("no-state", [r], f"failed: {c.get('error')} (its Python traceback); its process "
+                                "no longer answers", site=c.get("site"), waiters=n_wait))
+    missing = [r for r in missing if str(r) not in crashed]
     if missing:
         causes.append(RootCause("no-state", missing, "have no state: their stacks were not read (py-spy "
                                 "failed, the process ended, it runs on another host, or more ranks than "

@@ -118,6 +118,7 @@ class Controller:
         self.abort_request: dict[str, Any] | None = None
         self.relayed = 0
         self.host = socket.gethostname()
+        self._crashes: dict[int, dict[str, str]] = {}     # rank -> its traceback's site and error (note_crash)
         self._eids = itertools.count(1)
         self._io_history: list[dict[str, Any]] = []
 
@@ -182,7 +183,7 @@ class Controller:
             out[r] = {"rank": r, "state": state, "pid": rec.get("pid"), "host": rec.get("host"), "role": None,
                       "backend": None, "last_hb": None, "step": None, "runtime": False if plain else None,
                       "start_time": rec.get("start"), "end_time": rec.get("end"), "exit_code": rec.get("exit_code"),
-                      "reason": rankfate.describe(rec) if ended else None}
+                      "reason": rankfate.describe(rec) if ended else None, **self._crashes.get(r, {})}
         return out
 
     def view(self) -> dict[int, dict[str, Any]]:
@@ -190,6 +191,15 @@ class Controller:
         rows = self.plain_ranks()
         rows.update(self.table())
         return dict(sorted(rows.items()))
+
+    def note_crash(self, rank: int, site: str | None, error: str) -> None:
+        """What a rank's own traceback (uncaught exception) or fatal-error trace said: where and what."""
+        said = {"error": error[:300], **({"site": site[:300]} if site else {})}
+        with self._lock:
+            self._crashes[rank] = said           # a rank without the runtime: merged into its plain row
+            info = self.ranks.get(rank)
+            if info is not None:
+                info.update(said)
 
     def still_running(self, ranks: list[int]) -> bool:
         """True when every one of ``ranks`` is running as far as the launcher can tell: active in the

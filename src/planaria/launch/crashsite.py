@@ -1,35 +1,50 @@
-"""Where a rank's Python crashed, read from the trace Python's ``faulthandler`` prints on a fatal signal.
+"""Where a rank's Python failed, read from what it printed on its standard error as it died.
 
-``planaria run`` starts ranks with ``PYTHONFAULTHANDLER=1`` (unless the user set it), so a rank
-killed by SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT prints ``Fatal Python error: ...`` and the
-crashing thread's stack on its standard error before it dies. The launcher feeds every rank's
-standard-error lines to :class:`CrashSites`, which keeps, per rank, the error and the crashing
-thread's stack; its site is the innermost frame a user can act on (``diagnose.offline.frame_site``:
-the program's own line, not numpy's or the standard library's), the site a post-mortem names.
+Two traces are read, per rank, as the launcher forwards the ranks' output:
+
+* Python's fatal-error trace (``faulthandler``): ``planaria run`` starts ranks with
+  ``PYTHONFAULTHANDLER=1`` (unless the user set it), so a rank killed by SIGSEGV, SIGBUS,
+  SIGFPE, SIGILL or SIGABRT prints ``Fatal Python error: ...`` and the crashing thread's stack;
+* an uncaught exception's traceback (``Traceback (most recent call last):`` ... ``KeyError: 2``):
+  in a plain mpi4py program the rank then often hangs in ``MPI_Finalize`` and no longer answers,
+  so its traceback is all that says where it failed.
+
+The site is the innermost frame a user can act on (``diagnose.offline.frame_site``: the
+program's own line, not numpy's or the standard library's). ``notify(rank, site, error)`` is
+called when a trace is complete.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
-_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
+_FATAL = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')          # faulthandler: innermost first
+_TRACE = re.compile(r'^\s+File "(.+)", line (\d+), in (.+)$')         # traceback: outermost first
 _HEADER = "Fatal Python error: "
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 class CrashSites:
-    """Per-rank parser of faulthandler traces (lines fed one at a time, ranks interleaved)."""
+    """Per-rank parser of faulthandler traces and tracebacks (lines fed one at a time, ranks interleaved)."""
 
-    def __init__(self) -> None:
-        self._reading: dict[int, str] = {}      # rank -> "error" (header seen) or "current" (in its stack)
+    def __init__(self, notify: Callable[[int, str | None, str], None] | None = None) -> None:
+        self.notify = notify
+        self._reading: dict[int, str] = {}      # rank -> "error" (fatal header seen), "current", "traceback"
         self._error: dict[int, str] = {}
-        self._stacks: dict[int, list[list[Any]]] = {}     # rank -> frames, innermost first
+        self._stacks: dict[int, list[list[Any]]] = {}     # rank -> frames, outermost first
+        self._partial: dict[int, list[list[Any]]] = {}    # a trace being read
 
     def feed(self, rank: int, line: str) -> None:
         """One line the rank wrote to its standard error (without the rank tag)."""
         if line.startswith(_HEADER):
             self._reading[rank] = "error"
             self._error[rank] = line[len(_HEADER):].strip()
-            self._stacks[rank] = []
+            self._partial[rank] = []
+            return
+        if line.startswith(_TRACEBACK) and self._reading.get(rank) not in ("error", "current"):
+            self._reading[rank] = "traceback"       # a chained exception starts a new one: the last counts
+            self._partial[rank] = []
             return
         state = self._reading.get(rank)
         if state is None:
@@ -38,19 +53,35 @@ class CrashSites:
             if line.startswith("Current thread"):
                 self._reading[rank] = "current"
             return
-        m = _FRAME.match(line)
-        if m is None:                           # the end of the crashing thread's stack
-            if line.strip():
-                del self._reading[rank]
+        if state == "current":
+            m = _FATAL.match(line)
+            if m is not None:
+                self._partial[rank].insert(0, [m.group(1), int(m.group(2)), m.group(3)])
+            elif line.strip():                  # the end of the crashing thread's stack
+                self._done(rank, self._error.get(rank, "fatal error"))
             return
-        self._stacks[rank].append([m.group(1), int(m.group(2)), m.group(3)])
+        m = _TRACE.match(line)
+        if m is not None:
+            self._partial[rank].append([m.group(1), int(m.group(2)), m.group(3)])
+        elif line and not line[0].isspace():    # the exception line ends the traceback
+            self._error[rank] = line.strip()
+            self._done(rank, line.strip())
+
+    def _done(self, rank: int, error: str) -> None:
+        del self._reading[rank]
+        self._stacks[rank] = self._partial.pop(rank, [])
+        if self.notify is not None:
+            try:
+                self.notify(rank, self.site(rank), error)
+            except Exception:  # noqa: BLE001 - reading the output must go on
+                pass
 
     def site(self, rank: int) -> str | None:
-        """``file:line in func`` where the rank crashed (the frame a user can act on), or None."""
-        from planaria.diagnose.offline import frame_site     # numpy-backed: only once a rank crashed
-        stack = self._stacks.get(rank)
-        return frame_site(stack[::-1]) if stack else None
+        """``file:line in func`` where the rank failed (the frame a user can act on), or None."""
+        from planaria.diagnose.offline import frame_site     # numpy-backed: only once a rank failed
+        stack = self._stacks.get(rank) or self._partial.get(rank)     # a trace cut short counts too
+        return frame_site(stack) if stack else None
 
     def error(self, rank: int) -> str | None:
-        """The fatal error the rank reported (``Segmentation fault``...), or None."""
+        """The fatal error (``Segmentation fault``) or exception (``KeyError: 2``) the rank reported, or None."""
         return self._error.get(rank)

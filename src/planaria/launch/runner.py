@@ -820,7 +820,7 @@ def run_job(opts: RunOptions) -> int:
 
     rows = att.table or fate_table(att.fates)   # a program without planaria's runtime: no rank talked
     for r, row in rows.items():                 # a crashed rank: where its Python was
-        if row.get("state") in ("failed", "lost") and out.crashes.site(r) and not row.get("site"):
+        if row.get("state") in ("failed", "lost") and out.crashes.error(r) and not row.get("site"):
             row["site"] = out.crashes.site(r)
     summary = build_summary(jobdir, opts, rows, t0, att.status, att.outcome, att.mpiexec_rc,
                             attempts)
@@ -876,6 +876,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     except RuntimeError as exc:
         _err(str(exc), opts.prog)
         return EXIT_USAGE
+    out.crashes.notify = controller.note_crash     # a rank's traceback says where it failed
     penv = {
         "PLANARIA_JOB_DIR": str(jobdir.path),
         "PLANARIA_CONTROL_URI": uri,

@@ -1228,6 +1228,7 @@ class RuleBase:
             self._queries[rec.dst] = {k: v for k, v in (("src", rec.src), ("comm", rec.comm),
                                                          ("tag", rec.tag), ("op", rec.op),
                                                          ("unmatched", rec.evidence.get("unmatched")),
+                                                         ("recvd", rec.evidence.get("received")),
                                                          ("site", rec.site)) if v is not None}
         joined = []
         for ri, rule in enumerate(self._merge):
@@ -1428,6 +1429,10 @@ class RuleBase:
         recs = []
         op = out.get("op")
         other = q.get("unmatched")
+        recvd, sent_count = q.get("recvd"), out.get("sent_count")
+        if (isinstance(other, dict) and other.get("source") == dst and isinstance(recvd, int)
+                and isinstance(sent_count, int) and sent_count > recvd + 1):
+            other = None     # the peer sent more than the message left over: one before it was lost
         if isinstance(other, dict) and isinstance(other.get("tag"), int) and (
                 out.get("sent") is True or other.get("source") != dst):
             # the waiting rank holds a message its receive does not match: the program's mismatch, not
