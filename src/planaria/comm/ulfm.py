@@ -861,6 +861,8 @@ def _wrapper(name: str, fn: Any) -> Callable[..., Any]:
     """mpi4py's method ``fn`` on the same object, with ULFM's errors raised as planaria's and what
     it makes made planaria's (``_made``). A collective, a send or a communicator maker also keeps
     the message log's counters of a recorded communicator (``_counting``)."""
+    if name in msglog.NONBLOCKING_COLLECTIVES and name not in _NONBLOCKING_MAKERS and name != "Iagree":
+        return _named(_posting(name, fn), name, fn)
     if (name in msglog.COLLECTIVES or name in msglog.NONBLOCKING_COLLECTIVES
             or name in msglog.SENDS):
         return _named(_counting(name, fn, guarded=_guarded(name)), name, fn)
@@ -932,6 +934,26 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
         if on and kind is not None:         # every member made it (or got COMM_NULL): same ids everywhere
             self._ml_child(made if isinstance(made, Comm) else None, kind)
         return made
+    return call
+
+
+def _posting(name: str, fn: Any) -> Callable[..., Any]:
+    """``_wrapper``'s call for a nonblocking collective (``Iallreduce``...): refused on a communicator
+    known revoked (``_guarded``), counted on entry, its request made a ``_Req`` directly (no
+    ``_made``: the call's cost is the collective's, a microsecond less than the general path)."""
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _IS_REVOKED(self):
+            raise self._convert_revoked()
+        if self._ml_on:
+            self._ml_seq += 1
+            try:
+                return _LReq(fn(self, *args, **kwargs), self, name, -1, -1, None, -1)
+            except MPI.Exception as e:
+                raise self._convert(e) from e
+        try:
+            return _Req(fn(self, *args, **kwargs), self)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
     return call
 
 
