@@ -29,7 +29,7 @@ import inspect
 import pickle
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from mpi4py import MPI
@@ -311,6 +311,13 @@ class _Failures:
         if self._is_revoked_raw():
             return RevokedError()
         return e
+
+    def _reraise(self, e: MPI.Exception) -> NoReturn:
+        """Raise ``e`` as planaria's error (``e`` itself when it is no failure), from ``e``."""
+        err = self._convert(e)
+        if err is e:
+            raise e
+        raise err from e
 
     def _convert_revoked(self) -> Exception:
         """The error of a call refused because this communicator is known revoked (recorded like any)."""
@@ -873,10 +880,7 @@ def _wrapper(name: str, fn: Any) -> Callable[..., Any]:
         try:
             out = fn(self, *args, **kwargs)
         except MPI.Exception as e:
-            err = self._convert(e)
-            if err is e:
-                raise
-            raise err from e
+            self._reraise(e)
         if out is None or out.__class__ in _SCALARS:
             return out
         return _made(out, self, name)
@@ -904,6 +908,7 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
     when posted) or a call making a communicator (recorded as a child: ``msglog.MAKERS``); a
     ``guarded`` one first raises ``RevokedError`` when the communicator is known revoked."""
     send = name in msglog.SENDS
+    collective = name in msglog.COLLECTIVES or name in msglog.NONBLOCKING_COLLECTIVES
     kind = msglog.MAKERS.get(name)
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -915,15 +920,12 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
                 dest = args[1] if len(args) > 1 else kwargs.get("dest", -1)
                 if isinstance(dest, int) and dest >= 0:
                     self._ml_sent[dest] += 1
-            else:
+            elif collective:
                 self._ml_seq += 1
         try:
             out = fn(self, *args, **kwargs)
         except MPI.Exception as e:
-            err = self._convert(e)
-            if err is e:
-                raise
-            raise err from e
+            self._reraise(e)
         if on and name == "Sendrecv_replace":     # its receive, from a named source, completed
             source = args[3] if len(args) > 3 else kwargs.get("source", -1)
             if isinstance(source, int) and source >= 0:

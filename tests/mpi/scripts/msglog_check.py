@@ -161,6 +161,11 @@ assert time.monotonic() - t_again < 0.5, time.monotonic() - t_again
 settle(False)
 comm.Sendrecv(np.ones(4), dest=right, sendtag=8, recvbuf=buf, source=left, recvtag=8)
 assert lg.p2p_counts()[0] == {**sent, str(right): sent[str(right)] + 1}
+# calls that are no collective do not count as one (Iprobe, a persistent send's set-up)
+seq_now = lg.colls()["world"]
+comm.Iprobe(source=MPI.ANY_SOURCE, tag=99)
+comm.Send_init(np.ones(1), dest=right, tag=99).Free()
+assert lg.colls()["world"] == seq_now, (lg.colls(), seq_now)
 # a receive from any source is counted by its sender and remembered with its call site
 before = lg.p2p_counts()[1].get("1", 0)
 if rank == 0:
