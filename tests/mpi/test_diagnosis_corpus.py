@@ -3,8 +3,8 @@
 Each case marked ``suite`` in cases.toml runs as a real ``planaria run --on-hang abort`` job in the
 modes listed there, then ``planaria diagnose JOB --json``; its first root cause must have the
 expected kind, ranks and file:line. Only cases that are right today and end in a few seconds are
-in the suite (about 2-3 minutes on 2 cores); a few that are wrong today, deterministically, run as
-strict xfails (``xfail`` in the table, with the ``finding``); the rest are measured by
+in the suite (about 2-3 minutes on 2 cores); a case that is wrong today, deterministically, can run
+as a strict xfail (``xfail`` in the table, with the ``finding``; none today); the rest are measured by
 ``planaria bench diagnose-accuracy`` (docs/benchmarks.md, "Diagnosis accuracy (corpus)").
 """
 from __future__ import annotations
