@@ -439,3 +439,16 @@ def test_any_valid_state_gives_a_report(data: Any) -> None:
 def test_the_site_is_the_innermost_frame_a_user_can_act_on(stack: list, site: str) -> None:
     from planaria.diagnose.offline import frame_site
     assert frame_site(stack) == site
+
+
+def test_a_finished_rank_is_named_where_it_left_else_where_others_wait_for_it(run: Callable) -> None:
+    """Rank 0 finished while rank 1 waits for its message: the root cause is rank 0, at its
+    ``sys.exit`` line when its bye said one, else at rank 1's receive (the call that cannot match)."""
+    recs = [rec(0, None, status="finished"), rec(1, p2p("Recv", 0, "app/a.py:10 in <module>", tag=9)),
+            rec(2, coll("Barrier", 2, "app/a.py:12 in <module>"), {"world": 2})]
+    known = {"finished": [0]}
+    rep = run(mk(3, recs, known=known))
+    assert rep.root_causes[0].kind == "finished" and rep.root_causes[0].ranks == [0]
+    assert rep.root_causes[0].site == "app/a.py:10 in <module>"
+    rep = run(mk(3, recs, known=dict(known, exit_sites={"0": "app/a.py:7 in <module>"})))
+    assert rep.root_causes[0].site == "app/a.py:7 in <module>"
