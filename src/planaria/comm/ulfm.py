@@ -171,7 +171,10 @@ class _Polled(_Req):
     """A request whose own waits poll, with the communicator's revoke and failures looked at in
     between: Open MPI 5.0.11's ULFM never completes an ``Isendrecv`` (``Isendrecv_replace``) whose
     communicator is revoked, or whose peer fails, while it waits. A request given up that way is
-    kept (``_ABANDONED``): MPI may still write into its buffers."""
+    kept (``_ABANDONED``): MPI may still write into its buffers. ``_peers``: its destination and
+    source (a failure of another rank does not stop it; -1, a wildcard source: any failure does)."""
+
+    _peers: frozenset[int] = frozenset({-1})
 
     def Wait(self, status: Any = None) -> bool:
         self._poll(status)
@@ -193,7 +196,7 @@ class _Polled(_Req):
                     _ABANDONED.append(self)
                     raise comm._convert_revoked()
                 failed = comm._known_failed()
-                if failed:
+                if failed and (-1 in self._peers or failed & self._peers):
                     _ABANDONED.append(self)
                     comm._saw(failed)
                     raise comm._ml_noted(ProcFailedError(failed)) if comm._ml_on else ProcFailedError(failed)
@@ -934,6 +937,9 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
         if out is None or out.__class__ in _SCALARS:
             return out
         made = _made(out, self, name)
+        if isinstance(made, _Polled):       # the ranks whose failure ends its wait
+            got = msglog._arguments(name, args, kwargs)
+            made._peers = frozenset(int(got.get(k, -1)) for k in ("dest", "source"))
         if on and kind is not None:         # every member made it (or got COMM_NULL): same ids everywhere
             self._ml_child(made if isinstance(made, Comm) else None, kind)
         return made

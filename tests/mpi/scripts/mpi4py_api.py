@@ -81,4 +81,10 @@ while True:
         break
     check(time.time() - t0 < 20, "no failure raised by Scan within 20 s")
     time.sleep(0.01)
+# a failure of another rank does not end a wait between two live ones (after the failure is acknowledged)
+if r in (1, 2):                 # (rank 0's Scan needs no other rank: it learns of the failure last)
+    comm.Ack_failed()
+    peer, got = 3 - r, np.zeros(1)
+    comm.Isendrecv(np.array([float(r)]), peer, 3, got, peer, 3).Wait()
+    check(got[0] == peer, "Isendrecv between live ranks after another rank failed")
 print(f"OK {r}", flush=True)
