@@ -32,6 +32,8 @@ def test_bench_overhead_rejects_an_unknown_call() -> None:
     from planaria.bench import overhead
     with pytest.raises(ValueError, match="unknown call 'Nope'"):
         overhead.run([2], ["ulfm"], calls="Scan,Nope")
+    with pytest.raises(ValueError, match="unknown case 'Bcast_1MiB' for --only"):
+        overhead.run([2], ["ulfm"], calls="Scan", only="pingpong_8B,Bcast_1MiB")
 
 
 @pytest.mark.timeout(120)

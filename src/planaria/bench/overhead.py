@@ -206,6 +206,11 @@ def run(ranks: list[int], backends: list[str], iters: int = 1000, sr_iters: int 
     for c in (calls or "").split(","):
         if c and c not in MIB_CALLS:
             raise ValueError(f"unknown call {c!r}; known: {', '.join(MIB_CALLS)}")
+    timed = ["allreduce_8B", "sendrecv_1MiB", "pingpong_8B"] + [
+        f"{c}_1MiB" for c in ([x for x in calls.split(",") if x] if calls else MIB_CALLS)]
+    for case in (only or "").split(","):
+        if case and case not in timed:
+            raise ValueError(f"unknown case {case!r} for --only; these run: {', '.join(timed)}")
     for be in backends:
         if be not in ("ulfm", "sim"):
             raise ValueError(f"backend must be ulfm or sim, not {be!r}")

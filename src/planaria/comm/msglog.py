@@ -301,7 +301,7 @@ def describe(call: Call) -> dict[str, Any]:
         if code.co_argcount > 1:
             size = _size(loc.get(code.co_varnames[1]))
         elif "args" in loc and "kwargs" in loc:          # a generic wrapper: bind to mpi4py's signature
-            loc = _arguments(name, loc["args"], loc["kwargs"])
+            loc = arguments(name, loc["args"], loc["kwargs"])
             size = _size(next(iter(loc.values()), None))
         spec = P2P.get(name)
         if spec is not None:
@@ -321,7 +321,7 @@ def describe(call: Call) -> dict[str, Any]:
 _SIGNATURES: dict[str, Any] = {}
 
 
-def _arguments(name: str, args: Any, kwargs: Any) -> dict[str, Any]:
+def arguments(name: str, args: Any, kwargs: Any) -> dict[str, Any]:
     """The arguments of mpi4py's method ``name`` as ``{parameter: value}`` (without ``self``); {} when they do not bind."""
     sig = _SIGNATURES.get(name)
     if sig is None:

@@ -913,6 +913,7 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
     ``guarded`` one first raises ``RevokedError`` when the communicator is known revoked."""
     send = name in msglog.SENDS
     collective = name in msglog.COLLECTIVES or name in msglog.NONBLOCKING_COLLECTIVES
+    replace = name == "Sendrecv_replace"
     kind = msglog.MAKERS.get(name)
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -930,7 +931,7 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
             out = fn(self, *args, **kwargs)
         except MPI.Exception as e:
             self._reraise(e)
-        if on and name == "Sendrecv_replace":     # its receive, from a named source, completed
+        if on and replace:                  # its receive, from a named source, completed
             source = args[3] if len(args) > 3 else kwargs.get("source", -1)
             if isinstance(source, int) and source >= 0:
                 self._ml_recvd[source] += 1
@@ -938,7 +939,7 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
             return out
         made = _made(out, self, name)
         if isinstance(made, _Polled):       # the ranks whose failure ends its wait
-            got = msglog._arguments(name, args, kwargs)
+            got = msglog.arguments(name, args, kwargs)
             made._peers = frozenset(int(got.get(k, -1)) for k in ("dest", "source"))
         if on and kind is not None:         # every member made it (or got COMM_NULL): same ids everywhere
             self._ml_child(made if isinstance(made, Comm) else None, kind)
