@@ -178,23 +178,22 @@ MAY_COMPLETE = set("Reduce Ireduce Reduce_init reduce Gather Igather Gather_init
                    "Iprobe iprobe Improbe improbe".split())
 MAY_COMPLETE_KILL = set("Scan Iscan Scan_init scan Exscan Iexscan Exscan_init exscan".split())    # below the victim
 # known wrong outcomes: (kind, backend, call) -> what happens (strict xfail: fixing it fails the test)
-_AGAIN = ("Open MPI 5.0.11 ULFM: made again once the failure is known (Is_revoked() True, or the peer failed), "
-          "this nonblocking/persistent call completes locally instead of raising (plain mpi4py too: Isend, Ireduce)")
-_ONCE = ("Open MPI 5.0.11 ULFM (plain mpi4py too): the call waiting when the communicator is revoked returns "
-         "success (nothing received), the next call raises ERR_REVOKED")
 _HANG = "Open MPI 5.0.11 ULFM: the call waits forever on a revoked communicator (plain mpi4py too, but for *_replace)"
+_SYNC = ("NONDETERMINISTIC Open MPI 5.0.11 ULFM (plain mpi4py too): a synchronous send waiting when the peer "
+         "revokes may complete, nothing received, before the communicator shows as revoked; planaria raises when it "
+         "does by then (most runs)")
 KNOWN: dict[tuple[str, str, str], str] = {
     # seen in some runs only: a strict mark would fail the runs where the race goes the other way
-    **{("revoke", "ulfm", n): "NONDETERMINISTIC " + _ONCE for n in "Ssend Ssend_init Issend ssend issend".split()},
-    **{("revoke", "ulfm", n): _HANG for n in "Create_group Create_dist_graph".split()},
-    ("revoke", "sim", "Create_group"): "sim: the members' agreement waits for rank 0 without looking at the revoke",
-    **{("kill", "ulfm", n): _AGAIN + " (rank 0, below the failed rank)"
-       for n in ("Iscan", "Scan_init", "Iexscan", "Exscan_init")},
+    **{("revoke", "ulfm", n): _SYNC for n in "Ssend Ssend_init Issend ssend issend".split()},
+    ("revoke", "ulfm", "Create_group"): _HANG + ": called by the group's members only, it has no barrier to meet in first",
 }
 # Fixed in planaria's ULFM communicator (comm/ulfm.py), each an Open MPI 5.0.11 behaviour these tests
 # found: nonblocking and persistent calls on a communicator known revoked now raise at entry (they
 # completed locally: Isend, Ireduce, Igather(v), their _init forms, Ibsend, Bsend_init; Idup
-# corrupted the heap); Allgatherv revoked while it waits raises (it returned success with nothing
+# corrupted the heap); Iscan, Iexscan, Scan_init and Exscan_init made after a failure is known raise
+# at entry (rank 0 completed them alone); a synchronous send (Ssend, ssend, Issend, issend,
+# Ssend_init) that returns with its communicator revoked raises (it returned success, nothing received); Create_dist_graph revoked while ranks wait raises (it waited
+# forever); Allgatherv revoked while it waits raises (it returned success with nothing
 # received); an Isendrecv(_replace) request's own Wait polls and raises on a revoke or a failed peer
 # (it waited forever).
 

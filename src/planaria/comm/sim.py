@@ -96,6 +96,7 @@ class SimWorld:
         self.sends: list[Any] = []             # control sends still in flight
         self.orphans: list[Any] = []           # requests given up after a failure (kept alive)
         self.boxes: dict[tuple[str, int], list[tuple]] = defaultdict(list)
+        self.decided: set[tuple[str, int]] = set()     # member agreements this process coordinated and decided
         self.comms: dict[str, Any] = {}        # every communicator we are in: the zombie drains them
         self.pending: list[weakref.ref[_SimObjRecv]] = []   # object receives not yet matched, in posting order
         self.dead = False
@@ -120,10 +121,27 @@ class SimWorld:
                 self.revoked.add(msg[1])
             elif kind == "B":
                 self.bye.add(msg[1])
+            elif kind == "A" and msg[3] == "X":
+                self._withdrawn((msg[1], msg[2]), msg[5])
             elif kind == "A":
                 self.boxes[(msg[1], msg[2])].append(msg[3:])
         if self.sends:
             self.sends = [r for r in self.sends if not r.Test()]
+
+    def _withdrawn(self, key: tuple[str, int], members: tuple[int, ...]) -> None:
+        """A member of a ``Create_group`` agreement saw its communicator revoked while it waited: if
+        this process coordinates that agreement and has not decided it, decide "revoked" now for every
+        member (itself included, should it enter later), since waiting could be for a member that
+        never comes; once decided "go", the member gets that decision and joins the creation."""
+        alive = [wr for wr in members if wr not in self.failed]
+        if key in self.decided or not alive or alive[0] != self.wrank:
+            return
+        self.decided.add(key)
+        decision = ("D", self.wrank, 0, tuple(sorted(f for f in self.failed if f in members)), False)
+        for wr in members:
+            if wr != self.wrank:
+                self.post(wr, ("A", key[0], key[1]) + decision)
+        self.boxes[key].append(decision)
 
     def match_pending(self, upto: _SimObjRecv | None = None, status: Any = None) -> None:
         """Match the pending object receives of every communicator, in posting order (``status``
@@ -1162,7 +1180,9 @@ class SimComm(Comm):
         No barrier of this communicator fits (the others do not call), so the members first run
         an agreement among themselves (failure-tolerant, no failure injected inside): all of
         them then raise, or all reach the blocking MPI call. The agreed flag says whether the
-        communicator is known revoked somewhere, the agreed failures whether a member failed."""
+        communicator is known revoked somewhere, the agreed failures whether a member failed. A
+        member that learns of a revoke while it waits withdraws: unless it already decided, the
+        coordinator then decides "revoked" for all (a member may never come)."""
         w = self._w
         if self._ml_on:
             self._ml_seq += 1
@@ -1389,6 +1409,7 @@ class SimComm(Comm):
         if key is None:
             key = (self._cid, self._seq)
             self._seq += 1
+        member = members is not None                # a Create_group agreement: withdrawn on a revoke
         if members is None:
             members = self._members
         inside = set(members)
@@ -1397,9 +1418,18 @@ class SimComm(Comm):
         known = frozenset(f for f in w.failed if f in inside)
         acked = frozenset(self._members[r] for r in self._acked)
         sent_to: list[int | None] = [None]
+        told: list[int | None] = [None]            # whom this process told it withdraws
 
         def step() -> Any:
             w.progress()
+            if member and self._cid in w.revoked:
+                coord = next((wr for wr in members if wr not in w.failed), me)
+                if told[0] != coord:
+                    told[0] = coord
+                    if coord == me:
+                        w._withdrawn(key, tuple(members))
+                    else:
+                        w.post(coord, ("A", key[0], key[1], "X", me, tuple(members)))
             for m in box:
                 if m[0] == "D":
                     _, _, value, failed, err = m
@@ -1420,6 +1450,8 @@ class SimComm(Comm):
                         acked_all &= set(ak)
                     err = bool(failed - acked_all)
                     decision = ("D", me, value, tuple(sorted(failed)), err)
+                    if member:
+                        w.decided.add(key)
                     for wr in alive:
                         if wr != me:
                             w.post(wr, ("A", key[0], key[1]) + decision)

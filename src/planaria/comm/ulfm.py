@@ -167,6 +167,40 @@ class _LReq(_Req):
         return obj
 
 
+class _SyncReq(_Req):
+    """A synchronous send's request (``Issend``, ``issend``, ``Ssend_init``): done while its
+    communicator is revoked, it raises ``RevokedError``. Open MPI 5.0.11's ULFM may complete a
+    synchronous send that a revoke interrupted as if it had been received."""
+
+    def Test(self, status: Any = None) -> bool:
+        done = _Req.Test(self, status)
+        if done and _IS_REVOKED(self._comm):
+            raise self._comm._convert_revoked()
+        return done
+
+    def Wait(self, status: Any = None) -> bool:
+        _Req.Wait(self, status)
+        if _IS_REVOKED(self._comm):
+            raise self._comm._convert_revoked()
+        return True
+
+    def test(self, status: Any = None) -> tuple[bool, Any]:
+        done, obj = _Req.test(self, status)
+        if done and _IS_REVOKED(self._comm):
+            raise self._comm._convert_revoked()
+        return done, obj
+
+    def wait(self, status: Any = None) -> Any:
+        obj = _Req.wait(self, status)
+        if _IS_REVOKED(self._comm):
+            raise self._comm._convert_revoked()
+        return obj
+
+
+class _SyncPReq(_SyncReq, _PReq):
+    """``Ssend_init``'s persistent request: ``_SyncReq``'s waits, ``_PReq``'s ``Start``."""
+
+
 class _Polled(_Req):
     """A request whose own waits poll, with the communicator's revoke and failures looked at in
     between: Open MPI 5.0.11's ULFM never completes an ``Isendrecv`` (``Isendrecv_replace``) whose
@@ -206,6 +240,8 @@ class _Polled(_Req):
 
 _ABANDONED: list[Any] = []           # requests given up after a failure (their buffers stay alive)
 _POLLED_MAKERS = frozenset({"Isendrecv", "Isendrecv_replace"})
+#: synchronous sends: one that returns while its communicator is revoked raises (``_SyncReq``)
+_SYNC_SENDS = frozenset({"Ssend", "ssend", "Issend", "issend", "Ssend_init"})
 
 
 class _Done(Request, MPI.Request):
@@ -853,12 +889,14 @@ def _made(out: Any, parent: _Failures, maker: str = "") -> Any:
         if isinstance(out, Request):
             return out
         if isinstance(out, MPI.Prequest):
-            p = _PReq(out, parent)
+            p = (_SyncPReq if maker in _SYNC_SENDS else _PReq)(out, parent)
             p._collective = maker.endswith("_init") and maker not in _P2P_INIT
             return p
         if type(out) is MPI.Request:
             if maker in _POLLED_MAKERS:
                 return _Polled(out, parent)
+            if maker in _SYNC_SENDS:
+                return _SyncReq(out, parent)
             if parent._ml_on and maker in msglog.NONBLOCKING_COLLECTIVES:
                 return _LReq(out, parent, maker, -1, -1, None, -1)     # the log reads ``Wait(Iallreduce)``
             return _Req(out, parent)
@@ -872,6 +910,8 @@ def _wrapper(name: str, fn: Any) -> Callable[..., Any]:
     """mpi4py's method ``fn`` on the same object, with ULFM's errors raised as planaria's and what
     it makes made planaria's (``_made``). A collective, a send or a communicator maker also keeps
     the message log's counters of a recorded communicator (``_counting``)."""
+    if name in _FAILURE_BLIND:
+        return _named(_counting(name, fn, guarded=True), name, fn)
     if name in msglog.NONBLOCKING_COLLECTIVES and name not in _NONBLOCKING_MAKERS and name != "Iagree":
         return _named(_posting(name, fn), name, fn)
     if (name in msglog.COLLECTIVES or name in msglog.NONBLOCKING_COLLECTIVES
@@ -899,12 +939,20 @@ def _guarded(name: str) -> bool:
     """Calls that check the revoke at entry: Open MPI 5.0.11's ULFM lets nonblocking and persistent
     calls made on a communicator already known revoked complete locally (``Isend``, ``Ireduce``,
     ``Bsend_init``...), ``Idup`` corrupt the heap, ``Isendrecv``, ``Create_group`` and
-    ``Create_dist_graph`` wait forever, where ULFM says they raise ``MPI_ERR_REVOKED``."""
+    ``Create_dist_graph`` wait forever, where ULFM says they raise ``MPI_ERR_REVOKED``. (A revoke
+    while ranks wait: ``Isendrecv``'s request polls, ``Create_dist_graph`` first meets in an
+    ``Ibarrier``, which a revoke ends; ``Create_group``, called by its members only, has no such
+    meeting place and still waits.)"""
     if name in _RUN_WHEN_REVOKED or name.startswith("Is_") or name == "Iflush_buffer":
         return False
     nonblocking = name[:1] == "I" and name[1:2].islower()
     return (nonblocking or name.startswith(("isend", "issend", "ibsend", "irecv", "improbe")) or name.endswith("_init")
             or name in ("Create_group", "Create_dist_graph"))
+
+
+#: prefix reductions that rank 0 completes alone: Open MPI 5.0.11 lets it start and complete them
+#: after a failure it knows of, where any other collective raises; planaria raises at entry
+_FAILURE_BLIND = frozenset({"Iscan", "Iexscan", "Scan_init", "Exscan_init"})
 
 
 def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
@@ -915,10 +963,18 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
     collective = name in msglog.COLLECTIVES or name in msglog.NONBLOCKING_COLLECTIVES
     replace = name == "Sendrecv_replace"
     kind = msglog.MAKERS.get(name)
+    meet = name == "Create_dist_graph"
+    blind = name in _FAILURE_BLIND
+    sync = name in ("Ssend", "ssend")
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if guarded and _IS_REVOKED(self):
             raise self._convert_revoked()
+        if blind:
+            failed = self._known_failed()
+            if failed:
+                self._saw(failed)
+                raise self._ml_noted(ProcFailedError(failed)) if self._ml_on else ProcFailedError(failed)
         on = self._ml_on
         if on:
             if send:
@@ -928,9 +984,13 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
             elif collective:
                 self._ml_seq += 1
         try:
+            if meet:        # all ranks first meet in a barrier that a revoke ends (the call itself would wait on)
+                MPI.Intracomm.Ibarrier(self).Wait()
             out = fn(self, *args, **kwargs)
         except MPI.Exception as e:
             self._reraise(e)
+        if sync and _IS_REVOKED(self):      # see _SyncReq
+            raise self._convert_revoked()
         if on and replace:                  # its receive, from a named source, completed
             source = args[3] if len(args) > 3 else kwargs.get("source", -1)
             if isinstance(source, int) and source >= 0:
