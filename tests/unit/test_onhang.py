@@ -44,3 +44,13 @@ def test_an_unreachable_rank_that_still_runs_is_a_hang_a_failed_one_is_not() -> 
     assert w.take([(inc("rank-failed", [2]), 0)], running=lambda ranks: False)[1] is None
     assert w.take([(inc("rank-failed", [3]), 0)])[1] is None                  # no way to tell: no action
     assert w.take([(inc("rank-failed", [4]), 0)], running=lambda ranks: ranks == [4])[1] == "abort"
+
+
+def test_a_finished_rank_is_named_finished_not_failed() -> None:
+    """Peers waiting for a rank that finished: the line says it finished (and where), and it is a hang."""
+    w = IncidentWatch("abort", "J")
+    lines, action = w.take([(inc("rank-failed", [3]), 0)], running=lambda ranks: True,
+                           finished=lambda ranks: "rank 3 has finished (exit 0 at a.py:9 in <module>)")
+    assert action == "abort"
+    assert lines == ["incident (rank-failed, found by rank 0): rank 3 has finished (exit 0 at a.py:9 in <module>); "
+                     "its peers wait for it; full report: planaria diagnose J"]

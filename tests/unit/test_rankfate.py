@@ -266,3 +266,24 @@ def test_stdin_pipe_open_is_bounded(tmp_path) -> None:
     os.write(wfd[0], b"x")
     assert os.read(fd, 1) == b"x"
     os.close(fd), os.close(wfd[0])
+
+
+def test_a_finished_or_running_rank_holds_up_its_peers_a_failed_one_does_not(tmp_path):
+    """--on-hang acts on a rank found unreachable when its peers get no error: it runs, or it finished."""
+    import os
+
+    from planaria.launch.controller import Controller
+    from planaria.launch.jobdir import JobDir
+
+    ctl = Controller(JobDir.create(tmp_path / "jobs"))
+    for r in range(4):
+        ctl._update_table({"type": "hello", "rank": r, "pid": os.getpid(), "host": ctl.host, "role": "initial"}, 1.0)
+        ctl._update_table({"type": "hb", "rank": r}, 1.1)
+    ctl._update_table({"type": "bye", "rank": 1, "code": 0}, 2.0)
+    ctl._update_table({"type": "fail", "rank": 2, "reason": "killed"}, 2.0)
+    assert ctl.holds_up([0]) and ctl.holds_up([1]) and ctl.holds_up([0, 1])
+    assert not ctl.holds_up([2]) and not ctl.holds_up([1, 2]) and not ctl.holds_up([]) and not ctl.holds_up([7])
+    ctl._update_table({"type": "bye", "rank": 3, "code": 0, "site": "a.py:9 in <module>"}, 2.0)
+    assert ctl.finished_note([0, 1]) == "rank 1 has finished (exit 0)"
+    assert ctl.finished_note([3]) == "rank 3 has finished (exit 0 at a.py:9 in <module>)"
+    assert ctl.finished_note([0, 2]) is None

@@ -201,18 +201,29 @@ class Controller:
             if info is not None:
                 info.update(said)
 
-    def still_running(self, ranks: list[int]) -> bool:
-        """True when every one of ``ranks`` is running as far as the launcher can tell: active in the
-        table (not failed, lost, finished or paused by a tool) and, on this host, its process exists.
-        A rank that its peers cannot reach while it still runs (stopped, cut off) hangs the job."""
+    def holds_up(self, ranks: list[int]) -> bool:
+        """True when peers waiting for ``ranks`` will get no error: each has finished normally, or
+        runs as far as the launcher can tell (active in the table, not failed, lost or paused by a
+        tool, and, on this host, its process exists). A rank that its peers cannot reach while it
+        still runs (stopped, cut off), or that has finished, hangs the job."""
         with self._lock:
             infos = [self.ranks.get(r) for r in ranks]
-        if not ranks or any(i is None or i["state"] not in ACTIVE for i in infos):
+        if not ranks or any(i is None or i["state"] not in (*ACTIVE, "finished") for i in infos):
             return False
         if not self.pid_check:
             return True
         return all(pid_alive(int(i["pid"])) is not False for i in infos
-                   if i.get("pid") and i.get("host") in (None, self.host))
+                   if i["state"] in ACTIVE and i.get("pid") and i.get("host") in (None, self.host))
+
+    def finished_note(self, ranks: list[int]) -> str | None:
+        """What the launcher knows and the ranks may not: those of ``ranks`` that have finished, and
+        where (``rank 3 has finished (exit 0 at a.py:9 in <module>)``); None when none has."""
+        with self._lock:
+            done = [(r, self.ranks[r]) for r in ranks if r in self.ranks and self.ranks[r]["state"] == "finished"]
+        if not done:
+            return None
+        return "; ".join(f"rank {r} has finished (exit {i.get('exit_code') or 0}"
+                         + (f" at {i['site']})" if i.get("site") else ")") for r, i in done)
 
     def pids(self) -> list[int]:
         """Pids of all ranks that said hello."""

@@ -19,7 +19,8 @@ MODES = ("report", "diagnose", "abort")
 #: incident kinds that mean ranks wait for something that does not come
 HANG_KINDS = frozenset({"deadlock", "not-sending", "collective-hang", "timeout", "tag-mismatch", "source-mismatch",
                         "injected"})
-#: incident kinds that say ranks are gone: a hang too when the ranks still run (stopped, cut off)
+#: incident kinds that say ranks are gone: a hang too when the ranks still run (stopped, cut off) or
+#: have finished (their peers wait for them and get no error)
 UNREACHABLE_KINDS = frozenset({"rank-failed", "unreachable"})
 #: an incident is announced once its verdict does not wait for a probe any more
 _SETTLED = frozenset({"confirmed", "detected"})
@@ -38,11 +39,13 @@ class IncidentWatch:
         self._acted = False
 
     def take(self, incidents: Iterable[tuple[dict[str, Any], Any]],
-             running: Callable[[list[int]], bool] | None = None) -> tuple[list[str], str | None]:
+             running: Callable[[list[int]], bool] | None = None,
+             finished: Callable[[list[int]], str | None] | None = None) -> tuple[list[str], str | None]:
         """(lines to print, action) for newly reported ``(incident, responsible rank)`` pairs;
-        action is None, ``"diagnose"`` or ``"abort"``. ``running(ranks)``: whether those ranks'
-        processes still run; a rank found unreachable (``UNREACHABLE_KINDS``) that still runs
-        hangs the job (a failed one does not: the survivors get an error)."""
+        action is None, ``"diagnose"`` or ``"abort"``. ``running(ranks)``: whether those ranks
+        still run or have finished; a rank found unreachable (``UNREACHABLE_KINDS``) that does
+        hangs the job (a failed one does not: the survivors get an error). ``finished(ranks)``:
+        which of them finished, and where; said instead of "failed" for such ranks."""
         lines: list[str] = []
         action: str | None = None
         for inc, by in incidents:
@@ -54,13 +57,19 @@ class IncidentWatch:
                 continue
             self._seen.add(key)
             self._lines += 1
+            ranks = [int(r) for r in inc.get("ranks") or ()]
+            verdict = inc.get("verdict")
+            if kind in UNREACHABLE_KINDS and finished is not None:
+                note = finished(ranks)
+                if note:
+                    verdict = f"{note}; its peers wait for it"
             if self._lines <= MAX_LINES:
-                lines.append(f"incident ({kind}, found by rank {by}): {inc.get('verdict')}; "
+                lines.append(f"incident ({kind}, found by rank {by}): {verdict}; "
                              f"full report: planaria diagnose {self.job}")
             elif self._lines == MAX_LINES + 1:
                 lines.append(f"more incidents: planaria diagnose {self.job}")
             hang = kind in HANG_KINDS or (kind in UNREACHABLE_KINDS and running is not None
-                                          and running([int(r) for r in inc.get("ranks") or ()]))
+                                          and running(ranks))
             if hang and self.mode != "report" and not self._acted:
                 self._acted = True
                 action = self.mode

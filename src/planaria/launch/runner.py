@@ -997,7 +997,8 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
             _DIAG_REQUESTS.clear()
             threading.Thread(target=_diagnose_now, args=(controller, out, "SIGUSR1"), daemon=True,
                              name="planaria-diagnose-signal").start()
-        lines, hang_action = incidents.take(controller.take_incidents(), controller.still_running)
+        lines, hang_action = incidents.take(controller.take_incidents(), controller.holds_up,
+                                           controller.finished_note)
         for line in lines:
             _note(out, line)
         if hang_action == "diagnose":
