@@ -53,9 +53,11 @@ def test_a_rank_outside_mpi_while_others_wait_is_the_root_cause():
 
 
 def test_all_in_mpi_none_in_mpi_and_unreadable_ranks():
-    rep = stacksonly.diagnose(_state({0: (7, "MPI_Recv"), 1: (9, "MPI_Recv")}))
-    assert rep.verdict == "hang" and rep.root_causes == []
+    rep = stacksonly.diagnose(_state({0: (7, "MPI_Recv"), 1: (9, "MPI_Barrier")}))
+    assert rep.verdict == "hang" and rep.root_causes == []      # no source line to read the receive's peer from
     assert any("every rank that answered is in an MPI call" in e for e in rep.evidence)
+    rep = stacksonly.diagnose(_state({0: (7, "MPI_Recv"), 1: (9, "MPI_Recv")}))
+    assert rep.verdict == "deadlock" and [(c.kind, c.ranks) for c in rep.root_causes] == [("deadlock", [0, 1])]
     rep = stacksonly.diagnose(_state({0: (3, None), 1: (4, None)}, finished=[2]))
     assert rep.verdict == "no-hang" and rep.root_causes == []
     assert any("had already ended" in e for e in rep.evidence)

@@ -5,14 +5,17 @@ communicator. The launcher still knows every rank's pid (``planaria.launch.rankf
 diagnosis reads each local rank's stacks from outside with ``py-spy --native``
 (``planaria.diagnose.pyspy``): the Python frames, plus the MPI function the rank is in when
 there is one (a frame ``("<MPI>", 0, "MPI_Barrier")``). As in STAT, ranks that are not in an MPI
-call while others wait in one are the root causes; which communicator or peer a call waits on
-is not known, and the report says so.
+call while others wait in one are the root causes. When every rank waits in MPI, the peer and tag
+of a point-to-point wait are read from its source line (``planaria.diagnose.p2pline``): wait
+cycles, sends to self and tag or source mismatches are named; communicators are not known, and
+the report says so.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from planaria.diagnose.offline import Report, RootCause, _short, frame_site, ran_past
+from planaria.diagnose import p2pline
 from planaria.diagnose.pyspy import MPI_FILE, PLAIN_STATUS
 
 #: MPI collectives a rank can block in (the names py-spy's native frames give)
@@ -20,9 +23,10 @@ COLLECTIVES = frozenset("MPI_" + n for n in (
     "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Allgather", "Allgatherv", "Scatter",
     "Scatterv", "Alltoall", "Alltoallv", "Alltoallw", "Scan", "Exscan", "Reduce_scatter", "Reduce_scatter_block"))
 
+_FROM_LINES = "(from native stacks and source lines)"
 _ADVICE = ("no rank uses planaria's runtime: the MPI call each rank is in comes from its native stack "
-           "(py-spy --native); communicators, peers and tags are unknown (with pl.world() the diagnosis "
-           "follows waits to their peers)")
+           "(py-spy --native); communicators are not known, peers and tags only where the call's source "
+           "line gives them (with pl.world() the diagnosis follows waits to their peers)")
 
 
 def applies(state: dict[str, Any]) -> bool:
@@ -83,6 +87,7 @@ def diagnose(state: dict[str, Any]) -> Report:
     missing = sorted(int(r) for r in state.get("missing") or [])
     size = int(state.get("size") or 0) or (max([int(r["rank"]) for r in recs] + missing, default=-1) + 1)
     waiting: dict[tuple[str, str], list[int]] = {}       # (MPI call, site) -> ranks in it
+    where: dict[int, tuple[str, str]] = {}               # rank -> (MPI call, site) it waits in
     outside: dict[str, list[int]] = {}                   # site -> ranks not in an MPI call
     hosts: dict[int, str | None] = {}
     finished: list[int] = []
@@ -100,6 +105,7 @@ def diagnose(state: dict[str, Any]) -> Report:
             continue
         if st and st[-1][0] == MPI_FILE:
             waiting.setdefault((str(st[-1][2]), site), []).append(r)
+            where[r] = (str(st[-1][2]), site)
         else:
             outside.setdefault(site, []).append(r)
     n_wait = sum(len(v) for v in waiting.values())
@@ -120,9 +126,14 @@ def diagnose(state: dict[str, Any]) -> Report:
     for site, ranks in sorted(outside.items(), key=lambda kv: (len(kv[1]), kv[1])) if n_wait else ():
         causes.append(RootCause("computing", ranks, "not in an MPI call (computing, or blocked outside MPI)",
                                 site=site, host=hosts.get(ranks[0]), waiters=n_wait))
-    odd = odd_collective(waiting, n_wait) if not (missing or outside or finished) else None
+    alone = not (missing or outside or finished or stopped)      # every rank that exists waits in MPI
+    odd = odd_collective(waiting, n_wait) if alone else None
     if odd is not None:
         causes.append(odd)
+    lines = p2pline.causes(where, size) if alone else []
+    for c in lines:
+        causes.append(RootCause(c["kind"], c["ranks"], c["reason"] + " " + _FROM_LINES, op=c["op"], site=c["site"],
+                                host=hosts.get(c["ranks"][0]), waiters=n_wait))
     calls = sorted(waiting.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     wait_rows = [{"comm": None, "kind": None, "op": call, "seq": None, "waiting": len(ranks),
                   "ranks": _ranges(ranks), "site": site,
@@ -136,6 +147,10 @@ def diagnose(state: dict[str, Any]) -> Report:
     if odd is not None:
         evidence.append("every rank is in an MPI collective, not all in the same call at the same line: the "
                         "smallest group of ranks is the odd one out")
+    elif lines:
+        evidence.append("the peers and tags of the point-to-point calls were read from each rank's source line "
+                        "(and the file's sends that its peers have run past), taking the communicator to be "
+                        "MPI.COMM_WORLD")
     elif n_wait and not outside and not missing:
         evidence.append("every rank that answered is in an MPI call: a deadlock or a message that never "
                         "came; without the runtime the peers they wait on are not known")
@@ -143,7 +158,8 @@ def diagnose(state: dict[str, Any]) -> Report:
         evidence.append(f"no rank is in an MPI call ({len(recs) - len(finished)} read, none in MPI)")
     if finished:
         evidence.append(f"rank(s) {_ranges(finished)} had already ended")
-    verdict = "hang" if n_wait else "dead-ranks" if missing else "no-hang"
+    verdict = ("deadlock" if any(c.kind == "deadlock" for c in causes) else "hang" if n_wait
+               else "dead-ranks" if missing else "no-hang")
     return Report(verdict=verdict, job=state.get("job"), size=size, answered=len(recs), missing=missing,
                   root_causes=causes, waiting=wait_rows, evidence=evidence,
                   computing=sum(len(v) for v in outside.values()))

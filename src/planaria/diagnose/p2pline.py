@@ -1,0 +1,386 @@
+"""The peer and tag of a plain program's blocking point-to-point call, read from its source line.
+
+Without planaria's runtime nobody records which rank a ``Recv`` waits for. The native stack says a
+rank is in ``MPI_Recv`` at ``a.py:10``; that line usually names its peer in terms of the rank
+(``comm.Recv(buf, source=1 - comm.rank, tag=7)``). This module parses the line with ``ast``, binds
+the call's arguments to mpi4py's signature and evaluates them with what is known of that rank:
+its rank and the job's size (the communicator is taken to be the world: the report says so),
+integer literals, arithmetic and ``MPI.ANY_SOURCE``/``ANY_TAG``/``PROC_NULL``. Any other name
+makes the value unknown (None): a guess would make a wrong diagnosis.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+#: native MPI function -> (kind, the mpi4py methods that block in it)
+_NATIVE = {
+    "MPI_Send": ("send", ("Send", "send")), "MPI_Ssend": ("send", ("Ssend", "ssend")),
+    "MPI_Rsend": ("send", ("Rsend",)), "MPI_Bsend": ("send", ("Bsend", "bsend")),
+    "MPI_Recv": ("recv", ("Recv", "recv")), "MPI_Mprobe": ("recv", ("recv", "Mprobe", "mprobe")),
+    "MPI_Probe": ("recv", ("Probe", "probe")), "MPI_Mrecv": ("recv", ("recv",)),
+}
+_PEER = {"send": "dest", "recv": "source"}
+_CONST = {"ANY_SOURCE": -1, "ANY_TAG": -1, "PROC_NULL": -2}
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.Mod: operator.mod}
+
+
+@dataclass(frozen=True)
+class P2P:
+    """A blocking point-to-point call: ``send`` or ``recv``, the peer (-1: any source; None: not known), the tag."""
+
+    kind: str
+    peer: int | None
+    tag: int | None
+    method: str
+
+
+def native_p2p(call: str) -> bool:
+    """Whether a native frame name (``MPI_Recv``...) is a blocking point-to-point call this module reads."""
+    return call.replace("PMPI_", "MPI_") in _NATIVE
+
+
+def read(site: str, call: str, rank: int, size: int) -> P2P | None:
+    """The call in native function ``call`` made at ``site`` (``path:line in f``) by ``rank``; None
+    when the line holds no such mpi4py call (or cannot be read)."""
+    kind, methods = _NATIVE.get(call.replace("PMPI_", "MPI_"), (None, ()))
+    path, _, rest = site.partition(":")
+    line = rest.split(" ", 1)[0]
+    if kind is None or not line.isdigit():
+        return None
+    node = _call_at(path, int(line), methods)
+    if node is None:
+        return None
+    args = _bind(node)
+    if args is None:
+        return None
+    recv = node.func.value if isinstance(node.func, ast.Attribute) else None
+    peer = _value(args.get(_PEER[kind]), recv, rank, size, default=-1 if kind == "recv" else None)
+    tag = _value(args.get("tag"), recv, rank, size, default=-1 if kind == "recv" else 0)
+    return P2P(kind, peer, tag, node.func.attr if isinstance(node.func, ast.Attribute) else "?")
+
+
+def _call_at(path: str, line: int, methods: tuple[str, ...]) -> ast.Call | None:
+    """The call of one of ``methods`` in the statement that starts at ``line`` (or spans it)."""
+    for first in range(line, max(0, line - 6), -1):
+        text = "".join(linecache.getline(path, n) for n in range(first, line + 6))
+        tree, shift = None, 0
+        for end in range(len(text), 0, -1):
+            if text[end - 1] != "\n":
+                continue
+            code, shift = _dedent(text[:end])
+            try:
+                tree = ast.parse(code)
+                break
+            except SyntaxError:
+                continue
+        if tree is None:
+            continue
+        at = line - first + 1 + shift       # the line's number in the parsed text
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                 and n.func.attr in methods and n.lineno <= at <= (n.end_lineno or n.lineno)]
+        if len(calls) == 1:
+            return calls[0]
+        if calls:
+            return None         # two such calls on the line: which one blocks is not known
+    return None
+
+
+def _dedent(text: str) -> tuple[str, int]:
+    """A statement cut out of an indented block, parseable alone (under an ``if True:``, which keeps
+    its indentation), and how many lines were put before it."""
+    first = text.lstrip("\n")
+    indent = len(first) - len(first.lstrip())
+    return ("if True:\n" + text, 1) if indent else (text, 0)
+
+
+_SIG: dict[str, inspect.Signature] = {}
+
+
+def _bind(node: ast.Call) -> dict[str, ast.expr] | None:
+    """The call's argument expressions by mpi4py's parameter names; None when they do not bind."""
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+    sig = _SIG.get(name)
+    if sig is None:
+        from mpi4py import MPI
+        fn = getattr(MPI.Comm, name, None)
+        if fn is None:
+            return None
+        try:
+            sig = _SIG[name] = inspect.signature(fn)
+        except (TypeError, ValueError):
+            return None
+    if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+        return None
+    try:
+        bound = sig.bind(None, *node.args, **{k.arg: k.value for k in node.keywords if k.arg})
+    except TypeError:
+        return None
+    out = dict(bound.arguments)
+    out.pop(next(iter(sig.parameters)), None)
+    return out
+
+
+def _value(node: ast.expr | None, comm: ast.expr | None, rank: int, size: int, default: int | None) -> int | None:
+    """An argument's value for this rank, ``default`` when it is left out, None when not known."""
+    if node is None:
+        return default
+    try:
+        got = _eval(node, comm, rank, size)
+    except (LookupError, ZeroDivisionError):
+        return None
+    return None if isinstance(got, bool) else got
+
+
+_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+        ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+
+def _eval(e: ast.expr, comm: ast.expr | None, rank: int, size: int) -> Any:
+    """An int (or, for a condition, a bool) from what is known of the rank; LookupError otherwise."""
+    if isinstance(e, ast.Constant) and isinstance(e.value, int):
+        return e.value
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        return -_eval(e.operand, comm, rank, size)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        return not _eval(e.operand, comm, rank, size)
+    if isinstance(e, ast.BinOp) and type(e.op) in _OPS:
+        return int(_OPS[type(e.op)](_eval(e.left, comm, rank, size), _eval(e.right, comm, rank, size)))
+    if isinstance(e, ast.BoolOp):
+        vals = [bool(_eval(v, comm, rank, size)) for v in e.values]
+        return all(vals) if isinstance(e.op, ast.And) else any(vals)
+    if isinstance(e, ast.Compare):
+        left = _eval(e.left, comm, rank, size)
+        for op, right in zip(e.ops, e.comparators, strict=True):
+            if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Tuple | ast.List | ast.Set):
+                ok = left in [_eval(x, comm, rank, size) for x in right.elts]
+                ok = ok if isinstance(op, ast.In) else not ok
+                r = left
+            elif type(op) in _CMP:
+                r = _eval(right, comm, rank, size)
+                ok = _CMP[type(op)](left, r)
+            else:
+                raise LookupError
+            if not ok:
+                return False
+            left = r
+        return True
+    if isinstance(e, ast.Attribute):
+        if e.attr in _CONST and isinstance(e.value, ast.Name) and e.value.id == "MPI":
+            return _CONST[e.attr]
+        if e.attr in ("rank", "size") and _is_comm(e.value, comm):
+            return rank if e.attr == "rank" else size
+    if (isinstance(e, ast.Call) and not e.args and not e.keywords and isinstance(e.func, ast.Attribute)
+            and e.func.attr in ("Get_rank", "Get_size") and _is_comm(e.func.value, comm)):
+        return rank if e.func.attr == "Get_rank" else size
+    raise LookupError
+
+
+@dataclass(frozen=True)
+class Line:
+    """A point-to-point call in a file: where, the method, and the conditions that lead to it."""
+
+    line: int
+    func: str
+    method: str
+    node: ast.Call
+    conds: tuple[tuple[ast.expr, bool], ...]      # (if-test, branch taken: True for its body)
+    looped: bool = False                           # inside a for/while loop: how often it ran is not known
+
+    def runs(self, rank: int, size: int) -> bool | None:
+        """Whether ``rank`` reaches this line's branch (None: a condition cannot be evaluated)."""
+        try:
+            return all(bool(_eval(t, None, rank, size)) is want for t, want in self.conds)
+        except (LookupError, ZeroDivisionError):
+            return None
+
+    def args(self, rank: int, size: int) -> tuple[int | None, int | None]:
+        """(dest or source, tag) of this call made by ``rank``."""
+        got = _bind(self.node) or {}
+        kind = "send" if self.method in _SENDS else "recv"
+        recv = self.node.func.value if isinstance(self.node.func, ast.Attribute) else None
+        return (_value(got.get(_PEER[kind]), recv, rank, size, -1 if kind == "recv" else None),
+                _value(got.get("tag"), recv, rank, size, -1 if kind == "recv" else 0))
+
+
+_SENDS = frozenset({"Send", "send", "Ssend", "ssend", "Bsend", "bsend", "Rsend", "Isend", "isend", "Issend",
+                    "issend", "Ibsend", "ibsend", "Irsend"})
+_RECVS = frozenset({"Recv", "recv", "Irecv", "irecv"})
+
+
+def lines(path: str) -> list[Line]:
+    """Every send and receive call of the file at ``path`` with the if-conditions around it
+    (loops and other branches are not followed: their calls carry no condition)."""
+    src = "".join(linecache.getlines(path))
+    try:
+        tree = ast.parse(src)
+    except (SyntaxError, ValueError):
+        return []
+    out: list[Line] = []
+
+    def walk(node: ast.AST, func: str, conds: tuple[tuple[ast.expr, bool], ...], looped: bool) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            func, conds, looped = node.name, (), False
+        looped = looped or isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.comprehension)
+        if isinstance(node, ast.If):
+            walk(node.test, func, conds, looped)
+            for child in node.body:
+                walk(child, func, (*conds, (node.test, True)), looped)
+            for child in node.orelse:
+                walk(child, func, (*conds, (node.test, False)), looped)
+            return
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _SENDS | _RECVS):
+            out.append(Line(node.lineno, func, node.func.attr, node, conds, looped))
+        for child in ast.iter_child_nodes(node):
+            walk(child, func, conds, looped)
+
+    walk(tree, "<module>", (), False)
+    return out
+
+
+def _is_comm(e: ast.expr, comm: ast.expr | None) -> bool:
+    """``e`` names a communicator whose rank is the process's: the call's own, a plain name
+    (``comm``, ``world``), or ``MPI.COMM_WORLD``."""
+    return ((comm is not None and ast.dump(e) == ast.dump(comm)) or isinstance(e, ast.Name)
+            or (isinstance(e, ast.Attribute) and e.attr == "COMM_WORLD"))
+
+
+# -- the root causes of point-to-point waits --------------------------------------------------
+def _at(path: str, ln: Line) -> str:
+    return f"{path}:{ln.line} in {ln.func}"
+
+
+def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]:
+    """Root causes of a hang of a plain program whose ranks all wait in MPI: ``where`` maps each
+    rank that answered to (native MPI call, site). Each cause: kind, ranks, reason, op, site.
+
+    A rank in a receive names its peer and tag on its source line (``read``); the file's sends show
+    what that peer, which has run past them, sent. In that order: a rank that waits for itself; a
+    message its peer sent with another tag (tag-mismatch), or another rank sent with its tag
+    (source-mismatch), or that an earlier ANY_SOURCE receive of its own took (source-mismatch at
+    that receive); then a wait cycle (deadlock), with collectives waiting for every rank not in them."""
+    from planaria.diagnose.offline import _short, ran_past
+
+    p2p = {r: got for r, (call, site) in where.items() if native_p2p(call)
+           and (got := read(site, call, r, size)) is not None}
+    out: list[dict[str, Any]] = []
+    for r, c in sorted(p2p.items()):
+        if c.peer == r:
+            what = "sends to itself with no receive posted" if c.kind == "send" else "waits for a message from itself"
+            out.append({"kind": "self-wait", "ranks": [r], "op": c.method, "site": where[r][1],
+                        "reason": f"rank {r} {what} ({c.method} at {_short(where[r][1])})"})
+    for r, c in sorted(p2p.items()):
+        if c.kind != "recv" or c.peer is None or c.peer < 0 or c.peer == r or c.peer not in where:
+            continue
+        site = where[r][1]
+        path = site.partition(":")[0]
+        calls = lines(path)
+
+        def sent(q: int) -> list[tuple[Line, int | None]]:
+            """(line, tag) of the sends to ``r`` rank ``q`` made (its branch, and it has run past them)."""
+            out = []
+            for ln in calls:
+                if (ln.method in _SENDS and ln.runs(q, size) is True and q in where
+                        and ran_past(where[q][1], _at(path, ln))):
+                    dest, tag = ln.args(q, size)
+                    if dest == r:
+                        out.append((ln, tag))
+            return out
+
+        got = [ln for ln in calls if ln.method in _RECVS and ln.runs(r, size) is True and ran_past(site, _at(path, ln))]
+        sends = {q: sent(q) for q in where if q != r}
+        if any(ln.looped for ln in got) or any(ln.looped for v in sends.values() for ln, _ in v):
+            continue                    # counts of messages are not known: only the wait cycle below
+        wild = [ln for ln in got if ln.args(r, size)[0] == -1]
+
+        def received(q: int) -> int:    # receives rank r has run past that name rank q
+            return sum(1 for ln in got if ln.args(r, size)[0] == q)
+
+        def fitting(q: int) -> list[tuple[Line, int | None]]:
+            return [(ln, tag) for ln, tag in sends.get(q, []) if c.tag in (-1, tag)]
+
+        extra = {q: len(fitting(q)) - received(q) for q in sends}   # fitting messages not taken by name
+        if extra.get(c.peer, 0) > 0:
+            late = [q for q in sends if q != c.peer and extra[q] > 0]
+            if wild and late:           # an earlier wildcard receive took the peer's message
+                ln = wild[0]
+                out.append({"kind": "source-mismatch", "ranks": [r], "op": ln.method, "site": _at(path, ln),
+                            "reason": f"receive from any source took the wrong message: rank {r}'s ANY_SOURCE "
+                                      f"receive at {_short(_at(path, ln))} took rank {c.peer}'s message (tag "
+                                      f"{c.tag}), so its receive from rank {c.peer} at {_short(site)} waits while "
+                                      f"rank {late[0]}'s (sent at {_short(_at(path, fitting(late[0])[0][0]))}) "
+                                      "is left over"})
+            continue
+        other = [(ln, tag) for ln, tag in sends.get(c.peer, []) if c.tag not in (-1, tag)]
+        if len(other) > received(c.peer) + len(wild):
+            ln, tag = other[0]
+            out.append({"kind": "tag-mismatch", "ranks": sorted({r, c.peer}), "op": c.method, "site": site,
+                        "reason": f"unmatched tag: rank {c.peer} sent tag {tag} to rank {r} at "
+                                  f"{_short(_at(path, ln))}, rank {r} waits for tag {c.tag} from rank {c.peer} "
+                                  f"at {_short(site)}"})
+            continue
+        for q in sorted(sends):
+            if q != c.peer and extra[q] > len(wild):
+                ln, tag = fitting(q)[0]
+                out.append({"kind": "source-mismatch", "ranks": sorted({r, q}), "op": c.method, "site": site,
+                            "reason": f"unmatched source: rank {q} sent to rank {r} (tag {tag}) at "
+                                      f"{_short(_at(path, ln))}, rank {r} waits for a message from rank {c.peer} "
+                                      f"at {_short(site)}"})
+                break
+    cycle = _cycle(where, p2p)
+    if cycle:
+        first = min(r for r in cycle if r in p2p)
+        ring = " -> ".join(map(str, [*cycle, cycle[0]]))
+        out.append({"kind": "deadlock", "ranks": sorted(cycle), "op": p2p[first].method, "site": where[first][1],
+                    "reason": f"wait cycle {ring}: each waits for the next (deadlock); rank {first} in "
+                              f"{p2p[first].method} at {_short(where[first][1])}"})
+    elif where and all(native_p2p(call) for call, _ in where.values()):
+        ranks = sorted(where)
+        sites = sorted({s for _, s in where.values()}, key=lambda s: -sum(1 for _, t in where.values() if t == s))
+        out.append({"kind": "deadlock", "ranks": ranks, "op": where[ranks[0]][0].replace("MPI_", ""),
+                    "site": sites[0], "reason": f"every rank waits in a blocking point-to-point call (mostly at "
+                                                f"{_short(sites[0])}): none can go on (deadlock)"})
+    return out
+
+
+def _cycle(where: dict[int, tuple[str, str]], p2p: dict[int, P2P]) -> list[int] | None:
+    """A wait cycle through at least one point-to-point wait: a rank in a receive or send waits for
+    its peer; a rank in a collective waits for every rank that is not in the same call at the same line."""
+    def nxt(r: int) -> list[int]:
+        if r in p2p:
+            peer = p2p[r].peer
+            return [peer] if peer is not None and peer >= 0 and peer in where else []
+        if native_p2p(where[r][0]):
+            return []
+        return [q for q in sorted(where) if where[q] != where[r]]
+
+    done: set[int] = set()                  # explored: a depth-first search, each rank once
+    for start in sorted(p2p):
+        if start in done:
+            continue
+        path, on = [start], {start: 0}
+        stack = [iter(nxt(start))]
+        while stack:
+            q = next(stack[-1], None)
+            if q is None:
+                stack.pop()
+                done.add(path[-1])
+                on.pop(path.pop(), None)
+                continue
+            if q in on:
+                cyc = path[on[q]:]
+                if len(cyc) > 1 and any(x in p2p for x in cyc):
+                    return cyc
+                continue
+            if q in done:
+                continue
+            on[q] = len(path)
+            path.append(q)
+            stack.append(iter(nxt(q)))
+    return None

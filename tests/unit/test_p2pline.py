@@ -1,0 +1,116 @@
+"""Peers and tags of a plain program's point-to-point waits, read from its source lines (no MPI job)."""
+from __future__ import annotations
+
+import linecache
+import textwrap
+
+from planaria.diagnose import p2pline, pyspy, stacksonly
+
+
+def _file(tmp_path, text: str) -> str:
+    path = tmp_path / "app.py"
+    path.write_text(textwrap.dedent(text))
+    linecache.checkcache(str(path))
+    return str(path)
+
+
+def _at(path: str, line: int, func: str = "<module>") -> str:
+    return f"{path}:{line} in {func}"
+
+
+PROGRAM = """\
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    buf = np.zeros(4)
+    if comm.rank == 0:
+        comm.Send(np.ones(4), dest=1, tag=8)
+    elif comm.Get_rank() in (1, 2):
+        comm.Recv(buf, source=0,
+                  tag=7)
+    comm.Recv(buf, 1 - comm.rank, 5); comm.Barrier()
+    def f(peer):
+        comm.Send(buf, dest=peer, tag=1)
+        comm.Send(buf, dest=comm.size - 1 - comm.rank)
+    """
+
+
+def test_the_peer_and_tag_of_a_line_for_each_rank(tmp_path):
+    path = _file(tmp_path, PROGRAM)
+    assert p2pline.read(_at(path, 8), "MPI_Recv", 1, 3) == p2pline.P2P("recv", 0, 7, "Recv")
+    assert p2pline.read(_at(path, 9), "MPI_Recv", 1, 3) == p2pline.P2P("recv", 0, 7, "Recv")   # a call over two lines
+    assert p2pline.read(_at(path, 10), "MPI_Recv", 0, 3) == p2pline.P2P("recv", 1, 5, "Recv")  # positional arguments
+    assert p2pline.read(_at(path, 12, "f"), "MPI_Send", 0, 3) == p2pline.P2P("send", None, 1, "Send")  # a name: unknown
+    assert p2pline.read(_at(path, 13, "f"), "PMPI_Send", 0, 4) == p2pline.P2P("send", 3, 0, "Send")   # default tag
+    assert p2pline.read(_at(path, 6), "MPI_Recv", 0, 3) is None         # no receive on that line
+    assert p2pline.read(_at(path, 8), "MPI_Barrier", 1, 3) is None
+    assert p2pline.read(_at(tmp_path / "missing.py", 8), "MPI_Recv", 1, 3) is None
+
+
+def test_the_branches_a_rank_takes(tmp_path):
+    path = _file(tmp_path, PROGRAM)
+    got = {ln.line: [ln.runs(r, 3) for r in range(3)] for ln in p2pline.lines(path)}
+    assert got[6] == [True, False, False] and got[8] == [False, True, True] and got[10] == [True] * 3
+
+
+def test_a_tag_mismatch_a_wrong_source_and_a_cycle(tmp_path):
+    path = _file(tmp_path, PROGRAM)
+    bar = ("MPI_Barrier", _at(path, 10))
+    got = p2pline.causes({0: bar, 1: ("MPI_Recv", _at(path, 8)), 2: bar}, 3)
+    assert [(c["kind"], c["ranks"], c["site"]) for c in got][:1] == [("tag-mismatch", [0, 1], _at(path, 8))]
+    assert "rank 0 sent tag 8 to rank 1 at app.py:6" in got[0]["reason"]
+    assert got[1]["kind"] == "deadlock" and got[1]["ranks"] == [0, 1]      # 1 waits for 0, 0 for 1 in the Barrier
+    text = PROGRAM.replace("dest=1, tag=8", "dest=1, tag=7").replace("source=0,", "source=2,")
+    path = _file(tmp_path, text)
+    got = p2pline.causes({0: bar, 1: ("MPI_Recv", _at(path, 8)), 2: bar}, 3)
+    assert (got[0]["kind"], got[0]["ranks"]) == ("source-mismatch", [0, 1])
+    # rank 1 received rank 0's message (tag 8) at line 8 before it waits at line 10: no mismatch, a cycle
+    path = _file(tmp_path, PROGRAM.replace("tag=7)", "tag=8)"))
+    got = p2pline.causes({0: ("MPI_Recv", _at(path, 10)), 1: ("MPI_Recv", _at(path, 10))}, 2)
+    assert [(c["kind"], c["ranks"]) for c in got] == [("deadlock", [0, 1])]
+    # a send in a loop: how many messages were sent is not known, only the cycle is named
+    path = _file(tmp_path, PROGRAM.replace("if comm.rank == 0:", "for i in range(2):\n        if comm.rank == 0:")
+                 .replace("    comm.Send(np.ones(4), dest=1, tag=8)", "        comm.Send(np.ones(4), dest=1, tag=8)"))
+    got = p2pline.causes({0: ("MPI_Barrier", _at(path, 11)), 1: ("MPI_Recv", _at(path, 9)),
+                          2: ("MPI_Barrier", _at(path, 11))}, 3)
+    assert [c["kind"] for c in got] == ["deadlock"]
+
+
+def test_a_self_send_and_a_wildcard_that_took_the_message(tmp_path):
+    path = _file(tmp_path, """\
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        if comm.rank == 0:
+            comm.Recv(None, source=MPI.ANY_SOURCE, tag=4)
+            comm.Recv(None, source=1, tag=4)
+        else:
+            comm.Send(None, dest=0, tag=4)
+        comm.Barrier()
+        comm.Send(None, dest=comm.rank, tag=1)
+        """)
+    bar = ("MPI_Barrier", _at(path, 8))
+    got = p2pline.causes({0: ("MPI_Recv", _at(path, 5)), 1: bar, 2: bar}, 3)
+    assert (got[0]["kind"], got[0]["ranks"], got[0]["site"]) == ("source-mismatch", [0], _at(path, 4))
+    got = p2pline.causes({0: ("MPI_Send", _at(path, 9)), 1: bar}, 2)
+    assert (got[0]["kind"], got[0]["ranks"]) == ("self-wait", [0])
+
+
+def test_unknown_peers_everyone_in_point_to_point_is_a_deadlock_of_all(tmp_path):
+    path = _file(tmp_path, PROGRAM)
+    where = {r: ("MPI_Send", _at(path, 12, "f")) for r in range(3)}
+    got = p2pline.causes(where, 3)
+    assert [(c["kind"], c["ranks"]) for c in got] == [("deadlock", [0, 1, 2])]
+    # not all in point-to-point and no peer known: nothing is guessed
+    where[2] = ("MPI_Barrier", _at(path, 10))
+    assert p2pline.causes(where, 3) == []
+
+
+def test_the_stack_only_diagnosis_names_them(tmp_path):
+    path = _file(tmp_path, PROGRAM)
+    stacks = [[[path, 8, "<module>"], [pyspy.MPI_FILE, 0, "MPI_Recv"]], [[path, 10, "<module>"], [pyspy.MPI_FILE, 0, "MPI_Barrier"]]]
+    ranks = [{"rank": r, "host": "n1", "status": pyspy.PLAIN_STATUS, "op": None, "pid": 100 + r,
+              "threads": [{"name": "t", "ident": r, "samples": [sid], "stack": sid}]}
+             for r, sid in ((0, 1), (1, 0), (2, 1))]
+    rep = stacksonly.diagnose({"job": "j", "size": 3, "stacks": stacks, "ranks": ranks, "missing": []})
+    assert [(c.kind, c.ranks) for c in rep.root_causes][:2] == [("tag-mismatch", [0, 1]), ("deadlock", [0, 1])]
+    assert rep.verdict == "deadlock" and any("source line" in e for e in rep.evidence)
