@@ -114,3 +114,31 @@ def test_the_stack_only_diagnosis_names_them(tmp_path):
     rep = stacksonly.diagnose({"job": "j", "size": 3, "stacks": stacks, "ranks": ranks, "missing": []})
     assert [(c.kind, c.ranks) for c in rep.root_causes][:2] == [("tag-mismatch", [0, 1]), ("deadlock", [0, 1])]
     assert rep.verdict == "deadlock" and any("source line" in e for e in rep.evidence)
+
+
+def test_a_wait_for_a_rank_that_has_finished_names_it_and_its_exit(tmp_path):
+    path = _file(tmp_path, """\
+        import sys
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        comm.Barrier()
+        if comm.rank == 3:
+            sys.exit(0)
+        if comm.rank == 1:
+            comm.Recv(None, source=0, tag=9)
+        comm.Barrier()
+        """)
+    bar = ("MPI_Barrier", _at(path, 9))
+    got = p2pline.finished([3], {0: bar, 1: bar, 2: bar}, 4)
+    assert [(c["kind"], c["ranks"], c["site"]) for c in got] == [("finished", [3], _at(path, 6))]
+    assert "app.py:6" in got[0]["reason"] and "Barrier at app.py:9" in got[0]["reason"]
+    got = p2pline.finished([0, 2, 3], {1: ("MPI_Recv", _at(path, 8))}, 4)
+    assert [(c["kind"], c["ranks"], c["site"]) for c in got] == [("finished", [0], _at(path, 8))]
+    assert p2pline.finished([3], {0: bar, 1: bar}, 4) == []      # rank 2 is neither waiting nor ended
+
+
+def test_a_live_process_without_an_interpreter_has_finished(monkeypatch):
+    """py-spy cannot find the interpreter of a process whose program ended (it waits in MPI_Finalize)."""
+    monkeypatch.setattr(pyspy, "dump", lambda pid, native=False: pyspy.FINALIZING)
+    part = pyspy.sample(3, 4242, "n1", 2, 0.0, status=pyspy.PLAIN_STATUS)
+    assert part["ranks"][0]["status"] == "finished" and part["ranks"][0]["finalizing"] and part["missing"] == []

@@ -237,6 +237,8 @@ def lines(path: str) -> list[Line]:
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in _SENDS | _RECVS):
             out.append(Line(node.lineno, func, node.func.attr, node, conds, looped))
+        elif isinstance(node, ast.Call) and _exits(node.func):
+            out.append(Line(node.lineno, func, "exit", node, conds, looped))
         for child in ast.iter_child_nodes(node):
             walk(child, func, conds, looped)
 
@@ -249,6 +251,55 @@ def _is_comm(e: ast.expr, comm: ast.expr | None) -> bool:
     (``comm``, ``world``), or ``MPI.COMM_WORLD``."""
     return ((comm is not None and ast.dump(e) == ast.dump(comm)) or isinstance(e, ast.Name)
             or (isinstance(e, ast.Attribute) and e.attr == "COMM_WORLD"))
+
+
+def _exits(f: ast.expr) -> bool:
+    """``sys.exit``, ``os._exit``, ``exit``, ``quit``: a call that ends the program."""
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+        return (f.value.id, f.attr) in (("sys", "exit"), ("os", "_exit"))
+    return isinstance(f, ast.Name) and f.id in ("exit", "quit")
+
+
+def finished(ended: list[int], where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]:
+    """Root causes of waits for ranks that have ended (``ended``): a point-to-point wait whose
+    source line names one of them, or collectives that every other rank waits in. Where the file
+    has a call that ends the program (``sys.exit``...) on the ended rank's branch, before the wait,
+    that is the site; else the wait."""
+    from planaria.diagnose.offline import _short
+
+    out: list[dict[str, Any]] = []
+    gone = set(ended)
+    for r, (call, site) in sorted(where.items()):
+        c = read(site, call, r, size) if native_p2p(call) else None
+        if c is not None and c.peer in gone:
+            f, end = c.peer, _exit_site(c.peer, site, size)
+            out.append({"kind": "finished", "ranks": [f], "op": c.method, "site": end or site,
+                        "reason": f"rank {f} has finished{_ended(end)} while rank {r} waits for it in {c.method} at "
+                                  f"{_short(site)}"})
+            gone.discard(f)
+    colls = {(call, site) for call, site in where.values() if not native_p2p(call)}
+    if gone and len(colls) == 1 and len(where) + len(ended) == size:
+        call, site = next(iter(colls))
+        for f in sorted(gone):
+            end = _exit_site(f, site, size)
+            out.append({"kind": "finished", "ranks": [f], "op": call, "site": end or site,
+                        "reason": f"rank {f} has finished{_ended(end)} while every other rank waits for it in "
+                                  f"{call.replace('MPI_', '')} at {_short(site)}"})
+    return out
+
+
+def _ended(end: str | None) -> str:
+    from planaria.diagnose.offline import _short
+    return f" (the program-ending call on its branch: {_short(end)})" if end else ""
+
+
+def _exit_site(rank: int, wait: str, size: int) -> str | None:
+    """The program-ending call on ``rank``'s branch of ``wait``'s file, before ``wait`` in its function."""
+    from planaria.diagnose.offline import ran_past
+    path = wait.partition(":")[0]
+    ends = [ln for ln in lines(path) if ln.method == "exit" and ln.runs(rank, size) is True
+            and ran_past(wait, _at(path, ln))]
+    return _at(path, ends[-1]) if len(ends) == 1 else None
 
 
 # -- the root causes of point-to-point waits --------------------------------------------------

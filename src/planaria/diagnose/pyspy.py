@@ -68,6 +68,8 @@ def dump(pid: int, timeout: float = 5.0, native: bool = False) -> list[dict[str,
         data = json.loads(res.stdout) if res.returncode == 0 else None
     except (subprocess.TimeoutExpired, OSError, ValueError):
         return None
+    if data is None and _NO_INTERPRETER in res.stderr and pid_alive_here(pid):
+        return FINALIZING
     if not isinstance(data, list):
         return None
     out = []
@@ -76,6 +78,23 @@ def dump(pid: int, timeout: float = 5.0, native: bool = False) -> list[dict[str,
         out.append({"name": th.get("thread_name") or f"thread-{th.get('thread_id')}", "ident": th.get("thread_id"),
                     "stack": frames, "owns_gil": bool(th.get("owns_gil"))})
     return out
+
+
+_NO_INTERPRETER = "Failed to find a python interpreter"
+#: ``dump``'s answer for a live process without a Python interpreter any more: its program has
+#: ended and the process waits at exit (a plain mpi4py program in ``MPI_Finalize``, which waits
+#: for the ranks that still run)
+FINALIZING: list[dict[str, Any]] = []
+
+
+def pid_alive_here(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float,
@@ -91,6 +110,10 @@ def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float,
         got = dump(pid, native=status == PLAIN_STATUS)
         if got is None:
             return None
+        if got is FINALIZING:
+            rec = {"rank": rank, "host": host, "pid": pid, "t": time.time(), "op": None, "threads": [],
+                   "status": "finished", "finalizing": True, "source": "py-spy"}
+            return {"stacks": [], "ranks": [rec], "missing": []}
         per_round.append(got)
     table: dict[tuple, int] = {}
     stacks: list[Any] = []

@@ -131,6 +131,8 @@ def diagnose(state: dict[str, Any]) -> Report:
     if odd is not None:
         causes.append(odd)
     lines = p2pline.causes(where, size) if alone else []
+    if finished and not (missing or outside or stopped):
+        lines = p2pline.finished(finished, where, size)
     for c in lines:
         causes.append(RootCause(c["kind"], c["ranks"], c["reason"] + " " + _FROM_LINES, op=c["op"], site=c["site"],
                                 host=hosts.get(c["ranks"][0]), waiters=n_wait))
