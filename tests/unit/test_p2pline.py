@@ -142,3 +142,36 @@ def test_a_live_process_without_an_interpreter_has_finished(monkeypatch):
     monkeypatch.setattr(pyspy, "dump", lambda pid, native=False: pyspy.FINALIZING)
     part = pyspy.sample(3, 4242, "n1", 2, 0.0, status=pyspy.PLAIN_STATUS)
     assert part["ranks"][0]["status"] == "finished" and part["ranks"][0]["finalizing"] and part["missing"] == []
+
+
+HALO = """\
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    left, right = (comm.rank - 1) % comm.size, (comm.rank + 1) % comm.size
+    for it in range(6):
+        comm.Sendrecv(None, dest=left, sendtag=1, recvbuf=None, source=right, recvtag=1)
+        if it == 3 and comm.rank == 2:
+            continue
+        comm.Barrier()
+    """
+
+
+def test_names_assigned_once_are_followed_and_a_sendrecv_waits_in_its_receive(tmp_path):
+    path = _file(tmp_path, HALO)
+    assert p2pline.read(_at(path, 5), "MPI_Sendrecv", 2, 4) == p2pline.P2P("recv", 3, 1, "Sendrecv")
+    (ln,) = p2pline.lines(path)
+    assert ln.args(0, 4, "send") == (3, 1) and ln.args(0, 4, "recv") == (1, 1) and (ln.loop, ln.loop_end) == (4, 8)
+    path = _file(tmp_path, HALO.replace("comm = MPI.COMM_WORLD", "comm = MPI.COMM_WORLD\nright = 0"))
+    assert p2pline.read(_at(path, 6), "MPI_Sendrecv", 2, 4).peer is None      # assigned twice: not known
+
+
+def test_a_rank_a_step_ahead_skipped_the_collective_its_neighbours_wait_in(tmp_path):
+    path = _file(tmp_path, HALO)
+    bar = ("MPI_Barrier", _at(path, 8))
+    got = p2pline.causes({0: bar, 1: bar, 3: bar, 2: ("MPI_Sendrecv", _at(path, 5))}, 4)
+    assert (got[0]["kind"], got[0]["ranks"], got[0]["site"]) == ("collective-mismatch", [2], _at(path, 8))
+    assert "rank 2 skipped Barrier at app.py:8" in got[0]["reason"] and "waiting for rank 3" in got[0]["reason"]
+    # without the loop the peer's send came before: no skipped step (a message that did not match)
+    path = _file(tmp_path, HALO.replace("for it in range(6):", "if True:"))
+    got = p2pline.causes({0: bar, 1: bar, 3: bar, 2: ("MPI_Sendrecv", _at(path, 5))}, 4)
+    assert all(c["kind"] != "collective-mismatch" for c in got)

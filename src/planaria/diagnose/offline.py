@@ -746,7 +746,36 @@ class _Analysis:
         return RootCause("collective-mismatch", odd.tolist(), reason, op=self.s(int(self.c["op_name"][row])),
                          comm=self.strings[int(self.g_comm[at])], site=site, waiters=waiters)
 
+    def _skipped_step(self, scc: list[int], waiters: int) -> RootCause | None:
+        """A rank missing from a collective whose members all wait in it at step s (``pl.step``), while
+        it waits in a point-to-point call at a later step: it went round its loop without the
+        collective (a wait cycle of its point-to-point call and the collective is the symptom)."""
+        st = self.c["step"]
+        for g in scc:
+            inside = self.waiters(g)
+            steps = np.unique(st[self.row_of[inside]]) if inside.size and (self.row_of[inside] >= 0).all() else []
+            if len(steps) != 1 or steps[0] < 0:
+                continue
+            s = int(steps[0])
+            ahead = [int(r) for r in self.lag(g).tolist()
+                     if self.row_of[r] >= 0 and st[self.row_of[r]] > s and self.is_p2p[self.row_of[r]]]
+            if not ahead:
+                continue
+            odd = np.asarray(ahead, dtype=np.int64)
+            site = self.site(int(inside[0]))
+            later = sorted({int(st[self.row_of[r]]) for r in ahead})
+            reason = (f"{_rs(odd)} skipped {self._group_text(g)} at {_short(site)}, which {_rs(inside)} "
+                      f"{'wait' if inside.size > 1 else 'waits'} in at step {s}: {'they are' if odd.size > 1 else 'it is'} "
+                      f"already at step {', '.join(map(str, later))}, {self.state_text(ahead[0])}")
+            self.evidence.append(f"collective skipped: {reason}")
+            return RootCause("collective-mismatch", ahead, reason, op=self.s(int(self.c["op_name"][self.row_of[inside[0]]])),
+                             comm=self.strings[self.g_comm[g]], site=site, host=self.host(ahead[0]), waiters=waiters)
+        return None
+
     def _group_cycle_cause(self, scc: list[int], waiters: int) -> RootCause:
+        skipped = self._skipped_step(scc, waiters)
+        if skipped is not None:
+            return skipped
         inside = np.asarray(scc, dtype=np.int64) + self.size
         ranks: set[int] = set()
         details = []

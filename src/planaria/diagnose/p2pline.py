@@ -11,10 +11,11 @@ makes the value unknown (None): a guess would make a wrong diagnosis.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import linecache
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 #: native MPI function -> (kind, the mpi4py methods that block in it)
@@ -23,8 +24,17 @@ _NATIVE = {
     "MPI_Rsend": ("send", ("Rsend",)), "MPI_Bsend": ("send", ("Bsend", "bsend")),
     "MPI_Recv": ("recv", ("Recv", "recv")), "MPI_Mprobe": ("recv", ("recv", "Mprobe", "mprobe")),
     "MPI_Probe": ("recv", ("Probe", "probe")), "MPI_Mrecv": ("recv", ("recv",)),
+    "MPI_Sendrecv": ("recv", ("Sendrecv", "sendrecv")),     # its receive is what waits
 }
 _PEER = {"send": "dest", "recv": "source"}
+_BOTH = frozenset({"Sendrecv", "sendrecv"})
+
+
+def _params(method: str, kind: str) -> tuple[str, str]:
+    """The (peer, tag) parameters of ``method`` in its ``kind`` role (a Sendrecv has both)."""
+    if method in _BOTH:
+        return ("dest", "sendtag") if kind == "send" else ("source", "recvtag")
+    return _PEER[kind], "tag"
 _CONST = {"ANY_SOURCE": -1, "ANY_TAG": -1, "PROC_NULL": -2}
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
         ast.Mod: operator.mod}
@@ -60,9 +70,22 @@ def read(site: str, call: str, rank: int, size: int) -> P2P | None:
     if args is None:
         return None
     recv = node.func.value if isinstance(node.func, ast.Attribute) else None
-    peer = _value(args.get(_PEER[kind]), recv, rank, size, default=-1 if kind == "recv" else None)
-    tag = _value(args.get("tag"), recv, rank, size, default=-1 if kind == "recv" else 0)
-    return P2P(kind, peer, tag, node.func.attr if isinstance(node.func, ast.Attribute) else "?")
+    method = node.func.attr if isinstance(node.func, ast.Attribute) else "?"
+    pname, tname = _params(method, kind)
+    env = _scope_of(path, site)
+    peer = _value(args.get(pname), recv, rank, size, -1 if kind == "recv" else None, env)
+    tag = _value(args.get(tname), recv, rank, size, -1 if kind == "recv" else 0, env)
+    return P2P(kind, peer, tag, method)
+
+
+def _scope_of(path: str, site: str) -> dict[str, ast.expr] | None:
+    """The names assigned once in the scope of ``site`` (``path:line in func``)."""
+    func = site.partition(" in ")[2] or "<module>"
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)))
+    except (SyntaxError, ValueError):
+        return None
+    return _scopes(tree).get(func)
 
 
 def _call_at(path: str, line: int, methods: tuple[str, ...]) -> ast.Call | None:
@@ -126,12 +149,13 @@ def _bind(node: ast.Call) -> dict[str, ast.expr] | None:
     return out
 
 
-def _value(node: ast.expr | None, comm: ast.expr | None, rank: int, size: int, default: int | None) -> int | None:
+def _value(node: ast.expr | None, comm: ast.expr | None, rank: int, size: int, default: int | None,
+           env: dict[str, ast.expr] | None = None) -> int | None:
     """An argument's value for this rank, ``default`` when it is left out, None when not known."""
     if node is None:
         return default
     try:
-        got = _eval(node, comm, rank, size)
+        got = _eval(node, comm, rank, size, env)
     except (LookupError, ZeroDivisionError):
         return None
     return None if isinstance(got, bool) else got
@@ -141,28 +165,35 @@ _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Lt
         ast.Gt: operator.gt, ast.GtE: operator.ge}
 
 
-def _eval(e: ast.expr, comm: ast.expr | None, rank: int, size: int) -> Any:
-    """An int (or, for a condition, a bool) from what is known of the rank; LookupError otherwise."""
+def _eval(e: ast.expr, comm: ast.expr | None, rank: int, size: int, env: dict[str, ast.expr] | None = None,
+          depth: int = 0) -> Any:
+    """An int (or, for a condition, a bool) from what is known of the rank; LookupError otherwise.
+    ``env``: names assigned once in the scope (``right = (comm.rank + 1) % comm.size``), evaluated too."""
+    if depth > 20:
+        raise LookupError
+    if isinstance(e, ast.Name) and env and e.id in env:
+        return _eval(env[e.id], comm, rank, size, env, depth + 1)
+    ev = (lambda x: _eval(x, comm, rank, size, env, depth + 1))
     if isinstance(e, ast.Constant) and isinstance(e.value, int):
         return e.value
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
-        return -_eval(e.operand, comm, rank, size)
+        return -ev(e.operand)
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
-        return not _eval(e.operand, comm, rank, size)
+        return not ev(e.operand)
     if isinstance(e, ast.BinOp) and type(e.op) in _OPS:
-        return int(_OPS[type(e.op)](_eval(e.left, comm, rank, size), _eval(e.right, comm, rank, size)))
+        return int(_OPS[type(e.op)](ev(e.left), ev(e.right)))
     if isinstance(e, ast.BoolOp):
-        vals = [bool(_eval(v, comm, rank, size)) for v in e.values]
+        vals = [bool(ev(v)) for v in e.values]
         return all(vals) if isinstance(e.op, ast.And) else any(vals)
     if isinstance(e, ast.Compare):
-        left = _eval(e.left, comm, rank, size)
+        left = ev(e.left)
         for op, right in zip(e.ops, e.comparators, strict=True):
             if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Tuple | ast.List | ast.Set):
-                ok = left in [_eval(x, comm, rank, size) for x in right.elts]
+                ok = left in [ev(x) for x in right.elts]
                 ok = ok if isinstance(op, ast.In) else not ok
                 r = left
             elif type(op) in _CMP:
-                r = _eval(right, comm, rank, size)
+                r = ev(right)
                 ok = _CMP[type(op)](left, r)
             else:
                 raise LookupError
@@ -190,27 +221,35 @@ class Line:
     method: str
     node: ast.Call
     conds: tuple[tuple[ast.expr, bool], ...]      # (if-test, branch taken: True for its body)
-    looped: bool = False                           # inside a for/while loop: how often it ran is not known
+    loop: int = 0                                  # line of the innermost for/while loop around it (0: none)
+    loop_end: int = 0                              # and its last line
+    env: dict[str, ast.expr] | None = field(default=None, compare=False)   # its scope's names assigned once
+
+    @property
+    def looped(self) -> bool:
+        """Inside a loop: how often it ran is not known."""
+        return self.loop > 0
 
     def runs(self, rank: int, size: int) -> bool | None:
         """Whether ``rank`` reaches this line's branch (None: a condition cannot be evaluated)."""
         try:
-            return all(bool(_eval(t, None, rank, size)) is want for t, want in self.conds)
+            return all(bool(_eval(t, None, rank, size, self.env)) is want for t, want in self.conds)
         except (LookupError, ZeroDivisionError):
             return None
 
-    def args(self, rank: int, size: int) -> tuple[int | None, int | None]:
-        """(dest or source, tag) of this call made by ``rank``."""
+    def args(self, rank: int, size: int, kind: str | None = None) -> tuple[int | None, int | None]:
+        """(dest or source, tag) of this call made by ``rank``, in its ``kind`` role (``send``/``recv``)."""
         got = _bind(self.node) or {}
-        kind = "send" if self.method in _SENDS else "recv"
+        kind = kind or ("send" if self.method in _SENDS else "recv")
         recv = self.node.func.value if isinstance(self.node.func, ast.Attribute) else None
-        return (_value(got.get(_PEER[kind]), recv, rank, size, -1 if kind == "recv" else None),
-                _value(got.get("tag"), recv, rank, size, -1 if kind == "recv" else 0))
+        pname, tname = _params(self.method, kind)
+        return (_value(got.get(pname), recv, rank, size, -1 if kind == "recv" else None, self.env),
+                _value(got.get(tname), recv, rank, size, -1 if kind == "recv" else 0, self.env))
 
 
 _SENDS = frozenset({"Send", "send", "Ssend", "ssend", "Bsend", "bsend", "Rsend", "Isend", "isend", "Issend",
-                    "issend", "Ibsend", "ibsend", "Irsend"})
-_RECVS = frozenset({"Recv", "recv", "Irecv", "irecv"})
+                    "issend", "Ibsend", "ibsend", "Irsend", *_BOTH})
+_RECVS = frozenset({"Recv", "recv", "Irecv", "irecv", *_BOTH})
 
 
 def lines(path: str) -> list[Line]:
@@ -223,10 +262,14 @@ def lines(path: str) -> list[Line]:
         return []
     out: list[Line] = []
 
-    def walk(node: ast.AST, func: str, conds: tuple[tuple[ast.expr, bool], ...], looped: bool) -> None:
+    def walk(node: ast.AST, func: str, conds: tuple[tuple[ast.expr, bool], ...], looped: tuple[int, int]) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            func, conds, looped = node.name, (), False
-        looped = looped or isinstance(node, ast.For | ast.AsyncFor | ast.While | ast.comprehension)
+            func, conds, looped = node.name, (), (0, 0)
+        if isinstance(node, ast.For | ast.AsyncFor | ast.While):
+            looped = (node.lineno, node.end_lineno or node.lineno)
+        elif isinstance(node, ast.comprehension) and not looped[0]:
+            line = getattr(node.target, "lineno", 1)
+            looped = (line, line)
         if isinstance(node, ast.If):
             walk(node.test, func, conds, looped)
             for child in node.body:
@@ -236,13 +279,50 @@ def lines(path: str) -> list[Line]:
             return
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in _SENDS | _RECVS):
-            out.append(Line(node.lineno, func, node.func.attr, node, conds, looped))
+            out.append(Line(node.lineno, func, node.func.attr, node, conds, *looped))
         elif isinstance(node, ast.Call) and _exits(node.func):
-            out.append(Line(node.lineno, func, "exit", node, conds, looped))
+            out.append(Line(node.lineno, func, "exit", node, conds, *looped))
         for child in ast.iter_child_nodes(node):
             walk(child, func, conds, looped)
 
-    walk(tree, "<module>", (), False)
+    walk(tree, "<module>", (), (0, 0))
+    envs = _scopes(tree)
+    return [dataclasses.replace(ln, env=envs.get(ln.func)) for ln in out]
+
+
+def _scopes(tree: ast.Module) -> dict[str, dict[str, ast.expr]]:
+    """Per scope (``<module>`` or a function's name): the names assigned exactly once there, by a plain
+    assignment, with the expression assigned (``left, right = a, b`` too). A name assigned twice, in
+    a loop header, by an import or augmented assignment is left out: its value at the wait is not known."""
+    out: dict[str, dict[str, ast.expr]] = {}
+
+    def scope(name: str, body: list[ast.stmt]) -> None:
+        stores: dict[str, int] = {}
+        values: dict[str, ast.expr] = {}
+        todo: list[ast.AST] = list(body)
+        while todo:
+            node = todo.pop()
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                scope(node.name, node.body)
+                stores[node.name] = stores.get(node.name, 0) + 1
+                continue
+            if isinstance(node, ast.ClassDef | ast.Lambda):
+                continue
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                stores[node.id] = stores.get(node.id, 0) + 1
+            elif isinstance(node, ast.alias):
+                alias = (node.asname or node.name).split(".")[0]
+                stores[alias] = stores.get(alias, 0) + 1
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                t, v = node.targets[0], node.value
+                if isinstance(t, ast.Name):
+                    values[t.id] = v
+                elif (isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts)):
+                    values.update({x.id: y for x, y in zip(t.elts, v.elts, strict=True) if isinstance(x, ast.Name)})
+            todo.extend(ast.iter_child_nodes(node))
+        out[name] = {k: v for k, v in values.items() if stores.get(k) == 1}
+
+    scope("<module>", tree.body)
     return out
 
 
@@ -339,19 +419,23 @@ def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]
             for ln in calls:
                 if (ln.method in _SENDS and ln.runs(q, size) is True and q in where
                         and ran_past(where[q][1], _at(path, ln))):
-                    dest, tag = ln.args(q, size)
+                    dest, tag = ln.args(q, size, "send")
                     if dest == r:
                         out.append((ln, tag))
             return out
 
         got = [ln for ln in calls if ln.method in _RECVS and ln.runs(r, size) is True and ran_past(site, _at(path, ln))]
         sends = {q: sent(q) for q in where if q != r}
+        skipped = _skipped(r, c, where, calls, sends.get(c.peer, []), path)
+        if skipped is not None:
+            out.append(skipped)
+            continue
         if any(ln.looped for ln in got) or any(ln.looped for v in sends.values() for ln, _ in v):
             continue                    # counts of messages are not known: only the wait cycle below
-        wild = [ln for ln in got if ln.args(r, size)[0] == -1]
+        wild = [ln for ln in got if ln.args(r, size, "recv")[0] == -1]
 
         def received(q: int) -> int:    # receives rank r has run past that name rank q
-            return sum(1 for ln in got if ln.args(r, size)[0] == q)
+            return sum(1 for ln in got if ln.args(r, size, "recv")[0] == q)
 
         def fitting(q: int) -> list[tuple[Line, int | None]]:
             return [(ln, tag) for ln, tag in sends.get(q, []) if c.tag in (-1, tag)]
@@ -398,6 +482,37 @@ def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]
                     "site": sites[0], "reason": f"every rank waits in a blocking point-to-point call (mostly at "
                                                 f"{_short(sites[0])}): none can go on (deadlock)"})
     return out
+
+
+def _skipped(r: int, c: P2P, where: dict[int, tuple[str, str]], calls: list[Line],
+             sent: list[tuple[Line, int | None]], path: str) -> dict[str, Any] | None:
+    """Rank ``r`` waits in a loop for its peer's message, the peer waits in a collective further
+    down the same loop, having sent that message this step: had ``r`` been in the same step its
+    receive would have matched. ``r`` went round the loop without the collective: it skipped it."""
+    from planaria.diagnose.offline import _SITE, _short, ran_past
+    pcall, psite = where[c.peer]
+    site = where[r][1]
+    m, pm = _SITE.match(site), _SITE.match(psite)
+    if native_p2p(pcall) or m is None or pm is None:
+        return None
+    own = [ln for ln in calls if ln.line == int(m[2]) and ln.method == c.method and ln.looped]
+    if len(own) != 1:
+        return None
+    loop = own[0].loop, own[0].loop_end
+    fits = [ln for ln, tag in sent if c.tag in (-1, tag) and (ln.loop, ln.loop_end) == loop]
+    if not fits or not loop[0] <= int(pm[2]) <= loop[1] or not ran_past(psite, site):
+        return None
+    others = sorted(q for q, w in where.items() if w == (pcall, psite))
+    coll = pcall.replace("MPI_", "")
+    return {"kind": "collective-mismatch", "ranks": [r], "op": coll, "site": psite,
+            "reason": f"rank {r} skipped {coll} at {_short(psite)}, which rank(s) {_ranges(others)} wait in: it is "
+                      f"already in the next step's {c.method} at {_short(site)}, waiting for rank {c.peer}, which "
+                      f"sent it this step's message at {_short(_at(path, fits[0]))}"}
+
+
+def _ranges(ranks: list[int]) -> str:
+    from planaria.diagnose.hangfilter import rank_ranges
+    return rank_ranges(ranks)
 
 
 def _cycle(where: dict[int, tuple[str, str]], p2p: dict[int, P2P]) -> list[int] | None:
