@@ -175,3 +175,14 @@ def test_a_rank_a_step_ahead_skipped_the_collective_its_neighbours_wait_in(tmp_p
     path = _file(tmp_path, HALO.replace("for it in range(6):", "if True:"))
     got = p2pline.causes({0: bar, 1: bar, 3: bar, 2: ("MPI_Sendrecv", _at(path, 5))}, 4)
     assert all(c["kind"] != "collective-mismatch" for c in got)
+
+
+def test_a_rank_that_ended_in_a_traceback_is_no_state_at_its_traceback_not_finished():
+    """Its process waits at exit like a finished one, but its own traceback said it failed."""
+    state = {"job": "j", "size": 2, "stacks": [[["/job/app.py", 9, "<module>"], [pyspy.MPI_FILE, 0, "MPI_Barrier"]]],
+             "missing": [], "known": {"crash_sites": {"1": {"site": "/job/app.py:8 in <module>", "error": "ValueError: x"}}},
+             "ranks": [{"rank": 0, "host": "n1", "status": pyspy.PLAIN_STATUS, "op": None, "pid": 100,
+                        "threads": [{"name": "t", "ident": 0, "samples": [0], "stack": 0}]},
+                       {"rank": 1, "host": "n1", "status": "finished", "finalizing": True, "op": None, "threads": []}]}
+    rep = stacksonly.diagnose(state)
+    assert [(c.kind, c.ranks, c.site) for c in rep.root_causes][:1] == [("no-state", [1], "/job/app.py:8 in <module>")]

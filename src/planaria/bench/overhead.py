@@ -101,7 +101,8 @@ def rank_main(args: argparse.Namespace) -> None:
         "pingpong_8B": (pingpong(raw), pingpong(comm), args.iters),
     }
     wanted = [c for c in args.calls.split(",") if c] if args.calls else list(MIB_CALLS)
-    raw_calls, pl_calls = _mib_calls(raw, wanted), _mib_calls(comm, wanted)
+    bufs = _buffers(comm.size)      # one set for both sides: a buffer's placement in memory is no difference
+    raw_calls, pl_calls = _mib_calls(raw, wanted, bufs), _mib_calls(comm, wanted, bufs)
     for c in wanted:
         cases[f"{c}_1MiB"] = (raw_calls[c], pl_calls[c], args.sr_iters)
     if args.only:
@@ -135,20 +136,24 @@ def rank_main(args: argparse.Namespace) -> None:
         emit({"ranks": comm.size, "backend": args.backend, "cases": out}, args.out)
 
 
-def _mib_calls(c: Any, names: list[str]) -> dict[str, Any]:
-    """``name -> run(k)``: k calls of mpi4py's ``name`` on communicator ``c``, 1 MiB sent per rank."""
+def _buffers(n: int) -> dict[str, Any]:
+    """The 1 MiB calls' buffers for ``n`` ranks (shared by the raw and the planaria calls)."""
     import numpy as np
+    m = MIB // 8
+    return {"s": np.ones(m), "r": np.zeros(m), "big": np.zeros(m * n), "part": np.zeros(m // n),
+            "ring": np.zeros(m),            # two neighbours in a periodic ring: two blocks of 512 KiB
+            "obj": bytes(MIB)}
+
+
+def _mib_calls(c: Any, names: list[str], bufs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``name -> run(k)``: k calls of mpi4py's ``name`` on communicator ``c``, 1 MiB sent per rank."""
     from mpi4py import MPI
 
     n, rank = c.Get_size(), c.Get_rank()
     peer = 1 - rank if rank < 2 else None
-    m = MIB // 8
-    s, r = np.ones(m), np.zeros(m)
-    big = np.zeros(m * n)
-    part = np.zeros(m // n)
+    b = bufs or _buffers(n)
+    s, r, big, part, ring, obj = b["s"], b["r"], b["big"], b["part"], b["ring"], b["obj"]
     cart = c.Create_cart([n], periods=[True]) if "Neighbor_alltoall" in names else None
-    ring = np.zeros(m)                         # two neighbours in a periodic ring: two blocks of 512 KiB
-    obj = bytes(MIB)
 
     def p2p(step: Any) -> Any:
         def run(k: int) -> None:

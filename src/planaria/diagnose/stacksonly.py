@@ -92,9 +92,13 @@ def diagnose(state: dict[str, Any]) -> Report:
     hosts: dict[int, str | None] = {}
     finished: list[int] = []
     stopped: dict[str, list[int]] = {}                   # site -> ranks whose process is stopped
+    crashed = (state.get("known") or {}).get("crash_sites") or {}
     for rec in recs:
         r = int(rec["rank"])
         hosts[r] = rec.get("host")
+        if rec.get("status") == "finished" and rec.get("finalizing") and str(r) in crashed:
+            missing.append(r)           # its program ended in a traceback; the process waits at exit
+            continue
         if rec.get("status") == "finished":
             finished.append(r)
             continue
@@ -113,7 +117,7 @@ def diagnose(state: dict[str, Any]) -> Report:
     for site, ranks in sorted(stopped.items(), key=lambda kv: kv[1]):
         causes.append(RootCause("no-state", ranks, "stopped (SIGSTOP or a debugger): alive but not running",
                                 site=site, host=hosts.get(ranks[0]), waiters=n_wait))
-    crashed = (state.get("known") or {}).get("crash_sites") or {}
+    missing.sort()
     for r in [r for r in missing if str(r) in crashed]:      # its own traceback said where it failed
         c = crashed[str(r)]
         causes.append(RootCause("no-state", [r], f"failed: {c.get('error')} (its Python traceback); its process "
