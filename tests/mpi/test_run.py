@@ -259,6 +259,27 @@ def test_signals_tear_down(tmp_path, sig, status):
 
 
 @pytest.mark.timeout(60)
+def test_a_closed_output_pipe_does_not_leave_the_job_running(tmp_path):
+    """``planaria run ... 2>&1 | head -1``: the launcher's console is gone, yet at the timeout it
+    still ends mpiexec and the ranks and writes the summary."""
+    marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(planaria(tmp_path, "-n", "2", "--timeout", "4", "--", "python",
+                                     str(SCRIPTS / "sleeper.py"), "100", marker),
+                            env=env_for(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert proc.stdout.readline()          # the job has started printing
+        proc.stdout.close()                    # as `| head -1` does
+        proc.wait(timeout=40)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(0.5)
+    assert alive(marker) == []
+    summary = json.loads((only_job(tmp_path) / "summary.json").read_text())
+    assert summary["outcome"] == "timeout"
+
+
+@pytest.mark.timeout(60)
 def test_wrong_secret_is_refused(tmp_path):
     marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(planaria(tmp_path, "-n", "1", "--timeout", "30", "--", "python",

@@ -84,7 +84,15 @@ class RunOptions:
 
 
 def _err(msg: str, prog: str = "planaria run") -> None:
-    print(f"{prog}: {msg}", file=sys.stderr, flush=True)
+    try:
+        print(f"{prog}: {msg}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass            # a closed terminal or pipe (``planaria run ... | head``) must not stop the teardown
+
+
+#: mpiexec processes of attempts still running, with their controllers: an unexpected error in the
+#: launcher ends them (``run_job``) instead of leaving the job running without its launcher
+_LIVE: dict[int, tuple[subprocess.Popen[bytes], Controller]] = {}
 
 
 def tag_line(line: str) -> tuple[int | None, str, str]:
@@ -808,6 +816,12 @@ def run_job(opts: RunOptions) -> int:
                        f"restart {number} of {opts.restart} on {where} with {opts.nprocs} rank(s)"
                        + (f" + {opts.spares} spare(s)" if opts.spares else ""))
             number += 1
+    except BaseException:
+        for proc, ctl in list(_LIVE.values()):      # never leave the job running without its launcher
+            _kill_all(proc, ctl)
+            ctl.stop()
+        _LIVE.clear()
+        raise
     finally:
         for sig, handler in old_ends.items():
             signal.signal(sig, handler)
@@ -946,6 +960,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         controller.stop()
         jobdir.update_manifest(status="launch-error", error=str(exc))
         return EXIT_USAGE
+    _LIVE[proc.pid] = (proc, controller)
     jobdir.update_manifest(status="running", mpiexec_pid=proc.pid)
     if fifo is not None:
         threading.Thread(target=_pump_stdin, args=(fifo,), daemon=True, name="planaria-stdin").start()
@@ -1083,6 +1098,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     from planaria.events.codes import JOB_END
     controller.notify(JOB_END, {"outcome": outcome, "mpiexec_rc": mpiexec_rc, "attempt": number})
     controller.stop()
+    _LIVE.pop(proc.pid, None)
     # a killed mpiexec leaves its ranks' shared-memory files in /dev/shm (delete those nothing maps
     # any more) and its session directory
     shmfiles.remove_orphaned()
