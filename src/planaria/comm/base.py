@@ -108,6 +108,12 @@ class Request(ABC):
         """Cancel the request (receives only; best effort)."""
 
 
+def rehook(comm: Any) -> None:
+    """Recompute ``comm._hooks`` after its ``_ml_on`` or ``_msgfault`` changed (every place that sets
+    them calls this): one attribute test is what a point-to-point call costs when both are off."""
+    comm._hooks = bool(comm._ml_on) or comm._msgfault is not None
+
+
 class Comm(ABC):
     """A communicator that survives process failures (ULFM semantics).
 
@@ -129,6 +135,7 @@ class Comm(ABC):
         self._size: int = mpi_comm.Get_size()
         self._msgfault: Callable[[int], float | None] | None = None
         self._ml_on = False        # recorded in the message log (msglog.enable/set_active switch it)
+        self._hooks = False        # either of the two: point-to-point calls take their slower path
 
     # -- mpi4py-style accessors ------------------------------------------------
     # Properties, not instance attributes: a backend's communicator may also be an mpi4py

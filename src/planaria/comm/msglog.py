@@ -44,7 +44,7 @@ from collections import deque
 from typing import Any
 
 from planaria.comm import base as _base
-from planaria.comm.base import Comm, Request
+from planaria.comm.base import Comm, Request, rehook
 from planaria.comm.errors import FailureError
 
 #: point-to-point operations a thread can block in: name -> (peer parameter, tag parameter)
@@ -486,6 +486,7 @@ def set_active(active: bool) -> None:
         return
     for c in list(_LOG.comms.values()):
         c._ml_on = active
+        rehook(c)
     if not active:
         _LOG.forget()
 
@@ -538,6 +539,7 @@ def _adopt(comm: Comm, cid: str) -> None:
     comm._ml_sent = [0] * comm.size      # per destination comm rank
     comm._ml_recvd = [0] * comm.size     # per source comm rank (completed receives)
     comm._ml_on = True
+    rehook(comm)
     if _LOG is not None:
         _LOG.comms[cid] = comm
 

@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 import numpy as np
 from mpi4py import MPI
 
-from planaria.comm.base import Comm, Request
+from planaria.comm.base import Comm, Request, rehook
 from planaria.comm import errors as _errors
 from planaria.comm import msglog
 from planaria.comm.errors import FailureError, ProcFailedError, RevokedError
@@ -310,6 +310,7 @@ class _Failures:
     """
 
     _ml_on = False
+    _hooks = False
     _msgfault: Callable[[int], float | None] | None = None
     __hash__ = object.__hash__      # mpi4py's communicators are unhashable; planaria keeps them in weak sets
 
@@ -415,6 +416,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         self._rank, self._size = rank, size
         self._msgfault = parent._msgfault
         self._ml_on = False
+        rehook(self)
 
     @property
     def rank(self) -> int:
@@ -440,6 +442,14 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
 
     # -- point-to-point ------------------------------------------------------------------
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        if self._hooks:                         # the message log or message faults (one test when neither)
+            return self._send_hooked(buf, dest, tag)
+        try:
+            _SEND(self, buf, dest, tag)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+
+    def _send_hooked(self, buf: Any, dest: int, tag: int) -> None:
         if self._msgfault is None or self._outgoing(dest):
             try:
                 _SEND(self, buf, dest, tag)
@@ -449,7 +459,13 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             self._ml_sent[dest] += 1
 
     def Recv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> None:
-        if source < 0 and self._ml_on and status is None:
+        if not self._ml_on:
+            try:
+                _RECV(self, buf, source, tag, status)
+            except MPI.Exception as e:
+                raise self._convert(e) from e
+            return
+        if source < 0 and status is None:
             status = MPI.Status()               # the log counts a wildcard receive by its sender
         try:
             _RECV(self, buf, source, tag, status)
@@ -818,6 +834,8 @@ class UlfmIntercomm(_Failures, MPI.Intercomm):
     def _pending(self, parent: _Failures, rank: int, size: int) -> None:
         self._c = _plain(self)
         self._msgfault = parent._msgfault
+        self._ml_on = False
+        rehook(self)
 
     def __repr__(self) -> str:
         return f"<planaria.UlfmIntercomm size={self.size} remote_size={self.remote_size}>"
@@ -872,6 +890,7 @@ def _made(out: Any, parent: _Failures, maker: str = "") -> Any:
                 else:
                     type(out).__init__(out, out)
                     out._msgfault = parent._msgfault
+                    rehook(out)
             return out
         if out == MPI.COMM_NULL:
             return out
@@ -883,6 +902,7 @@ def _made(out: Any, parent: _Failures, maker: str = "") -> Any:
                     return new
                 new = cls(out)
                 new._msgfault = parent._msgfault
+                rehook(new)
                 return new
         return out
     if isinstance(out, MPI.Request):

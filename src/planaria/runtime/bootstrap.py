@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from planaria.comm.base import Comm
+from planaria.comm.base import Comm, rehook
 
 
 class _Runtime:
@@ -163,6 +163,7 @@ def _start_services(comm: Comm) -> None:
     _RT.injector = inj
     if inj.has_message_faults:
         comm._msgfault = inj.message_fault
+        rehook(comm)
     if _RT.backend == "sim":
         from planaria.comm.sim import sim_state
         sim_state().check = inj.check
