@@ -45,6 +45,7 @@ _FAILED_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING)
 _SEND, _RECV, _SENDRECV, _ALLREDUCE = MPI.Comm.Send, MPI.Comm.Recv, MPI.Comm.Sendrecv, MPI.Comm.Allreduce
 _IS_REVOKED = MPI.Comm.Is_revoked
 _NEW_REQUEST = MPI.Request.__new__
+_ISEND, _IRECV = MPI.Comm.Isend, MPI.Comm.Irecv
 
 
 def ulfm_available() -> bool:
@@ -478,14 +479,26 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
                 self._ml_wildcard(status)
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        if self._hooks:                         # the message log or message faults
+            return self._isend_hooked(buf, dest, tag)
+        if _IS_REVOKED(self):                   # Open MPI 5.0.11 would post it and complete it locally
+            raise self._convert_revoked()
+        try:
+            req = _NEW_REQUEST(_Req, _ISEND(self, buf, dest, tag))   # no Python __new__/__init__
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+        req._comm = self
+        return req
+
+    def _isend_hooked(self, buf: Any, dest: int, tag: int) -> Request:
         if self._msgfault is not None and not self._outgoing(dest):
             if self._ml_on and dest >= 0:       # a dropped message counts as sent
                 self._ml_sent[dest] += 1
             return _Done()
-        if _IS_REVOKED(self):                   # Open MPI 5.0.11 would post it and complete it locally
+        if _IS_REVOKED(self):
             raise self._convert_revoked()
         try:
-            req = self._c.Isend(buf, dest, tag)
+            req = _ISEND(self, buf, dest, tag)
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on:
@@ -496,12 +509,14 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
 
     def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
         try:
-            req = self._c.Irecv(buf, source, tag)
+            req = _IRECV(self, buf, source, tag)
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on:
             return _LReq(req, self, "Irecv", source, tag, buf, source if source >= 0 else -1)
-        return _Req(req, self)
+        out = _NEW_REQUEST(_Req, req)
+        out._comm = self
+        return out
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
                  source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG, status: Any = None) -> None:
