@@ -9,9 +9,10 @@ point-to-point messages sent and received (``_ml_sent``, ``_ml_recvd``; a status
 On ulfm, the rest of mpi4py's calls (thin wrappers generated in ``comm/ulfm.py``) count the same
 way: collectives (``COLLECTIVES``, ``NONBLOCKING_COLLECTIVES``; persistent ones when started) on
 entry, sends (``SENDS``) when posted, and the communicators they make (``MAKERS``) are recorded
-as children; ``Sendrecv_replace`` counts its receive. Receives completed through a matched
-message (``Mprobe`` then ``Mrecv``), a persistent receive or ``Isendrecv`` are not counted as
-received: a status probe can then see such a message as sent but not received.
+as children; ``Sendrecv_replace`` counts its receive, and so do a message received through a
+matched probe (``Mprobe`` then ``Message.Recv``), a persistent receive (``Recv_init``, each
+completion after a ``Start``) and ``Isendrecv`` (when its request completes). On sim those calls
+are planaria's own and count the same way.
 
 What the application thread is blocked in is read from its stack when somebody asks
 (``look``, ``current``): the outermost frame of a communication method of a recorded

@@ -65,6 +65,7 @@ import numpy as np
 from mpi4py import MPI
 
 from planaria.comm.base import Comm, Request, _dumps, _offsets, _split
+from planaria.comm.matched import Matched
 from planaria.comm import errors as _errors
 from planaria.comm.errors import ProcFailedError, RevokedError
 
@@ -976,32 +977,43 @@ class SimComm(Comm):
 
     def Improbe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
         """Matched probe: an ``MPI.Message`` or None. Receiving a matched message does not wait for
-        its sender (a zombie keeps progressing MPI), so the message is mpi4py's own."""
+        its sender (a zombie keeps progressing MPI), so the message is mpi4py's own (a ``Matched``,
+        which counts its receive, when the communicator is recorded)."""
         self._enter(source)
-        return self._c.Improbe(source, tag, status)
+        st = status if status is not None or not self._ml_on else MPI.Status()
+        return self._matched(self._c.Improbe(source, tag, st), st)
 
     def improbe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
         self._enter(source)
-        return self._c.improbe(source, tag, status)
+        st = status if status is not None or not self._ml_on else MPI.Status()
+        return self._matched(self._c.improbe(source, tag, st), st)
 
     def Mprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
         """Wait for a matching message and match it: Improbe polled with failure checks."""
         self._enter(source)
         c = self._c
+        st = status if status is not None or not self._ml_on else MPI.Status()
 
         def test() -> Any:
-            m = c.Improbe(source, tag, status)
+            m = c.Improbe(source, tag, st)
             return _PENDING if m is None else m
-        return self._poll(test, source, None)
+        return self._matched(self._poll(test, source, None), st)
 
     def mprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
         self._enter(source)
         c = self._c
+        st = status if status is not None or not self._ml_on else MPI.Status()
 
         def test() -> Any:
-            m = c.improbe(source, tag, status)
+            m = c.improbe(source, tag, st)
             return _PENDING if m is None else m
-        return self._poll(test, source, None)
+        return self._matched(self._poll(test, source, None), st)
+
+    def _matched(self, msg: Any, status: Any) -> Any:
+        """A matched probe's message, counted when received if this communicator is recorded."""
+        if msg is None or not self._ml_on or not msg:
+            return msg
+        return Matched(msg, self, status.Get_source())
 
     # -- persistent requests, the rest of mpi4py's collectives (made by the factories above) ----
     # Nonblocking collectives return a sim request (peer None: any failed member breaks it);

@@ -35,6 +35,7 @@ import numpy as np
 from mpi4py import MPI
 
 from planaria.comm.base import Comm, Request, rehook
+from planaria.comm.matched import Matched
 from planaria.comm import errors as _errors
 from planaria.comm import msglog
 from planaria.comm.errors import FailureError, ProcFailedError, RevokedError
@@ -119,6 +120,75 @@ class _PReq(_Req, MPI.Prequest):
             MPI.Prequest.Start(self)
         except MPI.Exception as e:
             raise self._comm._convert(e) from e
+
+
+class _RecvPReq(_PReq):
+    """A persistent receive (``Recv_init``) of a recorded communicator: each completion after a
+    ``Start`` counts one message received from its source (``_recv_from``; -1, a wildcard: not counted)."""
+
+    _recv_from = -1
+    _armed = False
+
+    def Start(self) -> None:
+        _PReq.Start(self)
+        self._armed = True
+
+    def _received(self) -> None:
+        if self._armed:
+            self._armed = False
+            if self._recv_from >= 0 and self._comm._ml_on:
+                self._comm._ml_recvd[self._recv_from] += 1
+
+    def Test(self, status: Any = None) -> bool:
+        done = _Req.Test(self, status)
+        if done:
+            self._received()
+        return done
+
+    def Wait(self, status: Any = None) -> bool:
+        _Req.Wait(self, status)
+        self._received()
+        return True
+
+    def test(self, status: Any = None) -> tuple[bool, Any]:
+        done, obj = _Req.test(self, status)
+        if done:
+            self._received()
+        return done, obj
+
+    def wait(self, status: Any = None) -> Any:
+        obj = _Req.wait(self, status)
+        self._received()
+        return obj
+
+
+_MPROBES = frozenset({"Mprobe", "mprobe", "Improbe", "improbe"})
+
+
+def _probing(name: str, fn: Any) -> Callable[..., Any]:
+    """``_wrapper``'s call for a matched probe: on a recorded communicator the message it returns
+    is a ``Matched`` that knows its source (read from the probe's status)."""
+    guarded = _guarded(name)
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if guarded and _IS_REVOKED(self):
+            raise self._convert_revoked()
+        if not self._ml_on:
+            try:
+                return fn(self, *args, **kwargs)
+            except MPI.Exception as e:
+                self._reraise(e)
+        got = msglog.arguments(name, args, kwargs)
+        if got.get("status") is None:
+            got["status"] = MPI.Status()
+        try:
+            out = fn(self, **got)
+        except MPI.Exception as e:
+            self._reraise(e)
+        if isinstance(out, MPI.Message) and out:
+            return Matched(out, self, got["status"].Get_source())
+        return out
+    return call
 
 
 class _LReq(_Req):
@@ -210,6 +280,7 @@ class _Polled(_Req):
     source (a failure of another rank does not stop it; -1, a wildcard source: any failure does)."""
 
     _peers: frozenset[int] = frozenset({-1})
+    _recv_from = -1             # the source its receive counts for in the message log, once done
 
     def Wait(self, status: Any = None) -> bool:
         self._poll(status)
@@ -217,6 +288,23 @@ class _Polled(_Req):
 
     def wait(self, status: Any = None) -> Any:
         return self._poll(status)
+
+    def Test(self, status: Any = None) -> bool:
+        done = _Req.Test(self, status)
+        if done:
+            self._received()
+        return done
+
+    def test(self, status: Any = None) -> tuple[bool, Any]:
+        done, obj = _Req.test(self, status)
+        if done:
+            self._received()
+        return done, obj
+
+    def _received(self) -> None:
+        src, self._recv_from = self._recv_from, -1
+        if src >= 0 and self._comm._ml_on:
+            self._comm._ml_recvd[src] += 1
 
     def _poll(self, status: Any) -> Any:
         comm, pause, look = self._comm, 0.0, time.monotonic()
@@ -360,6 +448,10 @@ class _Failures:
         if err is e:
             raise e
         raise err from e
+
+    def _own_request(self, req: Any) -> Any:
+        """``req`` as planaria's request of this communicator (its waits raise planaria's errors)."""
+        return _made(req, self)
 
     def _convert_revoked(self) -> Exception:
         """The error of a call refused because this communicator is known revoked (recorded like any)."""
@@ -924,7 +1016,7 @@ def _made(out: Any, parent: _Failures, maker: str = "") -> Any:
         if isinstance(out, Request):
             return out
         if isinstance(out, MPI.Prequest):
-            p = (_SyncPReq if maker in _SYNC_SENDS else _PReq)(out, parent)
+            p = (_SyncPReq if maker in _SYNC_SENDS else _RecvPReq if maker == "Recv_init" else _PReq)(out, parent)
             p._collective = maker.endswith("_init") and maker not in _P2P_INIT
             return p
         if type(out) is MPI.Request:
@@ -947,6 +1039,8 @@ def _wrapper(name: str, fn: Any) -> Callable[..., Any]:
     the message log's counters of a recorded communicator (``_counting``)."""
     if name in _FAILURE_BLIND:
         return _named(_counting(name, fn, guarded=True), name, fn)
+    if name in _MPROBES:
+        return _named(_probing(name, fn), name, fn)
     if name in msglog.NONBLOCKING_COLLECTIVES and name not in _NONBLOCKING_MAKERS and name != "Iagree":
         return _named(_posting(name, fn), name, fn)
     if (name in msglog.COLLECTIVES or name in msglog.NONBLOCKING_COLLECTIVES
@@ -1036,6 +1130,11 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
         if isinstance(made, _Polled):       # the ranks whose failure ends its wait
             got = msglog.arguments(name, args, kwargs)
             made._peers = frozenset(int(got.get(k, -1)) for k in ("dest", "source"))
+            if on and int(got.get("source", -1)) >= 0:
+                made._recv_from = int(got["source"])
+        elif on and isinstance(made, _RecvPReq):
+            source = msglog.arguments(name, args, kwargs).get("source", -1)
+            made._recv_from = source if isinstance(source, int) and source >= 0 else -1
         if on and kind is not None:         # every member made it (or got COMM_NULL): same ids everywhere
             self._ml_child(made if isinstance(made, Comm) else None, kind)
         return made

@@ -176,4 +176,22 @@ if rank == 0:
     assert lg.p2p_counts()[1].get("1", 0) == before + 1
 elif rank == 1:
     comm.Send(np.ones(4), dest=0, tag=12)
+# a message received through a matched probe, a persistent receive or an Isendrecv counts as received
+# (on ulfm mpi4py's own calls behind planaria's wrappers, on sim planaria's)
+_, got0 = lg.p2p_counts()
+comm.Send(np.ones(4), dest=right, tag=21)
+m = comm.Mprobe(source=left, tag=21)
+m.Recv(buf)
+comm.send({"x": rank}, dest=right, tag=22)
+assert comm.mprobe(source=left, tag=22).recv() == {"x": left}
+pr = comm.Recv_init(buf, source=left, tag=23)
+for _ in range(2):
+    pr.Start()
+    comm.Send(np.ones(4), dest=right, tag=23)
+    pr.Wait()
+pr.Wait()                                  # an inactive request: nothing more received
+pr.Free()
+comm.Isendrecv(np.ones(4), dest=right, sendtag=24, recvbuf=buf, source=left, recvtag=24).Wait()
+_, got1 = lg.p2p_counts()
+assert got1.get(str(left), 0) == got0.get(str(left), 0) + 5, (got0, got1)
 print(f"OK msglog {rank}", flush=True)
