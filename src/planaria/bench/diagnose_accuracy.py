@@ -53,7 +53,7 @@ PLAIN_TIMEOUT = 14.0         # a plain program that hangs ends at its --timeout 
 #: report kind -> the incident kinds (run-time detection, rules.py) that announce the same root cause
 INCIDENT_KINDS: dict[str, frozenset[str]] = {
     "no-state": frozenset({"no-state", "rank-failed", "unreachable", "host-down"}),
-    "finished": frozenset({"finished", "not-sending", "rank-failed"}),
+    "finished": frozenset({"finished", "not-sending", "rank-failed", "unreachable"}),
     "computing": frozenset({"computing", "not-sending"}),
     "io-fault": frozenset({"io-fault", "io-error"}),
     "lost-message": frozenset({"lost-message", "network"}),

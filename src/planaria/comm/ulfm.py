@@ -122,22 +122,11 @@ class _PReq(_Req, MPI.Prequest):
             raise self._comm._convert(e) from e
 
 
-class _RecvPReq(_PReq):
-    """A persistent receive (``Recv_init``) of a recorded communicator: each completion after a
-    ``Start`` counts one message received from its source (``_recv_from``; -1, a wildcard: not counted)."""
-
-    _recv_from = -1
-    _armed = False
-
-    def Start(self) -> None:
-        _PReq.Start(self)
-        self._armed = True
+class _Receiving(_Req):
+    """A request whose completion is a received message: ``_received`` counts it in the message log."""
 
     def _received(self) -> None:
-        if self._armed:
-            self._armed = False
-            if self._recv_from >= 0 and self._comm._ml_on:
-                self._comm._ml_recvd[self._recv_from] += 1
+        raise NotImplementedError
 
     def Test(self, status: Any = None) -> bool:
         done = _Req.Test(self, status)
@@ -160,6 +149,24 @@ class _RecvPReq(_PReq):
         obj = _Req.wait(self, status)
         self._received()
         return obj
+
+
+class _RecvPReq(_Receiving, _PReq):
+    """A persistent receive (``Recv_init``) of a recorded communicator: each completion after a
+    ``Start`` counts one message received from its source (``_recv_from``; -1, a wildcard: not counted)."""
+
+    _recv_from = -1
+    _armed = False
+
+    def Start(self) -> None:
+        _PReq.Start(self)
+        self._armed = True
+
+    def _received(self) -> None:
+        if self._armed:
+            self._armed = False
+            if self._recv_from >= 0 and self._comm._ml_on:
+                self._comm._ml_recvd[self._recv_from] += 1
 
 
 _MPROBES = frozenset({"Mprobe", "mprobe", "Improbe", "improbe"})
@@ -272,7 +279,7 @@ class _SyncPReq(_SyncReq, _PReq):
     """``Ssend_init``'s persistent request: ``_SyncReq``'s waits, ``_PReq``'s ``Start``."""
 
 
-class _Polled(_Req):
+class _Polled(_Receiving):
     """A request whose own waits poll, with the communicator's revoke and failures looked at in
     between: Open MPI 5.0.11's ULFM never completes an ``Isendrecv`` (``Isendrecv_replace``) whose
     communicator is revoked, or whose peer fails, while it waits. A request given up that way is
@@ -288,18 +295,6 @@ class _Polled(_Req):
 
     def wait(self, status: Any = None) -> Any:
         return self._poll(status)
-
-    def Test(self, status: Any = None) -> bool:
-        done = _Req.Test(self, status)
-        if done:
-            self._received()
-        return done
-
-    def test(self, status: Any = None) -> tuple[bool, Any]:
-        done, obj = _Req.test(self, status)
-        if done:
-            self._received()
-        return done, obj
 
     def _received(self) -> None:
         src, self._recv_from = self._recv_from, -1

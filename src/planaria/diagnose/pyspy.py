@@ -88,12 +88,13 @@ FINALIZING: list[dict[str, Any]] = []
 
 
 def pid_alive_here(pid: int) -> bool:
+    """Whether process ``pid`` of this machine exists (one this user may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except OSError:
+        pass
     return True
 
 

@@ -93,7 +93,8 @@ class Service:
     def __init__(self, rank: int, size: int, thresholds: Thresholds, report: Callable[[dict[str, Any]], None],
                  svc: Any, hosts: list[str], is_dead: Callable[[], bool] = lambda: False, tick: float | None = None,
                  step: Callable[[], int | None] = lambda: None,
-                 knock: Callable[[int], None] | None = None) -> None:
+                 knock: Callable[[int], None] | None = None,
+                 gone: Callable[[], set[int]] = set) -> None:
         from mpi4py import MPI
 
         from planaria.localize.rules import RuleBase
@@ -107,6 +108,7 @@ class Service:
         self._knock = knock                    # rings a rank's agent (control plane) after a message to it
         self._is_dead = is_dead
         self._step = step
+        self._gone = gone                      # ranks known to have ended (finished or failed): no analysis there
         self.log = msglog.log()
         if self.log is not None:
             self.log.resolution = self.tick     # a call first seen at a tick started at most a tick before
@@ -489,6 +491,12 @@ class Service:
                           tag=tag if isinstance(tag, int) and tag >= 0 else None,
                           host=self.hosts[dst] if dst is not None and dst < len(self.hosts) else self.hosts[self.rank])
         where = self.responsible[dst if dst is not None else self.rank]
+        if where != self.rank:
+            try:
+                if where in self._gone():      # the responsible rank has ended: analyse here
+                    where = self.rank
+            except RuntimeError:               # its set changed while read: send as planned
+                pass
         self._send(where, REPORT, rec.to_dict())
 
     # -- analysis (as the responsible rank) -----------------------------------------------

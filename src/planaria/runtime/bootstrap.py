@@ -210,8 +210,14 @@ def _start_localizer(comm: Comm, thresholds: Any, svc: Any) -> None:
 
     def knock(rank: int) -> None:
         agent.report("knock", ranks=[rank])
+    gone: Callable[[], set[int]] = set
+    if _RT.backend == "sim":
+        from planaria.comm.sim import sim_state
+        world = sim_state()
+        if world is not None:
+            gone = (lambda: world.bye | world.failed)       # said goodbye or failed: not there to analyse
     service = Service(comm.rank, comm.size, thresholds, report, svc[0], svc[1], is_dead=lambda: _RT.dead,
-                      step=current_step, knock=knock if agent is not None else None)
+                      step=current_step, knock=knock if agent is not None else None, gone=gone)
     if agent is not None:
         agent.on_knock = service.knocked
     _RT.localizer = service.start()
