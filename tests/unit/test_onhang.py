@@ -54,3 +54,9 @@ def test_a_finished_rank_is_named_finished_not_failed() -> None:
     assert action == "abort"
     assert lines == ["incident (rank-failed, found by rank 0): rank 3 has finished (exit 0 at a.py:9 in <module>); "
                      "its peers wait for it; full report: planaria diagnose J"]
+
+
+def test_a_message_that_never_arrived_is_a_hang() -> None:
+    """A network incident (a lost message) leaves its receiver waiting: --on-hang acts on it."""
+    w = IncidentWatch("abort", "J")
+    assert w.take([(inc("network", [0, 1]), 1)])[1] == "abort"

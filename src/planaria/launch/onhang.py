@@ -18,7 +18,7 @@ from typing import Any
 MODES = ("report", "diagnose", "abort")
 #: incident kinds that mean ranks wait for something that does not come
 HANG_KINDS = frozenset({"deadlock", "not-sending", "collective-hang", "timeout", "tag-mismatch", "source-mismatch",
-                        "injected"})
+                        "injected", "network"})     # network: a message that never arrived, its receiver waits
 #: incident kinds that say ranks are gone: a hang too when the ranks still run (stopped, cut off) or
 #: have finished (their peers wait for them and get no error)
 UNREACHABLE_KINDS = frozenset({"rank-failed", "unreachable"})
