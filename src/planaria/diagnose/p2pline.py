@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import linecache
 import operator
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +65,7 @@ def read(site: str, call: str, rank: int, size: int) -> P2P | None:
     line = rest.split(" ", 1)[0]
     if kind is None or not line.isdigit():
         return None
+    linecache.checkcache(path)
     node = _call_at(path, int(line), methods)
     if node is None:
         return None
@@ -78,14 +81,34 @@ def read(site: str, call: str, rank: int, size: int) -> P2P | None:
     return P2P(kind, peer, tag, method)
 
 
-def _scope_of(path: str, site: str) -> dict[str, ast.expr] | None:
-    """The names assigned once in the scope of ``site`` (``path:line in func``)."""
-    func = site.partition(" in ")[2] or "<module>"
+def _version(path: str) -> tuple[int, int]:
+    """(mtime, size) of the file: what the parse caches are keyed by, besides the path."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _parsed(path: str) -> tuple[ast.Module | None, dict[str, dict[str, ast.expr]]]:
+    """The file's syntax tree and its scopes' names (``_scopes``), parsed once per version of the
+    file (a diagnosis reads the same file for every rank; None when it does not parse)."""
+    return _parsed_at(path, _version(path))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_at(path: str, version: tuple[int, int]) -> tuple[ast.Module | None, dict[str, dict[str, ast.expr]]]:
+    linecache.checkcache(path)
     try:
         tree = ast.parse("".join(linecache.getlines(path)))
     except (SyntaxError, ValueError):
-        return None
-    return _scopes(tree).get(func)
+        return None, {}
+    return tree, _scopes(tree)
+
+
+def _scope_of(path: str, site: str) -> dict[str, ast.expr] | None:
+    """The names assigned once in the scope of ``site`` (``path:line in func``)."""
+    return _parsed(path)[1].get(site.partition(" in ")[2] or "<module>")
 
 
 def _call_at(path: str, line: int, methods: tuple[str, ...]) -> ast.Call | None:
@@ -255,11 +278,14 @@ _RECVS = frozenset({"Recv", "recv", "Irecv", "irecv", *_BOTH})
 def lines(path: str) -> list[Line]:
     """Every send and receive call of the file at ``path`` with the if-conditions around it
     (loops and other branches are not followed: their calls carry no condition)."""
-    src = "".join(linecache.getlines(path))
-    try:
-        tree = ast.parse(src)
-    except (SyntaxError, ValueError):
-        return []
+    return list(_lines(path, _version(path)))
+
+
+@functools.lru_cache(maxsize=64)
+def _lines(path: str, version: tuple[int, int]) -> tuple[Line, ...]:
+    tree, envs = _parsed(path)
+    if tree is None:
+        return ()
     out: list[Line] = []
 
     def walk(node: ast.AST, func: str, conds: tuple[tuple[ast.expr, bool], ...], looped: tuple[int, int]) -> None:
@@ -286,8 +312,7 @@ def lines(path: str) -> list[Line]:
             walk(child, func, conds, looped)
 
     walk(tree, "<module>", (), (0, 0))
-    envs = _scopes(tree)
-    return [dataclasses.replace(ln, env=envs.get(ln.func)) for ln in out]
+    return tuple(dataclasses.replace(ln, env=envs.get(ln.func)) for ln in out)
 
 
 def _scopes(tree: ast.Module) -> dict[str, dict[str, ast.expr]]:
