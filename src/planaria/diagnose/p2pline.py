@@ -5,8 +5,11 @@ rank is in ``MPI_Recv`` at ``a.py:10``; that line usually names its peer in term
 (``comm.Recv(buf, source=1 - comm.rank, tag=7)``). This module parses the line with ``ast``, binds
 the call's arguments to mpi4py's signature and evaluates them with what is known of that rank:
 its rank and the job's size (the communicator is taken to be the world: the report says so),
-integer literals, arithmetic and ``MPI.ANY_SOURCE``/``ANY_TAG``/``PROC_NULL``. Any other name
-makes the value unknown (None): a guess would make a wrong diagnosis.
+integer literals, arithmetic, ``MPI.ANY_SOURCE``/``ANY_TAG``/``PROC_NULL`` and names assigned
+once in the same scope. Any other name makes the value unknown (None): a guess would make a wrong
+diagnosis. ``causes`` and ``finished`` turn the waits of all ranks into root causes (wait cycles,
+sends to self, tag and source mismatches, a skipped collective, waits for a finished rank), with
+the file's sends and the ``if`` conditions around them telling which rank made which send.
 """
 from __future__ import annotations
 
@@ -30,6 +33,9 @@ _NATIVE = {
 }
 _PEER = {"send": "dest", "recv": "source"}
 _BOTH = frozenset({"Sendrecv", "sendrecv"})
+_CONST = {"ANY_SOURCE": -1, "ANY_TAG": -1, "PROC_NULL": -2}
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.Mod: operator.mod}
 
 
 def _params(method: str, kind: str) -> tuple[str, str]:
@@ -37,9 +43,6 @@ def _params(method: str, kind: str) -> tuple[str, str]:
     if method in _BOTH:
         return ("dest", "sendtag") if kind == "send" else ("source", "recvtag")
     return _PEER[kind], "tag"
-_CONST = {"ANY_SOURCE": -1, "ANY_TAG": -1, "PROC_NULL": -2}
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.Mod: operator.mod}
 
 
 @dataclass(frozen=True)
