@@ -95,3 +95,19 @@ def test_postmortem_counts_ranks_the_job_abort_ended_as_consequences():
     # nothing else failed: the ranks the abort ended are what there is to report
     alone = postmortem.postmortem([], "j", summary=[rows[0], rows[2]])
     assert [c["rank_list"] for c in alone["root_causes"]] == [[0], [2]]
+
+
+def test_postmortem_a_rank_killed_by_ctl_is_the_cause_of_the_teardown_that_followed():
+    """Without ULFM, mpiexec ends the other ranks with SIGTERM once one is killed: those, and the
+    ranks the job abort ended, are consequences; the ctl kill is the root cause."""
+    events = [{"type": "lost", "rank": 2, "reason": "killed by signal 15 (SIGTERM) (no report)", "t": 6.19},
+              {"type": "ctl", "action": "kill", "ranks": [3], "t": 5.9}]
+    rows = [{"rank": 0, "state": "lost", "how": "ended by the job abort (default event handler)",
+             "ended_by": "the job abort (default event handler)", "t": 8.3},
+            {"rank": 1, "state": "lost", "how": "ended by the job abort (default event handler)",
+             "ended_by": "the job abort (default event handler)", "t": 8.3},
+            {"rank": 2, "state": "lost", "how": "ended by the job abort (default event handler)", "t": 6.19},
+            {"rank": 3, "state": "lost", "how": "killed by command (planaria ctl)", "t": 5.93}]
+    rep = postmortem.postmortem(events, "j", summary=rows)
+    assert [c["rank_list"] for c in rep["root_causes"]] == [[3]], rep["text"]
+    assert "ranks 2 were ended by the MPI runtime (SIGTERM) after rank(s) 3 were killed" in rep["text"]

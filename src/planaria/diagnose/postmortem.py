@@ -89,27 +89,30 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
                if isinstance(row.get("rank"), int) and _by_launcher(str(row.get("ended_by") or ""))}
     victims = [rc for rc in roots if rc["rank_list"][0] in stopped]
     roots = [rc for rc in roots if rc not in victims]
+    # ranks the MPI runtime took down (SIGTERM) after another rank crashed or was killed
+    teardown = _torn_down(roots)
+    notes: list[str] = []
+    if teardown:
+        roots = [rc for rc in roots if rc not in teardown]
+        crashed = [rc["rank_list"][0] for rc in _crashes(roots)]
+        for rc in teardown:
+            consequences[rc["rank_list"][0]] = {"blames": crashed, "op": None, "comm": None, "site": None,
+                                                "by": "job abort"}
+        signalled = any(sig in str(rc.get("reason")) for rc in _crashes(roots) for sig in _CRASH_SIGNALS)
+        notes.append(f"ranks {rank_ranges([rc['rank_list'][0] for rc in teardown])} were ended by the MPI "
+                     f"runtime (SIGTERM) after rank(s) {rank_ranges(crashed)} "
+                     f"{'crashed' if signalled else 'were killed'}")
     # ranks the job abort took down are not failures of their own when some other rank failed
     aborted = [rc for rc in roots if str(first.get(rc["rank_list"][0], {}).get("ended_by") or "").startswith(_ABORT)]
     others = [rc["rank_list"][0] for rc in roots if rc not in aborted]
-    abort_note: str | None = None
     if aborted and others:
         roots = [rc for rc in roots if rc not in aborted]
         gone = [rc["rank_list"][0] for rc in aborted]
         for r in gone:
             consequences[r] = {"blames": others, "op": None, "comm": None, "site": None, "by": "job abort"}
-        abort_note = (f"ranks {rank_ranges(gone)} were ended by the job abort (default handler) after "
-                      f"rank(s) {rank_ranges(others)} had failed")
-    teardown = _torn_down(roots)
-    if teardown:
-        roots = [rc for rc in roots if rc not in teardown]
-        crashed = [rc["rank_list"][0] for rc in roots]
-        for rc in teardown:
-            consequences[rc["rank_list"][0]] = {"blames": crashed, "op": None, "comm": None, "site": None,
-                                                "by": "job abort"}
-        abort_note = ((abort_note + "; ") if abort_note else "") + (
-            f"ranks {rank_ranges([rc['rank_list'][0] for rc in teardown])} were ended by the MPI runtime "
-            f"(SIGTERM) after rank(s) {rank_ranges(crashed)} crashed")
+        notes.append(f"ranks {rank_ranges(gone)} were ended by the job abort (default handler) after "
+                     f"rank(s) {rank_ranges(others)} had failed")
+    abort_note: str | None = "; ".join(notes) or None
     evidence: list[str] = []
     if victims:
         ended = str(next(row.get("ended_by") for row in summary or [] if row.get("rank") == victims[0]["rank_list"][0]))
@@ -154,20 +157,28 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
 _ABORT = "the job abort"
 # signals of a process that crashed by itself (not one that was told to end)
 _CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL")
+#: a rank ended on purpose by a signal (its kill, not a crash, but the runtime reacts the same way)
+_KILLED = ("killed by command (planaria ctl)", "killed by injection")
 
 
 def _torn_down(roots: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The roots that the MPI runtime ended because another rank crashed.
+    """The roots that the MPI runtime ended because another rank crashed (or was killed by
+    ``planaria ctl`` or the fault plan).
 
     Without ULFM, mpiexec ends every rank with SIGTERM once one dies of a signal: those ranks
     (ended by SIGTERM, or lost without a record, no earlier than the first crash) are
     consequences of the crash, not failures of their own."""
-    crashes = [rc for rc in roots if any(sig in str(rc.get("reason")) for sig in _CRASH_SIGNALS)]
+    crashes = _crashes(roots)
     if not crashes:
         return []
     t_crash = min(float(rc.get("t") or 0.0) for rc in crashes)
     return [rc for rc in roots if rc not in crashes and float(rc.get("t") or 0.0) >= t_crash
             and ("(SIGTERM)" in str(rc.get("reason")) or "killed or crashed" in str(rc.get("reason")))]
+
+
+def _crashes(roots: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The roots that died of a fatal signal or were killed on purpose (``planaria ctl``, the plan)."""
+    return [rc for rc in roots if any(sig in str(rc.get("reason")) for sig in _CRASH_SIGNALS + _KILLED)]
 
 
 def _by_launcher(ended_by: str) -> bool:

@@ -564,6 +564,7 @@ class _Attempt:
     lost_hosts: list[str] = field(default_factory=list)
     rank_signalled: bool = False
     fates: dict[int, dict[str, Any]] = field(default_factory=dict)   # rankfate records by world rank
+    unanswered: bool = False   # its last live diagnosis reached no rank (the job was being torn down)
 
 
 def node_failure(att: _Attempt) -> str | None:
@@ -841,6 +842,11 @@ def run_job(opts: RunOptions) -> int:
     jobdir.write_summary(summary)
     jobdir.update_manifest(status=att.outcome, exit_status=att.status, mpiexec_rc=att.mpiexec_rc,
                            attempts=len(attempts), end=time.time())
+    if att.unanswered:                          # the abort ended every rank first: say what the job's record says
+        from planaria.diagnose.postmortem import postmortem
+        report = postmortem(jobdir.events(), jobdir.id, summary=summary["ranks"])
+        for line in report["text"].rstrip().splitlines():
+            _err(line, opts.prog)
     abnormal = att.status != EXIT_OK or any(
         r["state"] != "finished" or r.get("exit_code") not in (0, None) for r in summary["ranks"])
     if abnormal:
@@ -862,17 +868,24 @@ def run_job(opts: RunOptions) -> int:
 _DIAG_REQUESTS = threading.Event()
 
 
-def _diagnose_now(controller: Controller, out: _Output, why: str) -> None:
-    """Collect and analyze the job's global state now (SIGUSR1 to the launcher, or before a timeout kill)."""
+def _diagnose_now(controller: Controller, out: _Output, why: str, ending: bool = False) -> bool:
+    """Collect and analyze the job's global state now (SIGUSR1 to the launcher, or before a timeout
+    kill); False when no rank answered. ``ending``: the job is being torn down already (an abort),
+    so an empty collection says nothing about the ranks: one line instead of its report."""
     _note(out, f"{why}: collecting every rank's state for a diagnosis")
     try:
         res = controller.diagnose()
     except Exception as exc:  # noqa: BLE001 - a diagnosis must never take the launcher down
         _note(out, f"diagnosis failed: {type(exc).__name__}: {exc}")
-        return
+        return False
+    answered = bool(res["report"].get("answered"))
+    if ending and not answered:
+        _note(out, "no rank answered: the job was already ending; the post-mortem follows once it has")
+        return False
     for line in res["report"]["text"].rstrip().splitlines():
         _note(out, line)
     _note(out, f"state file {res['state']}; report {res['json']}")
+    return answered
 
 
 def _note(out: _Output, msg: str) -> None:
@@ -1034,7 +1047,9 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     if (outcome == "hung" or outcome in ("timeout", "aborted") and opts.diagnose_on_timeout) and plain_abort is None:
         # the survivors' state says where they were when the job had to end (a dead peer shows
         # up in the count check)
-        _diagnose_now(controller, out, "hang detected (--on-hang abort)" if outcome == "hung" else outcome)
+        answered = _diagnose_now(controller, out, "hang detected (--on-hang abort)" if outcome == "hung" else outcome,
+                                 ending=outcome == "aborted")
+        att.unanswered = outcome == "aborted" and not answered
     if outcome != "finished":
         why = (f"interrupted ({interrupted.by})" if outcome == "interrupted"
                else f"aborted by rank {controller.abort_request.get('rank')}'s {controller.abort_request['reason']}"
