@@ -234,3 +234,24 @@ def test_bench_events_tiny(tmp_path):
     assert 0 < r["local"]["p50_ms"] <= r["local"]["p99_ms"]
     assert 0 < r["controller"]["p50_ms"] <= r["controller"]["p99_ms"] <= r["controller"]["max_ms"]
     assert r["events_per_s"] > 0 and out["goal"]["limit_ms"] == 1.0
+
+
+@pytest.mark.timeout(90)
+def test_a_ctl_kill_without_ulfm_is_named_as_the_cause_of_the_abort(tmp_path):
+    """sim on plain mpiexec: the killed rank takes the others down before the abort's collection can
+    reach them. The launcher says so and prints the post-mortem: the ctl kill first, never 'node down'."""
+    cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "4", "--backend", "sim", "--timeout", "60",
+           "--", sys.executable, str(SCRIPTS / "steady_loop.py"), "100000"]
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and _cli(tmp_path, "ps", "latest", "--json").returncode != 0:
+            time.sleep(0.5)
+        time.sleep(2.0)
+        assert _cli(tmp_path, "ctl", "latest", "kill", "--ranks", "3").returncode == 0
+        _, err = job.communicate(timeout=40)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert "root cause: rank 3 killed by command (planaria ctl)" in err, err[-3000:]
+    assert "node down" not in err, err[-3000:]
