@@ -559,11 +559,10 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             _RECV(self, buf, source, tag, status)
         except MPI.Exception as e:
             raise self._convert(e) from e
-        if self._ml_on:
-            if source >= 0:
-                self._ml_recvd[source] += 1
-            else:
-                self._ml_wildcard(status)
+        if source >= 0:
+            self._ml_recvd[source] += 1
+        else:
+            self._ml_wildcard(status)
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
         if self._hooks:                         # the message log or message faults

@@ -443,14 +443,14 @@ def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]
 
         def sent(q: int) -> list[tuple[Line, int | None]]:
             """(line, tag) of the sends to ``r`` rank ``q`` made (its branch, and it has run past them)."""
-            out = []
+            found = []
             for ln in calls:
                 if (ln.method in _SENDS and ln.runs(q, size) is True and q in where
                         and ran_past(where[q][1], _at(path, ln))):
                     dest, tag = ln.args(q, size, "send")
                     if dest == r:
-                        out.append((ln, tag))
-            return out
+                        found.append((ln, tag))
+            return found
 
         got = [ln for ln in calls if ln.method in _RECVS and ln.runs(r, size) is True and ran_past(site, _at(path, ln))]
         sends = {q: sent(q) for q in where if q != r}

@@ -134,10 +134,10 @@ def diagnose(state: dict[str, Any]) -> Report:
     odd = odd_collective(waiting, n_wait) if alone else None
     if odd is not None:
         causes.append(odd)
-    lines = p2pline.causes(where, size) if alone else []
+    read = p2pline.causes(where, size) if alone else []      # causes read from the source lines
     if finished and not (missing or outside or stopped):
-        lines = p2pline.finished(finished, where, size)
-    for c in lines:
+        read = p2pline.finished(finished, where, size)
+    for c in read:
         causes.append(RootCause(c["kind"], c["ranks"], c["reason"] + " " + _FROM_LINES, op=c["op"], site=c["site"],
                                 host=hosts.get(c["ranks"][0]), waiters=n_wait))
     calls = sorted(waiting.items(), key=lambda kv: (-len(kv[1]), kv[0]))
@@ -153,7 +153,7 @@ def diagnose(state: dict[str, Any]) -> Report:
     if odd is not None:
         evidence.append("every rank is in an MPI collective, not all in the same call at the same line: the "
                         "smallest group of ranks is the odd one out")
-    elif lines:
+    elif read:
         evidence.append("the peers and tags of the point-to-point calls were read from each rank's source line "
                         "(and the file's sends that its peers have run past), taking the communicator to be "
                         "MPI.COMM_WORLD")
