@@ -95,6 +95,24 @@ def test_stuck_collectives_stay_stuck(run: Callable) -> None:
     assert first(run(mk(4, recs)))[:2] == ("stuck-collective", "1-3")
 
 
+def test_a_stuck_collective_whose_sizes_disagree_is_a_count_mismatch(run: Callable) -> None:
+    """All members inside one Allreduce, rank 1's buffer 8 MiB, the others' 8 B: not the network."""
+    recs = [rec(r, dict(coll("Allreduce", 4, f"{A}:3 in f"), size=8 << 20 if r == 1 else 8), {"world": 4})
+            for r in range(4)]
+    rep = run(mk(4, recs))
+    assert first(rep) == ("collective-mismatch", "1", f"{A}:3 in f")
+    assert rep.root_causes[0].reason == ("passed 8 MiB to Allreduce #4 on world where rank(s) 0,2-3 passed 8 B: "
+                                         "the counts of one collective call disagree")
+    # a tie: the larger buffer is named (its data overruns the others'); an unknown size (0) is left out
+    recs = [rec(r, dict(coll("Bcast", 4, f"{A}:3 in f", root=0), size=(16, 8, 16, 8)[r]), {"world": 4})
+            for r in range(4)]
+    recs.append(rec(4, dict(coll("Bcast", 4, f"{A}:3 in f", root=0), size=0), {"world": 4}))
+    assert first(run(mk(5, recs)))[:2] == ("collective-mismatch", "0,2")
+    # the v-variants' counts may differ by rank: still stuck
+    recs = [rec(r, dict(coll("Gatherv", 4, f"{A}:3 in f", root=0), size=8 * (r + 1)), {"world": 4}) for r in range(4)]
+    assert first(run(mk(4, recs)))[:2] == ("stuck-collective", "0-3")
+
+
 def test_a_collective_on_another_communicator(run: Callable) -> None:
     comms = {"world": None, "world.d1": None}
     recs = [rec(0, coll("Barrier", 1, f"{A}:8 in <module>", comm="world.d1"), {"world": 2, "world.d1": 1})]

@@ -186,3 +186,22 @@ def test_a_rank_that_ended_in_a_traceback_is_no_state_at_its_traceback_not_finis
                        {"rank": 1, "host": "n1", "status": "finished", "finalizing": True, "op": None, "threads": []}]}
     rep = stacksonly.diagnose(state)
     assert [(c.kind, c.ranks, c.site) for c in rep.root_causes][:1] == [("no-state", [1], "/job/app.py:8 in <module>")]
+
+
+def test_the_buffer_size_of_a_collective_for_each_rank(tmp_path):
+    path = _file(tmp_path, """\
+        import numpy as np
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        n = (1 << 20) if comm.rank == 1 else 2
+        a = np.ones(n)
+        b = np.zeros((comm.size, n), dtype=np.float32)
+        comm.Allreduce(a, np.zeros_like(a))
+        comm.Bcast([b, MPI.FLOAT], root=0)
+        comm.Gather(np.full(3, 1.5), None, root=0)
+        comm.Send(a, dest=0)
+        """)
+    assert p2pline.coll_bytes(_at(path, 7), [0, 1, 2], 3) == ("Allreduce", {0: 16, 1: 8 << 20, 2: 16})
+    assert p2pline.coll_bytes(_at(path, 8), [0, 1], 4) == ("Bcast", {0: 32, 1: 16 << 20})
+    assert p2pline.coll_bytes(_at(path, 9), [0, 1], 2) == ("Gather", {})      # full's dtype follows its value
+    assert p2pline.coll_bytes(_at(path, 10), [0], 2) is None                   # not a collective

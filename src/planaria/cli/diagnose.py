@@ -111,8 +111,9 @@ def online(job: str | None, json_out: bool, k: int = 8, hop: float = 1.0, sample
             rows = json.loads((jd.path / "summary.json").read_text()).get("ranks")
         except (OSError, ValueError, AttributeError):
             pass                          # no summary yet (the launcher was killed): events only
+        from planaria.comm.flight import read_dir
         report = postmortem(jd.events(), jd.id, summary=rows if isinstance(rows, list) else None,
-                            last_live=_last_live(jd.path))
+                            last_live=_last_live(jd.path), flight=read_dir(jd.path))
         report["job"] = jd.id
         _emit(report, json_out, dot)
         return 0

@@ -5,7 +5,9 @@ When detection is on, the communicators of the process are *recorded*: their own
 the per-communicator count of collectives entered (``_ml_seq``) and the per-peer counts of
 point-to-point messages sent and received (``_ml_sent``, ``_ml_recvd``; a status probe answers
 "did you post the send I am waiting for?" from them), and report failure errors here
-(``failed``). That is all the hot path does: no wrapper, no extra frame, no clock read.
+(``failed``); a collective whose counts must agree on every rank also writes its buffer size and
+call site into the rank's flight record (``comm/flight.py``), which outlives a crash. That is all
+the hot path does: no wrapper, no clock read.
 On ulfm, the rest of mpi4py's calls (thin wrappers generated in ``comm/ulfm.py``) count the same
 way: collectives (``COLLECTIVES``, ``NONBLOCKING_COLLECTIVES``; persistent ones when started) on
 entry, sends (``SENDS``) when posted, and the communicators they make (``MAKERS``) are recorded
@@ -45,6 +47,7 @@ from collections import deque
 from typing import Any
 
 from planaria.comm import base as _base
+from planaria.comm import flight as _flight
 from planaria.comm.base import Comm, Request, rehook
 from planaria.comm.errors import FailureError
 
@@ -295,15 +298,15 @@ def describe(call: Call) -> dict[str, Any]:
         else:
             kind = "p2p"
             peer, tag = getattr(obj, "_peer", None), getattr(obj, "_tag", None)
-            size = _size(getattr(obj, "_buf", None))
+            size = _flight.size(getattr(obj, "_buf", None))
     else:
         comm = obj
         code = f.f_code
         if code.co_argcount > 1:
-            size = _size(loc.get(code.co_varnames[1]))
+            size = _flight.size(loc.get(code.co_varnames[1]))
         elif "args" in loc and "kwargs" in loc:          # a generic wrapper: bind to mpi4py's signature
             loc = arguments(name, loc["args"], loc["kwargs"])
-            size = _size(next(iter(loc.values()), None))
+            size = _flight.size(next(iter(loc.values()), None))
         spec = P2P.get(name)
         if spec is not None:
             kind = "p2p"
@@ -472,6 +475,7 @@ def enable(comm: Comm, slow_after: float = float("inf")) -> MsgLog:
     if _LOG is None:
         _LOG = MsgLog()
     _LOG.slow_after = slow_after
+    _flight.open_here()
     _adopt(comm, "world")
     return _LOG
 
@@ -539,18 +543,11 @@ def _adopt(comm: Comm, cid: str) -> None:
     comm._ml_kids = 0
     comm._ml_sent = [0] * comm.size      # per destination comm rank
     comm._ml_recvd = [0] * comm.size     # per source comm rank (completed receives)
+    comm._fl = _flight.slot(cid)         # its flight-record slot (0: none)
     comm._ml_on = True
     rehook(comm)
     if _LOG is not None:
         _LOG.comms[cid] = comm
-
-
-def _size(buf: Any) -> int:
-    """Bytes of a buffer argument (numpy array or mpi4py ``[data, count, type]`` spec); 0 when unknown."""
-    n = getattr(buf, "nbytes", None)
-    if n is None and isinstance(buf, (list, tuple)) and buf:
-        n = getattr(buf[0], "nbytes", None) or (len(buf[0]) if isinstance(buf[0], (bytes, bytearray)) else None)
-    return int(n) if isinstance(n, int) else 0
 
 
 def _world(comm: Any, rank: Any) -> int | None:

@@ -67,6 +67,7 @@ from mpi4py import MPI
 from planaria.comm.base import Comm, Request, _dumps, _offsets, _split
 from planaria.comm.matched import Matched
 from planaria.comm import errors as _errors
+from planaria.comm import flight as _flight
 from planaria.comm.errors import ProcFailedError, RevokedError
 
 CTL_TAG = 32001
@@ -797,24 +798,28 @@ class SimComm(Comm):
     def Bcast(self, buf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.BCAST, buf)
         self._enter(None)
         self._coll(self._c.Ibcast(buf, root), buf)
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.REDUCE, sendbuf, recvbuf)
         self._enter(None)
         self._coll(self._c.Ireduce(sendbuf, recvbuf, MPI.SUM if op is None else op, root), sendbuf, recvbuf)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.ALLREDUCE, sendbuf, recvbuf)
         self._enter(None)
         self._coll(self._c.Iallreduce(sendbuf, recvbuf, MPI.SUM if op is None else op), sendbuf, recvbuf)
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.GATHER, sendbuf)
         self._enter(None)
         self._coll(self._c.Igather(sendbuf, recvbuf, root), sendbuf, recvbuf)
 
@@ -827,6 +832,7 @@ class SimComm(Comm):
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.ALLGATHER, sendbuf)
         self._enter(None)
         self._coll(self._c.Iallgather(sendbuf, recvbuf), sendbuf, recvbuf)
 
@@ -839,6 +845,7 @@ class SimComm(Comm):
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.SCATTER, recvbuf)
         self._enter(None)
         self._coll(self._c.Iscatter(sendbuf, recvbuf, root), sendbuf, recvbuf)
 
@@ -851,6 +858,7 @@ class SimComm(Comm):
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.ALLTOALL, sendbuf)
         self._enter(None)
         self._coll(self._c.Ialltoall(sendbuf, recvbuf), sendbuf, recvbuf)
 

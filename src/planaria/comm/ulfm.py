@@ -37,6 +37,7 @@ from mpi4py import MPI
 from planaria.comm.base import Comm, Request, rehook
 from planaria.comm.matched import Matched
 from planaria.comm import errors as _errors
+from planaria.comm import flight as _flight
 from planaria.comm import msglog
 from planaria.comm.errors import FailureError, ProcFailedError, RevokedError
 
@@ -689,6 +690,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def Bcast(self, buf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.BCAST, buf)
         try:
             self._c.Bcast(buf, root)
         except MPI.Exception as e:
@@ -697,6 +699,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.REDUCE, sendbuf, recvbuf)
         try:
             self._c.Reduce(sendbuf, recvbuf, MPI.SUM if op is None else op, root)
         except MPI.Exception as e:
@@ -705,6 +708,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.ALLREDUCE, sendbuf, recvbuf)
         try:
             _ALLREDUCE(self, sendbuf, recvbuf, MPI.SUM if op is None else op)
         except MPI.Exception as e:
@@ -713,6 +717,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.GATHER, sendbuf)
         try:
             self._c.Gather(sendbuf, recvbuf, root)
         except MPI.Exception as e:
@@ -729,6 +734,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.ALLGATHER, sendbuf)
         try:
             self._c.Allgather(sendbuf, recvbuf)
         except MPI.Exception as e:
@@ -747,6 +753,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.SCATTER, recvbuf)
         try:
             self._c.Scatter(sendbuf, recvbuf, root)
         except MPI.Exception as e:
@@ -763,6 +770,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         if self._ml_on:
             self._ml_seq += 1
+            _flight.note(self, _flight.ALLTOALL, sendbuf)
         try:
             self._c.Alltoall(sendbuf, recvbuf)
         except MPI.Exception as e:

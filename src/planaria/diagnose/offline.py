@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from planaria.comm.flight import OPS, bytes_text, mismatch_text
 from planaria.graphs import cyclic_components
 from planaria.diagnose.state import NULL, ListTable, RankTable, columns
 from planaria.diagnose.pyspy import STOPPED_STATUS
@@ -1072,6 +1073,11 @@ class _Analysis:
                                  f"ranks entered different collectives (or roots) as #{self.g_seq[g]} on {comm}: "
                                  f"{what}", comm=comm, waiters=sum(int(basin[h]) for h in anc_of(g))))
         stuck = np.flatnonzero((np.diff(self.l_off) == 0) & ~mismatch & ~passed)
+        sized = [rc for rc in (self._size_cause(g, basin, anc_of) for g in stuck[:_MAX_MISMATCH].tolist())
+                 if rc is not None]
+        if sized:
+            out.extend(rc for rc, _ in sized)
+            stuck = np.setdiff1d(stuck, [g for _, g in sized])
         if stuck.size:
             first = self.row_of[self.w_rank[self.w_off[stuck]]]
             key = c["op_name"][first].astype(np.int64) * ns + c["op_site"][first] + 1
@@ -1101,6 +1107,32 @@ class _Analysis:
                     example=f"{ranks.size} rank{'s are' if ranks.size != 1 else ' is'} stuck in "
                             f"{self._group_text(g0) if gs.size == 1 else self.s(int(k // ns))} at {_short(site)}"))
         return out
+
+    def _size_cause(self, g: int, basin: np.ndarray, anc_of: Any) -> tuple[RootCause, int] | None:
+        """A collective every member entered but whose buffers disagree in size (a count
+        mismatch: MPI leaves it undefined, it may hang), with ``g``; None when the sizes agree or
+        the operation's counts may differ by rank."""
+        w = self.waiters(g)
+        wr = self.row_of[w]
+        name = self.s(int(self.c["op_name"][wr[0]]))
+        if name not in _COUNT_CHECKED:
+            return None
+        sizes = self.c["op_size"][wr]
+        known = sizes > 0
+        vals, counts = np.unique(sizes[known], return_counts=True)
+        if vals.size < 2:
+            return None
+        i = min(range(vals.size), key=lambda j: (int(counts[j]), -int(vals[j])))
+        odd, others = w[known & (sizes == vals[i])], w[known & (sizes != vals[i])]
+        comm = self.strings[int(self.g_comm[g])]
+        call = f"{name} #{self.g_seq[g]} on {comm}"
+        reason = mismatch_text(_rs(odd, "", "").strip(), int(vals[i]), _rs(others, "", "").strip(),
+                               sorted(int(v) for v in vals if v != vals[i]), call)
+        site = self.s(int(self.c["op_site"][self.row_of[int(odd[0])]]))
+        self.evidence.append(f"count mismatch in {call}: " + ", ".join(
+            f"{_rs(w[known & (sizes == v)])} passed {bytes_text(int(v))}" for v in vals.tolist()))
+        return RootCause("collective-mismatch", odd.tolist(), reason, op=name, comm=comm, site=site,
+                         waiters=sum(int(basin[h]) for h in anc_of(g))), g
 
     # ------------------------------------------------------------------ unmatched receives
     def _unmatched(self) -> tuple[list[dict[str, Any]], int]:
@@ -1233,6 +1265,7 @@ class _Analysis:
 _UNKNOWN = object()
 _DETAIL = 32          # collective groups / p2p communicators listed one by one in the summary
 _MAX_MISMATCH = 100   # mismatched collectives reported one by one
+_COUNT_CHECKED = frozenset(OPS)     # collectives whose buffer size must agree on every rank
 
 
 def _offsets(counts: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ _PEER = {"send": "dest", "recv": "source"}
 _BOTH = frozenset({"Sendrecv", "sendrecv"})
 _CONST = {"ANY_SOURCE": -1, "ANY_TAG": -1, "PROC_NULL": -2}
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.Mod: operator.mod}
+        ast.Mod: operator.mod, ast.LShift: operator.lshift, ast.RShift: operator.rshift}
 
 
 def _params(method: str, kind: str) -> tuple[str, str]:
@@ -208,6 +208,8 @@ def _eval(e: ast.expr, comm: ast.expr | None, rank: int, size: int, env: dict[st
         return not ev(e.operand)
     if isinstance(e, ast.BinOp) and type(e.op) in _OPS:
         return int(_OPS[type(e.op)](ev(e.left), ev(e.right)))
+    if isinstance(e, ast.IfExp):
+        return ev(e.body) if bool(ev(e.test)) else ev(e.orelse)
     if isinstance(e, ast.BoolOp):
         vals = [bool(ev(v)) for v in e.values]
         return all(vals) if isinstance(e.op, ast.And) else any(vals)
@@ -236,6 +238,79 @@ def _eval(e: ast.expr, comm: ast.expr | None, rank: int, size: int, env: dict[st
             and e.func.attr in ("Get_rank", "Get_size") and _is_comm(e.func.value, comm)):
         return rank if e.func.attr == "Get_rank" else size
     raise LookupError
+
+
+#: the buffer whose size must agree on every rank, per count-checked collective
+_COUNTED = {"Bcast": "buf", "Reduce": "sendbuf", "Allreduce": "sendbuf", "Gather": "sendbuf",
+            "Allgather": "sendbuf", "Scatter": "recvbuf", "Alltoall": "sendbuf"}
+#: numpy constructors whose first argument is the shape, and the item sizes of dtypes by name
+_ARRAYS = frozenset({"ones", "zeros", "empty", "full"})
+_ITEM = {"float": 8, "float64": 8, "double": 8, "f8": 8, "d": 8, "int": 8, "int64": 8, "i8": 8, "float32": 4,
+         "single": 4, "f4": 4, "int32": 4, "i4": 4, "intc": 4, "uint32": 4, "int16": 2, "uint16": 2,
+         "int8": 1, "uint8": 1, "byte": 1, "ubyte": 1, "bool": 1, "complex": 16, "complex128": 16,
+         "complex64": 8}
+
+
+def coll_bytes(site: str, ranks: list[int], size: int) -> tuple[str, dict[int, int]] | None:
+    """The count-checked collective (``Allreduce``...) called at ``site`` and the bytes of its
+    buffer for each of ``ranks`` whose size the source tells (``np.ones(n)`` with ``n`` known for
+    that rank, ``[a, MPI.DOUBLE]``); None when the line holds no such call."""
+    path, _, rest = site.partition(":")
+    line = rest.split(" ", 1)[0]
+    if not line.isdigit():
+        return None
+    linecache.checkcache(path)
+    node = _call_at(path, int(line), tuple(_COUNTED))
+    args = _bind(node) if node is not None else None
+    if node is None or args is None:
+        return None
+    method = node.func.attr if isinstance(node.func, ast.Attribute) else "?"
+    buf = args.get(_COUNTED[method])
+    recv = node.func.value if isinstance(node.func, ast.Attribute) else None
+    env = _scope_of(path, site)
+    out: dict[int, int] = {}
+    for r in ranks:
+        try:
+            n = _nbytes(buf, recv, r, size, env, 0) if buf is not None else None
+        except (LookupError, ZeroDivisionError, TypeError, ValueError):
+            n = None
+        if isinstance(n, int) and n > 0:
+            out[r] = n
+    return method, out
+
+
+def _nbytes(e: ast.expr, comm: ast.expr | None, rank: int, size: int, env: dict[str, ast.expr] | None,
+            depth: int) -> int | None:
+    """Bytes of a buffer expression for ``rank``: a numpy constructor, a name assigned once to one,
+    or mpi4py's ``[data, datatype]``; None (or LookupError) when not known."""
+    if depth > 20:
+        raise LookupError
+    if isinstance(e, ast.Name) and env and e.id in env:
+        return _nbytes(env[e.id], comm, rank, size, env, depth + 1)
+    if isinstance(e, ast.List | ast.Tuple) and len(e.elts) == 2:     # [data, MPI.DOUBLE]: the data's size
+        return _nbytes(e.elts[0], comm, rank, size, env, depth + 1)
+    if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in _ARRAYS
+            and isinstance(e.func.value, ast.Name) and e.func.value.id in ("np", "numpy") and e.args):
+        return None
+    shape = e.args[0]
+    dims = shape.elts if isinstance(shape, ast.Tuple | ast.List) else [shape]
+    count = 1
+    for d in dims:
+        count *= int(_eval(d, comm, rank, size, env))
+    dt = next((k.value for k in e.keywords if k.arg == "dtype"), None)
+    if dt is None and len(e.args) > (2 if e.func.attr == "full" else 1):
+        dt = e.args[2 if e.func.attr == "full" else 1]
+    if dt is None:
+        item = 8 if e.func.attr != "full" else None      # full's dtype follows its fill value
+    elif isinstance(dt, ast.Attribute):
+        item = _ITEM.get(dt.attr)
+    elif isinstance(dt, ast.Name):
+        item = _ITEM.get(dt.id)
+    elif isinstance(dt, ast.Constant) and isinstance(dt.value, str):
+        item = _ITEM.get(dt.value)
+    else:
+        item = None
+    return count * item if item else None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from planaria.diagnose.hangfilter import rank_ranges
 
 def postmortem(events: list[dict[str, Any]], job: str = "",
                summary: list[dict[str, Any]] | None = None,
-               last_live: tuple[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+               last_live: tuple[str, dict[str, Any]] | None = None,
+               flight: dict[int, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Report (same top-level keys as the live diagnosis: verdict, root_causes, evidence, text) from ``events``.
 
     ``summary`` (the rows of the job's ``summary.json``) adds the failed or lost ranks no event
@@ -25,7 +26,9 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
     Ranks the launcher itself ended (``--timeout``, Ctrl-C, ``--on-hang abort``) are never root
     causes: when they are all there is, the job hung, and ``last_live`` (name and report of the
     last diagnosis the launcher made while the ranks still ran, e.g. just before its timeout kill)
-    gives the root causes."""
+    gives the root causes. ``flight`` (``comm.flight.read_dir`` of the job directory: each rank's
+    last count-checked collective per communicator, which outlives a crash) names a count
+    mismatch as the root cause of the failures inside that call."""
     first: dict[int, dict[str, Any]] = {}
     for ev in sorted(events, key=lambda e: float(e.get("t_recv") or e.get("t") or 0.0)):
         if ev.get("type") in ("fail", "lost") and isinstance(ev.get("rank"), int):
@@ -112,6 +115,13 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
             consequences[r] = {"blames": others, "op": None, "comm": None, "site": None, "by": "job abort"}
         notes.append(f"ranks {rank_ranges(gone)} were ended by the job abort (default handler) after "
                      f"rank(s) {rank_ranges(others)} had failed")
+    nranks = max([r + 1 for r in first] + [int(row["rank"]) + 1 for row in summary or []
+                                           if isinstance(row.get("rank"), int)])
+    mismatch = _count_mismatch(flight, roots, consequences, nranks) if (roots or consequences) else None
+    if mismatch is not None:
+        rc, absorbed, note = mismatch
+        roots = [rc] + [r for r in roots if r not in absorbed]
+        notes.append(note)
     abort_note: str | None = "; ".join(notes) or None
     evidence: list[str] = []
     if victims:
@@ -127,7 +137,7 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         evidence.append(abort_note)
     by_site: dict[tuple, list[int]] = {}
     for rank, c in sorted(consequences.items()):
-        if c.get("by") == "job abort":
+        if c.get("by") in ("job abort", "count mismatch"):
             continue
         by_site.setdefault((c["op"], c["comm"], c["site"], tuple(c["blames"])), []).append(rank)
     for (op, comm, site, blames), ranks in by_site.items():
@@ -136,6 +146,8 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
     for inc in incidents[-10:]:
         evidence.append(f"incident from rank {inc.get('by')}: {inc.get('verdict') or inc.get('kind')}")
     verdict = "dead-ranks" if roots else ("no-failure" if not first else "failures")
+    if mismatch is not None:
+        verdict = "collective-mismatch"
     if live_text:
         verdict = str(last_live[1].get("verdict") or "hang") if last_live else verdict
     source = "its event log and summary" if summary else "its event log"
@@ -152,6 +164,62 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         lines.append(f"  {line}")
     return {"verdict": verdict, "root_causes": roots, "consequences": {str(k): v for k, v in consequences.items()},
             "evidence": evidence, "text": "\n".join(lines) + "\n", "postmortem": True}
+
+
+def _count_mismatch(flight: dict[int, list[dict[str, Any]]] | None, roots: list[dict[str, Any]],
+                    consequences: dict[int, dict[str, Any]],
+                    nranks: int) -> tuple[dict[str, Any], list[dict[str, Any]], str] | None:
+    """The root cause for a collective call whose ranks passed buffers of different sizes
+    (``comm.flight.size_mismatch``), the roots it explains (ranks of that call that crashed or
+    failed in it, not ranks killed on purpose) and the evidence line; None when there is none.
+    MPI leaves such a call undefined: it overruns the smaller buffers (a SIGSEGV), truncates, or hangs.
+    Without flight records (a program without planaria's runtime), the sizes are read from the
+    source line where a rank crashed (``p2pline.coll_bytes``), assuming every rank made that call."""
+    from planaria.comm.flight import bytes_text, mismatch_text, size_mismatch
+    mm = size_mismatch(flight or {})
+    source = ""
+    if mm is None and not flight:
+        mm = _static_mismatch(roots, nranks)
+        source = " (sizes read from the source line for each rank)"
+    if mm is None:
+        return None
+    odd, others = list(mm["odd"]), list(mm["others"])
+    call = f"{mm['op']} #{mm['seq']} on {mm['comm']}" if mm.get("seq") else f"{mm['op']} on {mm['comm']}"
+    rc = {"kind": "collective-mismatch", "ranks": rank_ranges(odd), "rank_list": odd,
+          "reason": mismatch_text(rank_ranges(odd), mm["odd_bytes"], rank_ranges(others), mm["other_bytes"], call),
+          "site": mm.get("site"), "op": mm["op"],
+          "comm": mm["comm"], "step": None, "t": None}
+    inside = set(odd) | set(others)
+    absorbed = [r for r in roots if r["rank_list"][0] in inside
+                and not any(k in str(r.get("reason")) for k in _KILLED)]
+    for r in absorbed:
+        consequences[r["rank_list"][0]] = {"blames": odd, "op": mm["op"], "comm": mm["comm"],
+                                           "site": r.get("site"), "by": "count mismatch"}
+    if absorbed:
+        how = "; ".join(f"rank {r['ranks']} {r['reason']}" for r in absorbed)
+        note = f"in {call}: {how}"
+    else:
+        note = (f"{call}: rank(s) {rank_ranges(odd)} passed {bytes_text(mm['odd_bytes'])}, rank(s) "
+                f"{rank_ranges(others)} {' or '.join(bytes_text(b) for b in mm['other_bytes'])}")
+    return rc, absorbed, note + source
+
+
+def _static_mismatch(roots: list[dict[str, Any]], nranks: int) -> dict[str, Any] | None:
+    """``size_mismatch`` of the collective at the site where a rank crashed, its buffer sizes read
+    from the source for every rank; None when no crash site holds one or the sizes agree."""
+    from planaria.comm.flight import size_mismatch
+    from planaria.diagnose import p2pline
+    for rc in _crashes(roots):
+        site = rc.get("site")
+        got = p2pline.coll_bytes(site, list(range(nranks)), nranks) if site else None
+        if got is None:
+            continue
+        op, sizes = got
+        mm = size_mismatch({r: [{"comm": "world", "seq": 0, "op": op, "bytes": b, "site": site}]
+                            for r, b in sizes.items()})
+        if mm is not None:
+            return mm
+    return None
 
 
 _ABORT = "the job abort"

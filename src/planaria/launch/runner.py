@@ -844,7 +844,8 @@ def run_job(opts: RunOptions) -> int:
                            attempts=len(attempts), end=time.time())
     if att.unanswered:                          # the abort ended every rank first: say what the job's record says
         from planaria.diagnose.postmortem import postmortem
-        report = postmortem(jobdir.events(), jobdir.id, summary=summary["ranks"])
+        from planaria.comm.flight import read_dir
+        report = postmortem(jobdir.events(), jobdir.id, summary=summary["ranks"], flight=read_dir(jobdir.path))
         for line in report["text"].rstrip().splitlines():
             _err(line, opts.prog)
     abnormal = att.status != EXIT_OK or any(
@@ -852,6 +853,8 @@ def run_job(opts: RunOptions) -> int:
     if abnormal:
         if summary["ranks"]:
             print_summary(summary)
+            if not att.unanswered:
+                _root_causes(jobdir, summary, opts.prog)
         else:
             _err(f"job {jobdir.id} {att.outcome} (exit {att.status}); job directory: {jobdir.path}", opts.prog)
     elif len(attempts) > 1:
@@ -863,6 +866,25 @@ def run_job(opts: RunOptions) -> int:
     if opts.json and opts.emit_summary:
         print(json.dumps(_jsonable(summary), indent=2, sort_keys=True), flush=True)
     return att.status
+
+
+def _root_causes(jobdir: JobDir, summary: dict[str, Any], prog: str) -> None:
+    """After the table of a job whose ranks failed: the post-mortem's root-cause lines (at most
+    three) and the command for the whole report, so the console names the cause, not only the
+    ranks that ended."""
+    if not any(r.get("state") in ("failed", "lost") for r in summary["ranks"]):
+        return
+    from planaria.comm.flight import read_dir
+    from planaria.diagnose.postmortem import postmortem
+    try:
+        report = postmortem(jobdir.events(), jobdir.id, summary=summary["ranks"], flight=read_dir(jobdir.path))
+    except Exception:  # noqa: BLE001 - the summary above stands on its own
+        return
+    causes = [ln for ln in str(report.get("text") or "").splitlines() if ln.startswith("root cause:")]
+    for line in causes[:3]:
+        _err(line, prog)
+    if causes:
+        _err(f"the whole report: planaria diagnose {jobdir.id}", prog)
 
 
 _DIAG_REQUESTS = threading.Event()
