@@ -91,6 +91,22 @@ def test_agent_ranks_in_table(tmp_path):
     assert all("tok" not in e for e in events)
 
 
+@pytest.mark.timeout(90)
+def test_a_launcher_started_with_a_low_open_file_limit_serves_every_rank(tmp_path):
+    """Soft limit 22 (hard unchanged): 8 agents once took the controller's last descriptors and
+    its thread died; the launcher now raises its soft limit to the hard one."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    res = subprocess.run(planaria(tmp_path, "-n", "8", "--json", "--", "python", str(SCRIPTS / "agent_hello.py"), "ok"),
+                         env=env_for(tmp_path), capture_output=True, text=True, timeout=80,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (22, hard)))
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert [(r["rank"], r["state"]) for r in summary["ranks"]] == [(r, "finished") for r in range(8)]
+    events = [json.loads(x) for x in (only_job(tmp_path) / "events.jsonl").read_text().splitlines()]
+    assert not [e for e in events if e["type"] == "controller-error"]
+
+
 @pytest.mark.timeout(60)
 def test_killed_rank_is_named_lost(tmp_path):
     res = run(tmp_path, "-n", "3", "--json", "--", "python", str(SCRIPTS / "agent_hello.py"), "kill", "1")

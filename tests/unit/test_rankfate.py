@@ -287,3 +287,30 @@ def test_a_finished_or_running_rank_holds_up_its_peers_a_failed_one_does_not(tmp
     assert ctl.finished_note([0, 1]) == "rank 1 has finished (exit 0)"
     assert ctl.finished_note([3]) == "rank 3 has finished (exit 0 at a.py:9 in <module>)"
     assert ctl.finished_note([0, 2]) is None
+
+
+def test_a_rank_without_goodbye_or_recorded_end_is_never_counted_finished(tmp_path):
+    """mpiexec exited 0 (a node cut off under Slurm does that): a rank that said hello, no bye, and
+    whose end no recorder wrote is lost; one whose recorder wrote an exit code has finished."""
+    from planaria.launch.controller import UNSETTLED_REASON, Controller
+    from planaria.launch.jobdir import JobDir
+
+    ctl = Controller(JobDir.create(tmp_path / "jobs"))
+    ctl.pid_check = False
+    ctl.fates_dir = tmp_path / "fates"
+    ctl.fates_dir.mkdir()
+    for r in range(3):
+        ctl._update_table({"type": "hello", "rank": r, "pid": 1000 + r, "host": "n2", "role": "initial"}, time.time())
+    fates = {1: {"rank": 1, "start": 1.0, "end": 2.0, "exit_code": 0},
+             2: {"rank": 2, "start": 1.0}}            # started, its end never recorded (host unreachable)
+    ctl.sweep(final=True, final_ok=True, fates=fates)
+    t = ctl.table()
+    assert (t[0]["state"], t[0]["reason"]) == ("lost", UNSETTLED_REASON)
+    assert t[1]["state"] == "finished"
+    assert (t[2]["state"], t[2]["reason"]) == ("lost", UNSETTLED_REASON)
+    # without recorders (--no-rank-fates) mpiexec's 0 is all there is
+    ctl2 = Controller(ctl.jobdir)
+    ctl2.pid_check = False
+    ctl2._update_table({"type": "hello", "rank": 0, "pid": 1000, "host": "n2", "role": "initial"}, time.time())
+    ctl2.sweep(final=True, final_ok=True)
+    assert ctl2.table()[0]["state"] == "finished"

@@ -116,7 +116,7 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         notes.append(f"ranks {rank_ranges(gone)} were ended by the job abort (default handler) after "
                      f"rank(s) {rank_ranges(others)} had failed")
     nranks = max([r + 1 for r in first] + [int(row["rank"]) + 1 for row in summary or []
-                                           if isinstance(row.get("rank"), int)])
+                                           if isinstance(row.get("rank"), int)], default=0)
     mismatch = _count_mismatch(flight, roots, consequences, nranks) if (roots or consequences) else None
     if mismatch is not None:
         rc, absorbed, note = mismatch

@@ -1,17 +1,27 @@
 """The controller's end of the agent channels (``planaria.events.channel``): a Unix stream
 listener next to the control socket and one connection per agent, watched through one epoll
-set that the controller's loop polls next to its ZeroMQ socket."""
+set that the controller's loop polls next to its ZeroMQ socket.
+
+Out of descriptors (EMFILE, ENFILE), the listener stops being watched for ``ACCEPT_PAUSE``
+seconds: the connections wait in its backlog (their agents' frames in the socket buffers) and are
+accepted once descriptors are free again, instead of the loop spinning on a listener that stays
+readable. ``exhausted`` counts such pauses, for the controller to record.
+"""
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
+import time
 from collections.abc import Iterator
 
 from planaria.events.channel import FrameError, Reader, Writer, peer_pid
 
 _IN = select.EPOLLIN | select.EPOLLRDHUP
 _RECV = 1 << 18
+ACCEPT_PAUSE = 0.5          # seconds the listener rests after running out of descriptors
+_NO_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class Peer:
@@ -52,6 +62,9 @@ class ChannelServer:
         self.peers: dict[int, Peer] = {}
         self.ep = select.epoll()
         self.ep.register(self.listener.fileno(), select.EPOLLIN)
+        self.exhausted = 0                   # times accepting stopped for want of descriptors
+        self.last_error = ""
+        self._paused_until = 0.0
 
     def fileno(self) -> int:
         """The epoll descriptor: readable when a connection, a frame or buffer space is waiting."""
@@ -60,6 +73,7 @@ class ChannelServer:
     def ready(self) -> Iterator[tuple[Peer, list[bytes], str | None]]:
         """Accept new agents, send backlogs the sockets now take, and yield what peers sent:
         (peer, frames, None), or (peer, frames read before it, why) for a peer now closed."""
+        self.resume()
         for fd, mask in self.ep.poll(0):
             if fd == self.listener.fileno():
                 self._accept()
@@ -82,11 +96,44 @@ class ChannelServer:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
+            except OSError as exc:
+                if exc.errno in _NO_FDS:
+                    self._pause(exc)
                 return
-            peer = Peer(sock)
+            try:
+                peer = Peer(sock)
+                self.ep.register(peer.fd, _IN)
+            except OSError as exc:        # no room for its epoll entry or credentials: try again later
+                sock.close()
+                self._pause(exc)
+                return
             self.peers[peer.fd] = peer
-            self.ep.register(peer.fd, _IN)
+
+    def _pause(self, exc: OSError) -> None:
+        """Stop watching the listener for ``ACCEPT_PAUSE`` seconds (``resume`` watches it again)."""
+        if self._paused_until:
+            return
+        self.exhausted += 1
+        self.last_error = f"{exc.strerror or exc} ({len(self.peers)} agent connections open)"
+        self._paused_until = time.monotonic() + ACCEPT_PAUSE
+        try:
+            self.ep.unregister(self.listener.fileno())
+        except (OSError, ValueError):
+            pass
+
+    def resume(self) -> None:
+        """Watch the listener again once its pause is over (called before every poll)."""
+        if self._paused_until and time.monotonic() >= self._paused_until:
+            self._paused_until = 0.0
+            try:
+                self.ep.register(self.listener.fileno(), select.EPOLLIN)
+            except (OSError, ValueError):
+                pass
+
+    @property
+    def paused(self) -> bool:
+        """Accepting is paused for want of descriptors."""
+        return bool(self._paused_until)
 
     def _read(self, peer: Peer) -> tuple[list[bytes], str | None]:
         frames: list[bytes] = []

@@ -46,7 +46,8 @@ import zmq
 from planaria.events import codes as ev_codes
 from planaria.events.channel import address_for, frame
 from planaria.events.ranges import SESSION, Range, targets
-from planaria.launch.channels import ChannelServer, Peer
+from planaria.launch.channels import ACCEPT_PAUSE, ChannelServer, Peer
+from planaria.launch.fdlimit import raise_open_files
 from planaria.launch import rankfate
 from planaria.launch.jobdir import JobDir
 from planaria.launch.procs import pid_alive
@@ -63,6 +64,9 @@ _CTL_SIGNALS = {"kill": _signal.SIGKILL, "pause": _signal.SIGSTOP, "resume": _si
 MAX_REFUSED_LOGGED = 1000
 _UNIX_PATH_MAX = 100
 SWEEP_INTERVAL = 0.5                      # seconds between pid/heartbeat sweeps (and event-record writes)
+UNSETTLED_REASON = ("no goodbye and no recorded end when mpiexec ended (its host cut off or unreachable, "
+                    "or the process still running there)")
+MAX_KEPT_RECORDS = 100_000                # event records kept while the job record cannot be written
 RECORD_BATCH = 256                        # event records kept before they are written anyway
 
 Dest = bytes | Peer                       # a ZeroMQ peer identity or an agent channel
@@ -111,6 +115,10 @@ class Controller:
         self._unknocked: set[int] = set()                 # knocked before their agent said hello
         self.channels: ChannelServer | None = None
         self._records: list[dict[str, Any]] = []          # event records not yet written
+        self._errors: list[float] = []                      # when the server loop caught errors (last second)
+        self._errors_seen: set[str] = set()
+        self._exhausted_seen = 0
+        self.open_files = (0, 0)                            # open-file limit before and after start
         self.merger = FaultMerger()
         self._incident_feed: deque[tuple[dict[str, Any], Any]] = deque()   # for the launcher's console
         self.kv = KVStore()
@@ -125,6 +133,7 @@ class Controller:
     # --- lifecycle -----------------------------------------------------
     def start(self, timeout: float = 10.0) -> str:
         """Bind the socket in the server thread, write ``control.uri``; return the bound URI."""
+        self.open_files = raise_open_files()     # one descriptor per agent connection
         self._thread = threading.Thread(target=self._serve, name="planaria-controller", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
@@ -236,8 +245,10 @@ class Controller:
 
         With ``final`` (mpiexec has exited) every active rank is settled: by how its process
         ended when ``fates`` (``planaria.launch.rankfate`` records) says so (an exit code:
-        ``finished`` without a bye; a signal: ``lost``), else ``finished`` without a bye when
-        ``final_ok`` (mpiexec exited 0), ``lost`` otherwise.
+        ``finished`` without a bye; a signal: ``lost``); a rank with neither a bye nor a recorded
+        end is ``lost`` (``UNSETTLED_REASON``: mpiexec's exit 0 does not make a cut-off host's
+        ranks finished). Only without recorders (``fates_dir`` None) does ``final_ok`` (mpiexec
+        exited 0) count such a rank as ``finished`` without a bye.
         """
         now = time.time()
         lost: list[dict[str, Any]] = []
@@ -267,12 +278,17 @@ class Controller:
                     if fate is not None and "end" not in fate and not final:
                         continue        # its recorder is writing how it ended: next sweep
                 killed = fate is not None and "signal" in fate
-                if final and final_ok and not killed:
+                if final and final_ok and not killed and self.fates_dir is None:
+                    # no recorders (--no-rank-fates): mpiexec's 0 is all there is to go by
                     info.update(state="finished", exit_code=0, end_time=now,
                                 reason="exited without a bye")
                     continue
                 if gone or final or killed:
                     why = f"{rankfate.describe(fate)} (no report)" if killed else LOST_REASON
+                    if final and not killed and self.fates_dir is not None and (fate is None or "end" not in fate):
+                        # neither a goodbye nor a recorded end: still running where the launcher cannot
+                        # see it (a host cut off), or its host's record is out of reach; never success
+                        why = UNSETTLED_REASON
                     when = (fate or {}).get("end") or now
                     info.update(state="lost", fail_time=when, reason=why)
                     lost.append({"type": "lost", "rank": info["rank"], "pid": info.get("pid"),
@@ -283,9 +299,10 @@ class Controller:
         if not lost:
             return
         if threading.current_thread() is self._thread:
+            self._records.extend(lost)
             self._flush_records()
-        self.jobdir.append_events(lost)
-        if threading.current_thread() is not self._thread:
+        else:
+            self.jobdir.append_events(lost)
             self._wake()                  # the merge window starts now: let the server thread time it
 
     # --- server loop ----------------------------------------------------
@@ -327,32 +344,10 @@ class Controller:
         ticker.start()
         try:
             while not self._stop.is_set():
-                # no timeout unless a merge window or a lookup is due: the ticker brings the sweep
-                for what, _ in poller.poll(self._poll_ms()):
-                    if what == chan_fd:
-                        self._on_channels(sock)
-                    elif what is sock:
-                        while True:
-                            try:
-                                frames = sock.recv_multipart(zmq.NOBLOCK)
-                            except zmq.Again:
-                                break
-                            self._handle(sock, frames[0], frames[-1])
-                            if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                                break
-                    else:
-                        try:
-                            os.read(self._wake_r, 4096)
-                        except OSError:
-                            pass
-                if self._outbox:
-                    self._drain_outbox(sock)
-                self._tick(sock)
-                if self._sweep_due:
-                    self._sweep_due = False
-                    self.sweep()
-                    self._expire_subscribers()
-                    self._flush_records()
+                try:
+                    self._turn(sock, poller, chan_fd)
+                except Exception as exc:  # noqa: BLE001 - the controller outlives any one message or write
+                    self._survived(exc)
             self._tick(sock, force=True)
             self._drain_outbox(sock)
         finally:
@@ -362,9 +357,58 @@ class Controller:
             sock.close(200)   # let the last messages (job end to attached tools) leave
             ctx.term()
 
+    def _turn(self, sock: zmq.Socket, poller: zmq.Poller, chan_fd: int) -> None:
+        """One turn of the server loop: what is readable, then what is due."""
+        # no timeout unless a merge window or a lookup is due: the ticker brings the sweep
+        for what, _ in poller.poll(self._poll_ms()):
+            if what == chan_fd:
+                self._on_channels(sock)
+            elif what is sock:
+                while True:
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._handle(sock, frames[0], frames[-1])
+                    if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                        break
+            else:
+                try:
+                    os.read(self._wake_r, 4096)
+                except OSError:
+                    pass
+        if self._outbox:
+            self._drain_outbox(sock)
+        self._tick(sock)
+        if self._sweep_due:
+            self._sweep_due = False
+            if self.channels is not None:
+                self.channels.resume()
+            self.sweep()
+            self._expire_subscribers()
+            self._flush_records()
+
+    def _survived(self, exc: Exception) -> None:
+        """An error the server loop caught: kept in the job record (once per kind and message),
+        then the loop goes on; a burst of them is slowed down rather than spun through."""
+        key = f"{type(exc).__name__}: {exc}"
+        now = time.monotonic()
+        self._errors = [t for t in self._errors if now - t < 1.0] + [now]
+        if key not in self._errors_seen and len(self._errors_seen) < 100:
+            self._errors_seen.add(key)
+            self._records.append({"type": "controller-error", "error": key, "t": time.time()})
+        if len(self._errors) > 50:
+            time.sleep(0.01)
+
     def _on_channels(self, sock: zmq.Socket) -> None:
         """Messages from agents on their channels; a refused or broken connection is closed."""
         assert self.channels is not None
+        if self.channels.exhausted > self._exhausted_seen:
+            self._exhausted_seen = self.channels.exhausted
+            self._records.append({"type": "controller-error", "t": time.time(),
+                                  "error": f"out of descriptors accepting agent connections: "
+                                           f"{self.channels.last_error}; accepting again in {ACCEPT_PAUSE:g} s "
+                                           f"(open-file limit {self.open_files[1]})"})
         for peer, frames, why in self.channels.ready():
             for payload in frames:
                 if not self._handle(sock, peer, payload):
@@ -374,15 +418,21 @@ class Controller:
                 self._refuse(peer, f"bad frame: {why}")         # an oversized frame
 
     def _flush_records(self) -> None:
-        """Write the event records kept so far (server thread only)."""
+        """Write the event records kept so far (server thread only). When the write fails (no
+        descriptor, a full disk) they stay kept, in order, for the next flush."""
         if self._records:
             records, self._records = self._records, []
-            self.jobdir.append_events(records)
+            try:
+                self.jobdir.append_events(records)
+            except OSError:
+                self._records = records + self._records
+                if len(self._records) > MAX_KEPT_RECORDS:
+                    del self._records[:len(self._records) - MAX_KEPT_RECORDS]
 
     def _record(self, rec: dict[str, Any]) -> None:
         """Append a record to the job record after the event records still kept (server thread)."""
+        self._records.append(rec)
         self._flush_records()
-        self.jobdir.append_event(rec)
 
     def _ticker(self) -> None:
         """Wake the server thread every SWEEP_INTERVAL for the pid/heartbeat sweep."""

@@ -6,6 +6,7 @@ import os
 import secrets
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ class JobDir:
         self.path = Path(path)
         self.id = self.path.name
         self._lock = threading.Lock()
+        self._events_fd = -1           # events.jsonl, opened for appending on first use and kept open
 
     @classmethod
     def create(cls, root: str | os.PathLike[str] | None = None) -> "JobDir":
@@ -173,8 +175,17 @@ class JobDir:
     def append_events(self, records: list[dict[str, Any]]) -> None:
         """Append records to ``events.jsonl`` in one write."""
         text = "".join(json.dumps(_jsonable(r), sort_keys=True, default=str) + "\n" for r in records)
-        with self._lock, open(self.events_path, "a", encoding="utf-8") as fh:
-            fh.write(text)
+        data = text.encode("utf-8")
+        with self._lock:
+            if self._events_fd < 0:
+                # kept open: a launcher out of descriptors (thousands of agent connections) can still
+                # write its record; O_APPEND keeps each write whole at the end of the file
+                self._events_fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                weakref.finalize(self, os.close, self._events_fd)
+            view = memoryview(data)
+            while view:
+                n = os.write(self._events_fd, view)
+                view = view[n:]
 
     def events(self) -> list[dict[str, Any]]:
         """All records of ``events.jsonl``."""

@@ -104,7 +104,9 @@ def tag_line(line: str) -> tuple[int | None, str, str]:
 
 
 # Open MPI (PRRTE) messages telling that a host's runtime daemon is gone; the job is then aborted.
-_DAEMON_LOSS = ("lost communication with a remote daemon", "daemon failed to report back")
+_DAEMON_LOSS = ("lost communication with a remote daemon", "daemon failed to report back",
+                # under Slurm (PRRTE's plm/slurm): a node's daemon step ended, e.g. its link went down
+                "launching the per-node daemon", "srun returned non-zero exit status")
 _DAEMON_HOST = (re.compile(r"^\s*Remote daemon:.*\bon node (\S+)"),
                 re.compile(r"^\s*Remote host:\s+(\S+)"))
 _RANK_SIGNALLED = re.compile(r"process rank \d+ with PID \d+ on node \S+ exited on signal")
