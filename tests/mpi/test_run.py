@@ -367,6 +367,74 @@ def test_bad_options_exit_2_with_one_line(tmp_path, args, message):
     assert not (tmp_path / "jobs").exists()  # nothing was created or launched
 
 
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(120)
+def test_forged_clients_on_the_tcp_control_socket_are_refused_and_the_job_finishes(tmp_path):
+    """Over TCP the control plane speaks CurveZMQ: a client without the job's key (a plain
+    ZeroMQ client, a wrong key, garbage bytes, a frame announcing 2 GiB) is refused before any
+    message and logged; the ranks (over TCP too) and a tool with the key go on, the job ends 0."""
+    import socket
+    import struct
+
+    from planaria.events import curve
+
+    port = _free_port()
+    proc = subprocess.Popen(planaria(tmp_path, "-n", "2", "--backend", "sim", "--control", f"tcp://127.0.0.1:{port}",
+                                     "--timeout", "90", "--", "python", str(SCRIPTS / "steady_loop.py"), "150"),
+                            env=env_for(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ctx = zmq.Context()
+    try:
+        uri_file = wait_file("*/control.uri", tmp_path)
+        job = uri_file.parent
+        uri = uri_file.read_text().strip()
+        assert uri.startswith("tcp://")
+        secret = (job / "secret").read_text().strip()
+        forged = []
+        plain = ctx.socket(zmq.DEALER)                 # no CURVE at all, even with the right token
+        plain.setsockopt(zmq.LINGER, 0)
+        plain.connect(uri)
+        plain.send(msgpack.packb({"type": "ps", "tok": secret}))
+        wrong = ctx.socket(zmq.DEALER)                 # CURVE with another job's keys
+        wrong.setsockopt(zmq.LINGER, 0)
+        curve.client(wrong, "not the secret", uri)
+        wrong.connect(uri)
+        wrong.send(msgpack.packb({"type": "ps", "tok": secret}))
+        forged += [plain, wrong]
+        raw = socket.create_connection(("127.0.0.1", port))
+        raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 4)
+        huge = socket.create_connection(("127.0.0.1", port))
+        greeting = b"\xff" + bytes(8) + b"\x7f\x03\x00" + b"CURVE".ljust(20, b"\0") + bytes(32)
+        huge.sendall(greeting + b"\x06" + struct.pack(">Q", 2 << 30) + b"x" * 64)
+        assert not plain.poll(1500) and not wrong.poll(100), "a client without the key was answered"
+        tool = subprocess.run([sys.executable, "-m", "planaria.cli.main", "ps", job.name, "--json"],
+                              env=env_for(tmp_path), capture_output=True, text=True, timeout=30)
+        assert tool.returncode == 0, tool.stderr
+        assert sorted(r["rank"] for r in json.loads(tool.stdout)["ranks"]) == [0, 1]
+        raw.close()
+        huge.close()
+        out, err = proc.communicate(timeout=90)
+    finally:
+        for sk in forged:
+            sk.close(0)
+        ctx.term()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out.count("done") == 2
+    events = [json.loads(x) for x in (job / "events.jsonl").read_text().splitlines()]
+    why = {e["why"] for e in events if e["type"] == "refused"}
+    assert "handshake failed: protocol error ZMTP_MECHANISM_MISMATCH" in why, why
+    assert "handshake failed: protocol error ZMTP_CRYPTOGRAPHIC" in why, why
+    assert any(w.startswith("closed before completing a handshake") for w in why), why
+    assert secret not in (job / "events.jsonl").read_text()
+
+
 @pytest.mark.timeout(30)
 def test_controller_and_agent_in_process_over_tcp(tmp_path):
     from planaria.launch.controller import Controller

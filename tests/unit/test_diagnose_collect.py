@@ -6,6 +6,7 @@ import zmq
 from hypothesis import given, strategies as st
 
 from planaria.diagnose import collect
+from planaria.events import curve
 
 
 @given(st.lists(st.integers(0, 10**6), unique=True, max_size=300), st.integers(1, 20))
@@ -49,8 +50,10 @@ def test_silent_subtree_is_recorded_missing_within_budget():
     """A chunk head that never answers costs at most the budget; its whole chunk is missing."""
     ctx = zmq.Context()
     mute = ctx.socket(zmq.ROUTER)                      # accepts requests, never replies
+    curve.serve(mute, "s")                             # over TCP the tree speaks CurveZMQ
     port = mute.bind_to_random_port("tcp://127.0.0.1")
     answering = ctx.socket(zmq.ROUTER)
+    curve.serve(answering, "s")
     port2 = answering.bind_to_random_port("tcp://127.0.0.1")
     try:
         eps = {r: f"tcp://127.0.0.1:{port}" for r in range(0, 3)}          # chunk [0, 1, 2]: mute head
@@ -84,6 +87,7 @@ def test_silent_subtree_is_recorded_missing_within_budget():
 def test_wrong_token_replies_are_ignored():
     ctx = zmq.Context()
     liar = ctx.socket(zmq.ROUTER)
+    curve.serve(liar, "s")
     port = liar.bind_to_random_port("tcp://127.0.0.1")
     import threading
 
@@ -102,3 +106,23 @@ def test_wrong_token_replies_are_ignored():
         liar.close(0)
         ctx.term()
     assert part["ranks"] == [] and part["missing"] == [0]
+
+
+def test_a_tree_socket_without_the_job_key_gets_no_request():
+    """Over TCP a request is CurveZMQ-encrypted for the job's key: a listener with another key (or
+    none) never reads it, and its ranks are missing."""
+    ctx = zmq.Context()
+    other = ctx.socket(zmq.ROUTER)
+    curve.serve(other, "another job's secret")
+    port = other.bind_to_random_port("tcp://127.0.0.1")
+    plain = ctx.socket(zmq.ROUTER)
+    port2 = plain.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        part = collect.collect({0: f"tcp://127.0.0.1:{port}", 1: f"tcp://127.0.0.1:{port2}"}, "s", k=1,
+                               hop=0.3, ctx=ctx)
+        assert not other.poll(0) and not plain.poll(0)
+    finally:
+        other.close(0)
+        plain.close(0)
+        ctx.term()
+    assert part["ranks"] == [] and sorted(part["missing"]) == [0, 1]

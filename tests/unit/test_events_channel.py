@@ -171,3 +171,27 @@ def test_a_knock_for_a_rank_not_yet_known_is_delivered_when_it_arrives(controlle
         sender.close()
         if target is not None:
             target.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_knock_for_a_rank_that_has_ended_is_answered_gone(controller):
+    """A service writing to a rank that said goodbye learns it from the controller (to analyse
+    the records it sent there itself); a running rank is knocked as before, with no answer."""
+    from planaria.runtime.agent import Agent
+
+    sender = Agent(controller.uri, controller.jobdir.secret(), rank=0, size=3, heartbeat=0.05)
+    done = Agent(controller.uri, controller.jobdir.secret(), rank=1, size=3, heartbeat=0.05)
+    running = Agent(controller.uri, controller.jobdir.secret(), rank=2, size=3, heartbeat=0.05)
+    told: list[list[int]] = []
+    got = threading.Event()
+    sender.on_gone = lambda ranks: (told.append(ranks), got.set())
+    try:
+        assert done.report("bye", wait=True, timeout=5, code=0)
+        sender.report("knock", ranks=[1, 2])
+        assert got.wait(5) and told == [[1]]
+        got.clear()
+        sender.report("knock", ranks=[2])
+        assert not got.wait(0.5)
+    finally:
+        for a in (sender, done, running):
+            a.close()

@@ -24,6 +24,8 @@ from typing import Any
 import msgpack
 import zmq
 
+from planaria.events import curve
+
 DEFAULT_K = 8
 DEFAULT_HOP = 1.0
 
@@ -111,6 +113,7 @@ def ask_children(ctx: zmq.Context, ranks: Sequence[int], eps: Sequence[str | Non
             continue
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        curve.client(sock, secret, ep_of[chunk[0]])
         sock.connect(ep_of[chunk[0]])
         rid = uuid.uuid4().hex
         msg = {"type": "collect", "tok": secret, "id": rid, "ranks": chunk,

@@ -8,6 +8,7 @@ from typing import Any
 import msgpack
 import zmq
 
+from planaria.events import curve
 from planaria.launch.jobdir import JobDir, jobs_root
 
 
@@ -45,6 +46,7 @@ def request(jobdir: JobDir, msg: dict[str, Any], timeout: float) -> dict[str, An
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        curve.client(sock, secret, uri)
         sock.connect(uri)
         payload = dict(msg)
         payload["tok"] = secret

@@ -42,13 +42,15 @@ from typing import Any
 
 import msgpack
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from planaria.events import codes as ev_codes
+from planaria.events import curve
 from planaria.events.channel import address_for, frame
 from planaria.events.ranges import SESSION, Range, targets
 from planaria.launch.channels import ACCEPT_PAUSE, ChannelServer, Peer
 from planaria.launch.fdlimit import raise_open_files
-from planaria.launch import rankfate
+from planaria.launch import rankfate, tcpguard
 from planaria.launch.jobdir import JobDir
 from planaria.launch.procs import pid_alive
 from planaria.launch.relay import FaultMerger, KVStore
@@ -119,6 +121,8 @@ class Controller:
         self._errors_seen: set[str] = set()
         self._exhausted_seen = 0
         self.open_files = (0, 0)                            # open-file limit before and after start
+        self.guard: tcpguard.HandshakeGuard | None = None   # refused TCP connections (CurveZMQ)
+        self._monitor: zmq.Socket | None = None
         self.merger = FaultMerger()
         self._incident_feed: deque[tuple[dict[str, Any], Any]] = deque()   # for the launcher's console
         self.kv = KVStore()
@@ -312,6 +316,11 @@ class Controller:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 200000)     # a ROUTER drops what exceeds it: bursts of events
         sock.setsockopt(zmq.RCVHWM, 200000)
+        monitor = None
+        if curve.is_tcp(self.requested):         # other hosts: CurveZMQ, refusals watched
+            curve.serve(sock, self.secret.decode("utf-8"))
+            monitor = sock.get_monitor_socket(tcpguard.EVENTS)
+            self.guard = tcpguard.HandshakeGuard("tcp control socket")
         try:
             sock.bind(self.requested)
             self.uri = sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -323,6 +332,9 @@ class Controller:
         except zmq.ZMQError as exc:
             self._error = exc
             self._ready.set()
+            if monitor is not None:
+                sock.disable_monitor()
+                monitor.close(0)
             sock.close()
             ctx.term()
             return
@@ -340,6 +352,9 @@ class Controller:
         if self.channels is not None:
             chan_fd = self.channels.fileno()
             poller.register(chan_fd, zmq.POLLIN)
+        self._monitor = monitor
+        if monitor is not None:
+            poller.register(monitor, zmq.POLLIN)
         ticker = threading.Thread(target=self._ticker, name="planaria-controller-ticker", daemon=True)
         ticker.start()
         try:
@@ -351,9 +366,14 @@ class Controller:
             self._tick(sock, force=True)
             self._drain_outbox(sock)
         finally:
+            if self.guard is not None:
+                self._records.extend(self.guard.flush())
             self._flush_records()
             if self.channels is not None:
                 self.channels.close()
+            if monitor is not None:
+                sock.disable_monitor()
+                monitor.close(0)
             sock.close(200)   # let the last messages (job end to attached tools) leave
             ctx.term()
 
@@ -363,6 +383,8 @@ class Controller:
         for what, _ in poller.poll(self._poll_ms()):
             if what == chan_fd:
                 self._on_channels(sock)
+            elif what is self._monitor:
+                self._on_monitor()
             elif what is sock:
                 while True:
                     try:
@@ -386,7 +408,16 @@ class Controller:
                 self.channels.resume()
             self.sweep()
             self._expire_subscribers()
+            if self.guard is not None:
+                self._records.extend(self.guard.due())
             self._flush_records()
+
+    def _on_monitor(self) -> None:
+        """Connection events of the TCP socket: refused handshakes are counted (``tcpguard``)."""
+        assert self._monitor is not None and self.guard is not None
+        while self._monitor.poll(0):
+            self.guard.feed(recv_monitor_message(self._monitor, zmq.NOBLOCK))
+        self._records.extend(self.guard.due())
 
     def _survived(self, exc: Exception) -> None:
         """An error the server loop caught: kept in the job record (once per kind and message),
@@ -627,14 +658,22 @@ class Controller:
                 self._unknocked.discard(msg["rank"])
                 self._knock(sock, ident)
         if mtype == "knock":            # a rank's localization service wrote to these ranks: wake theirs
+            ended = []
             for r in msg.get("ranks") or ():
                 if not isinstance(r, int):
+                    continue
+                with self._lock:
+                    state = (self.ranks.get(r) or {}).get("state")
+                if state in ("finished", "failed", "lost"):
+                    ended.append(r)                  # nobody there to wake: the sender analyses itself
                     continue
                 dest = self.idents.get(r)
                 if dest is None:
                     self._unknocked.add(r)           # kept until the agent says hello, never dropped
                 else:
                     self._knock(sock, dest)
+            if ended:
+                self._reply(sock, ident, {"type": "gone", "ranks": ended})
             return True
         if mtype in self._TOOL_TYPES:
             self._tool(sock, ident, mtype, msg, now)

@@ -12,6 +12,7 @@ from xml.sax.saxutils import escape, quoteattr
 import msgpack
 import zmq
 
+from planaria.events import curve
 from planaria.events import codes as ev_codes
 from planaria.launch.client import ToolError, _status, request
 from planaria.launch.jobdir import JobDir
@@ -111,6 +112,7 @@ class Attach:
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 200)
+        curve.client(self._sock, self.secret, self.uri)
         self._sock.connect(self.uri)
         self._lock = threading.Lock()
         self.ended: str | None = None

@@ -87,6 +87,9 @@ def aligned_delay(now: float, tick: float) -> float:
     return delay + tick if delay < tick / 10 else delay
 
 
+ROUTED_KEPT = 8       # records kept per responsible rank, to analyse here if that rank has ended
+
+
 class Service:
     """Localization service of one rank (start with ``start``; one per process)."""
 
@@ -109,6 +112,9 @@ class Service:
         self._is_dead = is_dead
         self._step = step
         self._gone = gone                      # ranks known to have ended (finished or failed): no analysis there
+        self._left: set[int] = set()           # ranks the controller said have ended (``left``)
+        self._left_new: list[int] = []
+        self._routed: dict[int, list[ErrorRecord]] = {}   # responsible rank -> records last sent there
         self.log = msglog.log()
         if self.log is not None:
             self.log.resolution = self.tick     # a call first seen at a tick started at most a tick before
@@ -350,6 +356,7 @@ class Service:
                 if self._knock is None or self._busy():   # with knocks, an idle tick makes no MPI call
                     self._receive()
                     self._poll_sends()
+                self._reroute()
                 self._expire()
                 self._check_timers()
                 self._check_logs()
@@ -493,11 +500,30 @@ class Service:
         where = self.responsible[dst if dst is not None else self.rank]
         if where != self.rank:
             try:
-                if where in self._gone():      # the responsible rank has ended: analyse here
+                if where in self._left or where in self._gone():      # the responsible rank has ended: analyse here
                     where = self.rank
             except RuntimeError:               # its set changed while read: send as planned
                 pass
+        if where != self.rank:                 # kept in case it turns out to have ended (``left``)
+            self._routed.setdefault(where, []).append(rec)
+            del self._routed[where][:-ROUTED_KEPT]
         self._send(where, REPORT, rec.to_dict())
+
+    def left(self, ranks: list[int]) -> None:
+        """Ranks this one wrote to that have ended (the controller's answer to the knock, called
+        from the agent thread): the records sent there for analysis are analysed here instead."""
+        self._left_new.extend(ranks)
+        self._nudge.set()
+
+    def _reroute(self) -> None:
+        """Analyse here the records last sent to ranks found to have ended."""
+        while self._left_new:
+            r = self._left_new.pop()
+            if r in self._left:
+                continue
+            self._left.add(r)
+            for rec in self._routed.pop(r, []):
+                self._as_responsible(rec)
 
     # -- analysis (as the responsible rank) -----------------------------------------------
     def _as_responsible(self, rec: ErrorRecord) -> None:
@@ -519,8 +545,11 @@ class Service:
                 query["recvd"] = self._recvd.get((query["src"], target))
             self.status(target, lambda st: self._fed(target, "status", st if st is not None else {"ok": False}),
                         query=query)
+        elif target in self._left:             # the controller said it has ended: no vote can reach it
+            self._fed(target, "vote", {"reachable": 0, "unreachable": 1})
         else:
-            voters = [v for v in (probe.voters or _group(self.hosts, target)) if v not in (target, self.rank)][:8]
+            voters = [v for v in (probe.voters or _group(self.hosts, target))
+                      if v not in (target, self.rank) and v not in self._left][:8]
             self.vote(target, voters, lambda votes: self._fed(target, "vote", {"votes": votes}))
 
     def _fed(self, target: int, kind: str, outcome: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 import msgpack
 import zmq
 
+from planaria.events import curve
 from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
 from planaria.events.local import deliver as _deliver
 
@@ -70,6 +71,7 @@ class Agent:
         self.endpoint: str | None = None
         self._on_knock: Any = None            # called on the agent thread when another rank knocks
         self._knock_early = False             # a knock came before there was anyone to call
+        self.on_gone: Any = None              # called on the agent thread with ranks a knock found ended
         self._knock_lock = threading.Lock()
         self._ctx = zmq.Context()
         self._tree = self._bind_tree()        # bound here so that hello can name it; used by the agent thread
@@ -235,6 +237,14 @@ class Agent:
         if mtype == "stdin":
             self._push_stdin(str(msg.get("data") or ""), bool(msg.get("eof")))
             return
+        if mtype == "gone":               # ranks this one's service wrote to have ended (a knock's answer)
+            cb = self.on_gone
+            if cb is not None:
+                try:
+                    cb([r for r in msg.get("ranks") or () if isinstance(r, int)])
+                except Exception:  # noqa: BLE001 - the agent thread must go on
+                    pass
+            return
         if mtype == "knock":              # another rank wrote to this one's localization service
             with self._knock_lock:
                 cb = self._on_knock
@@ -282,6 +292,7 @@ class Agent:
                 tree.bind(f"ipc://{base}/a{self.rank}-{os.getpid()}.sock")
                 self.endpoint = tree.getsockopt_string(zmq.LAST_ENDPOINT)
             else:
+                curve.serve(tree, self._secret)
                 port = tree.bind_to_random_port("tcp://*")
                 self.endpoint = f"tcp://{socket.gethostname()}:{port}"
         except zmq.ZMQError:
@@ -358,6 +369,7 @@ class Agent:
         poller.register(wake_r, zmq.POLLIN)
         try:
             if sock is not None:
+                curve.client(sock, self._secret, self.uri)
                 sock.connect(self.uri)
                 self._send(sock, self._hello())
             self.last_reply = time.monotonic()

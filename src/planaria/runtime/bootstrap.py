@@ -220,6 +220,7 @@ def _start_localizer(comm: Comm, thresholds: Any, svc: Any) -> None:
                       step=current_step, knock=knock if agent is not None else None, gone=gone)
     if agent is not None:
         agent.on_knock = service.knocked
+        agent.on_gone = service.left
     _RT.localizer = service.start()
 
 
