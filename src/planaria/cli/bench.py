@@ -156,6 +156,29 @@ def recovery(
     raise typer.Exit(run_and_show("recovery", compute, rb.show, json_out))
 
 
+@app.command("controlplane")
+def controlplane(
+    ranks: str = typer.Option("256,4096", "--ranks", help="Simulated rank counts, comma-separated (one job each)."),
+    seconds: float = typer.Option(30.0, "--seconds", help="Steady window per job."),
+    hb: float = typer.Option(0.5, "--hb", help="Heartbeat interval per rank (a rank's agent beats every 0.5 s)."),
+    ps_every: float = typer.Option(1.0, "--ps-every", help="Seconds between ps requests during the window."),
+    workers: int = typer.Option(2, "--workers", help="Processes that hold the simulated ranks' connections."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds allowed for every rank's hello."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Control-plane scale: the real controller serving simulated ranks (agent-channel connections).
+
+    Per job: the controller's CPU, the heartbeat round trip (p50/p99), ranks wrongly marked lost,
+    the time of a ps request, and an event from a tool until the last rank has it.
+    No MPI. Example: planaria bench controlplane --ranks 2000,8192 --seconds 60
+    """
+    from planaria.bench import controlplane as cp
+    from planaria.bench._launch import run_and_show
+
+    raise typer.Exit(run_and_show("controlplane", lambda: cp.run(ranks, seconds, hb, ps_every, workers, timeout),
+                                  cp.show, json_out))
+
+
 @app.command("hangfilter")
 def hangfilter(
     threads: str = typer.Option("12779520", "--threads",

@@ -130,7 +130,8 @@ class Service:
         self._sends: list[tuple[Any, bytes, float]] = []
         self._engaged_until = 0.0              # busy ticks until then: this rank is in a probe exchange
         self._analysed: set[tuple] = set()
-        self._emitted: dict[tuple, int] = {}
+        self._emitted: dict[tuple, tuple[int, Any]] = {}     # incident key -> (evidence count, status) reported
+        self._unsettled = False                # an incident was last reported as probing
         self._recvd: dict[tuple[int, int], int] = {}
         self._watch: list | None = None        # [call, time last seen in it, op map once slower than slow_after]
         self._last_in_mpi = time.monotonic()
@@ -358,6 +359,8 @@ class Service:
                     self._poll_sends()
                 self._reroute()
                 self._expire()
+                if self._unsettled:                # its probes may have ended without a new record
+                    self._emit()
                 self._check_timers()
                 self._check_logs()
                 iowatch.install()
@@ -558,16 +561,22 @@ class Service:
         self._emit()
 
     def _emit(self) -> None:
+        """Report incidents that are new, whose evidence has doubled, or whose status changed
+        (a ``probing`` one settles when its probes end: re-checked every tick until then)."""
+        unsettled = False
         for inc in self.rules.incidents(now=time.time()):
             rc = inc.root_cause(max_evidence=4)
             key = (rc.get("kind"), rc.get("verdict"), tuple(rc.get("ranks") or ()))
             count = int(rc.get("count", 1))
+            status = rc.get("status")
+            unsettled = unsettled or status == "probing"
             seen = self._emitted.get(key)
-            if seen is not None and count < 2 * seen:
+            if seen is not None and count < 2 * seen[0] and status == seen[1]:
                 continue
-            self._emitted[key] = count
+            self._emitted[key] = (count, status)
             rc["responsible"] = self.rank
             self._report_up(rc)
+        self._unsettled = unsettled
 
 
 def _received(op: dict[str, Any]) -> int:

@@ -1,0 +1,259 @@
+"""Control-plane scale: the real controller (its own process) serving simulated ranks.
+
+Each simulated rank is one agent-channel connection (``planaria.events.channel``: a Unix stream
+socket, length-prefixed msgpack frames) that says ``hello`` and then sends a heartbeat every
+``--hb`` seconds, exactly as a rank's agent does; worker processes hold the connections (one
+selector loop each). Measured in the same run: the controller process's CPU over the steady
+window, the heartbeat round trip (``hb`` sent to its ``hbok`` read back, p50/p99), ranks the
+controller marked lost although they kept beating (false losses), the time of a ``planaria ps``
+request (every ``--ps-every`` s, through the real tool client), and an event sent by a tool to
+the whole job until the last rank has read it.
+
+Run as ``planaria bench controlplane`` or ``python benchmarks/controlplane.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import selectors
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from planaria.bench._launch import BenchError
+from planaria.events.channel import Reader, address_for, frame
+from planaria.launch.fdlimit import raise_open_files
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# -- the two helper processes ----------------------------------------------------------------
+def controller_main(job: str) -> int:
+    """Run the real controller for job directory ``job``: print its URI, serve until stdin closes."""
+    from planaria.launch.controller import Controller
+    from planaria.launch.jobdir import JobDir
+
+    ctl = Controller(JobDir.open(job))
+    print(ctl.start(), flush=True)
+    sys.stdin.read()
+    ctl.stop()
+    return 0
+
+
+def worker_main(path: str, secret: str, first: int, count: int, size: int, hb: float, seconds: float,
+                out: str) -> int:
+    """``count`` simulated ranks from ``first``: hello, then heartbeats until the driver closes this
+    process's standard input (at most ``seconds``); stats to ``out``."""
+    raise_open_files()
+    sel = selectors.DefaultSelector()
+    conns: list[tuple[socket.socket, Reader, list[float]]] = []
+    pid, host = os.getpid(), socket.gethostname()
+    for r in range(first, first + count):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        s.sendall(frame(msgpack.packb({"type": "hello", "rank": r, "size": size, "pid": pid, "host": host,
+                                       "role": "initial", "backend": "sim", "tok": secret})))
+        s.setblocking(False)
+        conns.append((s, Reader(), []))
+        sel.register(s, selectors.EVENT_READ, len(conns) - 1)
+    sel.register(sys.stdin, selectors.EVENT_READ, -1)       # readable (EOF) when the driver is done
+    rtts: list[float] = []
+    events: list[float] = []
+    dropped = 0
+    start = time.monotonic()
+    end = start + seconds
+    gap = hb / max(count, 1)                 # ranks beat in turn, evenly spread over the interval,
+    idx, cycle, step = 0, start, 1           # as independent agents' timers do
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            break
+        while cycle + idx * gap <= now:
+            s, _, sent = conns[idx]
+            msg = frame(msgpack.packb({"type": "hb", "rank": first + idx, "step": step, "t": time.time(),
+                                       "tok": secret}))
+            try:
+                s.send(msg)
+                sent.append(time.monotonic())
+            except BlockingIOError:
+                dropped += 1
+            idx += 1
+            if idx == count:
+                idx, cycle, step = 0, cycle + hb, step + 1
+        for key, _ in sel.select(max(0.0, min(cycle + idx * gap, end) - time.monotonic())):
+            if key.data < 0:
+                end = 0.0
+                continue
+            s, reader, sent = conns[key.data]
+            try:
+                data = s.recv(1 << 16)
+            except BlockingIOError:
+                continue
+            t = time.monotonic()
+            for payload in reader.feed(data):
+                msg = msgpack.unpackb(payload, raw=False)
+                if msg.get("type") == "hbok" and sent:
+                    rtts.append(t - sent.pop(0))
+                elif msg.get("type") == "event":
+                    events.append(time.time())
+    for s, _, _ in conns:
+        s.close()
+    Path(out).write_text(json.dumps({"rtts": rtts, "events": events, "dropped": dropped}))
+    return 0
+
+
+# -- the driver -------------------------------------------------------------------------------
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int, timeout: float) -> dict[str, Any]:
+    """One job of ``ranks`` simulated ranks: the figures of the module docstring."""
+    from planaria.launch.client import request
+    from planaria.launch.jobdir import JobDir
+
+    raise_open_files()
+    tmp = tempfile.mkdtemp(prefix="planaria-cp-")
+    jd = JobDir.create(tmp)
+    me = [sys.executable, "-m", "planaria.bench.controlplane"]
+    ctl = subprocess.Popen(me + ["--controller", str(jd.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        uri = (ctl.stdout.readline() if ctl.stdout else "").strip()
+        path = address_for(uri)
+        if not path:
+            raise BenchError(f"the controller gave no agent-channel address ({uri!r})")
+        secret = jd.secret()
+        per = -(-ranks // workers)
+        outs = []
+        for w in range(workers):
+            first, count = w * per, min(per, ranks - w * per)
+            if count <= 0:
+                break
+            out = str(Path(tmp) / f"w{w}.json")
+            outs.append(out)
+            procs.append(subprocess.Popen(me + ["--worker", path, secret, str(first), str(count), str(ranks),
+                                                str(hb), str(seconds + 2 * timeout), out], stdin=subprocess.PIPE))
+        deadline = time.monotonic() + timeout
+        while True:                           # every rank said hello
+            rows = request(jd, {"type": "ps"}, timeout=30).get("ranks") or []
+            if sum(1 for r in rows if r.get("state") in ("starting", "running")) >= ranks:
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"only {len(rows)} of {ranks} simulated ranks said hello within {timeout:g} s")
+            time.sleep(0.2)
+        t0, cpu0 = time.monotonic(), _cpu(ctl.pid)
+        ps_times: list[float] = []
+        sent_event = None
+        while time.monotonic() - t0 < seconds:
+            t = time.monotonic()
+            rows = request(jd, {"type": "ps"}, timeout=30).get("ranks") or []
+            ps_times.append(time.monotonic() - t)
+            if sent_event is None and time.monotonic() - t0 > seconds * 0.4:
+                sent_event = time.time()
+                request(jd, {"type": "notify", "code": "USER+1", "range": None, "info": {"bench": 1}, "affected": [],
+                             "t": sent_event}, timeout=30)
+            time.sleep(max(0.0, ps_every - (time.monotonic() - t)))
+        cpu = (_cpu(ctl.pid) - cpu0) / (time.monotonic() - t0)
+        lost = [r["rank"] for r in rows if r.get("state") not in ("starting", "running")]
+        lost_events = sum(1 for e in jd.events() if e.get("type") == "lost")     # while every rank still beats
+        for p in procs:
+            if p.stdin:
+                p.stdin.close()
+        for p in procs:
+            p.wait(timeout=timeout)
+        rtts: list[float] = []
+        got: list[float] = []
+        dropped = 0
+        for out in outs:
+            d = json.loads(Path(out).read_text())
+            rtts += d["rtts"]
+            got += d["events"]
+            dropped += d["dropped"]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        if ctl.stdin:
+            ctl.stdin.close()
+        try:
+            ctl.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            ctl.kill()
+    rtts.sort()
+    q = (lambda f: rtts[min(len(rtts) - 1, int(f * len(rtts)))] * 1e3 if rtts else None)
+    recs = jd.events()
+    return {"ranks": ranks, "workers": workers, "seconds": seconds, "hb_s": hb,
+            "controller_cpu": round(cpu, 4), "hb_p50_ms": q(0.5), "hb_p99_ms": q(0.99), "heartbeats": len(rtts),
+            "false_losses": max(len(lost), lost_events),
+            "ps_median_s": statistics.median(ps_times) if ps_times else None, "ps_calls": len(ps_times),
+            "event_to_last_s": (max(got) - sent_event) if got and sent_event else None,
+            "event_reached": len(got), "hb_dropped": dropped,
+            "controller_errors": [e.get("error") for e in recs if e.get("type") == "controller-error"][:5]}
+
+
+def run(ranks: str, seconds: float, hb: float, ps_every: float, workers: int, timeout: float) -> dict[str, Any]:
+    """Every rank count of ``ranks`` (comma-separated), one job each."""
+    counts = [int(x) for x in ranks.split(",") if x.strip()]
+    if not counts or min(counts) < 1:
+        raise ValueError(f"--ranks: expected positive counts, got {ranks!r}")
+    rows = [run_one(n, seconds, hb, ps_every, workers, timeout) for n in counts]
+    return {"benchmark": "controlplane", "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "open_files": raise_open_files()[1], "loadavg": [round(x, 2) for x in os.getloadavg()], "rows": rows}
+
+
+def show(result: dict[str, Any], as_json: bool = False) -> None:
+    """The table of ``run``'s result (or the result as JSON)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    t = Table(title=f"control plane: real controller, simulated ranks ({result['cores']} cores, "
+                    f"open-file limit {result['open_files']})")
+    for col in ("ranks", "controller CPU", "hb p50 / p99", "false losses", "ps", "event to last rank", "reached"):
+        t.add_column(col, justify="right")
+    for r in result["rows"]:
+        f = (lambda v, fmt: "-" if v is None else fmt.format(v))
+        t.add_row(str(r["ranks"]), f"{100 * r['controller_cpu']:.1f} %",
+                  f"{f(r['hb_p50_ms'], '{:.2f}')} / {f(r['hb_p99_ms'], '{:.2f}')} ms", str(r["false_losses"]),
+                  f(r["ps_median_s"], "{:.3f} s"), f(r["event_to_last_s"], "{:.3f} s"), f"{r['event_reached']}/{r['ranks']}")
+    Console().print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="controlplane", description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", default="256,4096", help="simulated rank counts, comma-separated")
+    p.add_argument("--seconds", type=float, default=30.0, help="steady window per job")
+    p.add_argument("--hb", type=float, default=0.5, help="heartbeat interval per rank (the agent's: 0.5 s)")
+    p.add_argument("--ps-every", type=float, default=1.0, help="seconds between ps requests")
+    p.add_argument("--workers", type=int, default=2, help="processes holding the simulated ranks")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed for every rank's hello")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--controller", metavar="JOBDIR", help=argparse.SUPPRESS)
+    p.add_argument("--worker", nargs=8, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.controller:
+        return controller_main(a.controller)
+    if a.worker:
+        path, secret, first, count, size, hb, seconds, out = a.worker
+        return worker_main(path, secret, int(first), int(count), int(size), float(hb), float(seconds), out)
+    from planaria.bench._launch import run_and_show
+    return run_and_show("controlplane", lambda: run(a.ranks, a.seconds, a.hb, a.ps_every, a.workers, a.timeout),
+                        show, a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
