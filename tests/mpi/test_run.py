@@ -295,6 +295,13 @@ def test_a_closed_output_pipe_does_not_leave_the_job_running(tmp_path):
     assert summary["outcome"] == "timeout"
 
 
+def started_job(home: Path) -> tuple[Path, str, str]:
+    """The job directory, control URI and secret of the one job under ``home`` once it listens."""
+    uri_file = wait_file("*/control.uri", home)
+    job = uri_file.parent
+    return job, uri_file.read_text().strip(), (job / "secret").read_text().strip()
+
+
 @pytest.mark.timeout(60)
 def test_wrong_secret_is_refused(tmp_path):
     marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
@@ -303,10 +310,7 @@ def test_wrong_secret_is_refused(tmp_path):
                             env=env_for(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ctx = zmq.Context()
     try:
-        uri_file = wait_file("*/control.uri", tmp_path)
-        job = uri_file.parent
-        uri = uri_file.read_text().strip()
-        secret = (job / "secret").read_text().strip()
+        job, uri, secret = started_job(tmp_path)
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(uri)
@@ -390,11 +394,8 @@ def test_forged_clients_on_the_tcp_control_socket_are_refused_and_the_job_finish
                             env=env_for(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ctx = zmq.Context()
     try:
-        uri_file = wait_file("*/control.uri", tmp_path)
-        job = uri_file.parent
-        uri = uri_file.read_text().strip()
+        job, uri, secret = started_job(tmp_path)
         assert uri.startswith("tcp://")
-        secret = (job / "secret").read_text().strip()
         forged = []
         plain = ctx.socket(zmq.DEALER)                 # no CURVE at all, even with the right token
         plain.setsockopt(zmq.LINGER, 0)

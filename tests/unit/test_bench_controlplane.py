@@ -18,6 +18,9 @@ def test_a_small_job_is_served_and_measured() -> None:
     assert row["ps_calls"] >= 2 and 0 <= row["controller_cpu"] < 2
 
 
-def test_bad_rank_counts_are_refused() -> None:
-    with pytest.raises(ValueError, match="--ranks"):
-        cp.run("0", seconds=1, hb=0.5, ps_every=1, workers=1, timeout=5)
+@pytest.mark.parametrize("args, message", [
+    (("0", 1, 0.5, 1, 1), "--ranks"), (("abc", 1, 0.5, 1, 1), "--ranks"), (("8", 0, 0.5, 1, 1), "--seconds"),
+    (("8", 1, -1, 1, 1), "--hb"), (("8", 1, 0.5, 1, 0), "--workers")])
+def test_bad_options_are_refused(args: tuple, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        cp.run(*args, timeout=5)

@@ -205,9 +205,17 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
 
 def run(ranks: str, seconds: float, hb: float, ps_every: float, workers: int, timeout: float) -> dict[str, Any]:
     """Every rank count of ``ranks`` (comma-separated), one job each."""
-    counts = [int(x) for x in ranks.split(",") if x.strip()]
+    try:
+        counts = [int(x) for x in ranks.split(",") if x.strip()]
+    except ValueError:
+        counts = []
     if not counts or min(counts) < 1:
-        raise ValueError(f"--ranks: expected positive counts, got {ranks!r}")
+        raise ValueError(f"--ranks: expected positive counts, comma-separated, got {ranks!r}")
+    for name, v in (("--seconds", seconds), ("--hb", hb), ("--ps-every", ps_every), ("--timeout", timeout)):
+        if not v > 0:
+            raise ValueError(f"{name} must be positive, got {v:g}")
+    if workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
     rows = [run_one(n, seconds, hb, ps_every, workers, timeout) for n in counts]
     return {"benchmark": "controlplane", "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "open_files": raise_open_files()[1], "loadavg": [round(x, 2) for x in os.getloadavg()], "rows": rows}

@@ -434,12 +434,6 @@ class Controller:
     def _on_channels(self, sock: zmq.Socket) -> None:
         """Messages from agents on their channels; a refused or broken connection is closed."""
         assert self.channels is not None
-        if self.channels.exhausted > self._exhausted_seen:
-            self._exhausted_seen = self.channels.exhausted
-            self._records.append({"type": "controller-error", "t": time.time(),
-                                  "error": f"out of descriptors accepting agent connections: "
-                                           f"{self.channels.last_error}; accepting again in {ACCEPT_PAUSE:g} s "
-                                           f"(open-file limit {self.open_files[1]})"})
         for peer, frames, why in self.channels.ready():
             for payload in frames:
                 if not self._handle(sock, peer, payload):
@@ -447,6 +441,12 @@ class Controller:
                     break
             if why is not None and why != "closed" and not why.startswith("connection error"):
                 self._refuse(peer, f"bad frame: {why}")         # an oversized frame
+        if self.channels.exhausted > self._exhausted_seen:
+            self._exhausted_seen = self.channels.exhausted
+            self._records.append({"type": "controller-error", "t": time.time(),
+                                  "error": f"out of descriptors accepting agent connections: "
+                                           f"{self.channels.last_error}; accepting again in {ACCEPT_PAUSE:g} s "
+                                           f"(open-file limit {self.open_files[1]})"})
 
     def _flush_records(self) -> None:
         """Write the event records kept so far (server thread only). When the write fails (no

@@ -88,6 +88,7 @@ def aligned_delay(now: float, tick: float) -> float:
 
 
 ROUTED_KEPT = 8       # records kept per responsible rank, to analyse here if that rank has ended
+SYMPTOM = "timeout"   # the incident kind of a message timeout not yet explained by a cause
 
 
 class Service:
@@ -561,17 +562,20 @@ class Service:
         self._emit()
 
     def _emit(self) -> None:
-        """Report incidents that are new, whose evidence has doubled, or whose status changed
-        (a ``probing`` one settles when its probes end: re-checked every tick until then)."""
+        """Report incidents that are new, whose evidence has doubled, or, for a named cause,
+        whose status changed (a ``probing`` one settles when its probes end: re-checked every
+        tick until then). A bare message timeout is a symptom: its settling alone is not news,
+        the cause found from it is."""
         unsettled = False
         for inc in self.rules.incidents(now=time.time()):
             rc = inc.root_cause(max_evidence=4)
             key = (rc.get("kind"), rc.get("verdict"), tuple(rc.get("ranks") or ()))
             count = int(rc.get("count", 1))
             status = rc.get("status")
-            unsettled = unsettled or status == "probing"
+            symptom = rc.get("kind") == SYMPTOM
+            unsettled = unsettled or (status == "probing" and not symptom)
             seen = self._emitted.get(key)
-            if seen is not None and count < 2 * seen[0] and status == seen[1]:
+            if seen is not None and count < 2 * seen[0] and (status == seen[1] or symptom):
                 continue
             self._emitted[key] = (count, status)
             rc["responsible"] = self.rank
