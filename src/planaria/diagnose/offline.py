@@ -1126,7 +1126,7 @@ class _Analysis:
         odd, others = w[known & (sizes == vals[i])], w[known & (sizes != vals[i])]
         comm = self.strings[int(self.g_comm[g])]
         call = f"{name} #{self.g_seq[g]} on {comm}"
-        reason = mismatch_text(_rs(odd, "", "").strip(), int(vals[i]), _rs(others, "", "").strip(),
+        reason = mismatch_text(_clip(ranges(odd)), int(vals[i]), _clip(ranges(others)),
                                sorted(int(v) for v in vals if v != vals[i]), call)
         site = self.s(int(self.c["op_site"][self.row_of[int(odd[0])]]))
         self.evidence.append(f"count mismatch in {call}: " + ", ".join(
