@@ -183,6 +183,19 @@ def case_calls(c: pl.Comm) -> None:
         _check(False, "Create_intercomm did not raise")
     except NotImplementedError as e:
         _check("Create_intercomm" in str(e) and "sim backend" in str(e) and "\n" not in str(e), f"message: {e}")
+    # an MPI.Intracomm for mpi4py's class-level calls; mpi4py's own names planaria leaves out stay refused
+    _check(isinstance(c, MPI.Intracomm) and MPI.Comm(c) == c, "MPI.Comm(c) equals c")
+    _check(MPI.Comm.Compare(c, MPI.COMM_WORLD) == MPI.CONGRUENT, "MPI.Comm.Compare(c, COMM_WORLD)")
+    _check(c.toint() == -1 and isinstance(c.Get_info(), MPI.Info), "toint/Get_info")
+    for refused in (lambda: c.Spawn("x"), lambda: c.handle):
+        try:
+            refused()
+            _check(False, "a refused mpi4py name did not raise")
+        except NotImplementedError as e:
+            _check("sim backend" in str(e), f"message: {e}")
+    d = c.Dup()
+    d.Free()
+    _check(not d and d == MPI.COMM_NULL and c, "a freed communicator is falsy, the world is not")
     print(f"OK calls {r}", flush=True)
 
 

@@ -46,9 +46,14 @@ Refused (one-line ``NotImplementedError``), because they cannot be made failure-
 ``Disconnect`` and ``Create_from_group`` (intercommunicators, processes or sessions beyond the
 simulated world), ``Psend_init``/``Precv_init`` (partitioned requests), and the raw handle
 (``handle``, ``fromhandle``, ``f2py``, ``fromint``: an MPI communicator rebuilt from it would
-skip every check; ``toint`` and ``py2f`` answer -1, mpi4py's "no handle"). mpi4py's class-level
-calls given a SimComm (``MPI.Comm.Compare(comm, ...)``, ``MPI.Message.probe(comm)``...) raise
-mpi4py's TypeError: a SimComm is not an ``MPI.Comm``.
+skip every check; ``toint`` and ``py2f`` answer -1, mpi4py's "no handle").
+
+A SimComm is an ``MPI.Intracomm`` sharing its underlying communicator's handle, so mpi4py's
+class-level calls take it (``MPI.Comm(comm)``, ``MPI.Comm.Compare(comm, ...)``). Those run
+mpi4py's C code on the handle: local ones are exact, but one that waits for other processes
+(``MPI.Comm.Barrier(comm)``, ``MPI.Message.probe(comm)``) skips the failure checks and can wait
+for a zombie forever, as a call on the underlying communicator would. The method forms
+(``comm.Barrier()``) are the failure-safe ones.
 """
 from __future__ import annotations
 
@@ -538,11 +543,20 @@ def _blocking(iname: str) -> Callable[..., None]:
     return call
 
 
-class SimComm(Comm):
-    """Fault-tolerant communicator whose failures are simulated (works on any MPI-3 library)."""
+class SimComm(Comm, MPI.Intracomm):
+    """Fault-tolerant communicator whose failures are simulated (works on any MPI-3 library).
+
+    An ``MPI.Intracomm`` sharing the handle of the MPI communicator underneath, so mpi4py's
+    class-level calls take it (``MPI.Comm(c)``, ``MPI.Comm.Compare(c, ...)``, its lock table);
+    every public name of mpi4py's class that planaria does not implement is masked
+    (``_mask_mpi_names``) so that it goes through ``__getattr__``'s choice, local or refused,
+    never to an MPI call that would wait for a zombie."""
 
     backend = "sim"
     _freed = False
+
+    def __new__(cls, world: Any = None, mpi_comm: Any = None, *rest: Any, **kwargs: Any) -> SimComm:
+        return MPI.Intracomm.__new__(cls, mpi_comm if isinstance(mpi_comm, MPI.Intracomm) else None)
 
     def __getattr__(self, name: str) -> Any:
         """The rest of mpi4py's communicator API.
@@ -567,10 +581,22 @@ class SimComm(Comm):
         return unavailable
 
     def __eq__(self, other: object) -> bool:
-        """Identity, except that a freed communicator equals ``MPI.COMM_NULL`` as in mpi4py."""
+        """mpi4py's: the same MPI handle; a freed communicator equals ``MPI.COMM_NULL`` only."""
         if other is self:
             return True
-        return self._freed and isinstance(other, MPI.Comm) and other == MPI.COMM_NULL
+        if not isinstance(other, MPI.Comm):
+            return NotImplemented
+        if self._freed or getattr(other, "_freed", False):
+            return other == MPI.COMM_NULL if self._freed else False
+        return MPI.Comm.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __bool__(self) -> bool:
+        """False once freed, as mpi4py's communicators (the MPI handle is kept: see ``free``)."""
+        return not self._freed
 
     __hash__ = object.__hash__
 
@@ -1497,6 +1523,35 @@ _TOPO_LOCAL = frozenset({
     "neighbors", "nneighbors", "nnodes", "Get_dist_neighbors", "Get_dist_neighbors_count", "degrees",
     "indegree", "outdegree", "inedges", "outedges", "inoutedges",
 })
+
+
+def _mask_mpi_names(cls: type) -> None:
+    """Give every public name of ``MPI.Intracomm`` that planaria's classes do not define a stand-in
+    that asks ``SimComm.__getattr__``: the subclass would otherwise find mpi4py's C method first."""
+    own: set[str] = set()
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("planaria"):
+            own.update(vars(klass))
+    for name in dir(MPI.Intracomm):
+        if name.startswith("_") or name in own:
+            continue
+        if inspect.isroutine(getattr(MPI.Intracomm, name)):
+            setattr(cls, name, _stand_in(name))
+        else:
+            setattr(cls, name, property(lambda self, _n=name: SimComm.__getattr__(self, _n),
+                                        doc=f"mpi4py's ``{name}`` (see ``SimComm.__getattr__``)."))
+
+
+def _stand_in(name: str) -> Callable[..., Any]:
+    """A method that ``SimComm.__getattr__`` resolves: the underlying communicator's, or a refusal."""
+    def call(self: SimComm, *args: Any, **kwargs: Any) -> Any:
+        return SimComm.__getattr__(self, name)(*args, **kwargs)
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"mpi4py's ``{name}``: a local call is the underlying communicator's, another is refused."
+    return call
+
+
+_mask_mpi_names(SimComm)
 
 
 def _tag_for(cid: str) -> int:
