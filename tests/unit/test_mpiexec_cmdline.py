@@ -178,3 +178,19 @@ def test_pbs_nodefile(tmp_path):
     assert opt_value(argv, "--host") == "a:2,b:1"
     assert "--oversubscribe" in argv
     assert allocation_hosts({}) is None
+
+
+@pytest.mark.parametrize("line, words, dead", [
+    ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 State=IDLE ThreadsPerCore=1", {"IDLE"}, False),
+    ("NodeName=n2 State=IDLE* ThreadsPerCore=1", {"IDLE", "NOT_RESPONDING"}, True),
+    ("NodeName=n2 State=MIXED+DRAIN ThreadsPerCore=1", {"MIXED", "DRAIN"}, True),
+    ("NodeName=n2 State=DOWN+NOT_RESPONDING", {"DOWN", "NOT_RESPONDING"}, True),
+    ("NodeName=n1 State=ALLOCATED", {"ALLOCATED"}, False),
+    ("Node n9 not found", None, None),
+])
+def test_slurm_node_states_are_read_from_scontrols_line(line: str, words: set[str] | None, dead: bool | None) -> None:
+    from planaria.launch.slurm import DEAD_STATES, state_words
+    got = state_words(line)
+    assert got == words
+    if got is not None:
+        assert bool(got & DEAD_STATES) is dead

@@ -49,16 +49,17 @@ def controller_main(job: str) -> int:
 
 
 def worker_main(path: str, secret: str, first: int, count: int, size: int, hb: float, seconds: float,
-                out: str) -> int:
+                out: str, per_node: int = 0) -> int:
     """``count`` simulated ranks from ``first``: hello, then heartbeats until the driver closes this
-    process's standard input (at most ``seconds``); stats to ``out``."""
+    process's standard input (at most ``seconds``); stats to ``out``. With ``per_node``, rank r
+    connects to its node agent, ``path`` with ``{node}`` = r // per_node."""
     raise_open_files()
     sel = selectors.DefaultSelector()
     conns: list[tuple[socket.socket, Reader, list[float]]] = []
     pid, host = os.getpid(), socket.gethostname()
     for r in range(first, first + count):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(path)
+        s.connect(path.format(node=r // per_node) if per_node else path)
         s.sendall(frame(msgpack.packb({"type": "hello", "rank": r, "size": size, "pid": pid, "host": host,
                                        "role": "initial", "backend": "sim", "tok": secret})))
         s.setblocking(False)
@@ -117,8 +118,36 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int, timeout: float) -> dict[str, Any]:
-    """One job of ``ranks`` simulated ranks: the figures of the module docstring."""
+def _node_agents(jd: Any, uri: str, tmp: str, nodes: int, fanout: int,
+                 timeout: float) -> tuple[list[subprocess.Popen[bytes]], str]:
+    """Start ``nodes`` real node agents (``planaria.launch.nodeagent``) for the controller at ``uri``,
+    in a routed tree of ``fanout`` (0: all connected to the controller); return them and their
+    sockets' path template (``{node}``) once every one listens."""
+    from planaria.events.channel import connect
+    from planaria.launch.nodeagent import tree_parent
+
+    template = str(Path(tmp) / "nodes" / "n{node}.sock")
+    agents = []
+    for i in range(nodes):
+        parent = tree_parent(i, fanout)
+        via = [] if parent is None else ["--parent", template.format(node=parent)]
+        agents.append(subprocess.Popen([sys.executable, "-m", "planaria.launch.nodeagent", "--listen",
+                                        template.format(node=i), "--uri", uri, "--secret-file", str(jd.secret_path),
+                                        "--node", f"n{i}", *via], stdin=subprocess.DEVNULL))
+    deadline = time.monotonic() + timeout
+    for i in range(nodes):
+        while (s := connect(template.format(node=i), timeout=1.0)) is None:
+            if agents[i].poll() is not None or time.monotonic() > deadline:
+                raise BenchError(f"node agent {i} did not start listening (exit {agents[i].poll()})")
+            time.sleep(0.05)
+        s.close()
+    return agents, template
+
+
+def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int, timeout: float,
+            per_node: int = 0, fanout: int = 0) -> dict[str, Any]:
+    """One job of ``ranks`` simulated ranks: the figures of the module docstring. With ``per_node``,
+    the ranks reach the controller through real node agents, ``per_node`` ranks each."""
     from planaria.launch.client import request
     from planaria.launch.jobdir import JobDir
 
@@ -129,11 +158,14 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
     ctl = subprocess.Popen(me + ["--controller", str(jd.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            text=True)
     procs: list[subprocess.Popen[str]] = []
+    agents: list[subprocess.Popen[bytes]] = []
     try:
         uri = (ctl.stdout.readline() if ctl.stdout else "").strip()
         path = address_for(uri)
         if not path:
             raise BenchError(f"the controller gave no agent-channel address ({uri!r})")
+        if per_node:
+            agents, path = _node_agents(jd, uri, tmp, -(-ranks // per_node), fanout, timeout)
         secret = jd.secret()
         per = -(-ranks // workers)
         outs = []
@@ -144,7 +176,8 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
             out = str(Path(tmp) / f"w{w}.json")
             outs.append(out)
             procs.append(subprocess.Popen(me + ["--worker", path, secret, str(first), str(count), str(ranks),
-                                                str(hb), str(seconds + 2 * timeout), out], stdin=subprocess.PIPE))
+                                                str(hb), str(seconds + 2 * timeout), out, str(per_node)],
+                                          stdin=subprocess.PIPE))
         deadline = time.monotonic() + timeout
         while True:                           # every rank said hello
             rows = request(jd, {"type": "ps"}, timeout=30).get("ranks") or []
@@ -154,18 +187,24 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
                 raise BenchError(f"only {len(rows)} of {ranks} simulated ranks said hello within {timeout:g} s")
             time.sleep(0.2)
         t0, cpu0 = time.monotonic(), _cpu(ctl.pid)
+        agents_cpu0 = sum(_cpu(a.pid) for a in agents)
         ps_times: list[float] = []
+        ages: list[float] = []
         sent_event = None
         while time.monotonic() - t0 < seconds:
             t = time.monotonic()
             rows = request(jd, {"type": "ps"}, timeout=30).get("ranks") or []
             ps_times.append(time.monotonic() - t)
+            now = time.time()                 # how old the controller's news of each rank is
+            ages += [now - r["last_hb"] for r in rows if r.get("last_hb")]
             if sent_event is None and time.monotonic() - t0 > seconds * 0.4:
                 sent_event = time.time()
                 request(jd, {"type": "notify", "code": "USER+1", "range": None, "info": {"bench": 1}, "affected": [],
                              "t": sent_event}, timeout=30)
             time.sleep(max(0.0, ps_every - (time.monotonic() - t)))
-        cpu = (_cpu(ctl.pid) - cpu0) / (time.monotonic() - t0)
+        window = time.monotonic() - t0
+        cpu = (_cpu(ctl.pid) - cpu0) / window
+        agents_cpu = (sum(_cpu(a.pid) for a in agents) - agents_cpu0) / window
         lost = [r["rank"] for r in rows if r.get("state") not in ("starting", "running")]
         lost_events = sum(1 for e in jd.events() if e.get("type") == "lost")     # while every rank still beats
         for p in procs:
@@ -185,16 +224,27 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
         for p in procs:
             if p.poll() is None:
                 p.kill()
+        for a in agents:                      # they end when the controller does; bounded here
+            if a.poll() is None:
+                a.terminate()
         if ctl.stdin:
             ctl.stdin.close()
         try:
             ctl.wait(timeout=20)
         except subprocess.TimeoutExpired:
             ctl.kill()
+    for a in agents:
+        try:
+            a.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            a.kill()
     rtts.sort()
+    ages.sort()
     q = (lambda f: rtts[min(len(rtts) - 1, int(f * len(rtts)))] * 1e3 if rtts else None)
     recs = jd.events()
-    return {"ranks": ranks, "workers": workers, "seconds": seconds, "hb_s": hb,
+    return {"ranks": ranks, "workers": workers, "seconds": seconds, "hb_s": hb, "per_node": per_node, "fanout": fanout,
+            "node_agents": len(agents), "node_agents_cpu": round(agents_cpu, 4),
+            "view_age_p99_ms": ages[min(len(ages) - 1, int(0.99 * len(ages)))] * 1e3 if ages else None,
             "controller_cpu": round(cpu, 4), "hb_p50_ms": q(0.5), "hb_p99_ms": q(0.99), "heartbeats": len(rtts),
             "false_losses": max(len(lost), lost_events),
             "ps_median_s": statistics.median(ps_times) if ps_times else None, "ps_calls": len(ps_times),
@@ -203,8 +253,9 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
             "controller_errors": [e.get("error") for e in recs if e.get("type") == "controller-error"][:5]}
 
 
-def run(ranks: str, seconds: float, hb: float, ps_every: float, workers: int, timeout: float) -> dict[str, Any]:
-    """Every rank count of ``ranks`` (comma-separated), one job each."""
+def run(ranks: str, seconds: float, hb: float, ps_every: float, workers: int, timeout: float,
+        per_node: int = 0, fanout: int = 0) -> dict[str, Any]:
+    """Every rank count of ``ranks`` (comma-separated), one job each (``per_node``: through node agents)."""
     try:
         counts = [int(x) for x in ranks.split(",") if x.strip()]
     except ValueError:
@@ -216,7 +267,12 @@ def run(ranks: str, seconds: float, hb: float, ps_every: float, workers: int, ti
             raise ValueError(f"{name} must be positive, got {v:g}")
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
-    rows = [run_one(n, seconds, hb, ps_every, workers, timeout) for n in counts]
+    if per_node < 0:
+        raise ValueError(f"--ranks-per-node must be 0 (no node agents) or positive, got {per_node}")
+    if fanout < 0 or fanout and not per_node:
+        raise ValueError(f"--fanout needs --ranks-per-node and must be 0 (every node agent connects to the "
+                         f"controller) or positive, got {fanout}")
+    rows = [run_one(n, seconds, hb, ps_every, workers, timeout, per_node, fanout) for n in counts]
     return {"benchmark": "controlplane", "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "open_files": raise_open_files()[1], "loadavg": [round(x, 2) for x in os.getloadavg()], "rows": rows}
 
@@ -231,12 +287,15 @@ def show(result: dict[str, Any], as_json: bool = False) -> None:
         return
     t = Table(title=f"control plane: real controller, simulated ranks ({result['cores']} cores, "
                     f"open-file limit {result['open_files']})")
-    for col in ("ranks", "controller CPU", "hb p50 / p99", "false losses", "ps", "event to last rank", "reached"):
+    for col in ("ranks", "node agents (CPU)", "controller CPU", "hb p50 / p99", "view age p99", "false losses", "ps",
+                "event to last rank", "reached"):
         t.add_column(col, justify="right")
     for r in result["rows"]:
         f = (lambda v, fmt: "-" if v is None else fmt.format(v))
-        t.add_row(str(r["ranks"]), f"{100 * r['controller_cpu']:.1f} %",
-                  f"{f(r['hb_p50_ms'], '{:.2f}')} / {f(r['hb_p99_ms'], '{:.2f}')} ms", str(r["false_losses"]),
+        na = f"{r['node_agents']} ({100 * r['node_agents_cpu']:.0f} %)" if r.get("node_agents") else "-"
+        t.add_row(str(r["ranks"]), na, f"{100 * r['controller_cpu']:.1f} %",
+                  f"{f(r['hb_p50_ms'], '{:.2f}')} / {f(r['hb_p99_ms'], '{:.2f}')} ms",
+                  f(r.get("view_age_p99_ms"), "{:.0f} ms"), str(r["false_losses"]),
                   f(r["ps_median_s"], "{:.3f} s"), f(r["event_to_last_s"], "{:.3f} s"), f"{r['event_reached']}/{r['ranks']}")
     Console().print(t)
 
@@ -249,18 +308,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ps-every", type=float, default=1.0, help="seconds between ps requests")
     p.add_argument("--workers", type=int, default=2, help="processes holding the simulated ranks")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed for every rank's hello")
+    p.add_argument("--ranks-per-node", type=int, default=0,
+                   help="ranks per node agent (0: every rank connects to the controller itself)")
+    p.add_argument("--fanout", type=int, default=0,
+                   help="node agents per branch of the routed tree (0: all connect to the controller)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--controller", metavar="JOBDIR", help=argparse.SUPPRESS)
-    p.add_argument("--worker", nargs=8, help=argparse.SUPPRESS)
+    p.add_argument("--worker", nargs=9, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.controller:
         return controller_main(a.controller)
     if a.worker:
-        path, secret, first, count, size, hb, seconds, out = a.worker
-        return worker_main(path, secret, int(first), int(count), int(size), float(hb), float(seconds), out)
+        path, secret, first, count, size, hb, seconds, out, per_node = a.worker
+        return worker_main(path, secret, int(first), int(count), int(size), float(hb), float(seconds), out,
+                           int(per_node))
     from planaria.bench._launch import run_and_show
-    return run_and_show("controlplane", lambda: run(a.ranks, a.seconds, a.hb, a.ps_every, a.workers, a.timeout),
-                        show, a.json)
+    return run_and_show("controlplane", lambda: run(a.ranks, a.seconds, a.hb, a.ps_every, a.workers, a.timeout,
+                                                    a.ranks_per_node, a.fanout), show, a.json)
 
 
 if __name__ == "__main__":

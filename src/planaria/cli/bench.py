@@ -164,6 +164,8 @@ def controlplane(
     ps_every: float = typer.Option(1.0, "--ps-every", help="Seconds between ps requests during the window."),
     workers: int = typer.Option(2, "--workers", help="Processes that hold the simulated ranks' connections."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds allowed for every rank's hello."),
+    ranks_per_node: int = typer.Option(0, "--ranks-per-node", help="Ranks per real node agent (planaria run --node-agents); 0: every rank connects to the controller itself."),
+    fanout: int = typer.Option(0, "--fanout", help="Node agents per branch of the routed tree (0: every node agent connects to the controller)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Control-plane scale: the real controller serving simulated ranks (agent-channel connections).
@@ -175,7 +177,8 @@ def controlplane(
     from planaria.bench import controlplane as cp
     from planaria.bench._launch import run_and_show
 
-    raise typer.Exit(run_and_show("controlplane", lambda: cp.run(ranks, seconds, hb, ps_every, workers, timeout),
+    raise typer.Exit(run_and_show("controlplane", lambda: cp.run(ranks, seconds, hb, ps_every, workers, timeout,
+                                                                   ranks_per_node, fanout),
                                   cp.show, json_out))
 
 

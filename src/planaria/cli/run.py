@@ -32,6 +32,7 @@ def run(
     rank_fates: bool = typer.Option(True, "--rank-fates/--no-rank-fates", help="Start every rank under a small recorder process that notes how it ended (exit code or signal) and ends what outlives mpiexec: with ULFM, mpiexec exits 0 when ranks are killed. --no-rank-fates where remote hosts lack this Python installation."),
     stdin: str = typer.Option("0", "--stdin", metavar="RANK", help="The rank that reads this command's standard input, as with mpiexec (default 0), or none. Through the rank recorder, on this host."),
     on_hang: str = typer.Option("report", "--on-hang", metavar="report|diagnose|abort", help="When run-time detection confirms a hang or deadlock: report (one line, the job runs on), diagnose (the line and a full diagnosis, the job runs on) or abort (diagnosis, then the job is stopped, exit 124). Every confirmed incident is announced with one line."),
+    node_agents: bool = typer.Option(False, "--node-agents", help="Ranks reach the controller through one agent per host (started by the host's first rank): the controller holds one connection per node instead of one per rank, heartbeats are summed up per node, and an event goes out once per node. For jobs of thousands of ranks (see docs/launcher.md)."),
     world: bool = typer.Option(False, "--world", help="Run an unchanged mpi4py program with planaria's runtime: its MPI.COMM_WORLD becomes planaria's world communicator (python PROG becomes python -m planaria PROG; see docs/adopt.md)."),
     default_handler: str = typer.Option("abort", "--default-handler", help="What the ranks' default event handler does with a process-failure event no other handler completed: abort (end the job cleanly, exit 1; for a program without planaria's runtime, the launcher ends the job when a rank dies, with that rank's status) or none (as plain ULFM; see docs/events.md)."),
 ) -> None:
@@ -87,7 +88,8 @@ def run(
                       mpiexec_args=list(mpiexec_arg), control=control, restart=restart,
                       reinject=reinject, netns=netns, detect=detect, detect_timeouts=detect_timeouts,
                       diagnose_on_timeout=diagnose_on_timeout, default_handler=default_handler,
-                      rank_fates=rank_fates, launcher_kills=launcher_kills, stdin=stdin, on_hang=on_hang)
+                      rank_fates=rank_fates, launcher_kills=launcher_kills, stdin=stdin, on_hang=on_hang,
+                      node_agents=node_agents)
     raise typer.Exit(run_job(opts))
 
 

@@ -56,13 +56,28 @@ def _print_json(obj: Any) -> None:
     sys.stdout.write(dump_json(obj))
 
 
-def ps(job: str = _JOB, timeout: float = _TIMEOUT, json_out: bool = _JSON) -> None:
+def ps(job: str = _JOB, timeout: float = _TIMEOUT, json_out: bool = _JSON,
+       ranks: Optional[str] = typer.Option(None, "--ranks", help="Only these ranks, e.g. 0-99 or 1,3-5."),
+       summary: bool = typer.Option(False, "--summary", help="Counts per state and host and the steps' range instead of one row per rank (for jobs of thousands of ranks).")) -> None:
     """The process table of a running job: rank, host, pid, state, role, last heartbeat, step.
 
-    Example: planaria ps latest --json
+    Examples: planaria ps latest --json ; planaria ps latest --ranks 0-15 ; planaria ps latest --summary
     """
+    rk = _ranks("ps", ranks)
     jd = _job("ps", job)
-    reply = _call("ps", jd, {"type": "ps"}, timeout)
+    req: dict[str, Any] = {"type": "ps", "summary": summary}
+    if rk is not None:
+        req["ranks"] = rk
+    reply = _call("ps", jd, req, timeout)
+    if summary:
+        if json_out:
+            _print_json({"job": jd.id, "t0": reply.get("t0"), **(reply.get("summary") or {})})
+            return
+        sm = reply.get("summary") or {}
+        states = ", ".join(f"{n} {s}" for s, n in sorted((sm.get("states") or {}).items()))
+        print(f"job {jd.id}: {sm.get('ranks', 0)} ranks ({states or 'none'}) on {len(sm.get('hosts') or {})} "
+              f"host(s), {sm.get('node_agents', 0)} node agent(s); steps {sm.get('step_min')}..{sm.get('step_max')}")
+        return
     now = time.time()
     rows = [{"rank": r["rank"], "host": r.get("host"), "pid": r.get("pid"), "state": r.get("state"),
              "role": r.get("role"), "last_heartbeat_s": round(now - r["last_hb"], 3) if r.get("last_hb") else None,

@@ -25,6 +25,12 @@ Tools: ``ctl`` {action, ranks, signal}, ``publish`` {data, replace}, ``lookup`` 
 timeout}, ``log`` {message}, ``subscribe`` {events, io, history} (renewed every second; the
 controller then sends ``event`` and ``io`` {rank, channel, text, t} messages), ``stdin``
 {ranks, data, eof} (forwarded to those ranks' agents).
+
+Node agents (``planaria.launch.nodeagent``, ``planaria run --node-agents``) speak for the ranks of
+a host: ``node-hello`` {node, pid, listen}, ``nhb`` {ranks, steps} (their heartbeats, summed up),
+``fwd`` {l, p} (a rank's own message ``p``, handled as if it came from ``Routed(node, l)``),
+``gone`` {rank, pid, alive} (a rank's connection closed there); the controller sends ``to``
+{l: [...], p} to reach ranks behind a node agent, one message per node for an event.
 """
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import zmq
@@ -71,7 +77,18 @@ UNSETTLED_REASON = ("no goodbye and no recorded end when mpiexec ended (its host
 MAX_KEPT_RECORDS = 100_000                # event records kept while the job record cannot be written
 RECORD_BATCH = 256                        # event records kept before they are written anyway
 
-Dest = bytes | Peer                       # a ZeroMQ peer identity or an agent channel
+
+
+class Routed(NamedTuple):
+    """A rank reached through its node agent (``planaria.launch.nodeagent``): the node's
+    connection and the rank's local connection number there."""
+
+    node: bytes | Peer
+    lid: int
+
+
+Dest = bytes | Peer | Routed              # a ZeroMQ peer identity, an agent channel, or a rank behind a node agent
+NODE_TYPES = frozenset({"node-hello", "fwd", "nhb", "gone"})   # what node agents send (nodeagent.py)
 
 
 def default_address(jobdir: JobDir) -> str:
@@ -114,6 +131,7 @@ class Controller:
         self._sweep_due = False                           # set by the ticker every SWEEP_INTERVAL
         self._diagnosing = threading.Lock()
         self.idents: dict[int, Dest] = {}                 # rank -> where its agent is reached
+        self.nodes: dict[str, dict[str, Any]] = {}        # node agents that said hello, by node name
         self._unknocked: set[int] = set()                 # knocked before their agent said hello
         self.channels: ChannelServer | None = None
         self._records: list[dict[str, Any]] = []          # event records not yet written
@@ -181,9 +199,9 @@ class Controller:
         when other ranks did, a live one is ``starting`` and ``runtime`` None (not known yet)."""
         if self.fates_dir is None:
             return {}
-        fates = rankfate.read_fates(self.fates_dir)
         with self._lock:
             known = set(self.ranks)
+        fates = rankfate.read_fates(self.fates_dir, skip=known)    # a rank that said hello has its row
         now = time.time()
         out: dict[int, dict[str, Any]] = {}
         for r, rec in fates.items():
@@ -204,6 +222,25 @@ class Controller:
         rows = self.plain_ranks()
         rows.update(self.table())
         return dict(sorted(rows.items()))
+
+    def _ps_reply(self, only: Any = None, summary: bool = False) -> bytes:
+        """``ps``'s reply, packed: ``view()``'s rows (of the ranks in ``only`` when it is a list), the
+        table's packed under the lock rather than copied first (at 16 k ranks the copy cost as much
+        as the packing); with ``summary``, no rows but the counts per state and host and the steps'
+        range, which stay small at any size."""
+        plain = self.plain_ranks()
+        want = set(r for r in only if isinstance(r, int)) if isinstance(only, list) else None
+        reply: dict[str, Any] = {"type": "ps", "t0": self.t0, "tok": self.secret.decode("utf-8")}
+        with self._lock:
+            ranks = sorted(set(plain) | set(self.ranks))
+            if want is not None:
+                ranks = [r for r in ranks if r in want]
+            rows = [plain[r] if r in plain and r not in self.ranks else self.ranks[r] for r in ranks]
+            if summary:
+                reply["summary"] = _summary(rows, len(self.nodes))
+            else:
+                reply["ranks"] = rows
+            return msgpack.packb(reply, use_bin_type=True, default=str)
 
     def note_crash(self, rank: int, site: str | None, error: str) -> None:
         """What a rank's own traceback (uncaught exception) or fatal-error trace said: where and what."""
@@ -271,11 +308,15 @@ class Controller:
                     info.update(state="finished", exit_code=fate["exit_code"],
                                 end_time=fate.get("end") or now, reason="exited without a bye")
                     continue
-                gone: bool | None = None
-                if self.pid_check and info.get("pid"):
+                gone: bool | None = True if info.get("pid_gone") else None   # its node agent saw it go
+                # a rank behind a node agent has its pid looked at there (a silent one whose process
+                # lives is in the node's summary), not here: the pid may be another host's
+                local = not isinstance(self.idents.get(info["rank"]), Routed)
+                if gone is None and self.pid_check and info.get("pid") and local:
                     alive = pid_alive(int(info["pid"]))
                     gone = None if alive is None else not alive
-                if gone is None:
+                by_silence = gone is None
+                if by_silence:
                     gone = now - info["last_hb"] > HEARTBEAT_SILENCE
                 if fate is None and gone and self.fates_dir is not None:
                     fate = rankfate.read_one(self.fates_dir, info["rank"])
@@ -295,6 +336,8 @@ class Controller:
                         why = UNSETTLED_REASON
                     when = (fate or {}).get("end") or now
                     info.update(state="lost", fail_time=when, reason=why)
+                    if by_silence and not (killed or final):
+                        info["lost_by"] = "silence"       # a later heartbeat brings it back (``_beat``)
                     lost.append({"type": "lost", "rank": info["rank"], "pid": info.get("pid"),
                                  "reason": why, "t": now})
                     silent = not (self.pid_check and info.get("pid")) and not killed
@@ -518,6 +561,8 @@ class Controller:
 
     def _send_packed(self, sock: zmq.Socket, dest: Dest, payload: bytes, framed: bytes | None = None) -> bool:
         """Send a packed message to a ZeroMQ peer or down an agent channel (``framed``: already framed)."""
+        if isinstance(dest, Routed):
+            return self._send_packed(sock, dest.node, self._to_node([dest.lid], payload))
         if isinstance(dest, Peer):
             assert self.channels is not None
             return self.channels.send(dest, framed if framed is not None else frame(payload))
@@ -526,6 +571,11 @@ class Controller:
             return True
         except zmq.ZMQError:
             return False
+
+    def _to_node(self, lids: list[int], payload: bytes) -> bytes:
+        """A node agent's ``to``: ``payload`` (packed once) for its ranks at ``lids``."""
+        return msgpack.packb({"type": "to", "l": lids, "p": payload, "tok": self.secret.decode("utf-8")},
+                             use_bin_type=True)
 
     def _to_subscribers(self, sock: zmq.Socket, msg: dict[str, Any], what: str) -> None:
         subs = [i for i, sub in self.subscribers.items() if sub.get(what)]
@@ -563,8 +613,15 @@ class Controller:
         payload = msgpack.packb({"type": "event", "event": ev, "tok": self.secret.decode("utf-8")},
                                 use_bin_type=True, default=str)
         framed = frame(payload)                  # packed and framed once for every target
+        behind: dict[bytes | Peer, list[int]] = {}
         for r in sorted(tg):
-            self._send_packed(sock, self.idents[r], payload, framed)
+            dest = self.idents[r]
+            if isinstance(dest, Routed):          # one message per node agent, not per rank
+                behind.setdefault(dest.node, []).append(dest.lid)
+            else:
+                self._send_packed(sock, dest, payload, framed)
+        for node, lids in behind.items():
+            self._send_packed(sock, node, self._to_node(lids, payload))
         if self.subscribers:
             self._to_subscribers(sock, {"type": "event", "event": ev}, "events")
         self.relayed += 1
@@ -644,9 +701,11 @@ class Controller:
             return False
         mtype = msg.get("type")
         now = time.time()
+        if mtype in NODE_TYPES and not isinstance(ident, Routed):
+            self._from_node(sock, ident, msg, now)
+            return True
         if mtype == "ps":
-            ranks = list(self.view().values())
-            self._reply(sock, ident, {"type": "ps", "ranks": ranks, "t0": self.t0})
+            self._send_packed(sock, ident, self._ps_reply(msg.get("ranks"), bool(msg.get("summary"))))
             return True
         if mtype == "diagnose":
             threading.Thread(target=self._diagnose_for, args=(ident, msg), daemon=True,
@@ -711,6 +770,55 @@ class Controller:
         return True
 
     _TOOL_TYPES = frozenset({"notify", "ctl", "publish", "lookup", "subscribe", "stdin"})
+
+    def _from_node(self, sock: zmq.Socket, ident: bytes | Peer, msg: dict[str, Any], now: float) -> None:
+        """A node agent's message: a rank's message forwarded, the node's heartbeat summary, a rank
+        whose connection closed there, or the node's hello."""
+        mtype = msg["type"]
+        if mtype == "fwd":
+            inner, lid = msg.get("p"), msg.get("l")
+            if isinstance(inner, bytes) and isinstance(lid, int):
+                self._handle(sock, Routed(ident, lid), inner)
+        elif mtype == "nhb":            # ranks and their steps, two columns (16 k rows a second per 8 k ranks)
+            ranks, steps = msg.get("ranks"), msg.get("steps")
+            if isinstance(ranks, list) and isinstance(steps, list) and len(ranks) == len(steps):
+                table = self.ranks
+                with self._lock:
+                    for rank, step in zip(ranks, steps):
+                        info = table.get(rank)
+                        if info is None:
+                            continue
+                        if info["state"] == "running":      # the common case, inline (16 k rows a second)
+                            info["last_hb"] = now
+                            info["step"] = step
+                        else:
+                            self._beat(info, step, now)
+        elif mtype == "gone":
+            rank = msg.get("rank")
+            with self._lock:
+                info = self.ranks.get(rank) if isinstance(rank, int) else None
+                if info is not None and msg.get("alive") is False:
+                    info["pid_gone"] = True          # looked at on its node: the next sweep settles it
+            if info is not None and msg.get("alive") is False:
+                self._sweep_due = True
+        elif mtype == "node-hello":             # a node agent (maybe through its tree parent, ``ident``)
+            name = str(msg.get("node") or "?")
+            self.nodes[name] = {"node": name, "pid": msg.get("pid"), "t": now}
+            self._record({"type": "node-hello", "t": now, "node": name, "pid": msg.get("pid")})
+
+    def _beat(self, info: dict[str, Any], step: Any, now: float) -> None:
+        """A heartbeat of a rank (its own or in its node's summary). A rank lost only because it was
+        silent, and not known dead since, is running again: the silence was late news, not a loss
+        (recorded as ``recovered``; the failure event already sent stays sent)."""
+        silent_for = now - info["last_hb"]
+        info["last_hb"] = now
+        info["step"] = step
+        if info["state"] == "starting":
+            info["state"] = "running"
+        elif info["state"] == "lost" and info.get("lost_by") == "silence" and not info.get("pid_gone"):
+            info.update(state="running", fail_time=None, reason=None, lost_by=None)
+            self._records.append({"type": "recovered", "rank": info["rank"], "t": now,
+                                  "silent_s": round(silent_for, 3)})
 
     def _tool(self, sock: zmq.Socket, ident: Dest, mtype: str, msg: dict[str, Any], now: float) -> None:
         """Requests of tools (and of ranks' event API): relay, job control, key-values, I/O."""
@@ -852,13 +960,9 @@ class Controller:
                 if info["state"] not in ("failed", "finished", "lost"):
                     info["state"] = "starting"
             elif mtype == "hb":
-                info["last_hb"] = now
-                info["step"] = msg.get("step")
                 if "role" in msg:           # the recovery driver changed it (a spare took over a rank)
                     info["role"], info["logical"] = msg.get("role"), msg.get("logical")
-
-                if info["state"] == "starting":
-                    info["state"] = "running"
+                self._beat(info, msg.get("step"), now)
             elif mtype == "fail":
                 if info["state"] != "failed":
                     info.update(state="failed", fail_time=now,
@@ -901,6 +1005,18 @@ class Controller:
         with self._diagnosing:
             return collect_and_analyze(self.jobdir, self.view(), self.secret.decode("utf-8"),
                                        k=k, hop=hop, rounds=rounds, interval=interval)
+
+
+def _summary(rows: list[dict[str, Any]], node_agents: int) -> dict[str, Any]:
+    """``ps --summary``: ranks per state and per host, the lowest and highest step, the node agents."""
+    states: dict[str, int] = {}
+    hosts: dict[str, int] = {}
+    steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
+    for r in rows:
+        states[str(r.get("state"))] = states.get(str(r.get("state")), 0) + 1
+        hosts[str(r.get("host") or "?")] = hosts.get(str(r.get("host") or "?"), 0) + 1
+    return {"ranks": len(rows), "states": states, "hosts": hosts, "node_agents": node_agents,
+            "step_min": min(steps) if steps else None, "step_max": max(steps) if steps else None}
 
 
 def _parse_signal(value: Any) -> int:

@@ -183,8 +183,8 @@ def shim_argv(python: str | None = None) -> list[str]:
     return [python or sys.executable, "-S", "-I", os.path.realpath(__file__)]
 
 
-def read_fates(where: Path) -> dict[int, dict[str, Any]]:
-    """The records in ``where`` by world rank (a rank still running has no ``end``)."""
+def read_fates(where: Path, skip: set[int] | None = None) -> dict[int, dict[str, Any]]:
+    """The records in ``where`` by world rank (a rank still running has no ``end``), but those of ``skip``."""
     out: dict[int, dict[str, Any]] = {}
     try:
         names = os.listdir(where)
@@ -192,7 +192,8 @@ def read_fates(where: Path) -> dict[int, dict[str, Any]]:
         return out
     for name in names:
         stem, ext = os.path.splitext(name)
-        rec = read_one(where, int(stem)) if ext == ".json" and stem.isdigit() else None
+        ok = ext == ".json" and stem.isdigit() and not (skip and int(stem) in skip)
+        rec = read_one(where, int(stem)) if ok else None
         if rec is not None and rec.get("rank") == int(stem):
             out[int(stem)] = rec
     return dict(sorted(out.items()))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from planaria.launch import onhang, rankfate, sessiondirs, shmfiles
+from planaria.launch import onhang, rankfate, sessiondirs, shmfiles, slurm
 from planaria.launch.crashsite import CrashSites
 from planaria.launch.plaininject import PlainKills
 from planaria.launch.controller import Controller
@@ -81,6 +81,7 @@ class RunOptions:
     on_jobdir: Callable[[Path], None] | None = None   # told the job directory once it exists
     stdin: str = "none"         # the rank that reads the launcher's standard input, or none
     on_hang: str = "report"     # a detected hang: report (a line), diagnose (and run on) or abort (see onhang.py)
+    node_agents: bool = False   # ranks reach the controller through one agent per host (launch/nodeagent.py)
 
 
 def _err(msg: str, prog: str = "planaria run") -> None:
@@ -474,8 +475,10 @@ def probe_host(host: str, *, hostset: Any = None, ssh_agent: str | None = None,
     """Whether ``host`` still runs commands: ``true`` through the launch path, bounded by ``timeout``.
 
     Test hosts (network namespaces): the namespace exists and a command runs inside it.
-    Other hosts: this machine always answers; a remote host must run ``true`` through the ssh
-    agent (``--prtemca plm_ssh_agent``/``PRTE_MCA_plm_ssh_agent``, default ``ssh`` in batch mode).
+    Other hosts: this machine always answers; inside a Slurm allocation Slurm is asked
+    (``planaria.launch.slurm``: the node's state, then ``srun --overlap -w HOST true``); else a
+    remote host must run ``true`` through the ssh agent (``--prtemca plm_ssh_agent``/
+    ``PRTE_MCA_plm_ssh_agent``, default ``ssh`` in batch mode).
     """
     if hostset is not None:
         from planaria.launch import netns
@@ -489,6 +492,9 @@ def probe_host(host: str, *, hostset: Any = None, ssh_agent: str | None = None,
         return cp.returncode == 0
     if _is_local(host):
         return True
+    jid = slurm.job_id()
+    if jid is not None and not ssh_agent:
+        return slurm.probe(host, jid, timeout)
     agent = ssh_agent or os.environ.get("PRTE_MCA_plm_ssh_agent") or "ssh"
     argv = shlex.split(agent.split(":")[0].strip() or "ssh")
     if os.path.basename(argv[0]) == "ssh":
@@ -941,6 +947,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         "PLANARIA_DETECT": "1" if opts.detect else "0",
         "PLANARIA_DETECT_TIMEOUTS": opts.detect_timeouts or "",
         "PLANARIA_EVENTS_DEFAULT": opts.default_handler,
+        "PLANARIA_NODE_AGENTS": "1" if opts.node_agents else "0",
     }
     if "PYTHONFAULTHANDLER" not in os.environ:  # a crashing rank prints its stack (CrashSites reads it)
         penv["PYTHONFAULTHANDLER"] = "1"

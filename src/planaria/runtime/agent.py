@@ -30,6 +30,7 @@ import zmq
 
 from planaria.events import curve
 from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
+from planaria.runtime import nodelink
 from planaria.events.local import deliver as _deliver
 
 HEARTBEAT_INTERVAL = 0.5
@@ -78,7 +79,9 @@ class Agent:
         self._chan: Writer | None = None      # the agent channel, when the controller has one
         self._pid = os.getpid()
         path = address_for(uri)
-        chan_sock = connect(path) if path is not None else None
+        chan_sock = nodelink.connect_node(uri)          # this host's node agent, when the job has them
+        if chan_sock is None and path is not None:
+            chan_sock = connect(path)
         if chan_sock is not None:
             self._chan = Writer(chan_sock)
             self._chan.write(frame(self._pack(self._hello())))     # first, before any other thread writes

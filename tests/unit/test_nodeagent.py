@@ -1,0 +1,145 @@
+"""The node agent (``planaria.launch.nodeagent``) between the real controller and ranks' agent
+channels: real processes and Unix sockets, ranks played by sockets speaking the agent's frames."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from planaria.events.channel import Reader, connect, frame
+from planaria.launch.client import request
+from planaria.launch.controller import Controller
+from planaria.launch.jobdir import JobDir
+from planaria.launch.nodeagent import tree_parent
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Rank:
+    """One simulated rank's agent channel to a node agent."""
+
+    def __init__(self, path: str, secret: str, rank: int, pid: int) -> None:
+        sock = connect(path)
+        assert sock is not None, f"no node agent at {path}"
+        self.sock, self.secret, self.rank, self.reader = sock, secret, rank, Reader()
+        self.send({"type": "hello", "rank": rank, "size": 4, "pid": pid, "host": "h", "role": "initial",
+                   "backend": "sim"})
+
+    def send(self, msg: dict[str, Any]) -> None:
+        msg.setdefault("tok", self.secret)
+        self.sock.sendall(frame(msgpack.packb(msg)))
+
+    def read(self, want: str, timeout: float = 5.0) -> dict[str, Any]:
+        """The next message of type ``want`` (others skipped)."""
+        self.sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            data = self.sock.recv(1 << 16)
+            assert data, "the node agent closed the channel"
+            for payload in self.reader.feed(data):
+                msg = msgpack.unpackb(payload, raw=False)
+                if msg.get("type") == want:
+                    return msg
+        raise AssertionError(f"no {want} within {timeout} s")
+
+
+def _agent(jd: JobDir, uri: str, name: str, parent: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    path = str(jd.path / "nodes" / f"{name}.sock")
+    via = ["--parent", parent] if parent else []
+    proc = subprocess.Popen([sys.executable, "-m", "planaria.launch.nodeagent", "--listen", path, "--uri", uri,
+                             "--secret-file", str(jd.secret_path), "--node", name, *via])
+    deadline = time.monotonic() + 20
+    while (s := connect(path, timeout=1.0)) is None:
+        assert proc.poll() is None and time.monotonic() < deadline, "the node agent did not start"
+        time.sleep(0.05)
+    s.close()
+    return proc, path
+
+
+def _ps(jd: JobDir) -> dict[int, dict[str, Any]]:
+    return {r["rank"]: r for r in request(jd, {"type": "ps"}, timeout=10)["ranks"]}
+
+
+def _until(check: Any, timeout: float = 8.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_ranks_behind_node_agents_are_served_like_direct_ones(tmp_path: Path) -> None:
+    """Hello and heartbeats reach the rank table, summed up per node (rank 0's node agent talks to
+    the controller, ranks 1 and 2's through it, as a branch of the tree), an event reaches every
+    rank, a rank whose process died is lost at once, a bad token is refused, and the node agents
+    end with the controller."""
+    jd = JobDir.create(tmp_path)
+    ctl = Controller(jd)
+    uri = ctl.start()
+    secret = jd.secret()
+    agents = []
+    try:
+        top, top_path = _agent(jd, uri, "n0")
+        agents.append(top)
+        leaf, leaf_path = _agent(jd, uri, "n1", parent=top_path)
+        agents.append(leaf)
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait(timeout=30)
+        ranks = [Rank(top_path, secret, 0, top.pid), Rank(leaf_path, secret, 1, top.pid),
+                 Rank(leaf_path, secret, 2, dead.pid)]
+        for step, r in enumerate(ranks):
+            r.send({"type": "hb", "rank": r.rank, "step": 10 + step})
+            assert r.read("hbok")["tok"] == secret
+        rows = _until(lambda: (t := _ps(jd)) and all((t.get(i) or {}).get("step") == 10 + i for i in range(3)) and t)
+        assert all(rows[i]["state"] == "running" for i in range(3)), rows
+        assert set(ctl.nodes) == {"n0", "n1"}
+        # ps for thousands of ranks: a few of them, or the counts only (the real command)
+        cli = [sys.executable, "-m", "planaria.cli.main", "ps", str(jd.path), "--json"]
+        some = json.loads(subprocess.run(cli + ["--ranks", "1-2"], capture_output=True, text=True, timeout=30,
+                                         check=True).stdout)
+        assert [r["rank"] for r in some["ranks"]] == [1, 2]
+        summ = json.loads(subprocess.run(cli + ["--summary"], capture_output=True, text=True, timeout=30,
+                                         check=True).stdout)
+        assert summ["ranks"] == 3 and summ["states"] == {"running": 3} and summ["node_agents"] == 2
+        assert (summ["step_min"], summ["step_max"]) == (10, 12)
+        # an event for the whole job: one message per node agent, every rank gets it
+        request(jd, {"type": "notify", "code": "USER+1", "range": None, "info": {"x": 1}, "affected": []}, timeout=10)
+        for r in ranks:
+            assert r.read("event")["event"]["info"] == {"x": 1}
+        # a rank's connection closes and its process is gone: lost without waiting for silence
+        t0 = time.monotonic()
+        ranks[2].sock.close()
+        row = _until(lambda: (_ps(jd).get(2) or {}).get("state") == "lost" and _ps(jd)[2])
+        assert time.monotonic() - t0 < 2.5, "waited for the heartbeat silence instead"
+        # ranks 0 and 1 send no more heartbeats, but their process (the node agent's pid) lives: not lost
+        time.sleep(3.5)
+        rows = _ps(jd)
+        assert rows[0]["state"] == rows[1]["state"] == "running", rows
+        # a forged client is refused: its connection closed, nothing reaches the table
+        bad = connect(leaf_path)
+        assert bad is not None
+        bad.sendall(frame(msgpack.packb({"type": "hello", "rank": 9, "pid": 1, "tok": "wrong"})))
+        bad.settimeout(5)
+        assert bad.recv(100) == b""
+        bad.close()
+        assert 9 not in _ps(jd)
+        assert row["reason"]
+    finally:
+        ctl.stop()
+    for a in agents:                  # the controller's end closed: every node agent ends
+        assert a.wait(timeout=10) == 0
+
+
+def test_the_tree_hangs_fanout_agents_off_the_controller_and_fanout_off_each() -> None:
+    parents = [tree_parent(i, 3) for i in range(15)]
+    assert parents[:3] == [None, None, None]
+    assert parents[3:] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert all(tree_parent(i, 0) is None for i in range(5))
