@@ -608,10 +608,13 @@ def gone_hosts(att: _Attempt, layout: _Layout, opts: RunOptions) -> list[str]:
     """Hosts of ``layout`` to drop after ``att``: named in a daemon-loss report, or failing a probe.
 
     With test hosts the first host also runs mpiexec: if mpiexec was killed by a signal we did not
-    send, that host is taken as gone.
+    send, that host is taken as gone. Inside a Slurm allocation every host is probed through Slurm,
+    named or not, and the probes decide: Open MPI starts every node's daemon in one ``srun`` step,
+    and when a node's link goes down it may name a healthy node as the one it lost.
     """
     names = layout.names()
-    gone = {h for h in att.lost_hosts if h in names}
+    by_slurm = layout.hostset is None and slurm.job_id() is not None and not layout.ssh_agent(opts)
+    gone = set() if by_slurm else {h for h in att.lost_hosts if h in names}
     if layout.hostset is not None and names and att.mpiexec_rc is not None and att.mpiexec_rc < 0:
         gone.add(names[0])
     rest = [h for h in names if h not in gone]
@@ -964,7 +967,9 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
     fifo = _stdin_pipe(opts, jobdir, number, penv)
     try:
         argv, env = build_mpiexec_cmd(command, total, backend=backend, hosts=layout.hosts_arg(opts),
-                                      planaria_env=penv, mpiexec_args=layout.mpiexec_args(opts),
+                                      planaria_env=penv,
+                                      mpiexec_args=layout.mpiexec_args(opts) + slurm.restart_args(
+                                          number, layout.mpiexec_args(opts)),
                                       launch_prefix=layout.launch_prefix(opts),
                                       ssh_agent=layout.ssh_agent(opts),
                                       rank_prefix=rankfate.shim_argv() if opts.rank_fates else (),

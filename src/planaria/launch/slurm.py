@@ -62,3 +62,14 @@ def probe(host: str, jid: str, timeout: float) -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return cp.returncode == 0
+
+
+def restart_args(attempt: int, mpiexec_args: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """mpiexec arguments for a restarted attempt inside a Slurm allocation: Open MPI starts its
+    daemons with ``srun``, and after a node failure the failed attempt's step stays "completing"
+    and holds the other nodes' CPUs, so a new step waits for ever ("Job step creation temporarily
+    disabled"); ``--overlap`` lets the new daemons share them. Nothing outside Slurm, on the first
+    attempt, or when the command line already sets ``plm_slurm_args``."""
+    if attempt <= 1 or job_id(environ) is None or "plm_slurm_args" in mpiexec_args:
+        return []
+    return ["--prtemca", "plm_slurm_args", "--overlap"]
