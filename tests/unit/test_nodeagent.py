@@ -79,8 +79,8 @@ def _until(check: Any, timeout: float = 8.0) -> Any:
 def test_ranks_behind_node_agents_are_served_like_direct_ones(tmp_path: Path) -> None:
     """Hello and heartbeats reach the rank table, summed up per node (rank 0's node agent talks to
     the controller, ranks 1 and 2's through it, as a branch of the tree), an event reaches every
-    rank, a rank whose process died is lost at once, a bad token is refused, and the node agents
-    end with the controller."""
+    rank, a rank whose process died is lost at once, ``planaria ctl kill`` is carried out by the
+    rank's node agent, a bad token is refused, and the node agents end with the controller."""
     jd = JobDir.create(tmp_path)
     ctl = Controller(jd)
     uri = ctl.start()
@@ -123,6 +123,18 @@ def test_ranks_behind_node_agents_are_served_like_direct_ones(tmp_path: Path) ->
         time.sleep(3.5)
         rows = _ps(jd)
         assert rows[0]["state"] == rows[1]["state"] == "running", rows
+        # planaria ctl for a rank behind a branch: its node agent sends the signal on its host
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            extra = Rank(leaf_path, secret, 3, sleeper.pid)
+            extra.send({"type": "hb", "rank": 3, "step": 1})
+            extra.read("hbok")
+            _until(lambda: 3 in _ps(jd))
+            reply = request(jd, {"type": "ctl", "action": "kill", "ranks": [3], "signal": None}, timeout=10)
+            assert reply["ranks"] == reply["by_node_agent"] == [3] and not reply["errors"], reply
+            assert sleeper.wait(timeout=10) == -9
+        finally:
+            sleeper.kill()
         # a forged client is refused: its connection closed, nothing reaches the table
         bad = connect(leaf_path)
         assert bad is not None

@@ -899,6 +899,7 @@ class Controller:
             return {"error": f"unknown action {action!r} (kill, signal, pause, resume)"}
         want = msg.get("ranks")
         done: list[int] = []
+        by_node: list[int] = []                    # signalled by their node agent
         errors: dict[str, str] = {}
         rows = {r: v for r, v in self.view().items() if want is None or r in want}
         for r in sorted(set(want or ()) - set(rows)):
@@ -908,11 +909,16 @@ class Controller:
             if info["state"] not in REACHABLE or not pid:
                 errors[str(r)] = f"not running ({info['state']})"
                 continue
-            try:
-                os.kill(int(pid), sig)
-            except OSError as exc:
-                errors[str(r)] = exc.strerror or str(exc)
-                continue
+            dest = self.idents.get(r)
+            if isinstance(dest, Routed):           # its node agent signals it, on its host
+                self._outbox.append((dest.node, {"type": "signal", "l": [dest.lid], "sig": int(sig)}))
+                by_node.append(r)
+            else:
+                try:
+                    os.kill(int(pid), sig)
+                except OSError as exc:
+                    errors[str(r)] = exc.strerror or str(exc)
+                    continue
             done.append(r)
             with self._lock:
                 row = self.ranks.get(r)
@@ -932,8 +938,8 @@ class Controller:
                     row.update(state="lost", fail_time=now, reason="killed by command (planaria ctl)")
                     self.merger.add(r, "killed-by-cmd", now, signal=int(sig))
         self._record({"type": "ctl", "t": now, "action": action, "signal": int(sig),
-                      "ranks": done, "errors": errors})
-        return {"action": action, "signal": int(sig), "ranks": done, "errors": errors}
+                      "ranks": done, "errors": errors, "by_node_agent": by_node})
+        return {"action": action, "signal": int(sig), "ranks": done, "errors": errors, "by_node_agent": by_node}
 
     def failures_known(self) -> bool:
         """Whether the controller knows of any failed or lost rank of this job."""

@@ -11,7 +11,8 @@ controller holds one connection per node instead of one per rank. What it does f
 * the controller's ``to`` {l: [...], p} is written to those local connections, packed once per
   node (an event for the whole job is one message per node, not per rank);
 * a connection that closes is reported up as ``gone`` {rank, pid, alive}, the pid looked at
-  here, where it lives (the controller cannot look at a pid on another host).
+  here, where it lives (the controller cannot look at a pid on another host);
+* the controller's ``signal`` {l: [...], sig} (``planaria ctl``) is sent to those ranks' processes here.
 
 Upstream it speaks to the controller's agent channel when the controller listens on a Unix
 socket, else to its ZeroMQ socket over TCP with CurveZMQ. It exits when the controller's end
@@ -305,36 +306,55 @@ class NodeAgent:
         msgs = self.up.receive()
         if msgs is None:
             return False
-        peers = self.server.peers
         for payload in msgs:
             try:
                 msg = msgpack.unpackb(payload, raw=False)
             except Exception:  # noqa: BLE001 - the controller's end is trusted; a bad message is skipped
                 continue
-            if not isinstance(msg, dict) or msg.get("type") != "to":
+            if isinstance(msg, dict) and msg.get("type") in ("to", "signal"):
+                self._down(msg)
+        return True
+
+    def _down(self, msg: dict[str, Any]) -> None:
+        """``to`` {l, p}: ``p`` written to those ranks; ``signal`` {l, sig}: that signal sent to their
+        processes (``planaria ctl`` for ranks on this host: the controller's pids may be another
+        host's). Numbers of a child's routes go to that child, one message per child."""
+        local: list[Peer] = []
+        down: dict[int, list[int]] = {}
+        peers = self.server.peers
+        for lid in msg.get("l") or ():
+            if not isinstance(lid, int):
                 continue
+            if lid >= self.ROUTED:
+                route = self._routes.get(lid)
+                if route is not None:
+                    down.setdefault(route[0], []).append(route[1])
+            elif lid in peers:
+                local.append(peers[lid])
+        if msg["type"] == "to":
             data = msg.get("p")
             if not isinstance(data, bytes):
-                continue
-            framed = None
-            down: dict[int, list[int]] = {}
-            for lid in msg.get("l") or ():
-                if not isinstance(lid, int):
-                    continue
-                if lid >= self.ROUTED:
-                    route = self._routes.get(lid)
-                    if route is not None:
-                        down.setdefault(route[0], []).append(route[1])
-                    continue
-                peer = peers.get(lid)
-                if peer is not None:
-                    framed = framed or frame(data)
+                return
+            if local:
+                framed = frame(data)                  # framed once for every rank here
+                for peer in local:
                     self.server.send(peer, framed)
-            for child, lids in down.items():       # one message per child, packed once each
-                peer = peers.get(child)
-                if peer is not None:
-                    self.server.send(peer, frame(self._pack({"type": "to", "l": lids, "p": data})))
-        return True
+        else:
+            data = None
+            sig = msg.get("sig")
+            for peer in local:
+                pid = self.ranks.get(peer.fd, (None, None))[1]
+                if isinstance(sig, int) and pid:
+                    try:
+                        os.kill(int(pid), sig)
+                    except OSError:
+                        pass                          # already gone: its connection's end says so
+        for child, lids in down.items():
+            peer = peers.get(child)
+            if peer is not None:
+                out = {"type": msg["type"], "l": lids}
+                out.update({"p": data} if msg["type"] == "to" else {"sig": msg.get("sig")})
+                self.server.send(peer, frame(self._pack(out)))
 
 
 def tree_parent(i: int, fanout: int) -> int | None:
