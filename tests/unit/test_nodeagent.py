@@ -3,6 +3,8 @@ channels: real processes and Unix sockets, ranks played by sockets speaking the 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -49,17 +51,31 @@ class Rank:
         raise AssertionError(f"no {want} within {timeout} s")
 
 
-def _agent(jd: JobDir, uri: str, name: str, parent: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+def _agent(jd: JobDir, uri: str, name: str, parent: str | None = None,
+           env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     path = str(jd.path / "nodes" / f"{name}.sock")
     via = ["--parent", parent] if parent else []
     proc = subprocess.Popen([sys.executable, "-m", "planaria.launch.nodeagent", "--listen", path, "--uri", uri,
-                             "--secret-file", str(jd.secret_path), "--node", name, *via])
+                             "--secret-file", str(jd.secret_path), "--node", name, *via], env=env)
     deadline = time.monotonic() + 20
     while (s := connect(path, timeout=1.0)) is None:
         assert proc.poll() is None and time.monotonic() < deadline, "the node agent did not start"
         time.sleep(0.05)
     s.close()
     return proc, path
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (the same one each call)."""
+    global _DEAD
+    if _DEAD is None:
+        p = subprocess.Popen([sys.executable, "-c", "pass"])
+        p.wait(timeout=30)
+        _DEAD = p.pid
+    return _DEAD
+
+
+_DEAD: int | None = None
 
 
 def _ps(jd: JobDir) -> dict[int, dict[str, Any]]:
@@ -89,12 +105,17 @@ def test_ranks_behind_node_agents_are_served_like_direct_ones(tmp_path: Path) ->
     try:
         top, top_path = _agent(jd, uri, "n0")
         agents.append(top)
-        leaf, leaf_path = _agent(jd, uri, "n1", parent=top_path)
+        # what a killed job left on the leaf's host: removed when its node agent ends
+        tmpdir = tmp_path / "tmp"
+        (tmpdir / f"ompi.{dead_pid()}").mkdir(parents=True)
+        shm = Path("/dev/shm") / f"sm_segment.{socket.gethostname()}.{os.getuid()}.{os.getpid()}77.0"
+        shm.write_bytes(b"x")
+        for p in (tmpdir / f"ompi.{dead_pid()}", shm):
+            os.utime(p, (time.time() - 60, time.time() - 60))
+        leaf, leaf_path = _agent(jd, uri, "n1", parent=top_path, env={**os.environ, "TMPDIR": str(tmpdir)})
         agents.append(leaf)
-        dead = subprocess.Popen([sys.executable, "-c", "pass"])
-        dead.wait(timeout=30)
         ranks = [Rank(top_path, secret, 0, top.pid), Rank(leaf_path, secret, 1, top.pid),
-                 Rank(leaf_path, secret, 2, dead.pid)]
+                 Rank(leaf_path, secret, 2, dead_pid())]
         for step, r in enumerate(ranks):
             r.send({"type": "hb", "rank": r.rank, "step": 10 + step})
             assert r.read("hbok")["tok"] == secret
@@ -148,6 +169,7 @@ def test_ranks_behind_node_agents_are_served_like_direct_ones(tmp_path: Path) ->
         ctl.stop()
     for a in agents:                  # the controller's end closed: every node agent ends
         assert a.wait(timeout=10) == 0
+    assert not shm.exists() and not list(tmpdir.iterdir())
 
 
 def test_the_tree_hangs_fanout_agents_off_the_controller_and_fanout_off_each() -> None:

@@ -17,8 +17,9 @@ controller holds one connection per node instead of one per rank. What it does f
 Upstream it speaks to the controller's agent channel when the controller listens on a Unix
 socket, else to its ZeroMQ socket over TCP with CurveZMQ. It exits when the controller's end
 closes (the job is over, or the launcher died): the ranks then see their channel close, as
-they would see the controller's. Run as ``python -m planaria.launch.nodeagent``; a rank's
-agent starts it when the job asks for node agents (``planaria.runtime.nodelink``).
+they would see the controller's, and it removes what killed jobs left on its host (Open MPI's
+shared-memory files and session directories). Run as ``python -m planaria.launch.nodeagent``; a
+rank's agent starts it when the job asks for node agents (``planaria.runtime.nodelink``).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import zmq
 
 from planaria.events import curve
 from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
+from planaria.launch import sessiondirs, shmfiles
 from planaria.launch.channels import ChannelServer, Peer
 from planaria.launch.fdlimit import raise_open_files
 from planaria.launch.procs import pid_alive
@@ -203,6 +205,7 @@ class NodeAgent:
             self.server.close()
             self.up.close()
             self._ctx.term()
+            clean_host()
 
     # -- ranks (and children) -> controller ------------------------------------------------------
     def _from_ranks(self) -> None:
@@ -355,6 +358,18 @@ class NodeAgent:
                 out = {"type": msg["type"], "l": lids}
                 out.update({"p": data} if msg["type"] == "to" else {"sig": msg.get("sig")})
                 self.server.send(peer, frame(self._pack(out)))
+
+
+def clean_host() -> list[str]:
+    """Remove what killed jobs of this user left on this host (the launcher does the same on its
+    own): Open MPI's shared-memory files that no process maps and its session directories whose
+    process is gone. Run when the node agent ends, after the job; returns what went."""
+    gone = [str(p) for p in shmfiles.remove_orphaned()]
+    gone += [str(p) for p in sessiondirs.remove_stale(sessiondirs.base_dir(dict(os.environ)))]
+    if gone:
+        print(f"nodeagent: removed {len(gone)} leftover(s) of killed jobs: {', '.join(gone[:10])}",
+              file=sys.stderr, flush=True)
+    return gone
 
 
 def tree_parent(i: int, fanout: int) -> int | None:
