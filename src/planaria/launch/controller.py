@@ -34,7 +34,6 @@ a host: ``node-hello`` {node, pid, listen}, ``nhb`` {ranks, steps} (their heartb
 """
 from __future__ import annotations
 
-import hmac
 import itertools
 import os
 import signal as _signal
@@ -46,7 +45,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import msgpack
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
@@ -56,7 +54,7 @@ from planaria.events.channel import address_for, frame
 from planaria.events.ranges import SESSION, Range, targets
 from planaria.launch.channels import ACCEPT_PAUSE, ChannelServer, Peer
 from planaria.launch.fdlimit import raise_open_files
-from planaria.launch import rankfate, tcpguard
+from planaria.launch import protocol, rankfate, tcpguard
 from planaria.launch.jobdir import JobDir
 from planaria.launch.procs import pid_alive
 from planaria.launch.relay import FaultMerger, KVStore
@@ -88,7 +86,6 @@ class Routed(NamedTuple):
 
 
 Dest = bytes | Peer | Routed              # a ZeroMQ peer identity, an agent channel, or a rank behind a node agent
-NODE_TYPES = frozenset({"node-hello", "fwd", "nhb", "gone"})   # what node agents send (nodeagent.py)
 
 
 def default_address(jobdir: JobDir) -> str:
@@ -107,6 +104,7 @@ class Controller:
                  pid_check: bool = True) -> None:
         self.jobdir = jobdir
         self.secret = jobdir.secret().encode("utf-8")
+        self._tok = self.secret.decode("utf-8")
         self.requested = address or default_address(jobdir)
         self.t0 = time.time() if t0 is None else t0
         self.pid_check = pid_check
@@ -151,6 +149,9 @@ class Controller:
         self._crashes: dict[int, dict[str, str]] = {}     # rank -> its traceback's site and error (note_crash)
         self._eids = itertools.count(1)
         self._io_history: list[dict[str, Any]] = []
+        # message type -> handler; any other type is a rank's report (``_from_rank``)
+        self._dispatch = {"ps": self._on_ps, "diagnose": self._on_diagnose, "knock": self._on_knock,
+                          **{t: self._on_tool for t in protocol.TOOL_TYPES}}
 
     # --- lifecycle -----------------------------------------------------
     def start(self, timeout: float = 10.0) -> str:
@@ -230,7 +231,7 @@ class Controller:
         range, which stay small at any size."""
         plain = self.plain_ranks()
         want = set(r for r in only if isinstance(r, int)) if isinstance(only, list) else None
-        reply: dict[str, Any] = {"type": "ps", "t0": self.t0, "tok": self.secret.decode("utf-8")}
+        reply: dict[str, Any] = {"type": "ps", "t0": self.t0}
         with self._lock:
             ranks = sorted(set(plain) | set(self.ranks))
             if want is not None:
@@ -240,7 +241,7 @@ class Controller:
                 reply["summary"] = _summary(rows, len(self.nodes))
             else:
                 reply["ranks"] = rows
-            return msgpack.packb(reply, use_bin_type=True, default=str)
+            return protocol.pack(reply, self._tok)
 
     def note_crash(self, rank: int, site: str | None, error: str) -> None:
         """What a rank's own traceback (uncaught exception) or fatal-error trace said: where and what."""
@@ -574,8 +575,7 @@ class Controller:
 
     def _to_node(self, lids: list[int], payload: bytes) -> bytes:
         """A node agent's ``to``: ``payload`` (packed once) for its ranks at ``lids``."""
-        return msgpack.packb({"type": "to", "l": lids, "p": payload, "tok": self.secret.decode("utf-8")},
-                             use_bin_type=True)
+        return protocol.pack({"type": "to", "l": lids, "p": payload}, self._tok)
 
     def _to_subscribers(self, sock: zmq.Socket, msg: dict[str, Any], what: str) -> None:
         subs = [i for i, sub in self.subscribers.items() if sub.get(what)]
@@ -585,8 +585,7 @@ class Controller:
             wanted = [i for i in subs if self.subscribers[i].get("codes") is None
                       or msg["event"]["code"] in self.subscribers[i]["codes"]]
             subs = wanted
-        msg["tok"] = self.secret.decode("utf-8")
-        payload = msgpack.packb(msg, use_bin_type=True, default=str)
+        payload = protocol.pack(msg, self._tok)
         for ident in subs:
             self._send_packed(sock, ident, payload)
 
@@ -610,8 +609,7 @@ class Controller:
               "affected": sorted(int(r) for r in affected or ()), "id": next(self._eids),
               "t": now if t is None else t, "source_host": source_host, "origin": origin,
               "cache": cache}
-        payload = msgpack.packb({"type": "event", "event": ev, "tok": self.secret.decode("utf-8")},
-                                use_bin_type=True, default=str)
+        payload = protocol.pack({"type": "event", "event": ev}, self._tok)
         framed = frame(payload)                  # packed and framed once for every target
         behind: dict[bytes | Peer, list[int]] = {}
         for r in sorted(tg):
@@ -672,71 +670,71 @@ class Controller:
         self.refused += 1
         if self.refused <= MAX_REFUSED_LOGGED:
             self._record({"type": "refused", "t": time.time(),
-                          "peer": dest.label if isinstance(dest, Peer) else dest.hex(),
+                          "peer": _label(dest),
                           "why": why, "msg_type": mtype})
 
     def _reply(self, sock: zmq.Socket, dest: Dest, msg: dict[str, Any]) -> None:
-        msg["tok"] = self.secret.decode("utf-8")
-        self._send_packed(sock, dest, msgpack.packb(msg, use_bin_type=True))
+        self._send_packed(sock, dest, protocol.pack(msg, self._tok))
 
     def _knock(self, sock: Any, dest: Dest) -> None:
         """Wake a rank's localization service: another rank wrote to it on the service communicator."""
-        self._send_packed(sock, dest, msgpack.packb({"type": "knock", "tok": self.secret.decode("utf-8")}))
+        self._send_packed(sock, dest, protocol.pack({"type": "knock"}, self._tok))
 
     def _handle(self, sock: zmq.Socket, ident: Dest, payload: bytes) -> bool:
-        """Act on one message from a peer; False when it was refused."""
-        try:
-            msg = msgpack.unpackb(payload, raw=False)
-        except Exception:  # noqa: BLE001 - anything undecodable is refused
-            self._refuse(ident, "undecodable")
+        """Act on one message from a peer (``_dispatch`` by its type; a rank's report otherwise);
+        False when it was refused."""
+        msg, why = protocol.unpack(payload, self.secret)
+        if why is not None:
+            self._refuse(ident, why, msg.get("type") if msg is not None else None)
             return False
-        if not isinstance(msg, dict):
-            self._refuse(ident, "not a map")
-            return False
-        tok = msg.pop("tok", None)
-        if isinstance(tok, str):
-            tok = tok.encode("utf-8")
-        if not isinstance(tok, bytes) or not hmac.compare_digest(tok, self.secret):
-            self._refuse(ident, "bad token" if tok else "no token", msg.get("type"))
-            return False
+        assert msg is not None
         mtype = msg.get("type")
         now = time.time()
-        if mtype in NODE_TYPES and not isinstance(ident, Routed):
-            self._from_node(sock, ident, msg, now)
+        if mtype in protocol.NODE_TYPES:
+            if not isinstance(ident, Routed):     # (a rank cannot speak for a node)
+                self._from_node(sock, ident, msg, now)
             return True
-        if mtype == "ps":
-            self._send_packed(sock, ident, self._ps_reply(msg.get("ranks"), bool(msg.get("summary"))))
-            return True
-        if mtype == "diagnose":
-            threading.Thread(target=self._diagnose_for, args=(ident, msg), daemon=True,
-                             name="planaria-diagnose").start()
-            return True
+        self._dispatch.get(mtype, self._from_rank)(sock, ident, msg, now)
+        return True
+
+    def _on_ps(self, sock: zmq.Socket, ident: Dest, msg: dict[str, Any], now: float) -> None:
+        self._send_packed(sock, ident, self._ps_reply(msg.get("ranks"), bool(msg.get("summary"))))
+
+    def _on_diagnose(self, sock: zmq.Socket, ident: Dest, msg: dict[str, Any], now: float) -> None:
+        threading.Thread(target=self._diagnose_for, args=(ident, msg), daemon=True,
+                         name="planaria-diagnose").start()
+
+    def _on_knock(self, sock: zmq.Socket, ident: Dest, msg: dict[str, Any], now: float) -> None:
+        """A rank's localization service wrote to these ranks: wake theirs (``gone``: those ended)."""
+        ended = []
+        for r in msg.get("ranks") or ():
+            if not isinstance(r, int):
+                continue
+            with self._lock:
+                state = (self.ranks.get(r) or {}).get("state")
+            if state in ("finished", "failed", "lost"):
+                ended.append(r)                  # nobody there to wake: the sender analyses itself
+                continue
+            dest = self.idents.get(r)
+            if dest is None:
+                self._unknocked.add(r)           # kept until the agent says hello, never dropped
+            else:
+                self._knock(sock, dest)
+        if ended:
+            self._reply(sock, ident, {"type": "gone", "ranks": ended})
+
+    def _on_tool(self, sock: zmq.Socket, ident: Dest, msg: dict[str, Any], now: float) -> None:
+        self._tool(sock, ident, msg["type"], msg, now)
+
+    def _from_rank(self, sock: zmq.Socket, ident: Dest, msg: dict[str, Any], now: float) -> None:
+        """A rank's report: the rank table, failure signals, incidents, an abort request; recorded
+        (but heartbeats) and answered (``ack`` for an ``id``, ``hbok`` for a heartbeat)."""
+        mtype = msg.get("type")
         if mtype in ("hello", "hb") and isinstance(msg.get("rank"), int):
             self.idents[msg["rank"]] = ident
             if msg["rank"] in self._unknocked:      # a knock came before this agent: deliver it now
                 self._unknocked.discard(msg["rank"])
                 self._knock(sock, ident)
-        if mtype == "knock":            # a rank's localization service wrote to these ranks: wake theirs
-            ended = []
-            for r in msg.get("ranks") or ():
-                if not isinstance(r, int):
-                    continue
-                with self._lock:
-                    state = (self.ranks.get(r) or {}).get("state")
-                if state in ("finished", "failed", "lost"):
-                    ended.append(r)                  # nobody there to wake: the sender analyses itself
-                    continue
-                dest = self.idents.get(r)
-                if dest is None:
-                    self._unknocked.add(r)           # kept until the agent says hello, never dropped
-                else:
-                    self._knock(sock, dest)
-            if ended:
-                self._reply(sock, ident, {"type": "gone", "ranks": ended})
-            return True
-        if mtype in self._TOOL_TYPES:
-            self._tool(sock, ident, mtype, msg, now)
-            return True
         self._update_table(msg, now)
         if mtype == "fail" and isinstance(msg.get("rank"), int):
             with self._lock:
@@ -767,9 +765,7 @@ class Controller:
             self._reply(sock, ident, ack)
         elif mtype == "hb":
             self._reply(sock, ident, {"type": "hbok"})
-        return True
 
-    _TOOL_TYPES = frozenset({"notify", "ctl", "publish", "lookup", "subscribe", "stdin"})
 
     def _from_node(self, sock: zmq.Socket, ident: bytes | Peer, msg: dict[str, Any], now: float) -> None:
         """A node agent's message: a rank's message forwarded, the node's heartbeat summary, a rank
@@ -869,9 +865,8 @@ class Controller:
                         self._reply(sock, ident, dict(rec))
         elif mtype == "stdin":
             sent = []
-            payload = msgpack.packb({"type": "stdin", "data": str(msg.get("data") or ""),
-                                     "eof": bool(msg.get("eof")), "tok": self.secret.decode("utf-8")},
-                                    use_bin_type=True)
+            payload = protocol.pack({"type": "stdin", "data": str(msg.get("data") or ""),
+                                     "eof": bool(msg.get("eof"))}, self._tok)
             with self._lock:
                 want = msg.get("ranks")
                 ranks = sorted(r for r, v in self.ranks.items() if v["state"] in REACHABLE
@@ -1011,6 +1006,13 @@ class Controller:
         with self._diagnosing:
             return collect_and_analyze(self.jobdir, self.view(), self.secret.decode("utf-8"),
                                        k=k, hop=hop, rounds=rounds, interval=interval)
+
+
+def _label(dest: Dest) -> str:
+    """How a refusal names the peer: an agent channel, a ZeroMQ identity, or a rank behind a node agent."""
+    if isinstance(dest, Routed):
+        return f"via node agent ({_label(dest.node)}), connection {dest.lid}"
+    return dest.label if isinstance(dest, Peer) else dest.hex()
 
 
 def _summary(rows: list[dict[str, Any]], node_agents: int) -> dict[str, Any]:

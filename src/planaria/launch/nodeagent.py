@@ -24,7 +24,6 @@ rank's agent starts it when the job asks for node agents (``planaria.runtime.nod
 from __future__ import annotations
 
 import argparse
-import hmac
 import os
 import socket
 import sys
@@ -36,7 +35,7 @@ import zmq
 
 from planaria.events import curve
 from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
-from planaria.launch import sessiondirs, shmfiles
+from planaria.launch import protocol, sessiondirs, shmfiles
 from planaria.launch.channels import ChannelServer, Peer
 from planaria.launch.fdlimit import raise_open_files
 from planaria.launch.procs import pid_alive
@@ -156,7 +155,7 @@ class NodeAgent:
         self._route_of: dict[tuple[int, int], int] = {}
         self._next_route = self.ROUTED
         self._child_rows: tuple[list[Any], list[Any]] = ([], [])   # children's heartbeat rows since the last summary
-        self._hbok = frame(msgpack.packb({"type": "hbok", "tok": secret}))
+        self._hbok = frame(protocol.pack({"type": "hbok"}, secret))
         probe = connect(listen, timeout=0.5)
         if probe is not None:              # another node agent serves this node already
             probe.close()
@@ -169,8 +168,7 @@ class NodeAgent:
         self.refused = 0
 
     def _pack(self, msg: dict[str, Any]) -> bytes:
-        msg["tok"] = self.secret
-        return msgpack.packb(msg, use_bin_type=True)
+        return protocol.pack(msg, self.secret)
 
     def run(self) -> int:
         """Serve until the controller's end closes; 0 then, 1 when it could not be reached."""
@@ -219,15 +217,8 @@ class NodeAgent:
                 self._left(peer)
 
     def _from_rank(self, peer: Peer, payload: bytes) -> bool:
-        try:
-            msg = msgpack.unpackb(payload, raw=False)
-            tok = msg.get("tok")
-        except Exception:  # noqa: BLE001 - anything undecodable is refused
-            self.refused += 1
-            return False
-        if isinstance(tok, str):
-            tok = tok.encode("utf-8")
-        if not isinstance(tok, bytes) or not hmac.compare_digest(tok, self._tok):
+        msg, why = protocol.unpack(payload, self._tok)
+        if why is not None or msg is None:
             self.refused += 1
             return False
         mtype = msg.get("type")
