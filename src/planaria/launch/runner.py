@@ -81,7 +81,8 @@ class RunOptions:
     on_jobdir: Callable[[Path], None] | None = None   # told the job directory once it exists
     stdin: str = "none"         # the rank that reads the launcher's standard input, or none
     on_hang: str = "report"     # a detected hang: report (a line), diagnose (and run on) or abort (see onhang.py)
-    node_agents: bool = False   # ranks reach the controller through one agent per host (launch/nodeagent.py)
+    node_agents: bool | None = None   # ranks reach the controller through one agent per host (launch/nodeagent.py);
+                                      # None: when the job has hosts other than this one
 
 
 def _err(msg: str, prog: str = "planaria run") -> None:
@@ -536,6 +537,19 @@ class _Layout:
         extra = _netns_extra_args(self.hostset) if self.hostset is not None else []
         return extra + list(opts.mpiexec_args)
 
+    def node_agents(self, opts: RunOptions) -> bool:
+        """Whether the ranks go through node agents: as asked, else when a host is not this one
+        (their pids are then looked at where they run, and the controller holds a connection per host)."""
+        if opts.node_agents is not None:
+            return opts.node_agents
+        names = self.names()
+        if not names and not opts.hosts:            # mpiexec's default: the batch allocation's hosts
+            try:
+                names = [h for h, _ in allocation_hosts(os.environ) or []]
+            except LaunchError:
+                names = []
+        return any(not _is_local(h) for h in names)
+
     def drop(self, gone: set[str]) -> None:
         self.hosts = [(h, s) for h, s in self.hosts or [] if h not in gone]
         self.explicit = True
@@ -950,7 +964,7 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         "PLANARIA_DETECT": "1" if opts.detect else "0",
         "PLANARIA_DETECT_TIMEOUTS": opts.detect_timeouts or "",
         "PLANARIA_EVENTS_DEFAULT": opts.default_handler,
-        "PLANARIA_NODE_AGENTS": "1" if opts.node_agents else "0",
+        "PLANARIA_NODE_AGENTS": "1" if layout.node_agents(opts) else "0",
     }
     if "PYTHONFAULTHANDLER" not in os.environ:  # a crashing rank prints its stack (CrashSites reads it)
         penv["PYTHONFAULTHANDLER"] = "1"
