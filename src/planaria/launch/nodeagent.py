@@ -394,7 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         agent = NodeAgent(a.listen, a.uri, secret, a.node, a.beat, a.parent)
     except FileExistsError:
         return 0
-    except OSError as exc:
+    except zmq.ZMQError as exc:                 # a malformed controller address
+        print(f"nodeagent: controller address {a.uri!r}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:                      # nobody there, or the socket cannot be made
         print(f"nodeagent: {exc}", file=sys.stderr)
         return 1
     return agent.run()
