@@ -21,10 +21,10 @@ def test_a_small_job_is_served_and_measured() -> None:
 @pytest.mark.timeout(120)
 def test_through_a_tree_of_node_agents() -> None:
     """96 ranks, 16 per node agent, a tree of fan-out 2 (agents 2-5 reach the controller through 0 and 1)."""
-    res = cp.run("96", seconds=4.0, hb=0.25, ps_every=0.5, workers=2, timeout=60, per_node=16, fanout=2)
+    res = cp.run("96", seconds=3.0, hb=0.25, ps_every=0.5, workers=2, timeout=60, per_node=16, fanout=2)
     (row,) = res["rows"]
     assert row["node_agents"] == 6 and row["false_losses"] == 0 and not row["controller_errors"]
-    assert row["heartbeats"] >= 96 * 10                 # answered by the node agents
+    assert row["heartbeats"] >= 96 * 8                  # answered by the node agents
     assert row["event_reached"] == 96
     assert row["view_age_p99_ms"] < 2000                # the summaries arrive, through two levels
 

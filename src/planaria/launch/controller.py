@@ -175,9 +175,10 @@ class Controller:
             self._thread.join(timeout)
             if not self._thread.is_alive():
                 with self._wake_lock:         # no later _wake() writes into a reused descriptor
-                    self._wake_closed = True
-                    for fd in (self._wake_r, self._wake_w):
-                        os.close(fd)
+                    if not self._wake_closed:     # (a second stop closes nothing again)
+                        self._wake_closed = True
+                        for fd in (self._wake_r, self._wake_w):
+                            os.close(fd)
         if self.uri and self.uri.startswith("ipc://"):
             path = Path(self.uri[len("ipc://"):])
             try:
@@ -776,6 +777,8 @@ class Controller:
             if isinstance(inner, bytes) and isinstance(lid, int):
                 self._handle(sock, Routed(ident, lid), inner)
         elif mtype == "nhb":            # ranks and their steps, two columns (16 k rows a second per 8 k ranks)
+            if isinstance(ident, bytes):            # over ZeroMQ the node agent has no other sign of us
+                self._reply(sock, ident, {"type": "hbok"})
             ranks, steps = msg.get("ranks"), msg.get("steps")
             if isinstance(ranks, list) and isinstance(steps, list) and len(ranks) == len(steps):
                 table = self.ranks

@@ -42,6 +42,7 @@ from planaria.launch.procs import pid_alive
 
 BEAT = 0.5                 # seconds between the node's heartbeat summaries (a rank's heartbeat interval)
 CONNECT_TIMEOUT = 10.0     # seconds to reach the controller at start
+ORPHAN = 15.0              # seconds of the controller's silence over ZeroMQ after which the node agent ends
 
 
 class Upstream:
@@ -140,8 +141,9 @@ class NodeAgent:
     ROUTED = 1 << 24          # route numbers from here on name (child, its number); below, a local connection
 
     def __init__(self, listen: str, uri: str, secret: str, node: str | None = None, beat: float = BEAT,
-                 parent: str | None = None) -> None:
+                 parent: str | None = None, orphan: float = ORPHAN) -> None:
         self.listen = listen
+        self.orphan = orphan
         self.uri = uri
         self.secret = secret
         self._tok = secret.encode("utf-8")
@@ -166,12 +168,14 @@ class NodeAgent:
         self.server = ChannelServer(listen)
         self.forwarded = 0
         self.refused = 0
+        self._last_up = time.monotonic()           # when the controller last sent something
 
     def _pack(self, msg: dict[str, Any]) -> bytes:
         return protocol.pack(msg, self.secret)
 
     def run(self) -> int:
-        """Serve until the controller's end closes; 0 then, 1 when it could not be reached."""
+        """Serve until the controller's end closes (over ZeroMQ, which has no end to see: until the
+        controller has been silent for ``orphan`` seconds; it answers every summary); 0 then."""
         self.up.send(self._pack({"type": "node-hello", "node": self.node, "pid": os.getpid(),
                                  "listen": self.listen}))
         poller = zmq.Poller()
@@ -199,6 +203,8 @@ class NodeAgent:
                 if now >= next_beat:
                     next_beat = now + self.beat
                     self._summary()
+                    if self.up.sock is not None and now - self._last_up > self.orphan:
+                        return 0                 # the controller is gone: the ranks see their channel close
         finally:
             self.server.close()
             self.up.close()
@@ -300,6 +306,8 @@ class NodeAgent:
         msgs = self.up.receive()
         if msgs is None:
             return False
+        if msgs:
+            self._last_up = time.monotonic()
         for payload in msgs:
             try:
                 msg = msgpack.unpackb(payload, raw=False)
@@ -382,6 +390,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--node", default=None, help="this node's name (default: the host name)")
     p.add_argument("--beat", type=float, default=BEAT, help="seconds between heartbeat summaries")
     p.add_argument("--parent", default=None, help="a parent node agent's socket (a branch of the routed tree)")
+    try:                                        # the ranks' own bound, when the job sets one
+        orphan = float(os.environ.get("PLANARIA_ORPHAN_TIMEOUT") or ORPHAN)
+    except ValueError:
+        orphan = ORPHAN
+    p.add_argument("--orphan", type=float, default=orphan,
+                   help="seconds of the controller's silence over TCP after which to end (as a rank's agent)")
     a = p.parse_args(argv)
     try:
         with open(a.secret_file, encoding="ascii") as fh:
@@ -391,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     raise_open_files()
     try:
-        agent = NodeAgent(a.listen, a.uri, secret, a.node, a.beat, a.parent)
+        agent = NodeAgent(a.listen, a.uri, secret, a.node, a.beat, a.parent, a.orphan)
     except FileExistsError:
         return 0
     except zmq.ZMQError as exc:                 # a malformed controller address
