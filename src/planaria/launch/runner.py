@@ -979,11 +979,10 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
             controller.stop()
             return EXIT_USAGE
     fifo = _stdin_pipe(opts, jobdir, number, penv)
+    extra = layout.mpiexec_args(opts)
     try:
         argv, env = build_mpiexec_cmd(command, total, backend=backend, hosts=layout.hosts_arg(opts),
-                                      planaria_env=penv,
-                                      mpiexec_args=layout.mpiexec_args(opts) + slurm.restart_args(
-                                          number, layout.mpiexec_args(opts)),
+                                      planaria_env=penv, mpiexec_args=extra + slurm.restart_args(number, extra),
                                       launch_prefix=layout.launch_prefix(opts),
                                       ssh_agent=layout.ssh_agent(opts),
                                       rank_prefix=rankfate.shim_argv() if opts.rank_fates else (),

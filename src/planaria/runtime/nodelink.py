@@ -1,8 +1,10 @@
 """A rank's way to its node agent (``planaria.launch.nodeagent``), when the job asks for node agents.
 
 The first rank of a host to get here starts the host's node agent (a process in its own session,
-so that it outlives the rank that started it); the others connect to it. An ``flock`` on a file
-next to its socket makes the start happen once per host. The node agent is started as a command
+so that it outlives the rank that started it); the others connect to it. An ``flock`` on
+``nodes/<host>.lock`` in the job directory makes the start happen once per host, and a start that
+failed is tried once only (``nodes/<host>.failed``): the other ranks of the host then connect to the
+controller at once instead of each waiting ``START_TIMEOUT`` in turn. The node agent is started as a command
 (``python -m planaria.launch.nodeagent``), not imported: the runtime layer does not import the
 launcher's.
 """
@@ -59,24 +61,31 @@ def connect_node(uri: str) -> socket.socket | None:
         lock = os.open(os.path.join(jobdir, "nodes", f"{host}.lock"), os.O_CREAT | os.O_RDWR, 0o600)
     except OSError:
         return None
+    failed = os.path.join(jobdir, "nodes", f"{host}.failed")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)       # the start happens once; the others wait here
         sock = connect(path)
-        if sock is None:
+        if sock is None and not os.path.exists(failed):
             sock = _start(path, uri, secret_file, os.path.join(jobdir, "nodes", f"{host}.log"))
+            if sock is None:                   # the host's other ranks go straight to the controller
+                try:
+                    open(failed, "w").close()
+                except OSError:
+                    pass
         return sock
     finally:
         os.close(lock)                         # closing releases the lock
 
 
 def _start(path: str, uri: str, secret_file: str, log_path: str) -> socket.socket | None:
-    """Start the node agent for ``path`` (its messages to ``log_path``) and connect once it listens."""
+    """Start the node agent for ``path`` (its messages to ``log_path``) and connect once it listens;
+    None when it does not within ``START_TIMEOUT`` or has ended (it could not reach the controller)."""
     try:
         log = open(log_path, "ab")
     except OSError:
         log = None
     try:
-        subprocess.Popen([sys.executable, "-m", "planaria.launch.nodeagent", "--listen", path, "--uri", uri,
+        proc = subprocess.Popen([sys.executable, "-m", "planaria.launch.nodeagent", "--listen", path, "--uri", uri,
                           "--secret-file", secret_file], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=log if log is not None else subprocess.DEVNULL, start_new_session=True)
     except OSError:
@@ -89,5 +98,7 @@ def _start(path: str, uri: str, secret_file: str, log_path: str) -> socket.socke
         sock = connect(path)
         if sock is not None:
             return sock
+        if proc.poll() is not None:
+            return None
         time.sleep(0.02)
     return None
