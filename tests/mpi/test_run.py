@@ -407,6 +407,11 @@ def test_forged_clients_on_the_tcp_control_socket_are_refused_and_the_job_finish
         wrong.connect(uri)
         wrong.send(msgpack.packb({"type": "ps", "tok": secret}))
         forged += [plain, wrong]
+        # a plain client whose greeting (mechanism NULL) the server reads before the client can hang
+        # up on the server's CURVE greeting: the DEALER above may close first (the server then sees
+        # only a broken pipe), this one stays and waits
+        null = socket.create_connection(("127.0.0.1", port))
+        null.sendall(b"\xff" + bytes(8) + b"\x7f\x03\x00" + b"NULL".ljust(20, b"\0") + bytes(32))
         raw = socket.create_connection(("127.0.0.1", port))
         raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 4)
         huge = socket.create_connection(("127.0.0.1", port))
@@ -419,6 +424,7 @@ def test_forged_clients_on_the_tcp_control_socket_are_refused_and_the_job_finish
         assert sorted(r["rank"] for r in json.loads(tool.stdout)["ranks"]) == [0, 1]
         raw.close()
         huge.close()
+        null.close()
         out, err = proc.communicate(timeout=90)
     finally:
         for sk in forged:
