@@ -125,9 +125,9 @@ def ctl(
         _fail("ctl", "--signal only goes with the 'signal' action", 2)
     rk = _ranks("ctl", ranks)
     if signal:
-        from planaria.launch.controller import _parse_signal
+        from planaria.launch.toolservice import parse_signal
         try:
-            _parse_signal(signal)
+            parse_signal(signal)
         except ValueError as exc:
             _fail("ctl", str(exc), 2)
     jd = _job("ctl", job)

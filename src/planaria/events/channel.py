@@ -6,7 +6,7 @@ forwarded event straight into each target's socket and a rank's ``notify`` write
 into its own, so an event wakes one thread per process (the receiving agent's) instead of
 also passing through the ZeroMQ I/O threads of the sender, the launcher and the receiver and
 through the notifying rank's agent thread. The messages are the same msgpack maps as on the
-ZeroMQ socket (``planaria.launch.controller``); one stream per rank keeps them in order.
+ZeroMQ socket (``planaria.launch.protocol``); one stream per rank keeps them in order.
 """
 from __future__ import annotations
 

@@ -1,8 +1,35 @@
 """The control plane's messages: who sends which, and how one is packed and checked.
 
-Every message is a msgpack map with ``type`` and ``tok`` (the job secret); the fields of each type
-are listed in docs/launcher.md ("Control protocol"). This module is the one place that packs and
-checks them for the controller and the node agent (pure: no sockets, no state).
+Every message is a msgpack map with ``type`` and ``tok`` (the job secret); docs/launcher.md
+("Control protocol") describes them too. This module is the one place that packs and checks them
+for the controller and the node agent (pure: no sockets, no state).
+
+agent -> controller: ``hello`` {rank, pid, host, role, backend}, ``hb`` {rank, step},
+``fail`` {rank, reason, id}, ``inject`` {rank, kind, detail}, ``event`` {rank, ...},
+``bye`` {rank, code}, ``incident`` {rank, ...} (a localized fault), ``ps`` {} (returns the rank table),
+``diagnose`` {k, hop, rounds, interval} (a tool asks for a global state collection; the reply
+``diagnosed`` {state, report, ...} comes when the collection tree has answered or timed out).
+controller -> agent: ``ack`` {id} for any message with an ``id``, ``hbok`` {} for heartbeats,
+``ps`` {ranks: [rank records], t0} for ``ps``. Replies carry ``tok`` too.
+
+Events and tools (docs/events.md, docs/tools.md): ``notify`` {code, source, range, info, affected}
+from a rank or a tool is relayed as ``event`` {event} to the ranks in range (and to subscribed
+tools); ``abort`` {reason} from a rank's default handler asks the launcher to end the job;
+``failed-seen`` {ranks} (a rank's communicator reported failed peers), ``fail``, lost pids and
+silent heartbeats are merged into one process-failed event (``planaria.launch.relay``).
+``knock`` {ranks} (a rank's localization service wrote to them) wakes those ranks' services with
+``knock`` {}; the sender gets ``gone`` {ranks} for those that have ended.
+Tools: ``ctl`` {action, ranks, signal}, ``publish`` {data, replace}, ``lookup`` {keys, wait,
+timeout}, ``log`` {message}, ``subscribe`` {events, io, history} (renewed every second; the
+controller then sends ``event`` and ``io`` {rank, channel, text, t} messages), ``stdin``
+{ranks, data, eof} (forwarded to those ranks' agents).
+
+Node agents (``planaria.launch.nodeagent``, ``planaria run --node-agents``) speak for the ranks of
+a host: ``node-hello`` {node, pid, listen}, ``nhb`` {ranks, steps} (their heartbeats, summed up),
+``fwd`` {l, p} (a rank's own message ``p``, handled as if it came from ``Routed(node, l)``),
+``gone`` {rank, pid, alive} (a rank's connection closed there); the controller sends ``to``
+{l: [...], p} to reach ranks behind a node agent, one message per node for an event, and
+``signal`` {l, sig} for ``planaria ctl``.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Controller-side parts of event relay: merging low-level failure signals into one
-"process failed" event, and the job's key-value store with waiting lookups (pure, no sockets)."""
+"process failed" event, the job's key-value store with waiting lookups, and the tools subscribed
+to events and output (pure, no sockets; ``planaria.launch.fanout`` sends)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,6 +9,7 @@ from typing import Any
 from planaria.events import codes
 
 MERGE_WINDOW = 0.05          # seconds: signals about failures this close together become one event
+SUBSCRIPTION_TTL = 5.0       # seconds a tool subscription lives without renewal
 
 # low-level signal -> (code it suggests, precedence: the most specific nature wins)
 _NATURE = {
@@ -125,3 +127,42 @@ class KVStore:
                 keep.append(w)
         self._waiters = keep
         return out
+
+
+class Subscriptions:
+    """Tools subscribed to events (all, or some codes) and to the ranks' output, each until it has
+    gone ``ttl`` seconds without renewal."""
+
+    def __init__(self, ttl: float = SUBSCRIPTION_TTL) -> None:
+        self.ttl = ttl
+        self.subs: dict[Any, dict[str, Any]] = {}          # the controller's peer handle -> subscription
+
+    def __bool__(self) -> bool:
+        return bool(self.subs)
+
+    def renew(self, ident: Any, msg: dict[str, Any], now: float) -> bool:
+        """Subscribe ``ident`` as ``subscribe`` message ``msg`` asks (``io``, ``events``, ``codes``)
+        or renew its subscription; True when it is new."""
+        new = ident not in self.subs
+        cs = msg.get("codes")
+        self.subs[ident] = {"until": now + self.ttl, "io": bool(msg.get("io")),
+                            "events": bool(msg.get("events")),
+                            "codes": None if cs is None else {int(c) for c in cs}}
+        return new
+
+    def cancel(self, ident: Any) -> None:
+        """Forget ``ident``'s subscription."""
+        self.subs.pop(ident, None)
+
+    def expire(self, now: float) -> None:
+        """Forget subscriptions not renewed in time."""
+        for ident in [i for i, sub in self.subs.items() if sub["until"] < now]:
+            del self.subs[ident]
+
+    def wanted(self, msg: dict[str, Any], what: str) -> list[Any]:
+        """Who gets ``msg`` (``what``: ``events`` or ``io``); an event only when its code is subscribed."""
+        subs = [i for i, sub in self.subs.items() if sub.get(what)]
+        if subs and what == "events" and msg.get("event"):
+            code = msg["event"]["code"]
+            subs = [i for i in subs if self.subs[i].get("codes") is None or code in self.subs[i]["codes"]]
+        return subs
