@@ -221,3 +221,9 @@ def test_runtime_watch_and_restart_rule():
     assert node_failure(att(outcome="failed", status=137, fates=killed, rank_signalled=True))
     one_done = {0: {"end": 1.0, "exit_code": 0}, 1: {"end": 1.0, "signal": 9}}
     assert node_failure(att(outcome="failed", status=137, fates=one_done, rank_signalled=True)) is None
+    # the probes, not the runtime's report, decide which host is gone: the note says when they differ
+    from planaria.launch.runner import _misnamed
+    assert _misnamed(att(lost_hosts=["a"]), ["b"]) == "; the probes find b gone and a answering"
+    assert _misnamed(att(lost_hosts=["a"]), ["a", "b"]) == "; the probes find b gone too"
+    assert _misnamed(att(lost_hosts=["a"]), ["a"]) == ""
+    assert _misnamed(att(lost_hosts=[]), ["a"]) == ""

@@ -640,6 +640,18 @@ def gone_hosts(att: _Attempt, layout: _Layout, opts: RunOptions) -> list[str]:
     return [h for h in names if h in gone]
 
 
+def _misnamed(att: _Attempt, gone: list[str]) -> str:
+    """What to add when the probes found other hosts gone than the runtime named (inside Slurm,
+    Open MPI may name a healthy node as the one it lost: its daemons share one ``srun`` step)."""
+    named = set(att.lost_hosts)
+    if not gone or not named or set(gone) == named:
+        return ""
+    healthy = sorted(named - set(gone))
+    if not healthy:
+        return f"; the probes find {', '.join(h for h in gone if h not in named)} gone too"
+    return f"; the probes find {', '.join(gone)} gone and {', '.join(healthy)} answering"
+
+
 def _append_attempt(jobdir: JobDir, record: dict[str, Any]) -> None:
     line = json.dumps(_jsonable(record), sort_keys=True, default=str) + "\n"
     with open(jobdir.file(ATTEMPTS_LOG), "a", encoding="utf-8") as fh:
@@ -834,6 +846,7 @@ def run_job(opts: RunOptions) -> int:
                 break
             if gone:
                 layout.drop(set(gone))
+            why += _misnamed(att, gone)
             record["next"] = "restart"
             _append_attempt(jobdir, record)
             where = ", ".join(layout.names()) if layout.hosts else "this machine"
