@@ -41,3 +41,21 @@ def test_a_resilient_job_through_node_agents(tmp_path: Path) -> None:
     left = subprocess.run(["pgrep", "-f", "--", f"nodeagent .*--secret-file {jd / 'secret'}"],
                           capture_output=True, text=True, timeout=10)
     assert left.returncode == 1, f"node agent still running: {left.stdout}{left.stderr}"   # 1: none found
+
+
+@pytest.mark.timeout(120)
+def test_a_hang_is_diagnosed_through_the_node_agents(tmp_path: Path) -> None:
+    """With node agents the global diagnosis asks every rank through its node agent (the control
+    plane's routes, not each rank's own endpoint), and the first root cause is still right."""
+    from planaria.bench import diagnose_accuracy as da
+    corpus = Path(__file__).resolve().parents[1] / "diagnosis_corpus"
+    (case,) = [c for c in da.load_cases(corpus) if c.name == "deadlock_ring3"]
+    row = da.run_case(case, "ulfm", corpus, timeout=15.0, home=tmp_path, grace=25, run_args=["--node-agents"])
+    assert row["result"] == "right", row
+    job = Path(row["job"])
+    states = sorted(job.glob("diag-*.state"))
+    assert states, "no diagnosis was written"
+    from planaria.diagnose.state import read_state
+    coll = read_state(states[0]).get("collect") or {}
+    assert coll.get("behind_nodes") == case.n and coll.get("direct") == 0, coll
+    assert coll["nodes"]["nodes"] == 1 and coll["nodes"]["answered"] == 1, coll

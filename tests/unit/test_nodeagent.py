@@ -39,14 +39,17 @@ class Rank:
         self.sock.sendall(frame(msgpack.packb(msg)))
 
     def read(self, want: str, timeout: float = 5.0) -> dict[str, Any]:
-        """The next message of type ``want`` (others skipped)."""
+        """The next message of type ``want`` (others before it skipped, those after it kept)."""
         self.sock.settimeout(timeout)
         deadline = time.monotonic() + timeout
+        kept: list[bytes] = self.__dict__.setdefault("_kept", [])
         while time.monotonic() < deadline:
-            data = self.sock.recv(1 << 16)
-            assert data, "the node agent closed the channel"
-            for payload in self.reader.feed(data):
-                msg = msgpack.unpackb(payload, raw=False)
+            if not kept:
+                data = self.sock.recv(1 << 16)
+                assert data, "the node agent closed the channel"
+                kept.extend(self.reader.feed(data))
+            while kept:
+                msg = msgpack.unpackb(kept.pop(0), raw=False)
                 if msg.get("type") == want:
                     return msg
         raise AssertionError(f"no {want} within {timeout} s")
@@ -203,3 +206,65 @@ def test_over_tcp_the_node_agent_serves_and_ends_when_the_controller_falls_silen
     finally:
         ctl.stop()
         proc.kill()
+
+
+def test_a_collection_through_the_node_agent_merges_its_ranks_parts_and_names_the_silent(tmp_path: Path) -> None:
+    """The controller's ``collect`` reaches the node's ranks through their node agent; one ``npart``
+    comes back with the parts of those that answered and the others named missing, once the budget
+    (less one hop) is spent, or at once when a rank's connection closes."""
+    from planaria.events.channel import SOCKET_NAME
+    secret = "s" * 64
+    (tmp_path / "secret").write_text(secret)
+    uri = f"ipc://{tmp_path}/control.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / SOCKET_NAME))
+    server.listen(4)
+    listen = str(tmp_path / "nodes" / "n1.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "planaria.launch.nodeagent", "--listen", listen, "--uri", uri,
+                             "--secret-file", str(tmp_path / "secret"), "--node", "n1"])
+    try:
+        server.settimeout(20)
+        up, _ = server.accept()
+        ctl = Rank.__new__(Rank)                     # the controller's end, read like a rank's
+        ctl.sock, ctl.secret, ctl.reader = up, secret, Reader()
+        assert ctl.read("node-hello", 20)["node"] == "n1"
+        while (answering := connect(listen, timeout=1.0)) is None:
+            time.sleep(0.05)
+        answering.close()
+        ranks = [Rank(listen, secret, r, os.getpid()) for r in range(3)]
+        lid = {}
+        while len(lid) < 3:
+            fwd = ctl.read("fwd")
+            lid[msgpack.unpackb(fwd["p"], raw=False)["rank"]] = fwd["l"]
+
+        def collect(cid: str, budget: float) -> None:
+            ctl.sock.sendall(frame(msgpack.packb({"type": "collect", "id": cid, "l": list(lid.values()), "rounds": 1,
+                                                  "interval": 0.0, "budget": budget, "hop": 1.0, "tok": secret})))
+
+        t0 = time.monotonic()
+        collect("c1", 2.0)
+        for r in ranks:
+            assert r.read("collect")["id"] == "c1"
+        ranks[0].send({"type": "part", "id": "c1", "rank": 0,
+                       "part": {"stacks": [[["f.py", 1, "main"]]], "ranks": [{"rank": 0, "threads": [{"stack": 0}]}],
+                                "missing": []}})
+        got = ctl.read("npart", 5)
+        assert got["id"] == "c1" and got["node"] == "n1"
+        assert [rec["rank"] for rec in got["part"]["ranks"]] == [0]
+        assert got["part"]["stacks"] == [[["f.py", 1, "main"]]]
+        assert sorted(got["part"]["missing"]) == [1, 2]
+        assert 0.9 <= time.monotonic() - t0 < 4.0        # waited out the budget less one hop for ranks 1 and 2
+        t0 = time.monotonic()
+        collect("c2", 30.0)
+        assert ranks[1].read("collect")["id"] == "c2"    # the node agent waits for c2's answers now
+        ranks[1].send({"type": "part", "id": "c2", "rank": 1, "part": {"stacks": [], "ranks": [{"rank": 1}]}})
+        ranks[2].sock.close()                          # rank 2 ends: not waited for
+        ranks[0].sock.close()
+        got = ctl.read("npart", 10)
+        assert got["id"] == "c2" and [rec["rank"] for rec in got["part"]["ranks"]] == [1]
+        assert sorted(got["part"]["missing"]) == [0, 2]
+        assert time.monotonic() - t0 < 5.0
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        server.close()

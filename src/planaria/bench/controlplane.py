@@ -6,8 +6,10 @@ socket, length-prefixed msgpack frames) that says ``hello`` and then sends a hea
 selector loop each). Measured in the same run: the controller process's CPU over the steady
 window, the heartbeat round trip (``hb`` sent to its ``hbok`` read back, p50/p99), ranks the
 controller marked lost although they kept beating (false losses), the time of a ``planaria ps``
-request (every ``--ps-every`` s, through the real tool client), and an event sent by a tool to
-the whole job until the last rank has read it.
+request (every ``--ps-every`` s, through the real tool client), an event sent by a tool to
+the whole job until the last rank has read it, and, with node agents, one global diagnosis
+(``planaria diagnose``: the collection through the node agents, each simulated rank answering
+with a one-thread state record, then the offline analysis) from the tool's request to its report.
 
 Run as ``planaria bench controlplane`` or ``python benchmarks/controlplane.py``.
 """
@@ -22,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -105,10 +108,38 @@ def worker_main(path: str, secret: str, first: int, count: int, size: int, hb: f
                     rtts.append(t - sent.pop(0))
                 elif msg.get("type") == "event":
                     events.append(time.time())
+                elif msg.get("type") == "collect":
+                    s.send(frame(msgpack.packb({"type": "part", "id": msg.get("id"), "tok": secret,
+                                                "part": _sim_part(first + key.data, pid, host)})))
     for s, _, _ in conns:
         s.close()
     Path(out).write_text(json.dumps({"rtts": rtts, "events": events, "dropped": dropped}))
     return 0
+
+
+def _sim_part(rank: int, pid: int, host: str) -> dict[str, Any]:
+    """A simulated rank's part of a collection: computing, one thread, the same stack everywhere."""
+    rec = {"rank": rank, "host": host, "pid": pid, "t": time.time(), "step": None, "op": None, "colls": {},
+           "comms": {}, "detect": True, "threads": [{"name": "MainThread", "ident": 1, "stack": 0, "samples": [0],
+                                                     "main": True}]}
+    return {"stacks": [[["sim.py", 10, "<module>"], ["sim.py", 3, "work"]]], "ranks": [rec], "missing": []}
+
+
+def _diagnose(jd: Any, out: dict[str, Any]) -> None:
+    """One global diagnosis through the real tool client; its time and the report's own timing."""
+    from planaria.launch.client import request
+    t = time.monotonic()
+    try:
+        rep = request(jd, {"type": "diagnose", "rounds": 1}, timeout=120) or {}
+    except Exception as exc:  # noqa: BLE001 - the figure says why it is missing
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        return
+    out["s"] = time.monotonic() - t
+    report = rep.get("report") or {}
+    out["collect_s"] = (report.get("timing") or {}).get("collect_s")
+    out["timing"] = report.get("timing")
+    out["answered"] = report.get("answered", len(report.get("ranks") or []) if isinstance(report.get("ranks"), list) else None)
+    out["error"] = rep.get("error")
 
 
 # -- the driver -------------------------------------------------------------------------------
@@ -191,6 +222,8 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
         ps_times: list[float] = []
         ages: list[float] = []
         sent_event = None
+        diag: dict[str, Any] = {}
+        diag_thread = None
         while time.monotonic() - t0 < seconds:
             t = time.monotonic()
             rows = request(jd, {"type": "ps"}, timeout=30).get("ranks") or []
@@ -201,9 +234,14 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
                 sent_event = time.time()
                 request(jd, {"type": "notify", "code": "USER+1", "range": None, "info": {"bench": 1}, "affected": [],
                              "t": sent_event}, timeout=30)
+            if per_node and diag_thread is None and time.monotonic() - t0 > seconds * 0.6:
+                diag_thread = threading.Thread(target=_diagnose, args=(jd, diag), daemon=True)
+                diag_thread.start()
             time.sleep(max(0.0, ps_every - (time.monotonic() - t)))
         window = time.monotonic() - t0
         cpu = (_cpu(ctl.pid) - cpu0) / window
+        if diag_thread is not None:
+            diag_thread.join(130)
         agents_cpu = (sum(_cpu(a.pid) for a in agents) - agents_cpu0) / window
         lost = [r["rank"] for r in rows if r.get("state") not in ("starting", "running")]
         lost_events = sum(1 for e in jd.events() if e.get("type") == "lost")     # while every rank still beats
@@ -250,6 +288,8 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
             "ps_median_s": statistics.median(ps_times) if ps_times else None, "ps_calls": len(ps_times),
             "event_to_last_s": (max(got) - sent_event) if got and sent_event else None,
             "event_reached": len(got), "hb_dropped": dropped,
+            "diagnose_s": diag.get("s"), "diagnose_collect_s": diag.get("collect_s"), "diagnose_error": diag.get("error"),
+            "diagnose_timing": diag.get("timing"),
             "controller_errors": [e.get("error") for e in recs if e.get("type") == "controller-error"][:5]}
 
 
@@ -288,7 +328,7 @@ def show(result: dict[str, Any], as_json: bool = False) -> None:
     t = Table(title=f"control plane: real controller, simulated ranks ({result['cores']} cores, "
                     f"open-file limit {result['open_files']})")
     for col in ("ranks", "node agents (CPU)", "controller CPU", "hb p50 / p99", "view age p99", "false losses", "ps",
-                "event to last rank", "reached"):
+                "event to last rank", "reached", "diagnosis (collect)"):
         t.add_column(col, justify="right")
     for r in result["rows"]:
         f = (lambda v, fmt: "-" if v is None else fmt.format(v))
@@ -296,7 +336,9 @@ def show(result: dict[str, Any], as_json: bool = False) -> None:
         t.add_row(str(r["ranks"]), na, f"{100 * r['controller_cpu']:.1f} %",
                   f"{f(r['hb_p50_ms'], '{:.2f}')} / {f(r['hb_p99_ms'], '{:.2f}')} ms",
                   f(r.get("view_age_p99_ms"), "{:.0f} ms"), str(r["false_losses"]),
-                  f(r["ps_median_s"], "{:.3f} s"), f(r["event_to_last_s"], "{:.3f} s"), f"{r['event_reached']}/{r['ranks']}")
+                  f(r["ps_median_s"], "{:.3f} s"), f(r["event_to_last_s"], "{:.3f} s"), f"{r['event_reached']}/{r['ranks']}",
+                  r.get("diagnose_error") or (f"{f(r.get('diagnose_s'), '{:.2f} s')} ({f(r.get('diagnose_collect_s'), '{:.2f} s')})"
+                                              if r.get("diagnose_s") is not None else "-"))
     Console().print(t)
 
 

@@ -41,7 +41,7 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from planaria.bench import _launch
 
@@ -181,13 +181,13 @@ def _env(home: Path, mode: str) -> dict[str, str]:
 
 
 def run_command(case: Case, mode: str, corpus: Path, ranks: int | None = None,
-                timeout: float | None = None) -> list[str]:
-    """The ``planaria run`` command line of one case in one mode."""
+                timeout: float | None = None, run_args: Sequence[str] = ()) -> list[str]:
+    """The ``planaria run`` command line of one case in one mode (``run_args``: more of its options)."""
     n = max(case.n, ranks or 0)
     t = timeout or (PLAIN_TIMEOUT if mode == "plain" else RUNTIME_TIMEOUT)
     return [sys.executable, "-m", "planaria.cli.main", "run", "-n", str(n),
             "--backend", "sim" if mode == "sim" else "ulfm", "--timeout", f"{t:g}", "--on-hang", "abort",
-            "--detect-timeouts", DETECT, *case.options, "--", sys.executable, str(corpus / case.file)]
+            "--detect-timeouts", DETECT, *case.options, *run_args, "--", sys.executable, str(corpus / case.file)]
 
 
 def _events(job: Path) -> list[dict[str, Any]]:
@@ -248,7 +248,8 @@ def _diagnose(job: Path, env: dict[str, str], timeout: float = 60.0) -> tuple[di
 
 
 def run_case(case: Case, mode: str, corpus: Path | None = None, ranks: int | None = None,
-             timeout: float | None = None, home: Path | None = None, grace: float = 40.0) -> dict[str, Any]:
+             timeout: float | None = None, home: Path | None = None, grace: float = 40.0,
+             run_args: Sequence[str] = ()) -> dict[str, Any]:
     """Run one case in one mode and judge the first root cause of ``planaria diagnose JOB --json``.
 
     ``timeout``: the job's ``--timeout`` (default by mode); the launcher gets ``grace`` seconds more
@@ -257,7 +258,7 @@ def run_case(case: Case, mode: str, corpus: Path | None = None, ranks: int | Non
     own = home is None
     home = Path(home or tempfile.mkdtemp(prefix="planaria-corpus-"))
     env = _env(home, mode)
-    cmd = run_command(case, mode, corpus, ranks, timeout)
+    cmd = run_command(case, mode, corpus, ranks, timeout, run_args)
     t_job = float(cmd[cmd.index("--timeout") + 1])
     t0 = time.time()
     _launch.sessiondirs.remove_stale()

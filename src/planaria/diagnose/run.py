@@ -8,10 +8,17 @@ analysis uses next to the count check. Output files in the job directory, number
 """
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from planaria.diagnose import collect as _collect
+
+# collects the part of the given ranks through their node agents (the controller's routes), within
+# one hop per level of the node tree plus the sampling time:
+# (ranks, rounds, interval, hop) -> merged part, every rank asked and not in it named missing
+NodeCollect = Callable[[list[int], int, float, float], dict[str, Any]]
 
 
 def known_facts(table: dict[int, dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -89,9 +96,38 @@ def _read_unresponsive(part: dict[str, Any], table: dict[int, dict[str, Any]], r
     return merged
 
 
+def gather(ask: dict[int, str | None], secret: str, k: int, hop: float, rounds: int, interval: float,
+           behind: set[int], via_nodes: NodeCollect | None) -> dict[str, Any]:
+    """The merged part of the ranks in ``ask``: those in ``behind`` through their node agents, the
+    others through the k-ary tree of their own endpoints, both at once."""
+    routed = sorted(r for r in ask if r in behind) if via_nodes is not None else []
+    skip = set(routed)
+    direct = {r: ep for r, ep in ask.items() if r not in skip}
+    t0 = time.monotonic()
+    got: dict[str, dict[str, Any]] = {}
+    if routed:
+        assert via_nodes is not None
+        th = threading.Thread(target=lambda: got.__setitem__("nodes", via_nodes(routed, rounds, interval, hop)),
+                              name="planaria-collect-nodes", daemon=True)
+        th.start()
+    part = _collect.collect(direct, secret, k=k, hop=hop, rounds=rounds, interval=interval) if direct else \
+        {"stacks": [], "ranks": [], "missing": [], "collect": {"k": k, "hop": hop, "seconds": 0.0}}
+    if routed:
+        th.join(_collect.budget_for(len(routed), 2, hop, rounds, interval) + 2 * hop)   # bounded in any case
+        coll = part["collect"]
+        nodes = got.get("nodes") or {"missing": routed}
+        part = _collect.merge_parts([part, nodes])
+        part["collect"] = dict(coll, direct=len(direct), behind_nodes=len(routed), nodes=nodes.get("collect"),
+                               seconds=round(time.monotonic() - t0, 4))
+    return part
+
+
 def collect_and_analyze(jobdir: Any, table: dict[int, dict[str, Any]], secret: str, k: int = 8,
-                        hop: float = 1.0, rounds: int = 0, interval: float = 0.2) -> dict[str, Any]:
-    """Run one collection over the ranks in ``table`` and write the state file and the report."""
+                        hop: float = 1.0, rounds: int = 0, interval: float = 0.2,
+                        behind: set[int] = frozenset(), via_nodes: NodeCollect | None = None) -> dict[str, Any]:
+    """Run one collection over the ranks in ``table`` and write the state file and the report.
+
+    ``behind``: ranks served by node agents, collected through them by ``via_nodes`` when given."""
     from planaria.diagnose.hangfilter import samples_needed
     from planaria.diagnose.report import analyze
     from planaria.diagnose.state import write_state
@@ -101,10 +137,11 @@ def collect_and_analyze(jobdir: Any, table: dict[int, dict[str, Any]], secret: s
     plain = sorted(r for r, v in active.items() if v.get("runtime") is False)  # no agent: read from outside
     if rounds <= 0:
         rounds = samples_needed(max(3 * len(table), 2))
-    part = _collect.collect(ask, secret, k=k, hop=hop, rounds=rounds, interval=interval) if ask else \
-        {"stacks": [], "ranks": [], "missing": [], "collect": {"k": k, "hop": hop, "seconds": 0.0}}
+    part = gather(ask, secret, k, hop, rounds, interval, behind, via_nodes)
+    gathered = time.monotonic() - t0
     part["missing"] = sorted(set(part.get("missing", [])) | set(plain))
     part = _read_unresponsive(part, table, rounds, interval)
+    read_out = time.monotonic() - t0 - gathered
     known = known_facts(table, jobdir.events())
     state = build_state(table, part, jobdir.path.name, known)
     n = 1 + sum(1 for _ in jobdir.path.glob("diag-*.state"))
@@ -113,7 +150,8 @@ def collect_and_analyze(jobdir: Any, table: dict[int, dict[str, Any]], secret: s
     collected = time.monotonic() - t0
     report = analyze(state)
     report["timing"] = {"collect_s": round(collected, 3), "total_s": round(time.monotonic() - t0, 3),
-                        "rounds": rounds, "interval": interval}
+                        "gather_s": round(gathered, 3), "pyspy_s": round(read_out, 3),
+                        "state_s": round(collected - gathered - read_out, 3), "rounds": rounds, "interval": interval}
     json_path = jobdir.write_json(f"diag-{n}.json", report)
     from planaria.launch.fsutil import atomic_write
     txt_path = jobdir.file(f"diag-{n}.txt")

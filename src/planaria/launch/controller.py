@@ -29,6 +29,7 @@ from planaria.launch.eventlog import MAX_KEPT_RECORDS, RECORD_BATCH, EventLog
 from planaria.launch.fanout import IO_HISTORY, Fanout
 from planaria.launch.fdlimit import raise_open_files
 from planaria.launch.jobdir import JobDir
+from planaria.launch.nodecollect import NodeCollections
 from planaria.launch.ranktable import ACTIVE, LOST_REASON, PLAIN_AFTER, REACHABLE, UNSETTLED_REASON, RankTable
 from planaria.launch.ranktable import summary as _summary
 from planaria.launch.relay import SUBSCRIPTION_TTL, FaultMerger, KVStore
@@ -72,6 +73,7 @@ class Controller:
         self._wake_closed = False
         self._sweep_due = False                           # set by the ticker every SWEEP_INTERVAL
         self._diagnosing = threading.Lock()
+        self.gathering = NodeCollections()                  # collections through node agents
         self._errors: list[float] = []                    # when the server loop caught errors (last second)
         self._errors_seen: set[str] = set()
         self._incident_feed: deque[tuple[dict[str, Any], Any]] = deque()   # for the launcher's console
@@ -460,6 +462,8 @@ class Controller:
         elif mtype == "gone":
             if self.rank_table.mark_gone(msg.get("rank"), msg.get("alive")):
                 self._sweep_due = True       # looked at on its node: the next sweep settles it
+        elif mtype == "npart":                  # its ranks' parts of a collection, merged
+            self.gathering.deliver(msg)
         elif mtype == "node-hello":             # a node agent (maybe through its tree parent, ``ident``)
             name = str(msg.get("node") or "?")
             self.rank_table.node_hello(name, msg.get("pid"), now)
@@ -484,6 +488,16 @@ class Controller:
         paths and the report; one collection at a time (a second request waits for the first).
         """
         from planaria.diagnose.run import collect_and_analyze
+        where = {r: (d.node, d.lid) for r, d in list(self.idents.items()) if isinstance(d, Routed)}
+
+        def via_nodes(ranks: list[int], rounds: int, interval: float, hop: float) -> dict[str, Any]:
+            return self.gathering.collect(where, ranks, rounds, interval, hop, self._send_later)
         with self._diagnosing:
             return collect_and_analyze(self.jobdir, self.view(), self.secret.decode("utf-8"),
-                                       k=k, hop=hop, rounds=rounds, interval=interval)
+                                       k=k, hop=hop, rounds=rounds, interval=interval,
+                                       behind=set(where), via_nodes=via_nodes)
+
+    def _send_later(self, dest: Dest, msg: dict[str, Any]) -> None:
+        """Have the server thread send ``msg`` to ``dest`` (another thread's message)."""
+        self._outbox.append((dest, msg))
+        self._wake()

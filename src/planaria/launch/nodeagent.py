@@ -12,7 +12,11 @@ controller holds one connection per node instead of one per rank. What it does f
   node (an event for the whole job is one message per node, not per rank);
 * a connection that closes is reported up as ``gone`` {rank, pid, alive}, the pid looked at
   here, where it lives (the controller cannot look at a pid on another host);
-* the controller's ``signal`` {l: [...], sig} (``planaria ctl``) is sent to those ranks' processes here.
+* the controller's ``signal`` {l: [...], sig} (``planaria ctl``) is sent to those ranks' processes here;
+* the controller's ``collect`` {id, l, rounds, interval, budget, hop} (a global diagnosis) is asked of
+  those ranks and of the children node agents that hold the routes, and their parts come back
+  merged as one ``npart`` {id, part} per node, the ranks that did not answer within the budget
+  named missing: the collection tree is the control plane's own routes.
 
 Upstream it speaks to the controller's agent channel when the controller listens on a Unix
 socket, else to its ZeroMQ socket over TCP with CurveZMQ. It exits when the controller's end
@@ -35,6 +39,7 @@ import zmq
 
 from planaria.events import curve
 from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
+from planaria.diagnose.collect import merge_parts
 from planaria.launch import protocol, sessiondirs, shmfiles
 from planaria.launch.channels import ChannelServer, Peer
 from planaria.launch.fdlimit import raise_open_files
@@ -129,6 +134,30 @@ class Upstream:
             self.sock.close()
 
 
+class Gathering:
+    """One collection's answers awaited here: the local ranks' parts and the children's merged ones."""
+
+    def __init__(self, cid: Any, ranks: dict[int, int], children: set[int], deadline: float) -> None:
+        self.cid = cid
+        self.ranks = ranks                   # local number -> rank, still to answer
+        self.children = children             # children node agents' local numbers, still to answer
+        self.deadline = deadline
+        self.parts: list[dict[str, Any]] = []
+
+    def take(self, part: Any) -> None:
+        if isinstance(part, dict):
+            self.parts.append(part)
+
+    def done(self, now: float) -> bool:
+        return (not self.ranks and not self.children) or now >= self.deadline
+
+    def result(self) -> dict[str, Any]:
+        """The merged part, the local ranks that did not answer named missing (a silent child's
+        ranks are absent: the controller names every rank it asked for and got nothing of)."""
+        missing = sorted(self.ranks.values())
+        return merge_parts(self.parts + ([{"missing": missing}] if missing else []))
+
+
 class NodeAgent:
     """Serves the ranks of one host (``listen``: its Unix socket path) for the controller at ``uri``.
 
@@ -169,6 +198,7 @@ class NodeAgent:
         self.forwarded = 0
         self.refused = 0
         self._last_up = time.monotonic()           # when the controller last sent something
+        self._gatherings: dict[Any, Gathering] = {}    # collections under way, by id
 
     def _pack(self, msg: dict[str, Any]) -> bytes:
         return protocol.pack(msg, self.secret)
@@ -186,7 +216,8 @@ class NodeAgent:
         next_beat = time.monotonic() + self.beat
         try:
             while True:
-                timeout = max(0.0, next_beat - time.monotonic())
+                due = min([next_beat] + [g.deadline for g in self._gatherings.values()])
+                timeout = max(0.0, due - time.monotonic())
                 for what, flags in poller.poll(int(timeout * 1000) + 1):
                     if what == up or what is up:
                         if flags & zmq.POLLOUT:
@@ -200,6 +231,8 @@ class NodeAgent:
                     up_mask = want
                     poller.register(up, want)
                 now = time.monotonic()
+                if self._gatherings:
+                    self._settle(now)
                 if now >= next_beat:
                     next_beat = now + self.beat
                     self._summary()
@@ -237,6 +270,11 @@ class NodeAgent:
             self._beats[peer.fd] = msg.get("step")
             self.server.send(peer, self._hbok)       # the controller is reachable: this loop ends when it is not
             return True
+        if mtype == "part" and msg.get("id") in self._gatherings:
+            g = self._gatherings[msg["id"]]
+            if g.ranks.pop(peer.fd, None) is not None:
+                g.take(msg.get("part"))
+            return True
         self.forwarded += 1
         self.up.send(self._pack({"type": "fwd", "l": peer.fd, "p": payload}))
         return True
@@ -248,6 +286,11 @@ class NodeAgent:
         if mtype == "node-hello":
             self.children[peer.fd] = str(msg.get("node") or "?")
             self.up.send(payload)
+        elif mtype == "npart" and msg.get("id") in self._gatherings:
+            g = self._gatherings[msg["id"]]
+            if peer.fd in g.children:
+                g.children.discard(peer.fd)
+                g.take(msg.get("part"))
         elif mtype == "nhb":
             ranks, steps = msg.get("ranks"), msg.get("steps")
             if isinstance(ranks, list) and isinstance(steps, list) and len(ranks) == len(steps):
@@ -270,6 +313,10 @@ class NodeAgent:
     def _left(self, peer: Peer) -> None:
         """A connection closed: a rank's (say which, and whether its process still lives) or a child's
         (its routes are dropped: its ranks fall silent and the controller's sweep settles them)."""
+        for g in self._gatherings.values():          # a collection waits no more for it
+            g.children.discard(peer.fd)
+            if peer.fd in g.ranks:
+                g.take({"missing": [g.ranks.pop(peer.fd)]})
         if self.children.pop(peer.fd, None) is not None:
             for key in [k for k in self._route_of if k[0] == peer.fd]:
                 self._routes.pop(self._route_of.pop(key), None)
@@ -315,16 +362,49 @@ class NodeAgent:
                 continue
             if isinstance(msg, dict) and msg.get("type") in ("to", "signal"):
                 self._down(msg)
+            elif isinstance(msg, dict) and msg.get("type") == "collect":
+                self._gather(msg)
         return True
 
-    def _down(self, msg: dict[str, Any]) -> None:
-        """``to`` {l, p}: ``p`` written to those ranks; ``signal`` {l, sig}: that signal sent to their
-        processes (``planaria ctl`` for ranks on this host: the controller's pids may be another
-        host's). Numbers of a child's routes go to that child, one message per child."""
+    def _gather(self, msg: dict[str, Any]) -> None:
+        """Start a collection: ask this host's ranks among ``l`` for their parts, and the children
+        holding the other routes (with one hop less of budget) for their merged ones."""
+        try:
+            budget, hop = float(msg.get("budget", 1.0)), float(msg.get("hop", 1.0))
+        except (TypeError, ValueError):
+            return
+        cid = msg.get("id")
+        ask = {"type": "collect", "id": cid, "rounds": msg.get("rounds", 1), "interval": msg.get("interval", 0.2)}
+        local, down = self._split(msg.get("l") or ())
+        g = Gathering(cid, {}, set(), time.monotonic() + max(budget - hop, 0.0))
+        framed = frame(self._pack(dict(ask)))
+        peers = self.server.peers
+        for peer in local:
+            rank = self.ranks.get(peer.fd, (None, None))[0]
+            if rank is not None:
+                g.ranks[peer.fd] = rank
+                self.server.send(peer, framed)
+        for child, lids in down.items():
+            if child in peers:
+                g.children.add(child)
+                out = dict(ask, l=lids, budget=budget - hop, hop=hop)
+                self.server.send(peers[child], frame(self._pack(out)))
+        self._gatherings[cid] = g
+        self._settle(time.monotonic())
+
+    def _settle(self, now: float) -> None:
+        """Send up every collection that is complete or out of time."""
+        for cid, g in list(self._gatherings.items()):
+            if g.done(now):
+                del self._gatherings[cid]
+                self.up.send(self._pack({"type": "npart", "id": cid, "node": self.node, "part": g.result()}))
+
+    def _split(self, lids: Any) -> tuple[list[Peer], dict[int, list[int]]]:
+        """The local connections among ``lids``, and the children's numbers of the routed ones, by child."""
         local: list[Peer] = []
         down: dict[int, list[int]] = {}
         peers = self.server.peers
-        for lid in msg.get("l") or ():
+        for lid in lids:
             if not isinstance(lid, int):
                 continue
             if lid >= self.ROUTED:
@@ -333,6 +413,14 @@ class NodeAgent:
                     down.setdefault(route[0], []).append(route[1])
             elif lid in peers:
                 local.append(peers[lid])
+        return local, down
+
+    def _down(self, msg: dict[str, Any]) -> None:
+        """``to`` {l, p}: ``p`` written to those ranks; ``signal`` {l, sig}: that signal sent to their
+        processes (``planaria ctl`` for ranks on this host: the controller's pids may be another
+        host's). Numbers of a child's routes go to that child, one message per child."""
+        local, down = self._split(msg.get("l") or ())
+        peers = self.server.peers
         if msg["type"] == "to":
             data = msg.get("p")
             if not isinstance(data, bytes):

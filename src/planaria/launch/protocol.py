@@ -27,9 +27,11 @@ controller then sends ``event`` and ``io`` {rank, channel, text, t} messages), `
 Node agents (``planaria.launch.nodeagent``, ``planaria run --node-agents``) speak for the ranks of
 a host: ``node-hello`` {node, pid, listen}, ``nhb`` {ranks, steps} (their heartbeats, summed up),
 ``fwd`` {l, p} (a rank's own message ``p``, handled as if it came from ``Routed(node, l)``),
-``gone`` {rank, pid, alive} (a rank's connection closed there); the controller sends ``to``
-{l: [...], p} to reach ranks behind a node agent, one message per node for an event, and
-``signal`` {l, sig} for ``planaria ctl``.
+``gone`` {rank, pid, alive} (a rank's connection closed there), ``npart`` {id, part} (its ranks'
+parts of a collection, merged); the controller sends ``to`` {l: [...], p} to reach ranks behind a
+node agent, one message per node for an event, ``signal`` {l, sig} for ``planaria ctl``, and
+``collect`` {id, l, rounds, interval, budget, hop} for a global diagnosis (the node agent asks its
+ranks with ``collect`` {id, rounds, interval}; each answers ``part`` {id, part}).
 """
 from __future__ import annotations
 
@@ -46,9 +48,9 @@ TOOL_TYPES = frozenset({"notify", "ctl", "publish", "lookup", "subscribe", "stdi
 #: requests answered from the rank table or by a collection (``ps``, ``diagnose``)
 QUERY_TYPES = frozenset({"ps", "diagnose"})
 #: from a node agent (``planaria.launch.nodeagent``) for the ranks of its host
-NODE_TYPES = frozenset({"node-hello", "fwd", "nhb", "gone"})
+NODE_TYPES = frozenset({"node-hello", "fwd", "nhb", "gone", "npart"})
 #: from the controller down to a node agent
-NODE_DOWN_TYPES = frozenset({"to", "signal"})
+NODE_DOWN_TYPES = frozenset({"to", "signal", "collect"})
 
 
 def pack(msg: dict[str, Any], secret: str) -> bytes:

@@ -248,6 +248,10 @@ class Agent:
                 except Exception:  # noqa: BLE001 - the agent thread must go on
                     pass
             return
+        if mtype == "collect":            # a diagnosis through this host's node agent: this rank's part only
+            threading.Thread(target=self._collect_here, args=(msg,), daemon=True,
+                             name=f"planaria-collect-{self.rank}").start()
+            return
         if mtype == "knock":              # another rank wrote to this one's localization service
             with self._knock_lock:
                 cb = self._on_knock
@@ -321,7 +325,6 @@ class Agent:
     def _collect(self, ident: bytes, req: dict[str, Any]) -> None:
         """Answer a collection request: this rank's state plus its subtree's (bounded by the request's budget)."""
         from planaria.diagnose import collect
-        from planaria.runtime import snapshot
         ranks, eps = list(req.get("ranks") or [self.rank]), list(req.get("eps") or [])
         k, hop = int(req.get("k", collect.DEFAULT_K)), float(req.get("hop", collect.DEFAULT_HOP))
         budget = float(req.get("budget", hop))
@@ -337,19 +340,30 @@ class Agent:
                 ctx.term()
         t = threading.Thread(target=children, daemon=True, name=f"planaria-collect-{self.rank}-kids")
         t.start()
-        if self.dead is not None:
-            own = {"missing": [self.rank], "failed": {str(self.rank): self.dead}}
-        else:
-            try:
-                own = snapshot.take(self.rank, rounds, interval,
-                                    status={"role": self.role, "backend": self.backend})
-            except Exception as exc:  # noqa: BLE001 - report, never die in the agent
-                own = {"missing": [self.rank], "errors": [f"rank {self.rank}: {exc!r}"]}
+        own = self._own_part(rounds, interval)
         t.join(max(budget - hop, 0.0) + 0.5)
         parts = [own] + list(result.get("parts") or [{"missing": ranks[1:]}])
         merged = collect.merge_parts(parts)
         self._replies.append((ident, {"type": "part", "id": req.get("id"), "part": merged}))
         self._wake()
+
+    def _own_part(self, rounds: int, interval: float) -> dict[str, Any]:
+        """This rank's part of a collection (its state record and stacks), or why it has none."""
+        from planaria.runtime import snapshot
+        if self.dead is not None:
+            return {"missing": [self.rank], "failed": {str(self.rank): self.dead}}
+        try:
+            return snapshot.take(self.rank, rounds, interval, status={"role": self.role, "backend": self.backend})
+        except Exception as exc:  # noqa: BLE001 - report, never die in the agent
+            return {"missing": [self.rank], "errors": [f"rank {self.rank}: {exc!r}"]}
+
+    def _collect_here(self, req: dict[str, Any]) -> None:
+        """Answer a node agent's collection request with this rank's part, over the agent channel."""
+        try:
+            rounds, interval = int(req.get("rounds", 1)), float(req.get("interval", 0.2))
+        except (TypeError, ValueError):
+            rounds, interval = 1, 0.2
+        self._submit({"type": "part", "id": req.get("id"), "part": self._own_part(rounds, interval)})
 
     def _run(self) -> None:
         chan, tree = self._chan, self._tree
