@@ -1,6 +1,7 @@
 """Shared fixtures: the MPICH venv used to prove the simulation backend on a second MPI library."""
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -17,6 +18,12 @@ def _mpich_python() -> Path:
     if given:
         return Path(given)
     venv = REPO / ".venv-mpich"
+    with open(REPO / ".venv-mpich.lock", "w") as lock:     # one test process makes it, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _make_mpich_venv(venv)
+
+
+def _make_mpich_venv(venv: Path) -> Path:
     py = venv / "bin" / "python"
     if not (venv / "bin" / "mpichversion").exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
@@ -32,6 +39,22 @@ def mpich_python() -> str:
     return str(_mpich_python())
 
 
+# tests that share a machine-wide resource run in one test process each (pytest-xdist --dist loadgroup)
+_GROUPS = ("slurm", "netns", "mpich")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for group in _GROUPS:
+            if item.get_closest_marker(group) is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
+def _is_worker(session: pytest.Session) -> bool:
+    return hasattr(session.config, "workerinput")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The tests start hundreds of Python processes that import planaria: compile its bytecode once,
     also where PYTHONDONTWRITEBYTECODE keeps each of those processes from caching what it compiled."""
@@ -44,6 +67,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Jobs whose mpiexec the tests killed left Open MPI's shared-memory files (delete those nothing
     maps any more) and session directories."""
+    if _is_worker(session):
+        return                      # the other test process may still run jobs: the main process cleans up
     from planaria.launch import sessiondirs, shmfiles
     shmfiles.remove_orphaned()
     sessiondirs.remove_stale()
