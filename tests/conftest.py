@@ -39,18 +39,6 @@ def mpich_python() -> str:
     return str(_mpich_python())
 
 
-# tests that share a machine-wide resource run in one test process each (pytest-xdist --dist loadgroup)
-_GROUPS = ("slurm", "netns", "mpich")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        for group in _GROUPS:
-            if item.get_closest_marker(group) is not None:
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
-
-
 def _is_worker(session: pytest.Session) -> bool:
     return hasattr(session.config, "workerinput")
 
