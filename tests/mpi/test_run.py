@@ -220,7 +220,6 @@ def test_killed_job_leaves_no_shared_memory_files(tmp_path):
     """mpiexec and its ranks SIGKILLed (a node's runtime lost, an mpiexec deaf to SIGTERM) unlink none
     of Open MPI's /dev/shm files; the launcher deletes them once the job has ended."""
     from planaria.launch import shmfiles
-    before = set(shmfiles.SHM_DIR.glob("sm_segment.*"))
     marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(planaria(tmp_path, "-n", "2", "--timeout", "30", "--", "python",
                                      str(SCRIPTS / "sleeper.py"), "100", marker),
@@ -228,12 +227,15 @@ def test_killed_job_leaves_no_shared_memory_files(tmp_path):
     try:
         def job() -> list[int]:        # mpiexec (prterun) and the ranks, not the launcher (same marker)
             return [int(ln.split()[0]) for ln in alive(marker) if "planaria.cli.main" not in ln]
+        def mapped() -> set[Path]:     # this job's segments (other tests' jobs may run meanwhile)
+            return {Path(ln.split()[-1]) for pid in job() for ln in _maps(pid)
+                    if ln.split()[-1].startswith(f"{shmfiles.SHM_DIR}/sm_segment.")}
         deadline = time.time() + 25
-        while len(job()) < 3 or len(set(shmfiles.SHM_DIR.glob("sm_segment.*")) - before) < 2:
+        while len(job()) < 3 or len(mapped()) < 2:
             assert time.time() < deadline, "the ranks did not start"
             time.sleep(0.2)
         time.sleep(shmfiles.GRACE_S + 0.5)      # the files are older than the grace period when the job ends
-        ours = set(shmfiles.SHM_DIR.glob("sm_segment.*")) - before
+        ours = mapped()
         for pid in job():
             os.kill(pid, signal.SIGKILL)
         proc.communicate(timeout=25)
@@ -244,6 +246,13 @@ def test_killed_job_leaves_no_shared_memory_files(tmp_path):
     assert proc.returncode != 0
     assert len(ours) == 2
     assert sorted(p for p in ours if p.exists()) == []
+
+
+def _maps(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/maps").read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 @pytest.mark.timeout(60)

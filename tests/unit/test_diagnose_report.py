@@ -134,6 +134,12 @@ def test_ranks_the_mpi_runtime_ended_after_a_crash_are_consequences_and_the_cras
     # without a crash, ranks ended by SIGTERM stay root causes (someone ended them)
     out = postmortem.postmortem(events[:1], "j")
     assert [c["rank_list"] for c in out["root_causes"]] == [[0]]
+    # a rank taken down before its end was recorded is settled when mpiexec ends: a consequence too
+    from planaria.launch.ranktable import LOST_REASON, UNSETTLED_REASON
+    assert "killed or crashed" in LOST_REASON
+    events[2] = {"type": "lost", "rank": 2, "t": 5.8, "reason": UNSETTLED_REASON}
+    (root,) = postmortem.postmortem(events, "j", summary=summary)["root_causes"]
+    assert root["rank_list"] == [1]
 
 
 def test_an_uncaught_oserror_from_an_injected_io_error_is_an_io_fault():

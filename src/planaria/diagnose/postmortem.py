@@ -225,6 +225,9 @@ def _static_mismatch(roots: list[dict[str, Any]], nranks: int) -> dict[str, Any]
 _ABORT = "the job abort"
 # signals of a process that crashed by itself (not one that was told to end)
 _CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL")
+#: how the launcher words the end of a rank the runtime took down: SIGTERM, no report, or no record
+#: at all when mpiexec ended (``launch.ranktable.LOST_REASON`` / ``UNSETTLED_REASON``)
+_NO_RECORD = ("(SIGTERM)", "killed or crashed", "no recorded end")
 #: a rank ended on purpose by a signal (its kill, not a crash, but the runtime reacts the same way)
 _KILLED = ("killed by command (planaria ctl)", "killed by injection")
 
@@ -234,14 +237,15 @@ def _torn_down(roots: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``planaria ctl`` or the fault plan).
 
     Without ULFM, mpiexec ends every rank with SIGTERM once one dies of a signal: those ranks
-    (ended by SIGTERM, or lost without a record, no earlier than the first crash) are
-    consequences of the crash, not failures of their own."""
+    (ended by SIGTERM, or lost without a record, no earlier than the first crash: killed before
+    the rank recorder wrote their end, or settled only when mpiexec had ended) are consequences
+    of the crash, not failures of their own."""
     crashes = _crashes(roots)
     if not crashes:
         return []
     t_crash = min(float(rc.get("t") or 0.0) for rc in crashes)
     return [rc for rc in roots if rc not in crashes and float(rc.get("t") or 0.0) >= t_crash
-            and ("(SIGTERM)" in str(rc.get("reason")) or "killed or crashed" in str(rc.get("reason")))]
+            and any(word in str(rc.get("reason")) for word in _NO_RECORD)]
 
 
 def _crashes(roots: list[dict[str, Any]]) -> list[dict[str, Any]]:
