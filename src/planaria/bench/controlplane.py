@@ -7,7 +7,8 @@ selector loop each). Measured in the same run: the controller process's CPU over
 window, the heartbeat round trip (``hb`` sent to its ``hbok`` read back, p50/p99), ranks the
 controller marked lost although they kept beating (false losses), the time of a ``planaria ps``
 request (every ``--ps-every`` s, through the real tool client), an event sent by a tool to
-the whole job until the last rank has read it, and, with node agents, one global diagnosis
+the whole job until the first and the last rank have read it (and the longest a worker process
+took from its first such rank to its last: the simulator's own share), and, with node agents, one global diagnosis
 (``planaria diagnose``: the collection through the node agents, each simulated rank answering
 with a one-thread state record, then the offline analysis) from the tool's request to its report.
 
@@ -253,11 +254,14 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
         rtts: list[float] = []
         got: list[float] = []
         dropped = 0
+        drain = 0.0                      # the longest a worker took to read the event on all its ranks
         for out in outs:
             d = json.loads(Path(out).read_text())
             rtts += d["rtts"]
             got += d["events"]
             dropped += d["dropped"]
+            if d["events"]:
+                drain = max(drain, max(d["events"]) - min(d["events"]))
     finally:
         for p in procs:
             if p.poll() is None:
@@ -287,6 +291,8 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
             "false_losses": max(len(lost), lost_events),
             "ps_median_s": statistics.median(ps_times) if ps_times else None, "ps_calls": len(ps_times),
             "event_to_last_s": (max(got) - sent_event) if got and sent_event else None,
+            "event_to_first_s": (min(got) - sent_event) if got and sent_event else None,
+            "event_worker_drain_s": drain if got else None,
             "event_reached": len(got), "hb_dropped": dropped,
             "diagnose_s": diag.get("s"), "diagnose_collect_s": diag.get("collect_s"), "diagnose_error": diag.get("error"),
             "diagnose_timing": diag.get("timing"),
