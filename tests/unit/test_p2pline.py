@@ -205,3 +205,24 @@ def test_the_buffer_size_of_a_collective_for_each_rank(tmp_path):
     assert p2pline.coll_bytes(_at(path, 8), [0, 1], 4) == ("Bcast", {0: 32, 1: 16 << 20})
     assert p2pline.coll_bytes(_at(path, 9), [0, 1], 2) == ("Gather", {})      # full's dtype follows its value
     assert p2pline.coll_bytes(_at(path, 10), [0], 2) is None                   # not a collective
+
+
+def test_reading_a_line_does_not_initialize_mpi_in_the_analysing_process(tmp_path):
+    """The launcher analyses plain programs' stacks: mpi4py's signatures come from its type stubs,
+    so ``mpi4py.MPI`` (which initializes MPI on import) is never imported there."""
+    import subprocess
+    import sys
+    path = _file(tmp_path, PROGRAM)
+    code = ("import sys; from planaria.diagnose import p2pline; "
+            f"print(p2pline.read({_at(path, 8)!r}, 'MPI_Recv', 1, 3)); print('mpi4py.MPI' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.splitlines() == ["P2P(kind='recv', peer=0, tag=7, method='Recv')", "False"], out.stderr
+
+
+def test_the_stubs_name_the_parameters_mpi4py_has():
+    import inspect
+
+    from mpi4py import MPI
+    stubs = p2pline._stub_signatures()
+    for name in ("Send", "Ssend", "Isend", "Recv", "Irecv", "Sendrecv", "send", "recv", "sendrecv", "Probe"):
+        assert list(stubs[name].parameters) == list(inspect.signature(getattr(MPI.Comm, name)).parameters), name

@@ -14,6 +14,7 @@ the file's sends and the ``if`` conditions around them telling which rank made w
 from __future__ import annotations
 
 import ast
+import importlib.util
 import dataclasses
 import functools
 import inspect
@@ -21,6 +22,7 @@ import linecache
 import operator
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: native MPI function -> (kind, the mpi4py methods that block in it)
@@ -151,19 +153,45 @@ def _dedent(text: str) -> tuple[str, int]:
 _SIG: dict[str, inspect.Signature] = {}
 
 
+def _stub_signatures() -> dict[str, inspect.Signature]:
+    """``mpi4py.MPI.Comm``'s method signatures, read from the type stubs mpi4py ships (``MPI.pyi``):
+    importing ``mpi4py.MPI`` would initialize MPI in the process that analyses (the launcher)."""
+    spec = importlib.util.find_spec("mpi4py")
+    for where in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            tree = ast.parse(Path(where, "MPI.pyi").read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        comm = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Comm"), None)
+        if comm is not None:
+            return {f.name: _signature(f.args) for f in comm.body if isinstance(f, ast.FunctionDef)}
+    return {}
+
+
+def _signature(a: ast.arguments) -> inspect.Signature:
+    """The parameters (names, kinds, whether they have a default) of a stub's ``def``."""
+    P = inspect.Parameter
+    pos = a.posonlyargs + a.args
+    firsts = len(pos) - len(a.defaults)
+    params = [P(x.arg, P.POSITIONAL_ONLY if x in a.posonlyargs else P.POSITIONAL_OR_KEYWORD,
+                default=P.empty if i < firsts else None) for i, x in enumerate(pos)]
+    if a.vararg is not None:
+        params.append(P(a.vararg.arg, P.VAR_POSITIONAL))
+    params += [P(x.arg, P.KEYWORD_ONLY, default=P.empty if d is None else None)
+               for x, d in zip(a.kwonlyargs, a.kw_defaults)]
+    if a.kwarg is not None:
+        params.append(P(a.kwarg.arg, P.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
 def _bind(node: ast.Call) -> dict[str, ast.expr] | None:
     """The call's argument expressions by mpi4py's parameter names; None when they do not bind."""
     name = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+    if not _SIG:
+        _SIG.update(_stub_signatures() or {"": inspect.Signature()})
     sig = _SIG.get(name)
     if sig is None:
-        from mpi4py import MPI
-        fn = getattr(MPI.Comm, name, None)
-        if fn is None:
-            return None
-        try:
-            sig = _SIG[name] = inspect.signature(fn)
-        except (TypeError, ValueError):
-            return None
+        return None
     if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
         return None
     try:
