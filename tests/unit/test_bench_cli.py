@@ -103,3 +103,16 @@ def test_bench_recovery_tiny(backend: str) -> None:
         assert s[k] > 0, (k, s)
     assert s["kill_to_resumed_ms_max"] >= s["kill_to_resumed_ms_median"]
     assert isinstance(out["goal"]["met"], bool)
+
+
+@pytest.mark.timeout(120)
+def test_bench_start_tiny() -> None:
+    out = _invoke(["start", "--ranks", "2", "--repeat", "1", "--json"])
+    assert out["benchmark"] == "start" and out["ranks"] == 2
+    for mode in ("raw", "planaria"):
+        m = out["median"][mode]
+        assert 0 < m["ready_s"] <= m["wall_s"] and m["rank_cpu_s"] > 0, (mode, m)
+    assert out["ratio_ready"] == out["median"]["planaria"]["ready_s"] / out["median"]["raw"]["ready_s"]
+    with pytest.raises(ValueError, match="--repeat must be at least 1"):
+        from planaria.bench import start
+        start.run(2, 0, 10.0)

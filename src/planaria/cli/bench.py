@@ -182,6 +182,26 @@ def controlplane(
                                   cp.show, json_out))
 
 
+@app.command("start")
+def start(
+    ranks: int = typer.Option(16, "--ranks", help="Ranks per launch."),
+    repeat: int = typer.Option(3, "--repeat", help="Launches of each launcher, alternating."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds allowed per launch."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Job start: planaria run against mpiexec with raw mpi4py, the same program, side by side.
+
+    Per launcher (medians): seconds from the command's start to the last rank holding its world
+    communicator, the whole command, and each rank's CPU time by then; planaria's ratios.
+    Example: planaria bench start --ranks 16 --repeat 3
+    """
+    from planaria.bench import start as sb
+    from planaria.bench._launch import progress_printer, run_and_show
+
+    raise typer.Exit(run_and_show("start", lambda: sb.run(ranks, repeat, timeout, progress_printer(json_out)),
+                                  sb.show, json_out))
+
+
 @app.command("hangfilter")
 def hangfilter(
     threads: str = typer.Option("12779520", "--threads",

@@ -1,0 +1,124 @@
+"""Job start: ``planaria run`` against ``mpiexec`` with raw mpi4py, the same program, side by side.
+
+The program only gets its world communicator (``pl.world()``, or ``MPI.COMM_WORLD`` after
+``from mpi4py import MPI``), notes the time and its process's CPU time (user + system, from the
+interpreter's start: imports, MPI's initialization and, under planaria, the runtime's threads),
+and meets the others in a barrier. Measured per launch: from the command's start to the moment
+the last rank holds its communicator (its first line of user code), the whole command's wall
+time, and the ranks' median CPU time at that point. The two launchers alternate, ``--repeat``
+times each; the table gives medians and planaria's ratios to the raw launch.
+
+Run as ``planaria bench start`` or ``python benchmarks/start.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from planaria.bench._launch import BenchError, mpiexec_prefix, run_bounded
+
+MODES = ("raw", "planaria")
+
+
+def rank_main(mode: str, out: str) -> int:
+    """One rank: its communicator the way ``mode`` gets it, then its time and CPU to ``out/<rank>``."""
+    if mode == "planaria":
+        import planaria as pl
+        comm: Any = pl.world()
+    else:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    t = time.time()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    rank = comm.Get_rank()
+    Path(out, f"{rank}.json").write_text(json.dumps({"t": t, "cpu": ru.ru_utime + ru.ru_stime}))
+    comm.Barrier()
+    return 0
+
+
+def _command(mode: str, nprocs: int, out: str, timeout: float) -> list[str]:
+    me = [sys.executable, "-m", "planaria.bench.start", "--rank", mode, out]
+    if mode == "raw":
+        return mpiexec_prefix(nprocs, ft=True) + me
+    return [sys.executable, "-m", "planaria.cli.main", "run", "-n", str(nprocs), "--timeout", repr(timeout), "--", *me]
+
+
+def launch_once(mode: str, nprocs: int, timeout: float) -> dict[str, float]:
+    """One launch: seconds to the last rank's communicator, the command's wall time, median rank CPU."""
+    with tempfile.TemporaryDirectory(prefix="planaria-start-") as tmp:
+        env = {"PLANARIA_HOME": str(Path(tmp) / "home")} if mode == "planaria" else None
+        t0 = time.time()
+        code, _, stderr = run_bounded(_command(mode, nprocs, tmp, timeout * 0.9), env, timeout, f"{mode} start")
+        wall = time.time() - t0
+        recs = [json.loads(p.read_text()) for p in Path(tmp).glob("*.json")]
+        if code != 0 or len(recs) != nprocs:
+            raise BenchError(f"{mode} launch of {nprocs} ranks: exit {code}, {len(recs)} rank(s) reported\n"
+                             f"{stderr[-2000:]}")
+        return {"ready_s": max(r["t"] for r in recs) - t0, "wall_s": wall,
+                "rank_cpu_s": statistics.median(r["cpu"] for r in recs)}
+
+
+def run(nprocs: int, repeat: int, timeout: float, progress: Any = None) -> dict[str, Any]:
+    """``repeat`` launches of each mode, alternating; medians and planaria's ratios to raw."""
+    if nprocs < 1 or repeat < 1 or not timeout > 0:
+        raise ValueError(f"--ranks and --repeat must be at least 1 and --timeout positive "
+                         f"(got {nprocs}, {repeat}, {timeout:g})")
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+    for i in range(repeat):
+        for mode in MODES:
+            runs[mode].append(launch_once(mode, nprocs, timeout))
+            if progress:
+                progress(f"{mode} launch {i + 1}/{repeat}: {runs[mode][-1]['ready_s']:.2f} s to the last rank")
+    med = {m: {k: statistics.median(r[k] for r in rs) for k in ("ready_s", "wall_s", "rank_cpu_s")}
+           for m, rs in runs.items()}
+    return {"benchmark": "start", "ranks": nprocs, "repeat": repeat, "cores": os.cpu_count(),
+            "loadavg": [round(x, 2) for x in os.getloadavg()],
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "median": med, "runs": runs,
+            "ratio_ready": med["planaria"]["ready_s"] / med["raw"]["ready_s"],
+            "ratio_wall": med["planaria"]["wall_s"] / med["raw"]["wall_s"],
+            "rank_cpu_added_s": med["planaria"]["rank_cpu_s"] - med["raw"]["rank_cpu_s"]}
+
+
+def show(result: dict[str, Any], as_json: bool = False) -> None:
+    """The table of ``run``'s result (or the result as JSON)."""
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"job start, {result['ranks']} ranks, median of {result['repeat']} "
+                    f"({result['cores']} cores, load {result['loadavg'][0]:g})")
+    for col in ("launcher", "to the last rank's communicator", "whole command", "CPU per rank"):
+        t.add_column(col, justify="right")
+    for mode, label in (("raw", "mpiexec + mpi4py"), ("planaria", "planaria run")):
+        m = result["median"][mode]
+        t.add_row(label, f"{m['ready_s']:.2f} s", f"{m['wall_s']:.2f} s", f"{m['rank_cpu_s']:.3f} s")
+    t.add_row("ratio / added", f"{result['ratio_ready']:.2f}×", f"{result['ratio_wall']:.2f}×",
+              f"+{result['rank_cpu_added_s']:.3f} s")
+    Console().print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="start", description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=16, help="ranks per launch")
+    p.add_argument("--repeat", type=int, default=3, help="launches of each launcher (alternating)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per launch")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--rank", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.rank:
+        return rank_main(*a.rank)
+    from planaria.bench._launch import progress_printer, run_and_show
+    return run_and_show("start", lambda: run(a.ranks, a.repeat, a.timeout, progress_printer(a.json)), show, a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
