@@ -94,6 +94,10 @@ def _why_not() -> str | None:
     for tool in ("ip", "nsenter", "unshare", "timeout"):
         if shutil.which(tool) is None:
             return f"the Slurm test cluster needs {tool!r}, which is not installed"
+    from planaria.launch import netns
+    ok, reason = netns.available()
+    if not ok:
+        return f"the Slurm test cluster's hosts are network namespaces: {reason}"
     if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
         return "Slurm (slurm-wlm, munge) is not installed and there is no apt-get to install it"
     return None

@@ -12,7 +12,8 @@ import pytest
 
 from tests.slurm.conftest import LOGIN_IP, NODES, SCRIPT, Cluster
 
-pytestmark = [pytest.mark.mpi, pytest.mark.slurm]
+# the first test also brings the cluster up (and installs Slurm where it is missing)
+pytestmark = [pytest.mark.mpi, pytest.mark.slurm, pytest.mark.timeout(600)]
 
 # ranks of two "nodes" share this machine's cores: without yielding, Open MPI's busy polling makes
 # every message wait for a scheduler tick (docs/multihost.md)
