@@ -22,10 +22,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
+from planaria._lazy import np
 
 _PROTO = pickle.HIGHEST_PROTOCOL
-_I64 = np.int64
+_I64 = "int64"                       # numpy dtype name (numpy is imported on first use)
 
 
 def _dumps(obj: Any) -> bytes:

@@ -66,7 +66,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+from planaria._lazy import np
 from mpi4py import MPI
 
 from planaria.comm.base import Comm, Request, _dumps, _offsets, _split

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-import numpy as np
+from planaria._lazy import np
 from mpi4py import MPI
 
 from planaria.comm.base import Comm, Request, rehook

@@ -61,19 +61,18 @@ def service_comm() -> tuple[Any, list[str]] | None:
     failure can interrupt it. Buffer forms only (mpi4py's pickle collectives can hang after a
     failure).
     """
-    import numpy as np
     from mpi4py import MPI
     try:
         svc = MPI.COMM_WORLD.Dup()
         svc.Set_errhandler(MPI.ERRORS_RETURN)
-        mine = np.zeros(HOST_BYTES, dtype=np.uint8)
         name = socket.gethostname().encode("utf-8")[:HOST_BYTES]
-        mine[:len(name)] = np.frombuffer(name, dtype=np.uint8)
-        every = np.zeros((svc.Get_size(), HOST_BYTES), dtype=np.uint8)
-        svc.Allgather(mine, every)
+        mine = bytearray(name.ljust(HOST_BYTES, b"\0"))       # plain bytes: no numpy at a rank's start
+        every = bytearray(svc.Get_size() * HOST_BYTES)
+        svc.Allgather([mine, MPI.BYTE], [every, MPI.BYTE])
     except MPI.Exception:
         return None
-    hosts = [bytes(row).rstrip(b"\0").decode("utf-8", "replace") for row in every]
+    hosts = [bytes(every[i:i + HOST_BYTES]).rstrip(b"\0").decode("utf-8", "replace")
+             for i in range(0, len(every), HOST_BYTES)]
     return svc, hosts
 
 
