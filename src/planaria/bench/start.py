@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -28,24 +27,26 @@ from planaria.bench._launch import BenchError, mpiexec_prefix, run_bounded
 MODES = ("raw", "planaria")
 
 
-def rank_main(mode: str, out: str) -> int:
-    """One rank: its communicator the way ``mode`` gets it, then its time and CPU to ``out/<rank>``."""
-    if mode == "planaria":
-        import planaria as pl
-        comm: Any = pl.world()
-    else:
-        from mpi4py import MPI
-        comm = MPI.COMM_WORLD
-    t = time.time()
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    rank = comm.Get_rank()
-    Path(out, f"{rank}.json").write_text(json.dumps({"t": t, "cpu": ru.ru_utime + ru.ru_stime}))
-    comm.Barrier()
-    return 0
+#: the program both launchers run, as a file of its own: the raw launch imports only mpi4py
+PROGRAM = """\
+import json, resource, sys, time
+mode, out = sys.argv[1], sys.argv[2]
+if mode == "planaria":
+    import planaria as pl
+    comm = pl.world()
+else:
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+t = time.time()
+ru = resource.getrusage(resource.RUSAGE_SELF)
+with open(f"{out}/{comm.Get_rank()}.json", "w") as f:
+    json.dump({"t": t, "cpu": ru.ru_utime + ru.ru_stime}, f)
+comm.Barrier()
+"""
 
 
-def _command(mode: str, nprocs: int, out: str, timeout: float) -> list[str]:
-    me = [sys.executable, "-m", "planaria.bench.start", "--rank", mode, out]
+def _command(mode: str, nprocs: int, prog: str, out: str, timeout: float) -> list[str]:
+    me = [sys.executable, prog, mode, out]
     if mode == "raw":
         return mpiexec_prefix(nprocs, ft=True) + me
     return [sys.executable, "-m", "planaria.cli.main", "run", "-n", str(nprocs), "--timeout", repr(timeout), "--", *me]
@@ -54,11 +55,15 @@ def _command(mode: str, nprocs: int, out: str, timeout: float) -> list[str]:
 def launch_once(mode: str, nprocs: int, timeout: float) -> dict[str, float]:
     """One launch: seconds to the last rank's communicator, the command's wall time, median rank CPU."""
     with tempfile.TemporaryDirectory(prefix="planaria-start-") as tmp:
+        prog, out = Path(tmp, "start.py"), Path(tmp, "out")
+        prog.write_text(PROGRAM)
+        out.mkdir()
         env = {"PLANARIA_HOME": str(Path(tmp) / "home")} if mode == "planaria" else None
         t0 = time.time()
-        code, _, stderr = run_bounded(_command(mode, nprocs, tmp, timeout * 0.9), env, timeout, f"{mode} start")
+        code, _, stderr = run_bounded(_command(mode, nprocs, str(prog), str(out), timeout * 0.9), env, timeout,
+                                      f"{mode} start")
         wall = time.time() - t0
-        recs = [json.loads(p.read_text()) for p in Path(tmp).glob("*.json")]
+        recs = [json.loads(p.read_text()) for p in out.glob("*.json")]
         if code != 0 or len(recs) != nprocs:
             raise BenchError(f"{mode} launch of {nprocs} ranks: exit {code}, {len(recs)} rank(s) reported\n"
                              f"{stderr[-2000:]}")
@@ -112,10 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="launches of each launcher (alternating)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per launch")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--rank", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if a.rank:
-        return rank_main(*a.rank)
     from planaria.bench._launch import progress_printer, run_and_show
     return run_and_show("start", lambda: run(a.ranks, a.repeat, a.timeout, progress_printer(a.json)), show, a.json)
 

@@ -137,8 +137,7 @@ class Upstream:
 class Gathering:
     """One collection's answers awaited here: the local ranks' parts and the children's merged ones."""
 
-    def __init__(self, cid: Any, ranks: dict[int, int], children: set[int], deadline: float) -> None:
-        self.cid = cid
+    def __init__(self, ranks: dict[int, int], children: set[int], deadline: float) -> None:
         self.ranks = ranks                   # local number -> rank, still to answer
         self.children = children             # children node agents' local numbers, still to answer
         self.deadline = deadline
@@ -198,7 +197,7 @@ class NodeAgent:
         self.forwarded = 0
         self.refused = 0
         self._last_up = time.monotonic()           # when the controller last sent something
-        self._gatherings: dict[Any, Gathering] = {}    # collections under way, by id
+        self._gatherings: dict[str, Gathering] = {}    # collections under way, by id
 
     def _pack(self, msg: dict[str, Any]) -> bytes:
         return protocol.pack(msg, self.secret)
@@ -270,7 +269,7 @@ class NodeAgent:
             self._beats[peer.fd] = msg.get("step")
             self.server.send(peer, self._hbok)       # the controller is reachable: this loop ends when it is not
             return True
-        if mtype == "part" and msg.get("id") in self._gatherings:
+        if mtype == "part" and isinstance(msg.get("id"), str) and msg["id"] in self._gatherings:
             g = self._gatherings[msg["id"]]
             if g.ranks.pop(peer.fd, None) is not None:
                 g.take(msg.get("part"))
@@ -286,7 +285,7 @@ class NodeAgent:
         if mtype == "node-hello":
             self.children[peer.fd] = str(msg.get("node") or "?")
             self.up.send(payload)
-        elif mtype == "npart" and msg.get("id") in self._gatherings:
+        elif mtype == "npart" and isinstance(msg.get("id"), str) and msg["id"] in self._gatherings:
             g = self._gatherings[msg["id"]]
             if peer.fd in g.children:
                 g.children.discard(peer.fd)
@@ -374,9 +373,11 @@ class NodeAgent:
         except (TypeError, ValueError):
             return
         cid = msg.get("id")
+        if not isinstance(cid, str):
+            return
         ask = {"type": "collect", "id": cid, "rounds": msg.get("rounds", 1), "interval": msg.get("interval", 0.2)}
         local, down = self._split(msg.get("l") or ())
-        g = Gathering(cid, {}, set(), time.monotonic() + max(budget - hop, 0.0))
+        g = Gathering({}, set(), time.monotonic() + max(budget - hop, 0.0))
         framed = frame(self._pack(dict(ask)))
         peers = self.server.peers
         for peer in local:

@@ -41,8 +41,11 @@ class NodeCollections:
 
     def deliver(self, msg: dict[str, Any]) -> None:
         """A node agent's ``npart`` (server thread): to the collection waiting for it, if any."""
+        cid = msg.get("id")
+        if not isinstance(cid, str):
+            return
         with self._lock:
-            q = self._waiting.get(msg.get("id"))  # type: ignore[arg-type]
+            q = self._waiting.get(cid)
         if q is not None:
             q.put(msg.get("part"))
 
