@@ -76,6 +76,12 @@ def run(nprocs: int, repeat: int, timeout: float, progress: Any = None) -> dict[
     if nprocs < 1 or repeat < 1 or not timeout > 0:
         raise ValueError(f"--ranks and --repeat must be at least 1 and --timeout positive "
                          f"(got {nprocs}, {repeat}, {timeout:g})")
+    import compileall
+
+    import planaria
+    # ranks run with compiled modules, as after an install (where PYTHONDONTWRITEBYTECODE is set, a
+    # source checkout's ranks would otherwise compile planaria each time and time that)
+    compileall.compile_dir(str(Path(planaria.__file__).parent), quiet=1)
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     for i in range(repeat):
         for mode in MODES:
