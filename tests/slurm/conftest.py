@@ -70,7 +70,7 @@ class Cluster:
         """``cmd`` on the login host, in the work directory (bounded: a hung job fails the test)."""
         return self.script("sh", "timeout", "-k", "5", str(int(timeout)), *cmd, timeout=timeout + 30)
 
-    def planaria(self, *args: str) -> str:
+    def planaria(self) -> str:
         return str(self.bin / "planaria")
 
     def fail(self, node: int, how: str) -> None:

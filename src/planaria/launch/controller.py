@@ -478,8 +478,7 @@ class Controller:
             out["type"] = "diagnosed"
         except Exception as exc:  # noqa: BLE001 - the tool gets the reason
             out = {"type": "diagnosed", "error": f"{type(exc).__name__}: {exc}"}
-        self._outbox.append((ident, out))
-        self._wake()
+        self._send_later(ident, out)
 
     def diagnose(self, k: int = 8, hop: float = 1.0, rounds: int = 0, interval: float = 0.2) -> dict[str, Any]:
         """Collect every rank's state through the agent tree, write the state file, run the offline analysis.
@@ -488,11 +487,11 @@ class Controller:
         paths and the report; one collection at a time (a second request waits for the first).
         """
         from planaria.diagnose.run import collect_and_analyze
-        where = {r: (d.node, d.lid) for r, d in list(self.idents.items()) if isinstance(d, Routed)}
+        with self._diagnosing:          # the routes as they are once this collection's turn has come
+            where = {r: (d.node, d.lid) for r, d in list(self.idents.items()) if isinstance(d, Routed)}
 
-        def via_nodes(ranks: list[int], rounds: int, interval: float, hop: float) -> dict[str, Any]:
-            return self.gathering.collect(where, ranks, rounds, interval, hop, self._send_later)
-        with self._diagnosing:
+            def via_nodes(ranks: list[int], rounds: int, interval: float, hop: float) -> dict[str, Any]:
+                return self.gathering.collect(where, ranks, rounds, interval, hop, self._send_later)
             return collect_and_analyze(self.jobdir, self.view(), self.secret.decode("utf-8"),
                                        k=k, hop=hop, rounds=rounds, interval=interval,
                                        behind=set(where), via_nodes=via_nodes)
