@@ -23,8 +23,10 @@ import os
 import struct
 import sys
 from functools import lru_cache
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: collectives whose buffer size must agree on every rank: op id = index + 1
 OPS = ("Bcast", "Reduce", "Allreduce", "Gather", "Allgather", "Scatter", "Alltoall")
@@ -51,7 +53,13 @@ _getframe = sys._getframe
 
 def path_for(job_dir: str | os.PathLike[str], attempt: int, world_rank: int) -> Path:
     """Where rank ``world_rank``'s record of attempt ``attempt`` (1 first) of a job lives."""
-    return Path(job_dir) / "flight" / str(attempt) / f"{world_rank}.bin"
+    from pathlib import Path
+    return Path(_path_str(job_dir, attempt, world_rank))
+
+
+def _path_str(job_dir: str | os.PathLike[str], attempt: int, world_rank: int) -> str:
+    # os.path in a rank's start: pathlib (and urllib, ipaddress behind it) is not imported there
+    return os.path.join(job_dir, "flight", str(attempt), f"{world_rank}.bin")
 
 
 def open_here() -> bool:
@@ -65,16 +73,15 @@ def open_here() -> bool:
     from mpi4py import MPI
     rank = MPI.COMM_WORLD.Get_rank()
     attempt = int(os.environ.get("PLANARIA_RESTART", "0") or 0) + 1
-    return open_file(path_for(job, attempt, rank), rank)
+    return open_file(_path_str(job, attempt, rank), rank)
 
 
 def open_file(path: str | os.PathLike[str], world_rank: int) -> bool:
     """Map ``path`` (created or emptied) as this process's record; False when it cannot be made."""
     global _MV, _MAP, _slots_used
-    p = Path(path)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.ftruncate(fd, SIZE)
             _MAP = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -174,6 +181,7 @@ def size(buf: Any) -> int:
 def read(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The slots of one record file: ``{comm, seq, op, bytes, site}`` each; [] when unreadable.
     The site's line is found only by the Python version that wrote the record (``None`` else)."""
+    from pathlib import Path
     try:
         data = Path(path).read_bytes()
     except OSError:
@@ -215,7 +223,9 @@ def _line(path: str, func: str, first: int, lasti: int) -> int | None:
 @lru_cache(maxsize=32)
 def _compiled(path: str) -> Any:
     try:
-        return compile(Path(path).read_bytes(), path, "exec", dont_inherit=True)
+        with open(path, "rb") as fh:
+            source = fh.read()
+        return compile(source, path, "exec", dont_inherit=True)
     except (OSError, SyntaxError, ValueError):
         return None
 
@@ -235,6 +245,7 @@ def _find(code: Any, func: str, first: int) -> Any:
 
 def read_dir(job_dir: str | os.PathLike[str], attempt: int | None = None) -> dict[int, list[dict[str, Any]]]:
     """Every rank's record of ``attempt`` (default: the last one that left records): rank -> slots."""
+    from pathlib import Path
     base = Path(job_dir) / "flight"
     try:
         attempts = sorted(int(p.name) for p in base.iterdir() if p.name.isdigit())

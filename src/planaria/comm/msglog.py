@@ -38,7 +38,6 @@ world communicator, then ``.d<n>`` (n-th dup), ``.k<n>`` (n-th shrink), ``.s<n>c
 """
 from __future__ import annotations
 
-import inspect
 import sys
 import threading
 import time
@@ -334,6 +333,7 @@ def arguments(name: str, args: Any, kwargs: Any) -> dict[str, Any]:
             fn = getattr(cls, name, None)
             if fn is not None:
                 try:
+                    import inspect      # on first use: ast and dis stay out of a rank's start
                     sig = _SIGNATURES[name] = inspect.signature(fn)
                 except (TypeError, ValueError):
                     return {}

@@ -25,7 +25,6 @@ receive completed that way is not counted by the message log.
 """
 from __future__ import annotations
 
-import inspect
 import pickle
 import time
 from collections.abc import Callable
@@ -1179,6 +1178,15 @@ def _named(call: Any, name: str, fn: Any) -> Callable[..., Any]:
 _SCALARS = frozenset({int, bool, float, str})
 
 
+def _static(cls: type, name: str) -> Any:
+    """``cls``'s attribute ``name`` as its class dictionary holds it (a classmethod stays one), like
+    ``inspect.getattr_static`` without importing ``inspect`` (and ast, dis) in every rank."""
+    for k in cls.__mro__:
+        if name in vars(k):
+            return vars(k)[name]
+    return getattr(cls, name)
+
+
 def _delegate(cls: type, mpi_cls: type) -> None:
     """Give ``cls`` a wrapper (``_wrapper``) for every public method of ``mpi_cls`` that planaria's
     classes in ``cls``'s hierarchy do not define themselves. Class methods (``Get_parent``,
@@ -1191,7 +1199,7 @@ def _delegate(cls: type, mpi_cls: type) -> None:
     for name in dir(mpi_cls):
         if name.startswith("_") or name in own:
             continue
-        raw = inspect.getattr_static(mpi_cls, name)
+        raw = _static(mpi_cls, name)
         if isinstance(raw, classmethod | staticmethod) or not callable(raw):
             continue
         if getattr(getattr(cls, name, None), "__wrapped__", None) is raw:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import enum
 import itertools
 import threading
-import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -299,7 +298,13 @@ class Registry:
         except Exception as exc:  # noqa: BLE001 - a failing handler must not break the chain
             res = Result(reg.name, Status.NO_ACTION,
                          {"error": f"{type(exc).__name__}: {exc}",
-                          "traceback": traceback.format_exc(limit=5)})
+                          "traceback": _format_exc()})
         if res.name != reg.name:
             res = Result(reg.name, res.status, res.data)
         return res
+
+
+def _format_exc() -> str:
+    """The exception being handled, formatted (``traceback`` loaded here: it is not needed at start)."""
+    import traceback
+    return traceback.format_exc(limit=5)

@@ -27,44 +27,19 @@ These three modules are pure (stdlib + msgpack): no MPI, no clock.
 >>> rb.incidents()[0].root_cause()["verdict"]
 'rank 2 unresponsive: ranks 0-1 time out on it'
 """
-from .records import (
-    COLL_TIMEOUT,
-    CONFIRMED,
-    DETECTED,
-    ERROR_TYPES,
-    EXTERNAL,
-    IO_ERROR,
-    MAX_PROBE_PAYLOAD,
-    MERGED,
-    MSG_TIMEOUT,
-    NETWORK,
-    NO_SEND,
-    PEER_COMPUTING,
-    PING_TIMEOUT,
-    PROBING,
-    PROC_FAILED,
-    REFUTED,
-    SLOW_MESSAGE,
-    STATUSES,
-    ErrorRecord,
-)
-from .rules import (
-    PING,
-    STATUS,
-    VOTE,
-    CorrelationRule,
-    Decision,
-    FieldMergeRule,
-    Incident,
-    KindCorrelationRule,
-    MergeRule,
-    Probe,
-    Rule,
-    RuleBase,
-    Verdict,
-    load_rules,
-)
-from .topology import Topology, group_of, host_groups, responsible, responsibles, voters
+from planaria._lazy import reexport
+
+_RECORDS = ("COLL_TIMEOUT", "CONFIRMED", "DETECTED", "ERROR_TYPES", "EXTERNAL", "IO_ERROR",
+            "MAX_PROBE_PAYLOAD", "MERGED", "MSG_TIMEOUT", "NETWORK", "NO_SEND", "PEER_COMPUTING",
+            "PING_TIMEOUT", "PROBING", "PROC_FAILED", "REFUTED", "SLOW_MESSAGE", "STATUSES", "ErrorRecord")
+_RULES = ("PING", "STATUS", "VOTE", "CorrelationRule", "Decision", "FieldMergeRule", "Incident",
+          "KindCorrelationRule", "MergeRule", "Probe", "Rule", "RuleBase", "Verdict", "load_rules")
+_TOPOLOGY = ("Topology", "group_of", "host_groups", "responsible", "responsibles", "voters")
+
+# loaded on first use: a rank's probe service (``.service``) needs the records at start, the rule
+# base (and its TOML parser) only on the rank that analyses an error
+__getattr__ = reexport(__name__, {**dict.fromkeys(_RECORDS, ".records"), **dict.fromkeys(_RULES, ".rules"),
+                                  **dict.fromkeys(_TOPOLOGY, ".topology")}, globals())
 
 __all__ = [
     "COLL_TIMEOUT", "CONFIRMED", "DETECTED", "ERROR_TYPES", "EXTERNAL", "IO_ERROR", "MAX_PROBE_PAYLOAD",
@@ -74,3 +49,7 @@ __all__ = [
     "KindCorrelationRule", "MergeRule", "Probe", "Rule", "RuleBase", "Verdict", "load_rules",
     "Topology", "group_of", "host_groups", "responsible", "responsibles", "voters",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -181,13 +181,11 @@ from __future__ import annotations
 import bisect
 import math
 import re
-import tomllib
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planaria.graphs import cyclic_components
 
@@ -211,6 +209,9 @@ from .records import (
     ErrorRecord,
 )
 from .topology import Topology
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "PING", "STATUS", "VOTE", "PROBE_KINDS", "PRIORITY",
@@ -1657,6 +1658,8 @@ _CORR_KEYS = {"name", "doc", "root", "consequence", "link", "unknown", "window",
 def load_rules(path: str | Path) -> list[Rule]:
     """Rules declared in a TOML file (format in the module docstring).  ValueError naming the file
     and the problem, on one line, when the file is unreadable or wrong."""
+    import tomllib                   # here: only a rule file needs the TOML parser
+    from pathlib import Path
     p = Path(path)
     try:
         with open(p, "rb") as fh:

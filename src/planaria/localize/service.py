@@ -100,7 +100,6 @@ class Service:
                  gone: Callable[[], set[int]] = set) -> None:
         from mpi4py import MPI
 
-        from planaria.localize.rules import RuleBase
         from planaria.localize.topology import responsible
         self.MPI = MPI
         self.rank, self.size = rank, size
@@ -121,10 +120,8 @@ class Service:
         self.svc = svc
         self.hosts = list(hosts)
         self.responsible = [responsible(r, self.hosts) for r in range(size)]
-        # a suspect out of MPI for as long as the shortest wait that counts as a hang is computing
-        # (the rule base's 5 s otherwise: with short timeouts it would look healthy and never be named)
-        self.rules = RuleBase.default(hosts=self.hosts, rank=rank,
-                                      computing_after=min(5.0, self.th.p2p, self.th.coll))
+        self._rules: Any = None                # made on first use (``rules``)
+        self._rules_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[float, Callable[[Any], None]]] = {}   # probe id -> (deadline, callback)
         self._sends: list[tuple[Any, bytes, float]] = []
@@ -143,6 +140,22 @@ class Service:
         self._parked = threading.Event()       # set while the thread is blocked by a pause
         self._awake = threading.Event()        # set when the thread has left a pause
         self._thread = threading.Thread(target=self._run, name="planaria-localize", daemon=True)
+
+
+    @property
+    def rules(self) -> Any:
+        """This rank's rule base, made when it first analyses a record (most ranks never do, and
+        the rule module is the largest a rank would otherwise import at start)."""
+        if self._rules is None:
+            with self._rules_lock:
+                if self._rules is None:
+                    from planaria.localize.rules import RuleBase
+                    # a suspect out of MPI for as long as the shortest wait that counts as a hang is
+                    # computing (the rule base's 5 s otherwise: with short timeouts it would look
+                    # healthy and never be named)
+                    self._rules = RuleBase.default(hosts=self.hosts, rank=self.rank,
+                                                   computing_after=min(5.0, self.th.p2p, self.th.coll))
+        return self._rules
 
     def start(self) -> Service:
         self._thread.start()
@@ -566,6 +579,9 @@ class Service:
         tick until then). A bare message timeout is a symptom: its settling alone is not news,
         the cause found from it is."""
         unsettled = False
+        if self._rules is None:                # nothing analysed here yet: no incidents
+            self._unsettled = False
+            return
         for inc in self.rules.incidents(now=time.time()):
             rc = inc.root_cause(max_evidence=4)
             key = (rc.get("kind"), rc.get("verdict"), tuple(rc.get("ranks") or ()))

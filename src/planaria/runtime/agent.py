@@ -28,7 +28,6 @@ from typing import Any
 import msgpack
 import zmq
 
-from planaria.events import curve
 from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
 from planaria.runtime import nodelink
 from planaria.events.local import deliver as _deliver
@@ -299,6 +298,7 @@ class Agent:
                 tree.bind(f"ipc://{base}/a{self.rank}-{os.getpid()}.sock")
                 self.endpoint = tree.getsockopt_string(zmq.LAST_ENDPOINT)
             else:
+                from planaria.events import curve   # TCP only: hashlib and z85 stay out of a one-host rank's start
                 curve.serve(tree, self._secret)
                 port = tree.bind_to_random_port("tcp://*")
                 self.endpoint = f"tcp://{socket.gethostname()}:{port}"
@@ -386,6 +386,7 @@ class Agent:
         poller.register(wake_r, zmq.POLLIN)
         try:
             if sock is not None:
+                from planaria.events import curve
                 curve.client(sock, self._secret, self.uri)
                 sock.connect(self.uri)
                 self._send(sock, self._hello())

@@ -16,7 +16,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -138,6 +137,8 @@ def _start_services(comm: Comm) -> None:
         _RT.agent = None
     if _RT.agent is not None:
         _connect_events(_RT.agent)
+    if not os.environ.get("PLANARIA_INJECT"):      # no plan: the injector is not even imported
+        return
     from planaria.inject.plan import Plan
     plan = Plan.from_env()
     if not plan.faults:
@@ -357,6 +358,7 @@ def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> No
         _RT.exit_reason = f"{etype.__name__}: {value}".splitlines()[0]
         finalize(status)
         _final_exit(status)
+    import traceback
     text = "".join(traceback.format_exception(etype, value, tb))
     sys.stderr.write(text)
     sys.stderr.write(f"planaria: rank {rank} failed with an uncaught {etype.__name__}; "

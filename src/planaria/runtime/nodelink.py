@@ -13,7 +13,6 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
-import subprocess
 import sys
 import time
 
@@ -85,6 +84,7 @@ def _start(path: str, uri: str, secret_file: str, log_path: str) -> socket.socke
     except OSError:
         log = None
     try:
+        import subprocess        # only the rank that starts its node's agent needs it
         proc = subprocess.Popen([sys.executable, "-m", "planaria.launch.nodeagent", "--listen", path, "--uri", uri,
                           "--secret-file", secret_file], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=log if log is not None else subprocess.DEVNULL, start_new_session=True)
