@@ -25,25 +25,34 @@ from typing import Any
 from planaria.bench._launch import BenchError, mpiexec_prefix, run_bounded
 
 MODES = ("raw", "planaria")
+KEYS = ("ready_s", "wall_s", "rank_cpu_s", "first_line_s", "cpu_interpreter_s", "cpu_mpi_s", "cpu_after_mpi_s")
+GOAL_RATIO = 1.5         # planaria's time to the last rank's communicator / the raw launch's
+GOAL_CPU_ADDED = 0.1     # CPU seconds planaria adds to a rank's start
 
 
 #: the program both launchers run, as a file of its own: the raw launch imports only mpi4py
 PROGRAM = """\
-import json, resource, sys, time
+import resource, sys, time
+def now():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return time.time(), ru.ru_utime + ru.ru_stime
+first = now()
 mode, out = sys.argv[1], sys.argv[2]
 if mode == "planaria":
     import planaria as pl
+    from mpi4py import MPI
+    mpi = now()
     comm = pl.world()
 else:
     from mpi4py import MPI
+    mpi = now()
     comm = MPI.COMM_WORLD
-t = time.time()
-ru = resource.getrusage(resource.RUSAGE_SELF)
+t, cpu = now()
+import json
 with open(f"{out}/{comm.Get_rank()}.json", "w") as f:
-    json.dump({"t": t, "cpu": ru.ru_utime + ru.ru_stime}, f)
+    json.dump({"t": t, "cpu": cpu, "t_first": first[0], "cpu_first": first[1], "cpu_mpi": mpi[1]}, f)
 comm.Barrier()
 """
-
 
 def _command(mode: str, nprocs: int, prog: str, out: str, timeout: float) -> list[str]:
     me = [sys.executable, prog, mode, out]
@@ -67,8 +76,16 @@ def launch_once(mode: str, nprocs: int, timeout: float) -> dict[str, float]:
         if code != 0 or len(recs) != nprocs:
             raise BenchError(f"{mode} launch of {nprocs} ranks: exit {code}, {len(recs)} rank(s) reported\n"
                              f"{stderr[-2000:]}")
+        med = statistics.median
         return {"ready_s": max(r["t"] for r in recs) - t0, "wall_s": wall,
-                "rank_cpu_s": statistics.median(r["cpu"] for r in recs)}
+                "rank_cpu_s": med(r["cpu"] for r in recs),
+                # where the time goes: the launcher until the first rank's program runs, and each
+                # rank's CPU before its first line (the interpreter), in MPI's import and
+                # initialization, and after it (planaria's world(): its imports, threads and hello)
+                "first_line_s": min(r["t_first"] for r in recs) - t0,
+                "cpu_interpreter_s": med(r["cpu_first"] for r in recs),
+                "cpu_mpi_s": med(r["cpu_mpi"] - r["cpu_first"] for r in recs),
+                "cpu_after_mpi_s": med(r["cpu"] - r["cpu_mpi"] for r in recs)}
 
 
 def run(nprocs: int, repeat: int, timeout: float, progress: Any = None) -> dict[str, Any]:
@@ -88,14 +105,14 @@ def run(nprocs: int, repeat: int, timeout: float, progress: Any = None) -> dict[
             runs[mode].append(launch_once(mode, nprocs, timeout))
             if progress:
                 progress(f"{mode} launch {i + 1}/{repeat}: {runs[mode][-1]['ready_s']:.2f} s to the last rank")
-    med = {m: {k: statistics.median(r[k] for r in rs) for k in ("ready_s", "wall_s", "rank_cpu_s")}
-           for m, rs in runs.items()}
+    med = {m: {k: statistics.median(r[k] for r in rs) for k in KEYS} for m, rs in runs.items()}
     return {"benchmark": "start", "ranks": nprocs, "repeat": repeat, "cores": os.cpu_count(),
             "loadavg": [round(x, 2) for x in os.getloadavg()],
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "median": med, "runs": runs,
             "ratio_ready": med["planaria"]["ready_s"] / med["raw"]["ready_s"],
             "ratio_wall": med["planaria"]["wall_s"] / med["raw"]["wall_s"],
-            "rank_cpu_added_s": med["planaria"]["rank_cpu_s"] - med["raw"]["rank_cpu_s"]}
+            "rank_cpu_added_s": med["planaria"]["rank_cpu_s"] - med["raw"]["rank_cpu_s"],
+            "goal_ratio_ready": GOAL_RATIO, "goal_cpu_added_s": GOAL_CPU_ADDED}
 
 
 def show(result: dict[str, Any], as_json: bool = False) -> None:
@@ -114,7 +131,23 @@ def show(result: dict[str, Any], as_json: bool = False) -> None:
         t.add_row(label, f"{m['ready_s']:.2f} s", f"{m['wall_s']:.2f} s", f"{m['rank_cpu_s']:.3f} s")
     t.add_row("ratio / added", f"{result['ratio_ready']:.2f}×", f"{result['ratio_wall']:.2f}×",
               f"+{result['rank_cpu_added_s']:.3f} s")
-    Console().print(t)
+    t.add_row("goal", f"≤ {result['goal_ratio_ready']:g}×", "", f"≤ +{result['goal_cpu_added_s']:g} s")
+    c = Console()
+    c.print(t)
+    # where the time above the raw launch goes
+    w = Table(title="where the time goes (medians)")
+    for col in ("", "mpiexec + mpi4py", "planaria run", "added"):
+        w.add_column(col, justify="right")
+    raw, pl = result["median"]["raw"], result["median"]["planaria"]
+    for key, label in (("first_line_s", "command start → first rank's first line"),
+                       ("cpu_interpreter_s", "rank CPU: interpreter start"),
+                       ("cpu_mpi_s", "rank CPU: mpi4py import + MPI init"),
+                       ("cpu_after_mpi_s", "rank CPU: after MPI init (planaria's world())")):
+        w.add_row(label, f"{raw[key]:.3f} s", f"{pl[key]:.3f} s", f"{pl[key] - raw[key]:+.3f} s")
+    c.print(w)
+    n, cores = result["ranks"], result["cores"] or 1
+    c.print(f"{n} ranks on {cores} cores: every 0.01 s of CPU added per rank costs about "
+            f"{0.01 * n / min(n, cores):.2f} s of start")
 
 
 def main(argv: list[str] | None = None) -> int:

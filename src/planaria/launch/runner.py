@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -634,6 +633,7 @@ def gone_hosts(att: _Attempt, layout: _Layout, opts: RunOptions) -> list[str]:
     rest = [h for h in names if h not in gone]
     if rest:
         agent = layout.ssh_agent(opts)
+        from concurrent.futures import ThreadPoolExecutor    # only after a node loss
         with ThreadPoolExecutor(max_workers=min(16, len(rest))) as pool:
             alive = list(pool.map(lambda h: probe_host(h, hostset=layout.hostset, ssh_agent=agent), rest))
         gone.update(h for h, ok in zip(rest, alive) if not ok)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from planaria.events import curve
 from planaria.events.channel import address_for, frame
@@ -166,6 +165,8 @@ class Transport:
 
     def _read_monitor(self) -> None:
         """Connection events of the TCP socket: refused handshakes are counted (``tcpguard``)."""
+        # imported here: zmq.utils.monitor pulls in asyncio, 14 ms of every launch without TCP
+        from zmq.utils.monitor import recv_monitor_message
         assert self.monitor is not None and self.guard is not None
         while self.monitor.poll(0):
             self.guard.feed(recv_monitor_message(self.monitor, zmq.NOBLOCK))
