@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.mpi, pytest.mark.timeout(150)]
 
 
 def run_app(tmp_path, backend: str, n: int, spares: int, kills: list[str], steps: int = 50,
-            extra: tuple[str, ...] = (), step_sleep: float = 0.0):
+            extra: tuple[str, ...] = (), step_sleep: float = 0.0, spare_poll: float | None = None):
     cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", str(n), "--spares", str(spares),
            "--backend", backend, "--timeout", "90"]
     for k in kills:
@@ -22,6 +22,8 @@ def run_app(tmp_path, backend: str, n: int, spares: int, kills: list[str], steps
     env = root_env()
     env["PLANARIA_HOME"] = str(tmp_path)
     env["RESILIENT_APP_STEP_SLEEP"] = str(step_sleep)
+    if spare_poll is not None:
+        env["RESILIENT_APP_SPARE_POLL"] = str(spare_poll)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     results = [json.loads(line.split("RESULT ", 1)[1]) for line in res.stdout.splitlines() if "RESULT " in line]
     return res, results
@@ -53,6 +55,24 @@ def test_spares_replace_two_failures(tmp_path, backend: str) -> None:
     for k in (2, 4):
         assert working[k]["recoveries"][0]["warm_bytes"] == 3 * packed, working[k]["recoveries"]
     assert all(rec["warm_bytes"] == 0 for k in (0, 1, 3, 5) for rec in working[k]["recoveries"])
+
+
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_spares_wake_on_the_recovery_not_on_their_poll(tmp_path, backend: str) -> None:
+    # spares that would test their receive only once a second: the working ranks' wake (through
+    # the controller) brings the replacement into the recovery, and the unused spare out at the end
+    res, results = run_app(tmp_path, backend, 4, 2, ["kill:rank=2,iter=12"], steps=30, step_sleep=0.01,
+                           spare_poll=1.0)
+    assert res.returncode == 0, res.stderr[-3000:]
+    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    assert sorted(working) == list(range(4)) and all(r["ok"] for r in working.values()), results
+    taken = working[2]
+    assert taken["role"] == "recovered" and taken["spare_wakes"] >= 1, taken
+    survivors = [working[k]["recoveries"][0]["t_detect"] for k in (0, 1, 3)]
+    late = taken["recoveries"][0]["t_detect"] - min(survivors)
+    assert late < 0.5, f"the replacement joined {late:.3f} s after the first survivor"
+    (unused,) = [r for r in results if r["logical"] is None]
+    assert unused["spare_wakes"] >= 2, unused     # the recovery, then the release at the end
 
 
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])

@@ -84,11 +84,14 @@ def mpiexec_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, bind: st
 
 
 def planaria_run_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: float,
-                     bind: str = "none") -> list[str]:
+                     bind: str = "none", spares: int = 0) -> list[str]:
     """``planaria run -n N --backend ulfm|sim -- python -m MODULE --rank ARGS``: the job as users run it,
-    with the controller and every rank's agent (and its knocks, heartbeats and reports)."""
-    cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", str(nprocs), "--backend", "ulfm" if ft else "sim",
-           "--timeout", repr(float(timeout))]
+    with the controller and every rank's agent (and its knocks, heartbeats and reports). ``spares``
+    of the ``nprocs`` processes are started as ``planaria run --spares``."""
+    cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", str(nprocs - spares), "--backend",
+           "ulfm" if ft else "sim", "--timeout", repr(float(timeout))]
+    if spares:
+        cmd += ["--spares", str(spares)]
     if check_bind(bind) == "core":
         cmd += ["--mpiexec-arg=--bind-to", "--mpiexec-arg=core:overload-allowed"]
     return cmd + ["--", sys.executable, "-m", module, "--rank", *args]
@@ -110,7 +113,8 @@ def run_bounded(cmd: list[str], env: dict[str, str] | None, timeout: float, what
 
 
 def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: float,
-           env: dict[str, str] | None = None, bind: str = "none", under_run: bool = False) -> Launch:
+           env: dict[str, str] | None = None, bind: str = "none", under_run: bool = False,
+           spares: int = 0) -> Launch:
     """Run one job; rank 0 writes its JSON result to the file given by ``--out`` (and prints it as ``RESULT``).
 
     ``under_run``: through ``planaria run`` (job directory in the temporary directory) instead of a
@@ -119,7 +123,7 @@ def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: floa
         out = Path(tmp) / "result.json"
         rargs = [*args, "--out", str(out), "--scratch", tmp]
         if under_run:
-            cmd = planaria_run_cmd(nprocs, module, rargs, ft=ft, timeout=timeout * 0.95, bind=bind)
+            cmd = planaria_run_cmd(nprocs, module, rargs, ft=ft, timeout=timeout * 0.95, bind=bind, spares=spares)
             env = {**(env or {}), "PLANARIA_HOME": str(Path(tmp) / "home")}
         else:
             cmd = mpiexec_cmd(nprocs, module, rargs, ft=ft, bind=bind)

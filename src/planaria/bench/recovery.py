@@ -43,7 +43,8 @@ MODULE = "planaria.bench.recovery"
 STORES = ("memory", "xor", "file")
 MB = 1 << 20
 PAGE_FLOATS = 512                 # one float64 per 4 KiB page is touched by each step
-GOAL_MS = 100.0                   # kill -> resumed step, on top of the restore time
+GOAL_SLACK_MS = 10.0              # kill -> resumed step <= detection + this + factor x restore floor
+GOAL_RESTORE_FACTOR = 1.25
 
 
 # --------------------------------------------------------------------------- inside the ranks
@@ -102,6 +103,7 @@ def rank_main(args: argparse.Namespace) -> None:
         np.copyto(dst, u)
         t_copy.append(time.perf_counter() - t0)
     del dst
+    floor_s = _restore_floor(comm, res, args, u.nbytes)
     mine: dict[str, Any] = {"logical": L, "world": world.rank, "role": res.role, "ok": ok,
                             "bytes": int(u.nbytes), "memcpy_s": median(t_copy),
                             "save_s_median": median(res.checkpoint_times),
@@ -151,12 +153,17 @@ def rank_main(args: argparse.Namespace) -> None:
         "attempts_max": max(p["attempts"] for p in per_rank),
         "all_ok": all(p["ok"] for p in per_rank), "replaced": lost is not None,
         "memcpy_ms_median": memcpy_s * ms, "memcpy_GBps": nbytes / memcpy_s / 1e9,
+        "restore_floor_ms": floor_s * ms if floor_s is not None else None,
         "save_ms_median": median([p["save_ms_median"] for p in per_rank]),
     }
     for k in ("detect_ms", "revoke_shrink_ms", "substitution_ms", "restore_ms", "kill_to_resumed_ms"):
         xs = [p[k] for p in per_rank]
         result[k + "_median"] = median(xs)
         result[k + "_max"] = max(xs)
+    survivors = [p["detect_ms"] for p in per_rank if p["role"] != "recovered"]
+    result["detect_survivors_ms_max"] = max(survivors) if survivors else None
+    result["detect_replacement_ms"] = lost["detect_ms"] if lost is not None else None
+    result["goal"] = _job_goal(result)
     if lost is not None:
         result["restore_lost_ms"] = lost["restore_ms"]
         result["restore_lost_GBps"] = nbytes / (lost["restore_ms"] / ms) / 1e9 if lost["restore_ms"] > 0 else None
@@ -166,8 +173,61 @@ def rank_main(args: argparse.Namespace) -> None:
     emit(result, args.out)
 
 
+def _restore_floor(comm: Any, res: Any, args: argparse.Namespace, nbytes: int) -> float | None:
+    """The least a restore of the lost rank must take, measured here with the same bytes (median
+    of 5, slowest side, after one untimed round): memory and XOR stores, one message of the state
+    from a survivor to the rank that took the lost one's place, into a buffer it has touched
+    before (a spare keeps its restore buffers warm); file store, reading the lost rank's checkpoint
+    file into such a buffer (from the page cache, as the restore after this run's save does).
+    Collective over ``comm``; the value on rank 0."""
+    import numpy as np
+    n = comm.size
+    dst_rank = args.victim
+    src_rank = (args.victim + 1) % n
+    buf = np.ones(nbytes // 8)
+    times = []
+    path = None
+    if args.store == "file":
+        from planaria.checkpoint.file import rank_file_name, vdir_name
+        v = res.recoveries[0].version if res.recoveries else None
+        path = os.path.join(res.store.directory, vdir_name(v), rank_file_name(args.victim)) if v is not None else None
+    for i in range(6):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        if path is not None:
+            if comm.rank == dst_rank:
+                with open(path, "rb", buffering=0) as fh:
+                    fh.readinto(memoryview(buf).cast("B"))
+        elif comm.rank == src_rank:
+            comm.Send(buf, dest=dst_rank, tag=77)
+        elif comm.rank == dst_rank:
+            comm.Recv(buf, source=src_rank, tag=77)
+        dt = comm.allreduce(time.perf_counter() - t0, op=max)
+        if i:
+            times.append(dt)
+    return median(times)
+
+
+def _job_goal(job: dict[str, Any]) -> dict[str, Any]:
+    """One job against the goal: kill -> resumed step (slowest working rank) <= the survivors'
+    detection + 10 ms + 1.25 x the restore floor; what lies above each part when missed."""
+    floor = job.get("restore_floor_ms")
+    det = job.get("detect_survivors_ms_max")
+    km = job["kill_to_resumed_ms_max"]
+    if floor is None or det is None:
+        return {"met": None}
+    limit = det + GOAL_SLACK_MS + GOAL_RESTORE_FACTOR * floor
+    return {"kill_to_resumed_ms_max": km, "detect_ms": det, "restore_floor_ms": floor, "limit_ms": limit,
+            "met": km <= limit, "over_ms": km - limit,
+            # the parts of the time after the survivors' detection (maxima over ranks)
+            "after_detect_ms": km - det, "revoke_shrink_ms": job["revoke_shrink_ms_max"],
+            "substitution_ms": job["substitution_ms_max"], "restore_ms": job["restore_ms_max"],
+            "restore_over_floor": job["restore_ms_max"] / floor if floor > 0 else None}
+
+
 # --------------------------------------------------------------------------- driver (outside MPI)
-AGG_KEYS = ("detect_ms_median", "detect_ms_max", "revoke_shrink_ms_median", "revoke_shrink_ms_max",
+LAUNCHERS = ("run", "mpiexec")
+AGG_KEYS = ("restore_floor_ms", "detect_survivors_ms_max", "detect_replacement_ms", "detect_ms_median", "detect_ms_max", "revoke_shrink_ms_median", "revoke_shrink_ms_max",
             "substitution_ms_median", "substitution_ms_max", "restore_ms_median", "restore_ms_max",
             "restore_lost_ms", "kill_to_resumed_ms_median", "kill_to_resumed_ms_max",
             "restore_lost_GBps", "memcpy_GBps", "restore_vs_memcpy", "save_ms_median")
@@ -176,8 +236,10 @@ AGG_KEYS = ("detect_ms_median", "detect_ms_max", "revoke_shrink_ms_median", "rev
 def run(ranks: int = 8, spares: int = 1, mb: float = 2.0, store: str = "memory", repeat: int = 3,
         backend: str = "ulfm", every: int = 5, kill_step: int = 12, steps: int = 30, victim: int = 1,
         group_size: int = 4, timeout: float = 300.0, progress: Any = None,
-        cold_spares: bool = False) -> dict[str, Any]:
+        cold_spares: bool = False, launcher: str = "run") -> dict[str, Any]:
     """Launch ``repeat`` jobs of ``ranks`` working ranks + ``spares`` spares; median over jobs of each per-job value."""
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, not {launcher!r}")
     if backend not in ("ulfm", "sim"):
         raise ValueError(f"backend must be ulfm or sim, not {backend!r}")
     if store not in STORES:
@@ -207,7 +269,8 @@ def run(ranks: int = 8, spares: int = 1, mb: float = 2.0, store: str = "memory",
         if progress:
             progress(f"recovery: {ranks}+{spares} processes, {mb:g} MB/rank, {store}, {backend}, "
                      f"job {i + 1}/{repeat}")
-        got = launch(ranks + spares, MODULE, args, ft=(backend == "ulfm"), timeout=timeout, env=env)
+        got = launch(ranks + spares, MODULE, args, ft=(backend == "ulfm"), timeout=timeout, env=env,
+                     under_run=(launcher == "run"), spares=spares)
         if "error" in got.result:
             raise BenchError(f"recovery job {i + 1}: {got.result['error']}\n"
                              f"{json.dumps(got.result.get('per_rank'))[:3000]}")
@@ -220,11 +283,13 @@ def run(ranks: int = 8, spares: int = 1, mb: float = 2.0, store: str = "memory",
         xs = [j[k] for j in jobs if j.get(k) is not None]
         summary[k] = median(xs) if xs else None
     summary["launch_s_median"] = median([j["launch_s"] for j in jobs])
-    rl, km = summary["restore_ms_max"], summary["kill_to_resumed_ms_max"]
-    goal = {"kill_to_resumed_ms_max": km, "restore_ms_max": rl, "limit_ms": GOAL_MS + rl,
-            "beyond_restore_ms": km - rl, "met": km <= GOAL_MS + rl}
+    goals = [j.get("goal") or {} for j in jobs]
+    goal = {"jobs_met": sum(1 for g in goals if g.get("met")), "jobs": len(goals),
+            "limit_ms": [g.get("limit_ms") for g in goals],
+            "kill_to_resumed_ms_max": [g.get("kill_to_resumed_ms_max") for g in goals],
+            "met": all(g.get("met") for g in goals)}
     return {"benchmark": "recovery", "backend": backend, "ranks": ranks, "spares": spares,
-            "processes": ranks + spares, "store": store, "mb": mb, "warm_spares": not cold_spares, "every": every, "kill_step": kill_step,
+            "processes": ranks + spares, "launcher": launcher, "store": store, "mb": mb, "warm_spares": not cold_spares, "every": every, "kill_step": kill_step,
             "steps": steps, "victim": victim, "repeat": repeat, "cores": os.cpu_count(),
             "date": time.strftime("%Y-%m-%d"), "loadavg_before": load0, "loadavg_after": loadavg(),
             "command": command_line(), "mpiexec": " ".join(cmd[:-2] + ["..."]) if cmd else "",
@@ -240,20 +305,26 @@ def table(result: dict[str, Any]) -> Any:
     from rich.table import Table
     s = result["summary"]
     t = Table(title=f"Recovery: {result['ranks']} working + {result['spares']} spare ({result['processes']} processes), "
-                    f"{result['mb']:g} MB/rank, {result['store']} store, {result['backend']}, {result['cores']} cores, "
-                    f"{'warm' if result.get('warm_spares', True) else 'cold'} spares; "
-                    f"median of {result['repeat']} job(s)")
-    for col in ("", "detect", "revoke+shrink", "substitution", "restore", "kill->resumed step"):
+                    f"{result['mb']:g} MB/rank, {result['store']} store, {result['backend']}, "
+                    f"under {'planaria run' if result.get('launcher', 'run') == 'run' else 'mpiexec'}, "
+                    f"{result['cores']} cores, {'warm' if result.get('warm_spares', True) else 'cold'} spares; "
+                    f"load {result['loadavg_before'][0]:g}")
+    cols = ("job", "detect (survivors)", "detect (spare)", "revoke+shrink", "substitution", "restore",
+            "restore floor", "kill->resumed", "goal limit", "")
+    for col in cols:
         t.add_column(col, justify="right")
-    for agg in ("median", "max"):
-        t.add_row(f"{agg} over ranks", _ms(s[f"detect_ms_{agg}"]), _ms(s[f"revoke_shrink_ms_{agg}"]),
-                  _ms(s[f"substitution_ms_{agg}"]), _ms(s[f"restore_ms_{agg}"]), _ms(s[f"kill_to_resumed_ms_{agg}"]))
+    for n, j in enumerate(result["jobs"], 1):
+        g = j.get("goal") or {}
+        verdict = "-" if g.get("met") is None else ("met" if g["met"] else f"missed by {g['over_ms']:.1f} ms")
+        t.add_row(str(n), _ms(j.get("detect_survivors_ms_max")), _ms(j.get("detect_replacement_ms")),
+                  _ms(j["revoke_shrink_ms_max"]), _ms(j["substitution_ms_max"]), _ms(j["restore_ms_max"]),
+                  _ms(j.get("restore_floor_ms")), _ms(j["kill_to_resumed_ms_max"]), _ms(g.get("limit_ms")), verdict)
     g = result["goal"]
-    cap = [f"goal kill->resumed <= {GOAL_MS:.0f} ms + restore: {g['kill_to_resumed_ms_max']:.1f} ms vs "
-           f"{g['limit_ms']:.1f} ms, {'met' if g['met'] else 'MISSED'}"]
+    cap = [f"maxima over the working ranks; goal: kill->resumed <= survivors' detection + {GOAL_SLACK_MS:g} ms + "
+           f"{GOAL_RESTORE_FACTOR:g} x restore floor, met in {g['jobs_met']} of {g['jobs']} job(s)"]
     if s.get("restore_lost_GBps") is not None:
-        cap.append(f"replacement's restore {_ms(s['restore_lost_ms'])} = {s['restore_lost_GBps']:.2f} GB/s, "
-                   f"memcpy {s['memcpy_GBps']:.2f} GB/s (ratio {s['restore_vs_memcpy']:.2f})")
+        cap.append(f"replacement's restore {_ms(s['restore_lost_ms'])} (median over jobs), memcpy "
+                   f"{s['memcpy_GBps']:.2f} GB/s")
     cap.append(f"checkpoint save {_ms(s['save_ms_median'])}; state bit-exact: {'yes' if result['all_ok'] else 'NO'}")
     t.caption = "; ".join(cap)
     return t
@@ -280,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=30, help="steps in the run")
     p.add_argument("--victim", type=int, default=1, help="logical rank that dies (not 0)")
     p.add_argument("--group-size", type=int, default=4, help="XOR group size")
+    p.add_argument("--launcher", default="run", choices=list(LAUNCHERS),
+                   help="run: under 'planaria run --spares' (controller and agents: spares wake on a "
+                        "message); mpiexec: a bare mpiexec (spares poll every 5 ms)")
     p.add_argument("--cold-spares", action="store_true",
                    help="Resilient(warm_spares=False): spares do not fault in restore buffers while waiting")
     _launch.add_common_args(p, timeout=300.0)
@@ -290,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     def compute() -> dict[str, Any]:
         return run(args.ranks, args.spares, args.mb, args.store, args.repeat, args.backend, args.every,
                    args.kill_step, args.steps, args.victim, args.group_size, args.timeout,
-                   progress=_launch.progress_printer(args.json), cold_spares=args.cold_spares)
+                   progress=_launch.progress_printer(args.json), cold_spares=args.cold_spares,
+                   launcher=args.launcher)
     return _launch.run_and_show("recovery", compute, show, args.json)
 
 

@@ -141,9 +141,12 @@ def recovery(
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per launch."),
     cold_spares: bool = typer.Option(False, "--cold-spares",
                                      help="Spares do not fault in restore buffers while waiting (Resilient(warm_spares=False))."),
+    launcher: str = typer.Option("run", "--launcher", help="run: under 'planaria run --spares' (spares wake on a "
+                                 "message); mpiexec: a bare mpiexec (spares poll every 5 ms)."),
     json_out: bool = typer.Option(False, "--json", help="Print the full result (every job, every rank) as JSON."),
 ) -> None:
-    """Time from a working rank's death to the first resumed step under Resilient, and its parts.
+    """Time from a working rank's death to the first resumed step under Resilient, and its parts,
+    against the goal: survivors' detection + 10 ms + 1.25 x the restore floor measured in the job.
 
     Example: planaria bench recovery --ranks 8 --spares 1 --mb 2 --store memory
     """
@@ -152,7 +155,7 @@ def recovery(
 
     def compute():  # type: ignore[no-untyped-def]
         return rb.run(ranks, spares, mb, store, repeat, backend, every, kill_step, steps, timeout=timeout,
-                        progress=_progress(json_out), cold_spares=cold_spares)
+                        progress=_progress(json_out), cold_spares=cold_spares, launcher=launcher)
     raise typer.Exit(run_and_show("recovery", compute, rb.show, json_out))
 
 

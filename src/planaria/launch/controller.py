@@ -80,6 +80,7 @@ class Controller:
         self._make_parts(pid_check)
         # message type -> handler; any other type is a rank's report (``_from_rank``)
         self._dispatch = {"ps": self._on_ps, "diagnose": self._on_diagnose, "knock": self.fanout.on_knock,
+                          "wake-spares": self.fanout.on_wake_spares,
                           **{t: self.tools.handle for t in protocol.TOOL_TYPES}}
 
     def _make_parts(self, pid_check: bool) -> None:

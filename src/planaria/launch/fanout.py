@@ -115,6 +115,14 @@ class Fanout:
         """Wake a rank's localization service: another rank wrote to it on the service communicator."""
         self.transport.send_packed(dest, protocol.pack({"type": "knock"}, self._tok))
 
+    def on_wake_spares(self, ident: Dest, msg: dict[str, Any], now: float) -> None:
+        """A working rank started a recovery (or released the spares): wake every spare's wait."""
+        packed = protocol.pack({"type": "wake"}, self._tok)
+        for r in self.table.spares():
+            dest = self.transport.idents.get(r)
+            if dest is not None:
+                self.transport.send_packed(dest, packed)
+
     def on_knock(self, ident: Dest, msg: dict[str, Any], now: float) -> None:
         """A rank's localization service wrote to these ranks: wake theirs (``gone``: those ended)."""
         ended = []

@@ -228,6 +228,11 @@ class RankTable:
             return sorted(r for r, v in self.ranks.items() if v["state"] in REACHABLE
                           and (want is None or r in want))
 
+    def spares(self) -> list[int]:
+        """The ranks whose role is ``spare`` (as their agents last said) and that still run."""
+        with self.lock:
+            return sorted(r for r, v in self.ranks.items() if v.get("role") == "spare" and v["state"] in REACHABLE)
+
     def reachable_count(self) -> int:
         """How many ranks have an agent that handles events (none in a plain program)."""
         with self.lock:

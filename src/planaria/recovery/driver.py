@@ -14,6 +14,7 @@ the lost ranks' data on the survivors and the callable redistributes it (see ``R
 from __future__ import annotations
 
 import os
+import select
 import time
 import weakref
 from collections.abc import Callable
@@ -26,9 +27,14 @@ import planaria as pl
 from planaria.checkpoint.store import WARM
 from planaria.comm.base import Comm
 from planaria.comm.errors import FailureError
+from planaria.runtime.bootstrap import spare_wake_fd, wake_spares
 
 State = dict[str, np.ndarray]
 SPARE_TAG = 31001
+SPARE_POLL = 0.005       # s between a spare's tests of its receive when nothing can wake it
+SPARE_BACKSTOP = 0.1     # ... when the working ranks wake it (``wake_spares``): a backstop only
+HOT_POLL = 0.001         # after a wake, until the news (a revoke, a release) has reached its MPI
+HOT_WINDOW = 0.1
 
 
 class RecoveryStopped(RuntimeError):
@@ -115,14 +121,16 @@ class Resilient:
     spare faults that much memory in while it waits (``planaria.checkpoint.store.WARM``), so
     that taking over a rank does not pay first-touch page faults during the recovery. A spare
     then holds about 3x the largest rank's state for partner-memory checkpoints; ``False``
-    turns it off. ``spare_poll``: seconds a spare sleeps between two tests of its receive; a
-    recovery waits for the spares (the shrink needs every living process), so this bounds how
-    late they join it.
+    turns it off. A spare sleeps between two tests of its receive. Under ``planaria run`` the
+    working ranks wake it through the job's controller when a recovery starts or the run ends, so
+    it joins a recovery (whose shrink needs every living process) as soon as the news arrives;
+    ``spare_poll`` is then only a backstop (default 0.1 s). Without ``planaria run``'s runtime
+    nothing wakes it, and ``spare_poll`` (default 5 ms) bounds how late it joins.
     """
 
     def __init__(self, checkpoint: Any, *, every: int = 10, spares: int | None = None,
                  world: Comm | None = None, on_exhausted: str | Callable[..., State] = "stop",
-                 resume: bool = True, warm_spares: bool = True, spare_poll: float = 0.005) -> None:
+                 resume: bool = True, warm_spares: bool = True, spare_poll: float | None = None) -> None:
         self.failure_events: list[Any] = []       # process-failure events the resilient handler completed
         _claim_failure_events(self)               # before pl.world(): a failure may strike at once
         self.world = world if world is not None else pl.world()
@@ -135,15 +143,21 @@ class Resilient:
         self.resumed_from: int | None = None
         self.on_exhausted = on_exhausted
         self.warm_spares = bool(warm_spares)
+        self._wake_fd = spare_wake_fd() if self.world.rank >= self.world.size - self.spares else None
+        if spare_poll is None:
+            spare_poll = SPARE_BACKSTOP if self._wake_fd is not None else SPARE_POLL
         if not 0 < spare_poll <= 1:
             raise ValueError(f"spare_poll must be in (0, 1] seconds, got {spare_poll}")
         self.spare_poll = float(spare_poll)
+        self.spare_wakes = 0           # on a spare: how often the working ranks woke it
         self._fp_sent: list[int] | None = None        # footprint this rank last told the spares
         self._footprints: dict[int, list[int]] = {}   # on a spare: logical rank -> its footprint
         nwork = self.world.size - self.spares
         logical = self.world.rank if self.world.rank < nwork else None
         self._lay = _Layout(self.world, logical, nwork)
         self.role = "initial" if logical is not None else "spare"
+        if logical is None:
+            _tell_role("spare", None)      # the controller wakes the ranks it knows as spares
         self.comm: Comm | None = None
         self.recoveries: list[Recovery] = []
         self._has_state = logical is not None     # False on a spare until it has restored a state
@@ -290,6 +304,7 @@ class Resilient:
         """Wait without spinning until released (None) or needed (returns where to resume)."""
         world = self._lay.world
         req = world.irecv_matched(tag=SPARE_TAG)
+        hot_until = 0.0            # after a wake: test every millisecond until the news is in
         while True:
             try:
                 done, msg = req.test()
@@ -309,7 +324,27 @@ class Resilient:
                 if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "stop" and msg[1] in _STOPPED:
                     raise _STOPPED[msg[1]](msg[2])
                 return None
+            if time.monotonic() < hot_until:
+                time.sleep(HOT_POLL)
+            elif self._sleep():
+                hot_until = time.monotonic() + HOT_WINDOW
+
+    def _sleep(self) -> bool:
+        """Sleep until woken (True) or for ``spare_poll`` seconds (False)."""
+        fd = self._wake_fd
+        if fd is None:
             time.sleep(self.spare_poll)
+            return False
+        ready, _, _ = select.select([fd], [], [], self.spare_poll)
+        if not ready:
+            return False
+        try:
+            while os.read(fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        self.spare_wakes += 1
+        return True
 
     def _release_spares(self, msg: Any = "done") -> None:
         """Every working rank tells every spare it is done: one message is enough for a spare,
@@ -322,6 +357,8 @@ class Resilient:
                 lay.world.send(msg, dest=r, tag=SPARE_TAG)
             except FailureError:
                 pass
+        if self._spare_world_ranks:
+            wake_spares()
 
     def _stop_spares(self, err: RecoveryStopped) -> None:
         """The job stops: the spares still waiting raise the same error as the working ranks."""
@@ -349,6 +386,8 @@ class Resilient:
                     self.comm.revoke()
                     _leave(self.comm)
                 lay.world.revoke()
+                if attempts == 1 and lay.logical is not None and self._spare_world_ranks:
+                    wake_spares()          # the spares sleep: the revoke alone would wait for their next test
                 world = lay.world.shrink()
                 t1 = time.perf_counter()
                 pl.phase("recover")     # a failure may strike in the middle of recovery

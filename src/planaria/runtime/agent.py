@@ -65,6 +65,8 @@ class Agent:
         self._replies: deque[tuple[bytes, dict[str, Any]]] = deque()
         self._answers: dict[str, dict[str, Any]] = {}
         self._stdin_w: int | None = None
+        self._spare_r: int | None = None      # the spare's wake pipe (``spare_wake_fd``), made on first use
+        self._spare_w: int | None = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -90,6 +92,8 @@ class Agent:
     def set_role(self, role: str, logical: int | None) -> None:
         """This process now works as ``role`` (``survivor``, ``recovered``...) for logical rank ``logical``;
         sent with the next heartbeat, so ``planaria ps`` and the summary show it."""
+        if (role, logical) == (self.role, self.logical):
+            return
         self.role, self.logical = role, logical
         self._role_news = True
 
@@ -114,6 +118,18 @@ class Agent:
         return cls(uri, secret, rank, size, role=role, backend=backend, orphan_timeout=orphan)
 
     # --- app-thread API -----------------------------------------------
+    def spare_wake_fd(self) -> int:
+        """A file descriptor that becomes readable when the controller sends ``wake`` (a working
+        rank started a recovery or released the spares): a spare sleeps on it between two tests of
+        its MPI receive. Non-blocking; the reader drains it."""
+        with self._lock:
+            if self._spare_r is None:
+                r, w = os.pipe()
+                os.set_blocking(r, False)
+                os.set_blocking(w, False)
+                self._spare_r, self._spare_w = r, w
+            return self._spare_r
+
     @property
     def on_knock(self) -> Any:
         """What to call when another rank knocks (its localization service wrote to this rank's)."""
@@ -250,6 +266,14 @@ class Agent:
         if mtype == "collect":            # a diagnosis through this host's node agent: this rank's part only
             threading.Thread(target=self._collect_here, args=(msg,), daemon=True,
                              name=f"planaria-collect-{self.rank}").start()
+            return
+        if mtype == "wake":               # a recovery started, or the spares are released: end a spare's sleep
+            fd = self._spare_w
+            if fd is not None:
+                try:
+                    os.write(fd, b"w")
+                except OSError:               # full (the waiter is already due to wake) or closed
+                    pass
             return
         if mtype == "knock":              # another rank wrote to this one's localization service
             with self._knock_lock:

@@ -252,6 +252,20 @@ def set_role(role: str, logical: int | None) -> None:
         _RT.agent.set_role(role, logical)
 
 
+def spare_wake_fd() -> int | None:
+    """A descriptor a spare can sleep on: readable when a working rank calls ``wake_spares``
+    (through the job's controller); None without ``planaria run``'s runtime (the spare polls)."""
+    agent = _RT.agent
+    return agent.spare_wake_fd() if agent is not None else None
+
+
+def wake_spares() -> bool:
+    """Wake every spare of the job now (a recovery started, or the spares are released): their MPI
+    receive has news. False without ``planaria run``'s runtime."""
+    agent = _RT.agent
+    return bool(agent is not None and agent.report("wake-spares"))
+
+
 def phase(name: str) -> None:
     """Announce that this rank enters ``name`` (``checkpoint``, ``recover``): drives phase-tied fault injection."""
     inj = _RT.injector

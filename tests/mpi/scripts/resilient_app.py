@@ -20,7 +20,8 @@ mode = sys.argv[3] if len(sys.argv) > 3 else "stop"
 with_finish = len(sys.argv) > 4 and sys.argv[4] == "finish"
 pause = float(os.environ.get("RESILIENT_APP_STEP_SLEEP", "0"))   # seconds per step (lets spares poll)
 
-res = Resilient(MemoryStore(copies=1), every=every, on_exhausted=mode)
+poll = os.environ.get("RESILIENT_APP_SPARE_POLL")
+res = Resilient(MemoryStore(copies=1), every=every, on_exhausted=mode, spare_poll=float(poll) if poll else None)
 
 
 def init(comm):
@@ -46,12 +47,14 @@ except SparesExhausted as e:
     sys.exit(0)
 L = res.logical_rank
 if state is None:
-    print("RESULT " + json.dumps({"world": pl.world().rank, "role": res.role, "logical": None}), flush=True)
+    print("RESULT " + json.dumps({"world": pl.world().rank, "role": res.role, "logical": None,
+                                  "spare_wakes": res.spare_wakes}), flush=True)
 else:
     expect = L + sum(range(steps)) * (L + 1)
     ok = bool(np.all(state["x"] == expect))
     if with_finish:
         ok = ok and state["sum"] == sum(k + sum(range(steps)) * (k + 1) for k in range(state["size"]))
     print("RESULT " + json.dumps({"world": pl.world().rank, "role": res.role, "logical": L, "ok": ok,
+                                  "spare_wakes": res.spare_wakes,
                                   "recoveries": [r.__dict__ | {"total_s": r.total_s} for r in res.recoveries]}),
           flush=True)
