@@ -123,3 +123,12 @@ def test_help_still_renders(monkeypatch, capsys):
     assert code == 0 and "Usage: planaria abft slope" in out
     code, out, err = _main(monkeypatch, capsys, "hosts")           # a bare group shows its help
     assert code == 2 and "Usage: planaria hosts" in out + err and "up" in out + err
+
+
+def test_flags_show_no_value_placeholder(monkeypatch, capsys):
+    # a boolean flag takes no value: its help line is "--json", not "--json <bool>"
+    for verb in (["run"], ["demo"], ["diagnose"], ["bench", "start"]):
+        code, out, err = _main(monkeypatch, capsys, *verb, "--help")
+        assert code == 0, (verb, err)
+        assert "--json" in out or "--help" in out
+        assert "<bool>" not in out, (verb, out)
