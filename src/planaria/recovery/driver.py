@@ -14,7 +14,6 @@ the lost ranks' data on the survivors and the callable redistributes it (see ``R
 from __future__ import annotations
 
 import os
-import select
 import time
 import weakref
 from collections.abc import Callable
@@ -27,7 +26,7 @@ import planaria as pl
 from planaria.checkpoint.store import WARM
 from planaria.comm.base import Comm
 from planaria.comm.errors import FailureError
-from planaria.runtime.bootstrap import spare_wake_fd, wake_spares
+from planaria.runtime.bootstrap import spare_waker, wake_spares
 
 State = dict[str, np.ndarray]
 SPARE_TAG = 31001
@@ -143,9 +142,9 @@ class Resilient:
         self.resumed_from: int | None = None
         self.on_exhausted = on_exhausted
         self.warm_spares = bool(warm_spares)
-        self._wake_fd = spare_wake_fd() if self.world.rank >= self.world.size - self.spares else None
+        self._waker = spare_waker() if self.world.rank >= self.world.size - self.spares else None
         if spare_poll is None:
-            spare_poll = SPARE_BACKSTOP if self._wake_fd is not None else SPARE_POLL
+            spare_poll = SPARE_BACKSTOP if self._waker is not None else SPARE_POLL
         if not 0 < spare_poll <= 1:
             raise ValueError(f"spare_poll must be in (0, 1] seconds, got {spare_poll}")
         self.spare_poll = float(spare_poll)
@@ -331,18 +330,11 @@ class Resilient:
 
     def _sleep(self) -> bool:
         """Sleep until woken (True) or for ``spare_poll`` seconds (False)."""
-        fd = self._wake_fd
-        if fd is None:
+        if self._waker is None:
             time.sleep(self.spare_poll)
             return False
-        ready, _, _ = select.select([fd], [], [], self.spare_poll)
-        if not ready:
+        if not self._waker.wait(self.spare_poll):
             return False
-        try:
-            while os.read(fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
         self.spare_wakes += 1
         return True
 
@@ -415,6 +407,8 @@ class Resilient:
                     return self._spare_wait()
                 if was_spare:
                     self._has_state = False
+                    if self._waker is not None:      # a working rank now: not woken as a spare
+                        self._waker.close()
                 fresh = set(lost) | empty
                 warm = WARM.held()
                 version = self.store.restorable(comm, fresh)

@@ -252,18 +252,37 @@ def set_role(role: str, logical: int | None) -> None:
         _RT.agent.set_role(role, logical)
 
 
-def spare_wake_fd() -> int | None:
-    """A descriptor a spare can sleep on: readable when a working rank calls ``wake_spares``
-    (through the job's controller); None without ``planaria run``'s runtime (the spare polls)."""
+def spare_waker() -> Any:
+    """What a spare sleeps on (a ``planaria.runtime.sparewake.Waker``): woken when a working rank
+    calls ``wake_spares``; None without ``planaria run``'s runtime (the spare then polls)."""
     agent = _RT.agent
-    return agent.spare_wake_fd() if agent is not None else None
+    if agent is None:
+        return None
+    from planaria.runtime import sparewake
+    where = sparewake.wake_dir()
+    sock = None
+    if where is not None:
+        try:
+            sock = sparewake.SpareSocket(where, agent.rank)
+        except OSError:             # the controller's wake alone still reaches it
+            sock = None
+    waker = sparewake.Waker(agent.spare_wake_fd(), sock)
+    atexit.register(waker.close)        # its socket file goes with the process
+    return waker
 
 
 def wake_spares() -> bool:
     """Wake every spare of the job now (a recovery started, or the spares are released): their MPI
-    receive has news. False without ``planaria run``'s runtime."""
+    receive has news. Those on this host directly, all of them through the controller. False
+    without ``planaria run``'s runtime."""
     agent = _RT.agent
-    return bool(agent is not None and agent.report("wake-spares"))
+    if agent is None:
+        return False
+    from planaria.runtime import sparewake
+    where = sparewake.wake_dir()
+    if where is not None:
+        sparewake.wake_all(where)
+    return bool(agent.report("wake-spares"))
 
 
 def phase(name: str) -> None:
