@@ -42,7 +42,8 @@ def dem(rng: np.random.Generator, n: int, m: int, dtype, holes: float, nodata, s
     if holes:
         mask = rng.random((n, m)) < holes
         if nodata is not None:
-            z[mask] = nodata
+            fits = not np.issubdtype(dtype, np.integer) or np.iinfo(dtype).min <= nodata <= np.iinfo(dtype).max
+            z[mask] = nodata if fits else np.iinfo(dtype).max
         elif np.issubdtype(dtype, np.floating):
             z[mask] = np.nan
     if special and np.issubdtype(dtype, np.floating) and z.size:

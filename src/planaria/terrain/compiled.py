@@ -259,15 +259,21 @@ def cut_depth_rows(z: np.ndarray, h: int, nd: object, use_nd: bool, count: float
     _cut_depth_rows(z, a - s0, b - s0, h, nd, use_nd, count, fill, out, a - r0, ring, vor, hb, s, lo, t, mn)
 
 
-def warm_up() -> None:
-    """Compile (or load from the cache) the loops for float32 and float64 DEMs and outputs."""
-    from planaria.terrain.cutdepth import cut_depth
-    from planaria.terrain.slope import slope_degrees
-    for dt in _FLOATS:
-        z = np.arange(13 * 14, dtype=dt).reshape(13, 14)
-        for out in _FLOATS:
-            slope_degrees(z, nodata=-1.0, dtype=out)
-            cut_depth(z, nodata=-1.0, dtype=out)
+def warm_up(kernel: str | None = None, z_dtype: np.dtype | str | None = None,
+            out_dtype: np.dtype | str | None = None) -> None:
+    """Compile, or load from numba's cache, the loops of ``kernel`` (default: both) for DEMs of
+    ``z_dtype`` and outputs of ``out_dtype`` (default: float32 and float64 each), so that the first
+    real call does not pay for it."""
+    from planaria.terrain import kernels
+    names = [kernel] if kernel else sorted(kernels)
+    zs = [np.dtype(z_dtype)] if z_dtype is not None else list(_FLOATS)
+    outs = [np.dtype(out_dtype)] if out_dtype is not None else list(_FLOATS)
+    for name in names:
+        fn, window = kernels[name]
+        for zt in zs:
+            z = np.arange((window + 2) * (window + 3), dtype=zt).reshape(window + 2, window + 3)
+            for ot in outs:
+                fn(z, nodata=-1.0, dtype=ot)
 
 
 def run(z: np.ndarray, window: int, nodata: float | None, rows: tuple[int, int] | None, dtype: np.dtype | type | None,
