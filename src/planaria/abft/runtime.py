@@ -86,6 +86,9 @@ them after its wall timer stopped, against a TMaxLat deadline, skipping ranks it
 ``per_rank`` (None for a rank that did not answer), ``total``, ``workers_max`` and ``masters``
 (each None when a rank it needs is missing).
 
+``--dtype float32|float64``: the output's dtype (default: the DEM's float type, float32 for integer
+DEMs); workers compute, compare and write their rows in it, and the masters' referee rows too.
+
 Fault injection (``--error-rate p``: each worker with probability p from its own RNG
 seeded by (seed, rank); ``--force KIND:WORKER``: worker WORKER (index 0..N-1, MPI rank
 WORKER+2) for sure), on the worker's first computation only (a transient fault). The
@@ -93,7 +96,7 @@ report lists the injected faults (``injected``: kind, worker, rank, block, where
 
 * ``crash``: :func:`planaria.fail_stop` before computing.
 * ``silent``: one bit flipped in a compared row (:func:`silent_site`): the same cell and bit
-  in every silent worker of a run (a correlated fault); the check row or the first row,
+  (modulo the output dtype's width) in every silent worker of a run (a correlated fault); the check row or the first row,
   alternating with worker + seed, so that neighbours k, k+1 with k + seed even corrupt both
   copies of their shared row alike. Faults in interior rows are not covered by N-ABFT and
   are not injected.
@@ -126,8 +129,8 @@ Known limits:
 
 Rank 0 (or the replica when it took over) writes the output with
 :func:`planaria.terrain.write_dem_rows` (atomic; GeoTIFF keeps its profile) and the JSON report.
-The report's ``digest`` is the output's (:meth:`Master.output_digest`: blake2b-128 of the float64
-values, taken after the timed region), so byte-identical outputs have equal digests in any run.
+The report's ``digest`` is the output's (:meth:`Master.output_digest`: blake2b-128 of the values in
+the output's dtype, taken after the timed region), so byte-identical outputs have equal digests in any run.
 Exit status: 0 every block verified, 3 no live worker left or an undecidable conflict, 2 usage error.
 """
 from __future__ import annotations
