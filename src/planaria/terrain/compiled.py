@@ -54,7 +54,7 @@ except ImportError:  # pragma: no cover - numba is a dependency; without it the 
 
 DEG = 180.0 / math.pi  # numpy.degrees(x) is x * (180 / pi) in double precision, bit for bit
 BAND_CELLS = 1 << 16   # slope: cells of the float64 buffer numpy.arctan runs on (512 KiB, in L2 cache)
-CHUNK_COLS = 1024      # cut depth: output columns per chunk (its row sums and minima, 2 x 8 KiB, stay in L1)
+CHUNK_COLS = 512       # cut depth: output columns per chunk (two rows' sums and minima, 4 x 4 KiB, stay in L1)
 
 
 def _jit(fn):  # type: ignore[no-untyped-def]
@@ -145,59 +145,123 @@ if numba is not None:
                 orow[j] = fill if bw[j] else hr[j] * DEG
 
     @_jit
-    def _cut_depth_rows(z, i0, i1, h, nd, use_nd, count, fill, out, o0, ring, vor, hb, s, lo, t, mn):  # type: ignore[no-untyped-def]
+    def _vsum(z, top, w, c0, n, s, lo):  # type: ignore[no-untyped-def]
+        """Column sums (rows ``top..top+w-1`` added top to bottom) and minima of columns ``c0..c0+n-1``."""
+        zr = z[top, c0:c0 + n]
+        for j in range(n):
+            v = np.float64(zr[j])
+            s[j] = v
+            lo[j] = v
+        for dk in range(1, w):
+            zr = z[top + dk, c0:c0 + n]
+            for j in range(n):
+                v = np.float64(zr[j])
+                s[j] = s[j] + v
+                a = lo[j]
+                lo[j] = a if a < v else v  # numpy.minimum(a, v): v unless a < v
+
+    @_jit
+    def _vsum2(z, top, w, c0, n, s, lo, s2, lo2):  # type: ignore[no-untyped-def]
+        """:func:`_vsum` for the windows starting at rows ``top`` and ``top + 1`` at once: each input row is
+        loaded once for both (each sum still adds its own rows top to bottom)."""
+        zr = z[top, c0:c0 + n]
+        for j in range(n):
+            v = np.float64(zr[j])
+            s[j] = v
+            lo[j] = v
+        zr = z[top + 1, c0:c0 + n]
+        for j in range(n):
+            v = np.float64(zr[j])
+            s[j] = s[j] + v
+            a = lo[j]
+            lo[j] = a if a < v else v
+            s2[j] = v
+            lo2[j] = v
+        for dk in range(2, w):
+            zr = z[top + dk, c0:c0 + n]
+            for j in range(n):
+                v = np.float64(zr[j])
+                s[j] = s[j] + v
+                a = lo[j]
+                lo[j] = a if a < v else v
+                s2[j] = s2[j] + v
+                b = lo2[j]
+                lo2[j] = b if b < v else v
+        zr = z[top + w, c0:c0 + n]
+        for j in range(n):
+            v = np.float64(zr[j])
+            s2[j] = s2[j] + v
+            b = lo2[j]
+            lo2[j] = b if b < v else v
+
+    @_jit
+    def _hpass(s, lo, vr, w, n_out, count, fill, oc, t, mn, hb):  # type: ignore[no-untyped-def]
+        """The row sums ``s`` of ``w`` columns added left to right, / count, minus the minimum of ``lo`` over the
+        same columns, into ``oc``; ``fill`` where a column's flag in ``vr`` is set."""
+        for j in range(n_out):
+            t[j] = s[j]
+            mn[j] = lo[j]
+            hb[j] = vr[j]
+        for dk in range(1, w):
+            for j in range(n_out):
+                t[j] = t[j] + s[j + dk]
+                a = mn[j]
+                b = lo[j + dk]
+                mn[j] = a if a < b else b
+                hb[j] |= vr[j + dk]
+        for j in range(n_out):
+            oc[j] = fill if hb[j] else t[j] / count - mn[j]
+
+    @_jit
+    def _cut_depth_rows(z, i0, i1, h, nd, use_nd, count, fill, out, o0, ring, vor, vor2, hb, s, lo, s2, lo2,
+                        t, mn):  # type: ignore[no-untyped-def]
         """Cut depth of slab rows ``i0..i1-1`` (each with ``h`` rows above and below in ``z``) into
         ``out[o0 + k, h:m-h]``: the window sum as the reference adds it (the 2h+1 rows top to
         bottom, then the columns of that row sum left to right), divided by ``count``, minus the
-        window minimum; ``fill`` where the window touches an invalid cell. The columns go in
-        chunks of ``len(t)`` outputs, so that the row sums stay in the L1 cache."""
+        window minimum; ``fill`` where the window touches an invalid cell. Two output rows at a
+        time, their columns in chunks of ``len(t)`` outputs (the row sums stay in the L1 cache)."""
         m = z.shape[1]
         w = 2 * h + 1
+        nr = w + 1  # ring of flag rows: the two windows of a pair span w + 1 rows
         c = m - 2 * h
         cw = t.shape[0]
         for r in range(i0 - h, i0 + h):
-            _flag_row(z[r], nd, use_nd, ring[r % w])
-        for k in range(i1 - i0):
-            i = i0 + k
-            _flag_row(z[i + h], nd, use_nd, ring[(i + h) % w])
-            r0 = ring[0]
+            _flag_row(z[r], nd, use_nd, ring[r % nr])
+        i = i0
+        while i < i1:
+            pair = i + 1 < i1
+            _flag_row(z[i + h], nd, use_nd, ring[(i + h) % nr])
+            if pair:
+                _flag_row(z[i + 1 + h], nd, use_nd, ring[(i + 1 + h) % nr])
+            # flags shared by both windows (rows i-h+1 .. i+h), then each window's own outer row
+            rk = ring[(i - h + 1) % nr]
             for j in range(m):
-                vor[j] = r0[j]
-            for dk in range(1, w):
-                rk = ring[dk]
+                vor[j] = rk[j]
+            for r in range(i - h + 2, i + h + 1):
+                rk = ring[r % nr]
                 for j in range(m):
                     vor[j] |= rk[j]
-            orow = out[o0 + k]
+            if pair:
+                rk = ring[(i + 1 + h) % nr]
+                for j in range(m):
+                    vor2[j] = vor[j] | rk[j]
+            rk = ring[(i - h) % nr]
+            for j in range(m):
+                vor[j] |= rk[j]
+            orow = out[o0 + i - i0]
             for c0 in range(0, c, cw):
                 n_out = min(cw, c - c0)
                 n_in = n_out + 2 * h
-                z0 = z[i - h, c0:c0 + n_in]
-                for j in range(n_in):
-                    v = np.float64(z0[j])
-                    s[j] = v
-                    lo[j] = v
-                for dk in range(1, w):
-                    zr = z[i - h + dk, c0:c0 + n_in]
-                    for j in range(n_in):
-                        v = np.float64(zr[j])
-                        s[j] = s[j] + v
-                        a = lo[j]
-                        lo[j] = a if a < v else v
-                vr = vor[c0:c0 + n_in]
-                for j in range(n_out):
-                    t[j] = s[j]
-                    mn[j] = lo[j]
-                    hb[j] = vr[j]
-                for dk in range(1, w):
-                    for j in range(n_out):
-                        t[j] = t[j] + s[j + dk]
-                        a = mn[j]
-                        b = lo[j + dk]
-                        mn[j] = a if a < b else b
-                        hb[j] |= vr[j + dk]
-                oc = orow[h + c0:h + c0 + n_out]
-                for j in range(n_out):
-                    oc[j] = fill if hb[j] else t[j] / count - mn[j]
+                if pair:
+                    _vsum2(z, i - h, w, c0, n_in, s, lo, s2, lo2)
+                else:
+                    _vsum(z, i - h, w, c0, n_in, s, lo)
+                _hpass(s, lo, vor[c0:c0 + n_in], w, n_out, count, fill, orow[h + c0:h + c0 + n_out], t, mn, hb)
+                if pair:
+                    orow2 = out[o0 + i + 1 - i0]
+                    _hpass(s2, lo2, vor2[c0:c0 + n_in], w, n_out, count, fill, orow2[h + c0:h + c0 + n_out],
+                           t, mn, hb)
+            i += 2
 
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -250,13 +314,14 @@ def cut_depth_rows(z: np.ndarray, h: int, nd: object, use_nd: bool, count: float
     """Fill ``out`` rows for absolute rows ``[a, b)`` (columns h..m-h-1) from the slab ``z`` starting at row ``s0``."""
     m = z.shape[1]
     w = 2 * h + 1
-    ring = np.zeros((w, m), np.uint8)
-    vor = np.zeros(m, np.uint8)
+    ring = np.zeros((w + 1, m), np.uint8)
+    vor, vor2 = np.zeros(m, np.uint8), np.zeros(m, np.uint8)
     cw = min(CHUNK_COLS, m - 2 * h)
-    s, lo = np.empty(cw + 2 * h), np.empty(cw + 2 * h)
+    s, lo, s2, lo2 = (np.empty(cw + 2 * h) for _ in range(4))
     t, mn = np.empty(cw), np.empty(cw)
     hb = np.zeros(cw, np.uint8)
-    _cut_depth_rows(z, a - s0, b - s0, h, nd, use_nd, count, fill, out, a - r0, ring, vor, hb, s, lo, t, mn)
+    _cut_depth_rows(z, a - s0, b - s0, h, nd, use_nd, count, fill, out, a - r0, ring, vor, vor2, hb, s, lo, s2, lo2,
+                    t, mn)
 
 
 def warm_up(kernel: str | None = None, z_dtype: np.dtype | str | None = None,
