@@ -26,12 +26,15 @@ def test_bench_terrain_tiny(tmp_path) -> None:
         assert row["goal_cells_per_s"] == goal and row["bit_identical_to_reference"]
         assert row["cells_per_s"] == pytest.approx(r["cells"] / row["kernel_s"])
         assert row["goal_met"] == (row["cells_per_s"] >= goal)
+        assert row["goal_met_cpu"] == (row["cells_per_cpu_s"] >= goal) and len(row["cpu_times_s"]) == 2
+        assert row["cpu_s"] > 0 and row["cells_per_cpu_s"] == pytest.approx(r["cells"] / row["cpu_s"])
     e = r["end_to_end"]
     assert len([x for x in e["runs"] if x["who"] == "ours"]) == 2
     assert set(e["parts"]) == {"startup", "read", "compute", "write"} and all(v >= 0 for v in e["parts"].values())
     assert all(x["dtype"] == "float32" for x in e["runs"] if x["who"] == "ours")
     if shutil.which("gdaldem"):
         assert e["ratio"] == pytest.approx(e["ours_s"] / e["gdaldem_s"]) and e["goal"] == 0.8
+        assert e["ours_cpu_s"] > 0 and e["gdaldem_cpu_s"] > 0
         assert e["agreement"]["fill_cells_agree"] and e["agreement"]["max_abs_diff_deg"] < 1e-3
     assert [(x["workers"], x["kernel"]) for x in r["abft"]] == [(1, "slope"), (1, "cutdepth"), (3, "slope"), (3, "cutdepth")]
     for x in r["abft"]:

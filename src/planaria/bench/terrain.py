@@ -10,11 +10,15 @@ order:
   the DEM in memory, float32 out, in this one process (one core), median of ``repeat`` timed calls
   after a warm-up (the compiled loops loaded from numba's cache, or compiled, before timing). Next
   to each: the floor, the goal (150 and 100 M cells/s), the ratio to the goal, and what lies above
-  the floor. The numpy reference kernels run once each and their output must be bit-identical.
+  the floor; per wall second and per second of this process's CPU time (the machine is shared: the
+  wall time also counts the time other work held the core). Every call allocates its output, so a
+  call that has to fault in fresh memory (the first one in a process, above all when the kernel
+  compacts memory for numpy's huge pages) is slower; every call's times are in the JSON. The numpy
+  reference kernels run once each and their output must be bit-identical.
 * **end to end**: ``planaria terrain slope`` as a fresh process (interpreter, imports, reading the
   GeoTIFF, computing, writing the float32 GeoTIFF in windows, fsync, rename) against ``gdaldem slope``
   on the same file into the same directory, alternating, ``repeat`` each, with ``sync`` before
-  every run; the ratio of the medians against the goal 0.8. The parts of ours (start-up, read,
+  every run; the ratio of the medians against the goal 0.8 (and the processes' CPU times). The parts of ours (start-up, read,
   compute, write) with their floors (the floor pass for read, compute and write each: every part
   moves the raster's cells once), so a missed goal shows where the time above the floor is.
 * **N-ABFT**: ``planaria.abft.runtime`` (mode ``abft``) on N workers + 2 masters for each N of
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -47,13 +52,22 @@ E2E_GOAL = 0.8          # ours / gdaldem, end to end
 PAPER = (16000, 15120)
 
 
-def _times(fn: Any, repeat: int) -> list[float]:
-    ts = []
+def _times(fn: Any, repeat: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds (this process) of ``repeat`` calls of ``fn``."""
+    ts, cs = [], []
     for _ in range(repeat):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
-    return ts
+        cs.append(time.process_time() - c0)
+    return ts, cs
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the finished child processes so far (user + system)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -71,9 +85,9 @@ def kernels(z: np.ndarray, cell: tuple[float, float], nodata: float | None, repe
     compiled.warm_up(None, z.dtype, np.float32)
     warm = time.perf_counter() - t0
     res: dict[str, Any] = {"cells": cells, "warm_up_s": warm, "loadavg_before": loadavg()}
-    floor = median(_times(lambda: np.copy(z), repeat))
-    res["floor_s"] = floor
-    res["floor_cells_per_s"] = cells / floor
+    ft, fc = _times(lambda: np.copy(z), repeat)
+    floor = median(ft)
+    res.update(floor_s=floor, floor_cpu_s=median(fc), floor_cells_per_s=cells / floor, floor_times_s=ft)
     outs: dict[str, np.ndarray] = {}
     for name, fn, ref, goal in (("slope", slope_degrees, slope_degrees_reference, SLOPE_GOAL),
                                 ("cutdepth", cut_depth, cut_depth_reference, CUTDEPTH_GOAL)):
@@ -83,10 +97,13 @@ def kernels(z: np.ndarray, cell: tuple[float, float], nodata: float | None, repe
 
         def call() -> None:
             holder["out"] = fn(z, cell, nodata, dtype=np.float32)
-        t = median(_times(call, repeat))
+        ts, cs = _times(call, repeat)
+        t, c = median(ts), median(cs)
         row: dict[str, Any] = {"kernel_s": t, "cells_per_s": cells / t, "goal_cells_per_s": goal,
                                "ratio_to_goal": cells / t / goal, "floor_s": floor, "above_floor_s": t - floor,
-                               "times_floor": t / floor, "goal_met": cells / t >= goal}
+                               "times_floor": t / floor, "goal_met": cells / t >= goal,
+                               "cpu_s": c, "cells_per_cpu_s": cells / c, "ratio_to_goal_cpu": cells / c / goal,
+                               "goal_met_cpu": cells / c >= goal, "times_s": ts, "cpu_times_s": cs}
         if reference:
             t0 = time.perf_counter()
             r = ref(z, cell, nodata, dtype=np.float32)
@@ -125,12 +142,14 @@ def end_to_end(tif: Path, scratch: Path, repeat: int, floor_s: float, timeout: f
             out = ours_out if who == "ours" else gd_out
             out.unlink(missing_ok=True)
             _settle()
+            c0 = _children_cpu()
             t0 = time.perf_counter()
             p = subprocess.run(cmd if who == "ours" else gd_cmd, capture_output=True, text=True, timeout=timeout)
             wall = time.perf_counter() - t0
+            cpu = _children_cpu() - c0
             if p.returncode != 0:
                 raise BenchError(f"{who} failed (exit {p.returncode}): {p.stderr.strip()[-2000:]}")
-            run: dict[str, Any] = {"who": who, "repetition": i, "wall_s": wall, "loadavg": loadavg()}
+            run: dict[str, Any] = {"who": who, "repetition": i, "wall_s": wall, "cpu_s": cpu, "loadavg": loadavg()}
             if who == "ours":
                 inner = json.loads(p.stdout)
                 run.update({k: inner[k] for k in ("read_s", "compute_s", "write_s", "total_s", "dtype")})
@@ -148,6 +167,9 @@ def end_to_end(tif: Path, scratch: Path, repeat: int, floor_s: float, timeout: f
         g = [r["wall_s"] for r in res["runs"] if r["who"] == "gdaldem"]
         res["gdaldem_s"] = median(g)
         res["ratio"] = res["ours_s"] / res["gdaldem_s"]
+        res["ours_cpu_s"] = median([r["cpu_s"] for r in ours])
+        res["gdaldem_cpu_s"] = median([r["cpu_s"] for r in res["runs"] if r["who"] == "gdaldem"])
+        res["cpu_ratio"] = res["ours_cpu_s"] / res["gdaldem_cpu_s"]
         res["goal"] = E2E_GOAL
         res["goal_met"] = res["ratio"] <= E2E_GOAL
         res["gdaldem_version"] = _gdal_version()
@@ -267,8 +289,9 @@ def tables(result: dict[str, Any]) -> list[Any]:
         t = Table(title=f"Kernels, {result['rows']} x {result['cols']} float32 DEM -> float32, one process (one core), "
                         f"median of {result['repeat']} after warm-up; load {_load(k['loadavg_before'])} -> "
                         f"{_load(k['loadavg_after'])}")
-        for c in ("kernel", "time", "M cells/s", "floor (copy) M cells/s", "goal M cells/s", "ratio to goal",
-                  "verdict", "above floor", "numpy reference", "bit-identical"):
+        for c in ("kernel", "time (wall)", "M cells/s", "floor (copy) M cells/s", "goal M cells/s", "ratio to goal",
+                  "verdict", "M cells per CPU-s", "ratio", "verdict (CPU)", "above floor", "numpy reference",
+                  "bit-identical"):
             t.add_column(c, justify="right")
         for name in ("slope", "cutdepth"):
             r = k[name]
@@ -276,11 +299,14 @@ def tables(result: dict[str, Any]) -> list[Any]:
             t.add_row(name, f"{r['kernel_s']:.3f} s", f"{r['cells_per_s'] / 1e6:.1f}",
                       f"{k['floor_cells_per_s'] / 1e6:.0f}", f"{r['goal_cells_per_s'] / 1e6:.0f}",
                       f"{r['ratio_to_goal']:.2f}", "met" if r["goal_met"] else "MISSED",
+                      f"{r['cells_per_cpu_s'] / 1e6:.1f}", f"{r['ratio_to_goal_cpu']:.2f}",
+                      "met" if r["goal_met_cpu"] else "MISSED",
                       f"{r['above_floor_s']:.3f} s ({r['times_floor']:.1f}x floor)", ref,
                       str(r.get("bit_identical_to_reference", "-")))
         t.caption = (f"floor: numpy.copy of the float32 DEM ({k['floor_s']:.3f} s), measured in this run; above floor: "
-                     f"the kernel's time beyond it (compute); warm-up (load/compile the loops) {k['warm_up_s']:.2f} s, "
-                     "not timed")
+                     f"the kernel's time beyond it (compute); per CPU-s: cells per second of this process's CPU time "
+                     f"(the time it ran on a core; wall time also counts waiting for a core other work holds); warm-up "
+                     f"(load/compile the loops) {k['warm_up_s']:.2f} s, not timed")
         out.append(t)
     e = result.get("end_to_end")
     if e:
@@ -295,6 +321,8 @@ def tables(result: dict[str, Any]) -> list[Any]:
                   ("met" if e["goal_met"] else "MISSED") if ratio else "no gdaldem")
         if g:
             t.add_row(f"gdaldem ({e.get('gdaldem_version', '')})", f"{g:.2f} s", f"{cells / g / 1e6:.0f}", "1.00", "", "")
+            t.caption = (f"CPU time of the processes: planaria {e['ours_cpu_s']:.2f} s, gdaldem {e['gdaldem_cpu_s']:.2f} s "
+                         f"(ratio {e['cpu_ratio']:.2f})")
         out.append(t)
         t = Table(title="Parts of planaria's end-to-end time (medians) against their floors")
         for c in ("part", "time", "floor", "above floor", "share of the time"):
@@ -337,4 +365,4 @@ def table(result: dict[str, Any]) -> Any:
 def show(result: dict[str, Any], as_json: bool = False) -> None:
     """Print the result as JSON or as tables."""
     from planaria.bench import _launch
-    _launch.show(result, as_json, table, min_width=160)
+    _launch.show(result, as_json, table, min_width=220)
