@@ -172,8 +172,10 @@ def test_bad_options_exit_2(tmp_path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_plain_mode_on_geotiff_equals_serial(tmp_path) -> None:
-    """Plain mode (no check rows) on a GeoTIFF: windowed reads, streamed GeoTIFF output, same raster."""
+@pytest.mark.parametrize("dtype", ["auto", "float64"])
+def test_plain_mode_on_geotiff_equals_serial(tmp_path, dtype: str) -> None:
+    """Plain mode (no check rows) on a float32 GeoTIFF: windowed reads, streamed GeoTIFF output, the
+    serial raster; float32 by default, float64 with --dtype float64."""
     pytest.importorskip("rasterio")
     from planaria.terrain import Dem, read_dem, write_dem
     d = read_dem(_dem(tmp_path / "dem.npz"))
@@ -183,7 +185,7 @@ def test_plain_mode_on_geotiff_equals_serial(tmp_path) -> None:
     env["PLANARIA_HOME"] = str(tmp_path / "home")
     env["PYTHONPATH"] = str(REPO / "src")
     cmd = [sys.executable, "-m", "planaria.cli.main", "abft", "slope", "--dem", str(tmp_path / "dem.tif"), "-n", str(N),
-           "--out", str(out), "--json", "--timeout", "90", "--mode", "plain"]
+           "--out", str(out), "--json", "--timeout", "90", "--mode", "plain", "--dtype", dtype]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=100, env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     rep = json.loads(res.stdout[res.stdout.index("{"):])
@@ -192,7 +194,11 @@ def test_plain_mode_on_geotiff_equals_serial(tmp_path) -> None:
     got = read_dem(out)
     src = read_dem(tmp_path / "dem.tif")
     assert got.cell_size == src.cell_size and got.nodata == src.nodata
-    assert np.array_equal(got.data, _serial(tmp_path / "dem.tif", "slope"), equal_nan=True)
+    want = np.float32 if dtype == "auto" else np.float64
+    assert got.data.dtype == want
+    from planaria.terrain import kernels
+    serial = kernels["slope"][0](src.data, cell_size=src.cell_size, nodata=src.nodata, dtype=want)
+    assert got.data.tobytes() == serial.tobytes()
     assert not list(tmp_path.glob("*.parts"))
 
 

@@ -39,9 +39,11 @@ def test_bench_abft_tiny(tmp_path) -> None:
     assert s["clean"]["runs_flagged"] == 0 and s["clean"]["mismatching_comparisons"] == 0
     assert s["clean"]["comparisons"] == 30 * 3          # 3 boundaries; every one matches, so no edge check is needed
     t = r["throughput"]
-    assert t["ours"]["slope_kernel_cells_per_s"] > 0 and t["cells"] == 2400
-    if t.get("gdaldem"):
-        assert t["gdaldem"]["fill_cells_agree"] and t["gdaldem"]["max_abs_diff_deg"] < 1e-3
+    assert t["kernels"]["slope"]["cells_per_s"] > 0 and t["cells"] == 2400 and "abft" not in t
+    assert t["kernels"]["slope"]["bit_identical_to_reference"] and t["kernels"]["cutdepth"]["bit_identical_to_reference"]
+    if t["end_to_end"].get("gdaldem_s"):
+        a = t["end_to_end"]["agreement"]
+        assert a["fill_cells_agree"] and a["max_abs_diff_deg"] < 1e-3
 
 
 @pytest.mark.timeout(30)

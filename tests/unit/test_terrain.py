@@ -136,8 +136,9 @@ def test_nan_counts_as_nodata_even_with_a_nodata_value():
 
 def test_slope_dtype_and_bad_arguments():
     z = np.ones((4, 4), dtype=np.int16)
-    assert slope_degrees(z).dtype == np.float64
-    assert slope_degrees(z, dtype=np.float32).dtype == np.float32
+    assert slope_degrees(z).dtype == np.float32  # integer DEMs: float32 by default, as gdaldem writes
+    assert slope_degrees(z, dtype=np.float64).dtype == np.float64
+    assert slope_degrees(z.astype(np.float64)).dtype == np.float64
     with pytest.raises(ValueError, match="cell_size"):
         slope_degrees(z, cell_size=(0, 1))
     with pytest.raises(ValueError, match="2-D"):

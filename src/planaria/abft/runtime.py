@@ -86,6 +86,9 @@ them after its wall timer stopped, against a TMaxLat deadline, skipping ranks it
 ``per_rank`` (None for a rank that did not answer), ``total``, ``workers_max`` and ``masters``
 (each None when a rank it needs is missing).
 
+``--dtype float32|float64``: the output's dtype (default: the DEM's float type, float32 for integer
+DEMs); workers compute, compare and write their rows in it, and the masters' referee rows too.
+
 Fault injection (``--error-rate p``: each worker with probability p from its own RNG
 seeded by (seed, rank); ``--force KIND:WORKER``: worker WORKER (index 0..N-1, MPI rank
 WORKER+2) for sure), on the worker's first computation only (a transient fault). The
@@ -93,7 +96,7 @@ report lists the injected faults (``injected``: kind, worker, rank, block, where
 
 * ``crash``: :func:`planaria.fail_stop` before computing.
 * ``silent``: one bit flipped in a compared row (:func:`silent_site`): the same cell and bit
-  in every silent worker of a run (a correlated fault); the check row or the first row,
+  (modulo the output dtype's width) in every silent worker of a run (a correlated fault); the check row or the first row,
   alternating with worker + seed, so that neighbours k, k+1 with k + seed even corrupt both
   copies of their shared row alike. Faults in interior rows are not covered by N-ABFT and
   are not injected.
@@ -126,8 +129,8 @@ Known limits:
 
 Rank 0 (or the replica when it took over) writes the output with
 :func:`planaria.terrain.write_dem_rows` (atomic; GeoTIFF keeps its profile) and the JSON report.
-The report's ``digest`` is the output's (:meth:`Master.output_digest`: blake2b-128 of the float64
-values, taken after the timed region), so byte-identical outputs have equal digests in any run.
+The report's ``digest`` is the output's (:meth:`Master.output_digest`: blake2b-128 of the values in
+the output's dtype, taken after the timed region), so byte-identical outputs have equal digests in any run.
 Exit status: 0 every block verified, 3 no live worker left or an undecidable conflict, 2 usage error.
 """
 from __future__ import annotations
@@ -154,7 +157,8 @@ from planaria.abft.verify import (CORRECT, TRANSIENT, UNRECOVERABLE, RefereeVerd
                                   referee_verdict)
 from planaria.comm.errors import FailureError
 from planaria.terrain import DemInfo, dem_info, kernels, read_dem_rows, write_dem_rows
-from planaria.terrain.window import slab_bounds
+from planaria.terrain.compiled import warm_up
+from planaria.terrain.window import output_dtype, slab_bounds
 
 T_START, T_RESULT, T_FINISH, T_CMD, T_MASTER, T_ACK, T_CPU = 11, 12, 13, 14, 16, 17, 18
 TMAXLAT = 5.0
@@ -180,16 +184,22 @@ def initial_owner(task: int, n: int) -> int:
 # ------------------------------------------------------------------------ worker
 
 def compute_rows(dem_path: str, info: DemInfo, kernel: str, rows: tuple[int, int],
-                 nodata: Any = "dem") -> tuple[np.ndarray, float, float]:
-    """Rows ``[r0, r1)`` of ``kernel`` over the DEM file, reading only their slab; (rows, read s, compute s)."""
+                 nodata: Any = "dem", dtype: np.dtype | str | None = None) -> tuple[np.ndarray, float, float]:
+    """Rows ``[r0, r1)`` of ``kernel`` over the DEM file, reading only their slab; (rows, read s, compute s).
+    ``dtype``: the output's (default: the DEM's float type, :func:`out_dtype`)."""
     fn, window = kernels[kernel]
     s0, s1 = slab_bounds(rows[0], rows[1], info.shape[0], window)
     t0 = time.perf_counter()
     slab = read_dem_rows(dem_path, s0, s1)
     t1 = time.perf_counter()
     nd = info.nodata if nodata == "dem" else nodata
-    out = fn(slab.data, cell_size=info.cell_size, nodata=nd, rows=rows)
+    out = fn(slab.data, cell_size=info.cell_size, nodata=nd, rows=rows, dtype=out_dtype(info, dtype))
     return out, t1 - t0, time.perf_counter() - t1
+
+
+def out_dtype(info: DemInfo, requested: np.dtype | str | None = None) -> np.dtype:
+    """The output's dtype: ``requested``, else the DEM file's float type (float32 for integer DEMs)."""
+    return output_dtype(info.stored_dtype or info.dtype, requested)
 
 
 def choose_fault(rank: int, seed: int, rate: float, force: dict[int, str]) -> str | None:
@@ -202,7 +212,7 @@ def choose_fault(rank: int, seed: int, rate: float, force: dict[int, str]) -> st
     return None
 
 
-def silent_site(worker: int, blocks: list[Block], seed: int, width: int, mode: str) -> dict[str, Any]:
+def silent_site(worker: int, blocks: list[Block], seed: int, width: int, mode: str, bits: int = 64) -> dict[str, Any]:
     """Where a ``silent`` fault of ``worker`` flips a bit: the copy (``check`` or ``first`` row), its absolute
     and local row, the column and the bit.
 
@@ -212,10 +222,9 @@ def silent_site(worker: int, blocks: list[Block], seed: int, width: int, mode: s
     first row otherwise; so neighbours k, k+1 with k + seed even both corrupt their copy of row r1 of
     block k in the same bits, the case a comparison of two copies cannot see. In the other modes the
     first owned row is hit."""
-    n = len(blocks)
     blk = blocks[worker]
     rng = np.random.default_rng([seed, 1_000_003])
-    col, bit = int(rng.integers(width)), int(rng.integers(64))
+    col, bit = int(rng.integers(width)), int(rng.integers(64)) % bits  # ``bits``: of the output's dtype
     copy = "first"
     if mode == "abft" and blk.check_row is not None and (worker == 0 or (worker + seed) % 2 == 0):
         copy = "check"
@@ -224,7 +233,7 @@ def silent_site(worker: int, blocks: list[Block], seed: int, width: int, mode: s
     return {"copy": copy, "row": row, "local_row": row - lo, "col": col, "bit": bit}
 
 
-def injected_faults(args: argparse.Namespace, blocks: list[Block], width: int) -> list[dict[str, Any]]:
+def injected_faults(args: argparse.Namespace, blocks: list[Block], width: int, bits: int = 64) -> list[dict[str, Any]]:
     """The faults this run's workers inject (the plan is deterministic in seed, rate and --force), for the report."""
     out = []
     for w, blk in enumerate(blocks):
@@ -233,7 +242,7 @@ def injected_faults(args: argparse.Namespace, blocks: list[Block], width: int) -
             continue
         where: dict[str, Any]
         if kind == "silent":
-            where = silent_site(w, blocks, args.seed, width, args.mode)
+            where = silent_site(w, blocks, args.seed, width, args.mode, bits)
             where.pop("local_row")
         elif kind == "crash":
             where = {"phase": "before computing its first task"}
@@ -248,9 +257,10 @@ def injected_faults(args: argparse.Namespace, blocks: list[Block], width: int) -
 
 
 def flip_bit(rows: np.ndarray, row: int, col: int, bit: int) -> None:
-    """Silent wrong result: flip one bit of ``rows[row, col]`` (float64) in place."""
-    v = rows[row].view(np.uint64)
-    v[col] ^= np.uint64(1) << np.uint64(bit)
+    """Silent wrong result: flip bit ``bit`` (modulo the dtype's width) of ``rows[row, col]`` in place."""
+    u = {2: np.uint16, 4: np.uint32, 8: np.uint64}[rows.dtype.itemsize]
+    v = rows[row].view(u)
+    v[col] ^= u(1) << u(bit % (8 * rows.dtype.itemsize))
 
 
 def _send(comm: Any, obj: Any, dest: int, tag: int, keep: list) -> bool:
@@ -276,10 +286,10 @@ def run_task(args: argparse.Namespace, info: DemInfo, blocks: list[Block], task:
             raise MemoryError("injected allocation failure")
         wrong_nd = (None if info.nodata is not None else -1.0)
         rows, t_read, t_comp = compute_rows(args.dem, info, args.kernel, rows_wanted,
-                                            nodata=wrong_nd if fault == "nodata" else "dem")
+                                            nodata=wrong_nd if fault == "nodata" else "dem", dtype=args.dtype)
         planaria.watch("abft_rows", rows)
         if fault == "silent":
-            site = silent_site(task % n, blocks, args.seed, rows.shape[1], args.mode)
+            site = silent_site(task % n, blocks, args.seed, rows.shape[1], args.mode, 8 * rows.dtype.itemsize)
             flip_bit(rows, site["local_row"], site["col"], site["bit"])
         t0 = time.perf_counter()
         owned = rows[: blk.local_size]
@@ -419,7 +429,7 @@ class Master:
         self.report: dict[str, Any] = {"errors": [], "located": [], "recoveries": [], "rounds": 0, "mode": self.mode,
                                        "timings": {"compute": 0.0, "verification": 0.0, "recovery": 0.0}}
         self.report["timings"]["referee_rows"] = 0.0
-        self.report["injected"] = injected_faults(args, blocks, self.width)
+        self.report["injected"] = injected_faults(args, blocks, self.width, 8 * out_dtype(info, args.dtype).itemsize)
         self.report["conflicts"] = []
         self.referee: dict[int, np.ndarray] = {}  # boundary -> the masters' copy of its compared row
         self.refreshed: set[int] = set()          # boundaries whose referee row was recomputed after a conflict
@@ -437,7 +447,7 @@ class Master:
         if fresh or k not in self.referee:
             t = time.perf_counter()
             r = self.blocks[k].r1
-            row = compute_rows(self.args.dem, self.info, self.args.kernel, (r, r + 1))[0][0]
+            row = compute_rows(self.args.dem, self.info, self.args.kernel, (r, r + 1), dtype=self.args.dtype)[0][0]
             self.report["timings"]["referee_rows"] += time.perf_counter() - t
             if fresh:
                 return row
@@ -721,14 +731,15 @@ class Master:
         return h.hexdigest()
 
     def output_digest(self) -> str:
-        """blake2b-128 of the output's values: dtype, shape, then the float64 rows in order (the verified parts),
+        """blake2b-128 of the output's values: dtype, shape, then the rows in order (the verified parts),
         so byte-identical outputs give equal digests whatever the workers, attempts or part names."""
+        dt = out_dtype(self.info, self.args.dtype)
         h = hashlib.blake2b(digest_size=16)
-        h.update(np.dtype(np.float64).str.encode())
+        h.update(dt.str.encode())
         h.update(repr(tuple(self.info.shape)).encode())
         for b in range(self.n):
             part = np.load(self._payload(b)["part"], mmap_mode="r")
-            h.update(np.ascontiguousarray(part, dtype=np.float64).data)
+            h.update(np.ascontiguousarray(part, dtype=dt).data)
         return h.hexdigest()
 
     def write_output(self) -> None:
@@ -737,7 +748,8 @@ class Master:
         The primary first tells the replica how long the write may keep it silent (a grace of
         TMaxLat + 1 s per 50 MB, then a heartbeat before every block), so that writing a large
         raster does not look like a dead primary."""
-        nbytes = self.info.shape[0] * self.info.shape[1] * 8
+        dt = out_dtype(self.info, self.args.dtype)
+        nbytes = self.info.shape[0] * self.info.shape[1] * dt.itemsize
         self._tell_replica(("writing", TMAXLAT + nbytes / 50e6))
 
         def blocks():  # type: ignore[no-untyped-def]
@@ -745,7 +757,7 @@ class Master:
                 self._tell_replica(("beat",))
                 part = np.load(self._payload(b)["part"], mmap_mode="r")
                 yield blk.r0, part
-        write_dem_rows(self.args.out, self.info.shape, np.float64, blocks(), nodata=self.info.nodata,
+        write_dem_rows(self.args.out, self.info.shape, dt, blocks(), nodata=self.info.nodata,
                        cell_size=self.info.cell_size, profile=self.info.profile)
 
     def finish(self, ok: bool) -> int:
@@ -874,6 +886,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--report", default=None)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--bench", action="store_true", help="barrier after start-up; timings.wall from it")
+    ap.add_argument("--dtype", choices=("float32", "float64"), default=None,
+                    help="output dtype (default: the DEM's float type; float32 for integer DEMs)")
     args = ap.parse_args(argv)
     force = {}
     for item in args.force:
@@ -897,6 +911,8 @@ def run_rank(comm: Any, args: argparse.Namespace, info: DemInfo) -> tuple[int, d
     communicator, so that a message or a pending receive of one run never matches in another."""
     n = comm.Get_size() - 2
     blocks = partition(info.shape[0], n, kernels[args.kernel][1])
+    # the compiled kernel's machine code, loaded from numba's cache (or compiled) now, not in the first task
+    warm_up(args.kernel, info.dtype, out_dtype(info, args.dtype))
     if args.bench:
         comm.Barrier()
     if comm.Get_rank() >= 2:

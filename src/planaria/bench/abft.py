@@ -20,9 +20,9 @@ Three parts, each optional (``--parts``):
   of the masters per mode, and the per-repetition ratios of the total to plain's.
 * ``faults``: :mod:`planaria.bench.abft_faults` in one job of N+1 ranks: ``trials`` trials,
   a third clean, a third with one bit flip in a covered row, a third in an uncovered row.
-* ``throughput``: slope (and cut depth) kernel in this process on a float32 GeoTIFF, kernel
-  only and end to end (read + compute + write GeoTIFF), against ``gdaldem slope`` on the
-  same file (end to end: it is one process).
+* ``throughput``: the kernel and end-to-end parts of ``planaria bench terrain``
+  (:mod:`planaria.bench.terrain`): slope and cut depth kernels against a memory floor and their
+  goals, and ``planaria terrain slope`` against ``gdaldem slope`` end to end.
 * ``pairs`` (not in the default ``--parts``): :mod:`planaria.bench.abft_pairs`, ``trials``
   trials of two silent faults each over every pair of workers (adjacent ones included, N from
   2 to 8), verified and recovered by the runtime's rules, counting undetected faults; then the
@@ -35,7 +35,6 @@ import itertools
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -327,55 +326,11 @@ def _launch_faults(trials: int, workers: int, seed: int, timeout: float, backend
         return res
 
 
-def _best(fn: Any, repeat: int) -> list[float]:
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return ts
-
-
 def throughput(rows: int, cols: int, repeat: int, scratch: Path, seed: int = 0) -> dict[str, Any]:
-    """Cells/s of our kernels (kernel only, and read + slope + write GeoTIFF) and of ``gdaldem slope``."""
-    from planaria.terrain import Dem, cut_depth, read_dem, slope_degrees, write_dem
-    tif = synthetic_dem(scratch / "dem.tif", rows, cols, seed)
-    cells = rows * cols
-    dem = read_dem(tif)
-    res: dict[str, Any] = {"rows": rows, "cols": cols, "cells": cells, "repeat": repeat, "input": "float32 GeoTIFF"}
-    k_slope = _best(lambda: slope_degrees(dem.data, dem.cell_size, dem.nodata), repeat)
-    k_cut = _best(lambda: cut_depth(dem.data, dem.cell_size, dem.nodata), repeat)
-    ours_out = scratch / "ours.tif"
-
-    def e2e() -> None:
-        d = read_dem(tif)
-        write_dem(ours_out, Dem(slope_degrees(d.data, d.cell_size, d.nodata), d.nodata, d.cell_size, d.profile))
-    t_e2e = _best(e2e, repeat)
-    res["ours"] = {"slope_kernel_s": median(k_slope), "slope_kernel_cells_per_s": cells / median(k_slope),
-                   "cutdepth_kernel_s": median(k_cut), "cutdepth_kernel_cells_per_s": cells / median(k_cut),
-                   "slope_end_to_end_s": median(t_e2e), "slope_end_to_end_cells_per_s": cells / median(t_e2e),
-                   "output": "float64 GeoTIFF"}
-    gd = shutil.which("gdaldem")
-    if gd is None:
-        res["gdaldem"] = None
-        return res
-    gout = scratch / "gdaldem.tif"
-
-    def gdal() -> None:
-        gout.unlink(missing_ok=True)
-        subprocess.run([gd, "slope", "-q", str(tif), str(gout)], check=True, timeout=3600)
-    t_gd = _best(gdal, repeat)
-    info = shutil.which("gdalinfo")
-    ver = subprocess.run([info, "--version"], capture_output=True, text=True).stdout.strip() if info else "unknown"
-    g = read_dem(gout).data.astype(np.float64)
-    o = read_dem(ours_out).data
-    both = np.isfinite(o) & (o != -9999.0) & (g != -9999.0)
-    res["gdaldem"] = {"version": ver, "end_to_end_s": median(t_gd), "cells_per_s": cells / median(t_gd),
-                      "output": "float32 GeoTIFF", "max_abs_diff_deg": float(np.max(np.abs(o[both] - g[both]))) if both.any() else None,
-                      "fill_cells_agree": bool(np.array_equal(o == -9999.0, g == -9999.0))}
-    res["kernel_vs_gdaldem"] = res["ours"]["slope_kernel_cells_per_s"] / res["gdaldem"]["cells_per_s"]
-    res["end_to_end_vs_gdaldem"] = res["ours"]["slope_end_to_end_cells_per_s"] / res["gdaldem"]["cells_per_s"]
-    return res
+    """The kernels against the floor and the end-to-end path against ``gdaldem slope``: the kernel and
+    end-to-end parts of :mod:`planaria.bench.terrain` (``planaria bench terrain``), without N-ABFT."""
+    from planaria.bench import terrain
+    return terrain.run(rows, cols, repeat, workers="", seed=seed, workdir=str(scratch))
 
 
 def fs_type(path: Path) -> str:
@@ -549,21 +504,8 @@ def table(result: dict[str, Any]) -> Any:
     if "pairs" in result:
         out.append(_pairs_table(result["pairs"]))
     if "throughput" in result:
-        r = result["throughput"]
-        t = Table(title=f"Kernel throughput, {r['rows']} x {r['cols']} float32 GeoTIFF, one process, median of {r['repeat']}")
-        t.add_column("what")
-        t.add_column("time", justify="right")
-        t.add_column("Mcells/s", justify="right")
-        o = r["ours"]
-        t.add_row("slope kernel (planaria)", f"{o['slope_kernel_s']:.3f} s", f"{o['slope_kernel_cells_per_s'] / 1e6:.1f}")
-        t.add_row("cut depth kernel (planaria)", f"{o['cutdepth_kernel_s']:.3f} s",
-                  f"{o['cutdepth_kernel_cells_per_s'] / 1e6:.1f}")
-        t.add_row("slope read+compute+write (planaria)", f"{o['slope_end_to_end_s']:.3f} s",
-                  f"{o['slope_end_to_end_cells_per_s'] / 1e6:.1f}")
-        if r.get("gdaldem"):
-            g = r["gdaldem"]
-            t.add_row("gdaldem slope (end to end)", f"{g['end_to_end_s']:.3f} s", f"{g['cells_per_s'] / 1e6:.1f}")
-        out.append(t)
+        from planaria.bench import terrain
+        out += terrain.tables(result["throughput"])
     return Group(*out)
 
 

@@ -96,7 +96,7 @@ def judge(seed: int, t: int, n: int, outputs: list[np.ndarray]) -> dict[str, Any
     dt = time.perf_counter() - t0
     flagged = sorted(w for w in range(n) if f[w] != CORRECT)
     mism = [not ok for ok in compare(verification_rows(checks[:-1], firsts[1:]))] if n > 1 else []
-    ref_bad = [not np.array_equal(referee[k].view(np.uint64), row.view(np.uint64))
+    ref_bad = [not np.array_equal(referee[k].view(np.uint8), row.view(np.uint8))
                for k in range(n - 1) for row in (checks[k], firsts[k + 1])]
     assembled = np.concatenate([o[: b.local_size] for o, b in zip(outputs, blocks)])
     serial = fn(z, nodata=nodata)

@@ -21,6 +21,7 @@ from pathlib import Path
 import typer
 
 from planaria.abft.names import KINDS, MODES
+from planaria.cli.terrain import DTYPE_HELP
 
 app = typer.Typer(name="abft", help="Fault-tolerant terrain analysis (N-ABFT, two masters verify N workers).",
                   no_args_is_help=True, add_completion=False)
@@ -42,7 +43,8 @@ def _same_file(dem: str, out: str) -> bool:
 
 
 def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, backend: str,
-         timeout: float, as_json: bool, force: list[str], inject: list[str], mode: str = "abft") -> None:
+         timeout: float, as_json: bool, force: list[str], inject: list[str], mode: str = "abft",
+         dtype: str = "auto") -> None:
     from planaria.launch.runner import RunOptions, run_job
 
     if n < 1:
@@ -55,6 +57,11 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
         _usage(f"unknown --mode {mode!r} (expected {', '.join(MODES)})")
     if timeout <= 0:
         _usage(f"--timeout must be positive (got {timeout})")
+    from planaria.cli.terrain import parse_dtype
+    try:
+        out_dtype = parse_dtype(dtype)
+    except ValueError as exc:
+        _usage(str(exc))
     if not Path(dem).is_file():
         _usage(f"--dem {dem}: no such file")
     if _same_file(dem, out):
@@ -84,6 +91,8 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
            "--out", str(out_p), "--error-rate", str(error_rate), "--seed", str(seed), "--report", str(report_p), "--mode", mode]
     for item in force:
         cmd += ["--force", item]
+    if out_dtype is not None:
+        cmd += ["--dtype", out_dtype]
     opts = RunOptions(command=cmd, nprocs=n + 2, backend=backend, inject=list(inject), timeout=timeout,
                       json=as_json, emit_summary=False, detect=False, diagnose_on_timeout=False)
     code = run_job(opts)
@@ -158,8 +167,9 @@ def _command(kernel: str):
         inject: list[str] = typer.Option([], "--inject", help="planaria run fault plan, e.g. 'kill:rank=3,iter=1'."),
         mode: str = typer.Option("abft", "--mode", help="abft (redundant rows, default), plain (no check) or "
                                  "duplicate (every block computed twice and compared)."),
+        dtype: str = typer.Option("auto", "--dtype", help=DTYPE_HELP),
     ) -> None:
-        _run(kernel, dem, n, out, error_rate, seed, backend, timeout, as_json, force, inject, mode)
+        _run(kernel, dem, n, out, error_rate, seed, backend, timeout, as_json, force, inject, mode, dtype)
     cmd.__doc__ = f"{kernel} with N-ABFT: the result equals the serial one when every block verifies."
     return cmd
 

@@ -1,7 +1,7 @@
 """``planaria bench ...``: failure detection/shrink time, the cost of ``planaria.Comm``, checkpoint
 save/restore time, the time from a kill to the first resumed step, the cost of run-time error
-detection on NPB-like kernels, the speed of the hang filter and of offline diagnosis, and the
-cost and detection power of N-ABFT terrain analysis."""
+detection on NPB-like kernels, the speed of the hang filter and of offline diagnosis, the
+cost and detection power of N-ABFT terrain analysis, and the terrain kernels' speed."""
 from __future__ import annotations
 
 import sys
@@ -410,6 +410,39 @@ def abft(
                       progress=_progress(json_out), modes=modes, per_job=per_job, tmpfs=tmpfs, keep_heap=keep_heap,
                       settle=settle)
     raise typer.Exit(run_and_show("abft", compute, ab.show, json_out))
+
+
+@app.command("terrain")
+def terrain(
+    rows: int = typer.Option(16000, "--rows", help="DEM rows (the paper's size: 16000)."),
+    cols: int = typer.Option(15120, "--cols", help="DEM columns (the paper's size: 15120)."),
+    repeat: int = typer.Option(3, "--repeat", help="Timed runs of each kernel, and end-to-end runs of each side (medians)."),
+    workers: str = typer.Option("1,2,4", "--workers", help="N-ABFT worker counts, comma-separated (empty: no N-ABFT runs)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic DEM."),
+    timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed per process or job."),
+    workdir: str = typer.Option(None, "--workdir", help="Work directory (the DEM is kept and reused; default: a "
+                                "temporary directory, removed)."),
+    backend: str = typer.Option("ulfm", "--backend", help="Failure backend of the N-ABFT jobs: ulfm or sim."),
+    reference: bool = typer.Option(True, "--reference/--no-reference", help="Also run the numpy reference kernels "
+                                   "once each and check the outputs bit for bit."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result (every run) as JSON."),
+) -> None:
+    """Terrain kernels against a memory floor and their goals, planaria terrain slope against gdaldem slope end
+    to end, and N-ABFT's speed-up over the one-process kernel per N.
+
+    Kernel goals: slope >= 150 and cut depth >= 100 M cells/s on one core; end to end <= 0.8x gdaldem's time.
+    The floor (a numpy pass reading one float32 raster and writing another) and the load average are measured
+    in the same run. Run it alone on the machine.
+
+    Example: planaria bench terrain --rows 16000 --cols 15120 --repeat 3 --workers 1,2,4
+    """
+    from planaria.bench import terrain as tb
+    from planaria.bench._launch import run_and_show
+
+    def compute():  # type: ignore[no-untyped-def]
+        return tb.run(rows, cols, repeat, workers, seed, timeout, workdir, backend, reference,
+                      progress=_progress(json_out))
+    raise typer.Exit(run_and_show("terrain", compute, tb.show, json_out))
 
 
 @app.command("diagnose-accuracy")

@@ -26,7 +26,7 @@ def _register() -> None:
         return
     _registered = True
     from planaria.cli import demo, run    # these two add their commands to ``app`` on import
-    from planaria.cli import abft, bench, campaign, diagnose, fragments, hosts, tools, trace
+    from planaria.cli import abft, bench, campaign, diagnose, fragments, hosts, terrain, tools, trace
 
     del demo, run
 
@@ -34,6 +34,7 @@ def _register() -> None:
     app.add_typer(hosts.app, name="hosts")
     app.add_typer(bench.app, name="bench")
     app.add_typer(abft.app, name="abft")
+    app.add_typer(terrain.app, name="terrain")
     tools.register(app)
     app.add_typer(trace.app, name="trace")
     app.add_typer(fragments.app, name="fragments")

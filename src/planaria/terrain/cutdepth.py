@@ -19,13 +19,18 @@ starts, so the same row computed by two workers is bit-identical (a summed-area
 table over a slab would not be: its rounding depends on the slab's origin).
 Rounding: the sum of ``window**2`` float64 values in this order differs from an
 exactly rounded mean by at most about ``window**2 * eps * max|z|``, i.e.
-~3e-14 relative to the elevations for 11x11.
+~3e-14 relative to the elevations for 11x11.  The result is rounded to the output dtype
+(``dtype``, by default the input's float type) when stored.
+
+:func:`cut_depth` runs the compiled loop of :mod:`planaria.terrain.compiled`;
+:func:`cut_depth_reference`, the numpy kernel, is the reference it is tested against bit for bit.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from planaria.terrain import compiled
 from planaria.terrain.window import halo, run_window_kernel
 
 WINDOW = 11
@@ -36,11 +41,34 @@ def cut_depth(
     cell_size: tuple[float, float] = (1.0, 1.0),
     nodata: float | None = None,
     rows: tuple[int, int] | None = None,
-    dtype: np.dtype | type = np.float64,
+    dtype: np.dtype | type | None = None,
     window: int = WINDOW,
 ) -> np.ndarray:
     """Cut depth of ``z``; ``cell_size`` is accepted for a uniform kernel
-    signature and not used.  ``rows`` as in :mod:`planaria.terrain.window`."""
+    signature and not used.  ``rows`` as in :mod:`planaria.terrain.window`.
+
+    Compiled; bit-identical to :func:`cut_depth_reference` (which runs when the compiled loop does
+    not take the dtypes)."""
+    h = halo(window)
+    count = float(window * window)
+
+    def rows_fn(zc, nd, use_nd, out, a, b, s0, r0, fill):  # type: ignore[no-untyped-def]
+        compiled.cut_depth_rows(zc, h, nd, use_nd, count, out, a, b, s0, r0, fill)
+    out = compiled.run(z, window, nodata, rows, dtype, rows_fn)
+    if out is None:
+        return cut_depth_reference(z, cell_size, nodata, rows, dtype, window)
+    return out
+
+
+def cut_depth_reference(
+    z: np.ndarray,
+    cell_size: tuple[float, float] = (1.0, 1.0),
+    nodata: float | None = None,
+    rows: tuple[int, int] | None = None,
+    dtype: np.dtype | type | None = None,
+    window: int = WINDOW,
+) -> np.ndarray:
+    """The numpy cut-depth kernel (tiles of separable passes): the reference for :func:`cut_depth`."""
     halo(window)
     count = float(window * window)
 

@@ -16,7 +16,10 @@ not contiguous, through a read-only memory map of which only the slice is copied
 cannot be memory-mapped (its members are zip entries, possibly compressed): a row read of an
 ``.npz`` loads the whole array and keeps the slice, so use ``.npy`` or GeoTIFF for large DEMs.
 
-Writes are atomic (temporary file in the same directory, fsync, rename).
+Writes are atomic (temporary file in the same directory, fsync, rename).  :func:`write_dem_rows`
+writes a raster given as row blocks, each as it comes (a GeoTIFF window, or appended to the
+``.npy``), with GDAL's block cache held at ``GDAL_CACHE_MB`` meanwhile, so a large output is not
+held in memory; :class:`RowReader` reads row windows with the file kept open.
 Any unreadable or malformed input raises ValueError with one line naming the
 file and the problem.
 """
@@ -38,6 +41,7 @@ import numpy as np
 from planaria.launch.fsutil import atomic_write, fsync_dir, output_problem
 
 _TIFF = (".tif", ".tiff")
+GDAL_CACHE_MB = 64  # GDAL's block cache while a GeoTIFF is written in windows
 
 
 @dataclass(eq=False)
@@ -144,13 +148,15 @@ def read_dem(path: str | os.PathLike[str]) -> Dem:
 
 @dataclass(frozen=True)
 class DemInfo:
-    """What a DEM file holds, without its data: shape, dtype, nodata, cell size, GeoTIFF profile."""
+    """What a DEM file holds, without its data: shape, dtype (as a :class:`Dem` holds it: integers
+    become float64), nodata, cell size, GeoTIFF profile, and the dtype stored in the file."""
 
     shape: tuple[int, int]
     dtype: str
     nodata: float | None
     cell_size: tuple[float, float]
     profile: dict[str, Any] | None = None
+    stored_dtype: str = ""
 
 
 def _check_path(p: Path) -> str:
@@ -220,13 +226,15 @@ def dem_info(path: str | os.PathLike[str]) -> DemInfo:
     if ext == ".npy":
         shape, dt, _, _ = _npy_header(p)
         dtype = dt if np.issubdtype(dt, np.floating) else np.dtype(np.float64)
-        return DemInfo(shape, dtype.name, None, (1.0, 1.0))
+        return DemInfo(shape, dtype.name, None, (1.0, 1.0), None, dt.name)
     if ext in _TIFF:
         return _with_tiff(p, lambda src, tr: DemInfo(
             (int(src.height), int(src.width)), _tiff_dtype(src), src.nodata, (abs(tr.a), abs(tr.e)),
-            dict(src.profile)))
+            dict(src.profile), np.dtype(src.dtypes[0]).name))
     d = read_dem(p)
-    return DemInfo(d.shape, d.data.dtype.name, d.nodata, d.cell_size, d.profile)
+    with np.load(p, allow_pickle=False) as z:  # read_dem succeeded: a valid .npz with 'data'
+        stored = z["data"].dtype.name
+    return DemInfo(d.shape, d.data.dtype.name, d.nodata, d.cell_size, d.profile, stored)
 
 
 def _tiff_dtype(src: Any) -> str:
@@ -251,6 +259,50 @@ def read_dem_rows(path: str | os.PathLike[str], r0: int, r1: int) -> Dem:
     d = read_dem(p)
     _check_rows(p, r0, r1, d.shape[0])
     return Dem(d.data[r0:r1].copy(), d.nodata, d.cell_size, d.profile)
+
+
+class RowReader:
+    """Rows of one DEM file, read window by window with the file kept open (GeoTIFF) between reads:
+    ``with RowReader(path) as rd: rd.rows(r0, r1)`` gives what :func:`read_dem_rows` gives."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.ext = _check_path(self.path)
+        self._src: Any = None
+
+    def __enter__(self) -> RowReader:
+        if self.ext in _TIFF:
+            _with_tiff(self.path, lambda src, tr: None)  # readable, has a band, not rotated: or a one-line error
+            self._src = _open_tiff(self.path)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._src is not None:
+            self._src.close()
+            self._src = None
+
+    def rows(self, r0: int, r1: int) -> Dem:
+        """Rows ``[r0, r1)`` (all columns) as a :class:`Dem`."""
+        if self._src is None:
+            return read_dem_rows(self.path, r0, r1)
+        from rasterio.windows import Window
+        src = self._src
+        _check_rows(self.path, r0, r1, src.height)
+        try:
+            data = src.read(1, window=Window(0, r0, src.width, r1 - r0))
+        except Exception as exc:  # noqa: BLE001 - rasterio raises its own error types
+            raise _bad(self.path, f"cannot read GeoTIFF rows ({r0}, {r1}): {_one_line(exc)}") from None
+        tr = src.transform
+        return Dem(data, src.nodata, (abs(tr.a), abs(tr.e)), dict(src.profile))
+
+
+def _open_tiff(p: Path) -> Any:
+    """An open rasterio dataset of ``p`` (already checked by :func:`_with_tiff`)."""
+    import rasterio
+    try:
+        return rasterio.open(p)
+    except Exception as exc:  # noqa: BLE001
+        raise _bad(p, f"cannot read GeoTIFF: {_one_line(exc)}") from None
 
 
 def _check_rows(p: Path, r0: int, r1: int, total: int) -> None:
@@ -398,13 +450,16 @@ def _write_tiff_rows(p: Path, shape: tuple[int, int], dt: np.dtype, blocks: Iter
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp.tif", dir=str(p.parent))
     os.close(fd)
     try:
-        with warnings.catch_warnings():
-            # a DEM read from .npy/.npz has no georeference; writing it without one is intended
-            warnings.simplefilter("ignore", NotGeoreferencedWarning)
-            dst_ctx = rasterio.open(tmp, "w", **prof)
-        with dst_ctx as dst:
-            for r0, part in blocks:
-                dst.write(np.asarray(part, dtype=dt), 1, window=Window(0, r0, cols, part.shape[0]))
+        # GDAL's block cache (5 % of the memory by default) would keep most of a large raster until
+        # the file is closed; kept small, the blocks go to the file as the windows are written
+        with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_MB):
+            with warnings.catch_warnings():
+                # a DEM read from .npy/.npz has no georeference; writing it without one is intended
+                warnings.simplefilter("ignore", NotGeoreferencedWarning)
+                dst_ctx = rasterio.open(tmp, "w", **prof)
+            with dst_ctx as dst:
+                for r0, part in blocks:
+                    dst.write(np.asarray(part, dtype=dt), 1, window=Window(0, r0, cols, part.shape[0]))
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)

@@ -17,7 +17,8 @@ gets the fill value, and so does every cell whose 3x3 window touches a nodata
 (or NaN) cell.  The fill value is ``nodata``, or NaN when ``nodata`` is None.
 (``gdaldem`` itself always writes -9999 as its output nodata.)
 
-Arithmetic is float64 throughout.  ``gdaldem`` adds the window values in
+Arithmetic is float64 throughout; the result is rounded to the output dtype (``dtype``, by default
+the input's float type: see :func:`planaria.terrain.window.output_dtype`) when stored.  ``gdaldem`` adds the window values in
 float32, so on float DEMs with large elevations the two differ by up to ~1e-4
 degrees; on integer (e.g. 16-bit) DEMs they agree to gdaldem's float32 output
 rounding.
@@ -25,6 +26,9 @@ rounding.
 Each output value is computed from its own 9 inputs with a fixed sequence of
 elementwise operations, so it does not depend on the slab it was computed in.
 See :mod:`planaria.terrain.window` for the ``rows``/halo contract.
+
+:func:`slope_degrees` runs the compiled loop of :mod:`planaria.terrain.compiled`;
+:func:`slope_degrees_reference`, the numpy kernel, is the reference it is tested against bit for bit.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import math
 
 import numpy as np
 
+from planaria.terrain import compiled
 from planaria.terrain.window import run_window_kernel
 
 WINDOW = 3
@@ -53,10 +58,32 @@ def slope_degrees(
     cell_size: tuple[float, float] = (1.0, 1.0),
     nodata: float | None = None,
     rows: tuple[int, int] | None = None,
-    dtype: np.dtype | type = np.float64,
+    dtype: np.dtype | type | None = None,
 ) -> np.ndarray:
     """Slope (degrees) of ``z``; with ``rows=(r0, r1)``, ``z`` is the slab
-    ``slab_bounds(r0, r1, H, 3)`` and only those output rows are returned."""
+    ``slab_bounds(r0, r1, H, 3)`` and only those output rows are returned.
+
+    Compiled; bit-identical to :func:`slope_degrees_reference` (which runs when the compiled
+    loop does not take the dtypes)."""
+    dx, dy = _check_cell_size(cell_size)
+    d8x, d8y = 8.0 * dx, 8.0 * dy
+
+    def rows_fn(zc, nd, use_nd, out, a, b, s0, r0, fill):  # type: ignore[no-untyped-def]
+        compiled.slope_rows(zc, d8x, d8y, nd, use_nd, out, a, b, s0, r0, fill)
+    out = compiled.run(z, WINDOW, nodata, rows, dtype, rows_fn)
+    if out is None:
+        return slope_degrees_reference(z, cell_size, nodata, rows, dtype)
+    return out
+
+
+def slope_degrees_reference(
+    z: np.ndarray,
+    cell_size: tuple[float, float] = (1.0, 1.0),
+    nodata: float | None = None,
+    rows: tuple[int, int] | None = None,
+    dtype: np.dtype | type | None = None,
+) -> np.ndarray:
+    """The numpy slope kernel (tiles of in-place elementwise passes): the reference for :func:`slope_degrees`."""
     dx, dy = _check_cell_size(cell_size)
 
     def core(w: np.ndarray, h: int) -> np.ndarray:

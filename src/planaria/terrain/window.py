@@ -58,27 +58,39 @@ def invalid_mask(z: np.ndarray, nodata: float | None) -> np.ndarray:
     return bad
 
 
-def run_window_kernel(
-    z: np.ndarray,
-    window: int,
-    nodata: float | None,
-    rows: tuple[int, int] | None,
-    core: Callable[[np.ndarray, int], np.ndarray],
-    dtype: np.dtype | type = np.float64,
-) -> np.ndarray:
-    """Apply ``core`` to every full window of ``z`` under the slab contract.
+def output_dtype(input_dtype: np.dtype | type | str, requested: np.dtype | type | str | None = None) -> np.dtype:
+    """The dtype a kernel writes: ``requested`` when given, else the input's float type: float64 for a
+    float64 (or wider) DEM, float32 for float32, float16 and integer DEMs (16-bit elevation models are
+    the common integer case; ``gdaldem`` writes float32 too, and float32 holds a slope or a cut depth
+    to far better than a DEM's own accuracy)."""
+    if requested is not None:
+        dt = np.dtype(requested)
+        if not np.issubdtype(dt, np.floating):
+            raise ValueError(f"output dtype must be a float type, got {dt}")
+        return dt
+    dt = np.dtype(input_dtype)
+    if np.issubdtype(dt, np.floating) and dt.itemsize >= 8:
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
 
-    ``core(zz, h)`` receives a float64 array with invalid cells already
-    replaced by 0 and returns the ``(n - 2h, m - 2h)`` interior values.  Windows
-    touching an invalid cell and the ``h``-cell border get the fill value.
-    """
+
+def check_elevations(z: np.ndarray) -> np.ndarray:
+    """``z`` as an array, or ValueError when it is not a 2-D real numeric array."""
     z = np.asarray(z)
     if z.ndim != 2:
         raise ValueError(f"expected a 2-D elevation array, got shape {z.shape}")
     if not np.issubdtype(z.dtype, np.number) or np.issubdtype(z.dtype, np.complexfloating):
         raise ValueError(f"expected a real numeric elevation array, got dtype {z.dtype}")
+    return z
+
+
+def output_plan(shape: tuple[int, int], window: int,
+                rows: tuple[int, int] | None) -> tuple[int, int, int, int, int]:
+    """``(r0, r1, s0, a, b)`` for a slab of ``shape`` under the contract: output rows ``[r0, r1)``, the
+    slab's first absolute row ``s0``, and the rows ``[a, b)`` that get computed values (the others
+    are border rows: fill). ValueError when the slab does not match ``rows``."""
     h = halo(window)
-    n, m = z.shape
+    n, m = shape
     if rows is None:
         r0, r1, s0, total = 0, n, 0, n
     else:
@@ -93,10 +105,32 @@ def run_window_kernel(
                 f"expected {full} rows (fewer only at the bottom edge, at least {r1 - s0})"
             )
         total = s0 + n if n < full else None  # None: bottom edge not in sight
-    fill = np.nan if nodata is None else float(nodata)
-    out = np.full((r1 - r0, m), fill, dtype=dtype)
     a = max(r0, h)
     b = r1 if total is None else min(r1, total - h)
+    return r0, r1, s0, a, b
+
+
+def run_window_kernel(
+    z: np.ndarray,
+    window: int,
+    nodata: float | None,
+    rows: tuple[int, int] | None,
+    core: Callable[[np.ndarray, int], np.ndarray],
+    dtype: np.dtype | type | None = None,
+) -> np.ndarray:
+    """Apply ``core`` to every full window of ``z`` under the slab contract.
+
+    ``core(zz, h)`` receives a float64 array with invalid cells already
+    replaced by 0 and returns the ``(n - 2h, m - 2h)`` interior values.  Windows
+    touching an invalid cell and the ``h``-cell border get the fill value.  The values are computed
+    in float64 and rounded to ``dtype`` (default :func:`output_dtype` of ``z``'s) when stored.
+    """
+    z = check_elevations(z)
+    h = halo(window)
+    m = z.shape[1]
+    r0, r1, s0, a, b = output_plan(z.shape, window, rows)
+    fill = np.nan if nodata is None else float(nodata)
+    out = np.full((r1 - r0, m), fill, dtype=output_dtype(z.dtype, dtype))
     if b <= a or m < window:
         return out
     # tiles of output cells, small enough for the temporaries to stay in cache; every cell
