@@ -94,6 +94,7 @@ def test_bench_checkpoint_tiny() -> None:
         assert len(r["load_before"]) == 3
     forms = {r["store"]: r for r in out["rows"]}
     assert set(forms["xor"]["save_floor_forms"]) == {"collective", "p2p"}
+    assert forms["file"]["save_floor_form"] == "overwrite" and set(forms["file"]["save_floor_forms"]) == {"overwrite", "new"}
     assert forms["file"]["restore_floor_form"] == "all" and set(forms["file"]["restore_floor_forms"]) == {"all", "alone"}
     assert {(g["store"], g["what"]) for g in out["goals"]} == {("memory", "restore"), ("xor", "restore"),
                                                               ("file", "save"), ("file", "restore")}

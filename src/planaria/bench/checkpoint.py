@@ -76,9 +76,11 @@ def _make_floor(kind: str, comm: Any, state: dict[str, Any], store: Any, group_s
 
 
 #: the plain forms a floor is measured in: the floor is the faster one, except for the file
-#: restore, whose floor is every rank reading its file ("all"; "alone" is reported beside it)
-FORMS = {"memory": (None,), "xor": ("collective", "p2p"), "file": (None,)}
+#: store's, whose floor is the form named in SAVE_FLOOR / RESTORE_FLOOR, the other one being
+#: reported beside it (see planaria.bench.checkpoint_floor)
+FORMS = {"memory": (None,), "xor": ("collective", "p2p"), "file": ("overwrite", "new")}
 RESTORE_FORMS = {"memory": (None,), "xor": ("collective", "p2p"), "file": ("all", "alone")}
+SAVE_FLOOR = {"file": "overwrite"}
 RESTORE_FLOOR = {"file": "all"}
 
 
@@ -141,7 +143,7 @@ def rank_main(args: argparse.Namespace) -> None:
                 for form in forms:
                     if kind == "file":
                         store.wait_pruned()          # the store's deletions do not slow the floor down
-                        floor.prepare_save()
+                        floor.prepare_save(form)
                     dt, ph = pick(*timed(lambda: floor.save(form) if form else floor.save()), None)
                     fsave[form].append(dt)
                     fsave_ph[form].append(ph)
@@ -232,7 +234,7 @@ def _row(kind: str, size_mb: float, nbytes: int, save: list[float], save_ph: lis
          frest: dict[Any, list[float]], frest_ph: dict[Any, list[dict[str, float]]], bit_exact: bool,
          load_before: list[float], load_after: list[float]) -> dict[str, Any]:
     """One row of the result: a store at one size, with its floors, ratios, goals and breakdowns."""
-    fs, fr = _floor_of(fsave, fsave_ph), _floor_of(frest, frest_ph, RESTORE_FLOOR.get(kind))
+    fs, fr = _floor_of(fsave, fsave_ph, SAVE_FLOOR.get(kind)), _floor_of(frest, frest_ph, RESTORE_FLOOR.get(kind))
     save_s, rest_s = median(save), median(rest)
     sph, rph = save_ph[_median_round(save)], rest_ph[_median_round(rest)]
     save_goal = GOAL_SAVE if size_mb >= SAVE_GOAL_FROM_MB[kind] else None

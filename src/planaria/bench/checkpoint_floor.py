@@ -15,14 +15,18 @@ is the price of those (and of whatever the store does badly).
 - **xor save**: copy of the state into a buffer, then the group's parity reduction, the
   faster of two plain forms: ``Reduce_scatter_block`` (``BXOR``) on a communicator of the group,
   each member contributing its ``m - 1`` chunks and zeros in its own place, or each member
-  sending its chunk to each other member and XORing the ``m - 1`` chunks it receives;
+  sending its chunk to each other member, receiving the first chunk into its parity buffer and
+  XORing the other ``m - 2`` into it;
 - **xor restore** (on ``f``): the ``m - 1`` survivors' vectors of ``m`` chunks XORed onto ``f``,
   the faster of ``Reduce`` (``BXOR``, rooted at ``f``, ``f`` contributing zeros in place) and
   ``f`` receiving the vectors and XORing them; then one copy of ``f``'s state out of the result;
 - **file save**: the same number of bytes as the store's rank file written with one
-  ``os.writev`` (a header-sized buffer and the state array's own memory) into a file created
-  for it (not there before, so none of its pages are cached) in the store's directory, then
-  ``os.fsync``: the data goes through the page cache to the disk;
+  ``os.writev`` (a header-sized buffer and the state array's own memory) over a file of that
+  size in the store's directory, written the round before (its pages are in the page cache:
+  the state the store's own writes find, as it rewrites the files of its oldest version), then
+  ``os.fsync``: the data goes through the page cache to the disk. The same into a file created
+  for it (``new``: not there before, its pages allocated by the write) is measured as well and
+  reported beside it, not used as the floor;
 - **file restore** (on ``f``): every rank reads the store's own rank file of the version
   restored with ``os.readv`` into a buffer faulted in beforehand, ``f``'s file dropped from the
   page cache first (``posix_fadvise(DONTNEED)``, as before the store's restore), the others'
@@ -173,19 +177,19 @@ class XorFloor:
         np.copyto(self.buf[:self.data.nbytes], self.data)
         ph.mark("copy")
         others = [x for x in self.g if x != r]
-        recvs = [(x, comm.Irecv(self.tmp[x], source=x, tag=TAG)) for x in others]
+        # the first member's chunk straight into the parity buffer, the others XORed into it
+        into = [self.parity] + [self.tmp[x] for x in others[1:]]
+        recvs = [comm.Irecv(into[k], source=x, tag=TAG) for k, x in enumerate(others)]
         sends = []
         for x in others:
             s = _slot(self.me, self.g.index(x))
             sends.append(comm.Isend(self.buf[s * c:(s + 1) * c], dest=x, tag=TAG))
-        for k, (x, q) in enumerate(recvs):
+        for k, q in enumerate(recvs):
             q.Wait()
             ph.mark("exchange")
-            if k == 0:
-                np.copyto(self.parity, self.tmp[x])
-            else:
-                _xor(self.parity, self.tmp[x])
-            ph.mark("xor")
+            if k:
+                _xor(self.parity, into[k])
+                ph.mark("xor")
         _wait(sends)
         ph.mark("exchange")
         return ph.out
@@ -254,20 +258,24 @@ class FileFloor:
 
     def __init__(self, comm: Any, data: np.ndarray, directory: Path, header_bytes: int) -> None:
         self.comm, self.data = comm, data
-        self.path = Path(directory) / f"floor-rank{comm.rank:05d}.bin"
+        self.paths = {"overwrite": Path(directory) / f"floor-rank{comm.rank:05d}.bin",
+                      "new": Path(directory) / f"floor-new-rank{comm.rank:05d}.bin"}
         self.header = bytes(header_bytes)
         self.buf: np.ndarray | None = None
 
-    def prepare_save(self) -> None:
-        """Untimed: the floor's file of the previous repetition removed (the next one is new)."""
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
+    def prepare_save(self, form: str) -> None:
+        """Untimed: ``new``: the file of the previous round removed (this one is created)."""
+        if form == "new":
+            try:
+                self.paths["new"].unlink()
+            except FileNotFoundError:
+                pass
 
-    def save(self) -> dict[str, float]:
+    def save(self, form: str) -> dict[str, float]:
         ph = Phases()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        path = self.paths[form]
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if form == "new" else 0)
+        fd = os.open(path, flags, 0o644)
         try:
             parts = [memoryview(self.header), memoryview(self.data)]
             while parts:
@@ -314,4 +322,8 @@ class FileFloor:
         return ph.out
 
     def cleanup(self) -> None:
-        self.prepare_save()
+        for p in self.paths.values():
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
