@@ -19,6 +19,8 @@ CASES = {
     "xor_two": (8, [1, 3, 4, 5, 6, 7]),
     "file": (5, [0, 1, 2, 4]),
     "multi": (8, [1, 3, 4, 5, 6, 7]),
+    "memory_midsave": (6, [0, 1, 3, 4, 5]),  # victim 2 dies instead of saving; spare 5
+    "xor_midsave": (7, [0, 2, 3, 4, 5, 6]),  # victim 1; spare 6
 }
 BACKENDS = ["ulfm", "sim"]
 

@@ -141,7 +141,7 @@ def test_same_size_flip_after_cached_check_is_still_caught(tmp_path: Path) -> No
     raw[-1] ^= 0xFF
     p.write_bytes(raw)
     os.utime(p, ns=(st0.st_atime_ns, st0.st_mtime_ns))   # same size, same mtime: the cache cannot tell
-    with pytest.raises(CheckpointError, match="sha256"):
+    with pytest.raises(CheckpointError, match="checksum differs"):
         fs.restore(COMM, 1, set())
 
 
@@ -211,23 +211,26 @@ def test_rank_file_from_other_version_is_rejected(tmp_path: Path) -> None:
     assert FileStore(tmp_path).restorable(COMM, set()) == 1
 
 
-def test_manifest_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A crash while the manifest is being written leaves no manifest: the version does not count."""
+def test_manifest_cut_short_does_not_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash while the manifest is being written leaves at most part of it: the version does not count."""
     import planaria.checkpoint.file as fmod
     fs = FileStore(tmp_path)
     fs.save(COMM, 1, state_for(1))
-    real = fmod.os.replace
 
-    def crash(src, dst):
-        if str(dst).endswith(MANIFEST):
-            raise OSError("power loss")
-        return real(src, dst)
-    monkeypatch.setattr(fmod.os, "replace", crash)
+    def crash(path, data):
+        path.write_bytes(data[:len(data) // 2])
+        raise OSError("power loss")
+    monkeypatch.setattr(fmod, "_write_manifest", crash)
     with pytest.raises(OSError, match="power loss"):
         fs.save(COMM, 2, state_for(2))
     monkeypatch.undo()
     assert rank_path(tmp_path, 2).exists()           # the rank file made it
-    assert not (tmp_path / vdir_name(2) / MANIFEST).exists()
+    half = tmp_path / vdir_name(2) / MANIFEST
+    assert not half.exists()                         # the failed save removed what it had written
+    m = json.loads((tmp_path / vdir_name(1) / MANIFEST).read_text())
+    m["version"] = 2
+    text = json.dumps(m, indent=1).encode()
+    half.write_bytes(text[:len(text) - 2])           # what a crash could have left
     assert FileStore(tmp_path).restorable(COMM, set()) == 1
     assert FileStore.latest_complete(tmp_path) == 1
     assert FileStore(tmp_path).versions() == {1}
@@ -239,17 +242,90 @@ def test_resave_removes_stale_manifest_first(tmp_path: Path, monkeypatch: pytest
     fs = FileStore(tmp_path)
     fs.save(COMM, 1, state_for(1))
     fs.save(COMM, 2, state_for(2))
-    real = fmod._write_atomic
-
-    def die_on_rank_file(path, chunks):
-        if path.name.startswith("rank"):
-            raise OSError("killed")
-        return real(path, chunks)
-    monkeypatch.setattr(fmod, "_write_atomic", die_on_rank_file)
+    def die_on_rank_file(*args):
+        raise OSError("killed")
+    monkeypatch.setattr(fmod, "_write_rank", die_on_rank_file)
     with pytest.raises(OSError):
         fs.save(COMM, 2, state_for(22))
     monkeypatch.undo()
     assert FileStore(tmp_path).restorable(COMM, set()) == 1
+
+
+def test_sha256_manifest_of_earlier_saves_still_reads(tmp_path: Path) -> None:
+    """Manifests written before the CRC-32 checksum record SHA-256: they are checked with it."""
+    import hashlib
+    fs = FileStore(tmp_path)
+    fs.save(COMM, 1, state_for(1))
+    mpath = tmp_path / vdir_name(1) / MANIFEST
+    m = json.loads(mpath.read_text())
+    entry = m["ranks"][0]
+    assert set(entry) >= {"crc32", "size"} and "sha256" not in entry
+    del entry["crc32"]
+    entry["sha256"] = hashlib.sha256(rank_path(tmp_path, 1).read_bytes()).hexdigest()
+    m["format"] = 1
+    mpath.write_text(json.dumps(m))
+    assert FileStore(tmp_path).restorable(COMM, set()) == 1
+    assert FileStore.latest_complete(tmp_path) == 1
+    assert same(FileStore(tmp_path).restore(COMM, 1, {0}), state_for(1))
+    entry["sha256"] = "0" * 64                      # and a wrong one is caught
+    mpath.write_text(json.dumps(m))
+    assert FileStore(tmp_path).restorable(COMM, set()) is None
+    with pytest.raises(CheckpointError, match="sha256 checksum differs"):
+        FileStore(tmp_path).read_rank(1, 0)
+
+
+def test_restore_keeps_the_restored_version_when_newer_ones_are_damaged(tmp_path: Path) -> None:
+    """Restoring an older version drops the newer ones, never the one restored (here a job keeping
+    one version restores the older of two an earlier job kept, the newer one being damaged)."""
+    fs = FileStore(tmp_path, keep=2)
+    for v in (1, 2):
+        fs.save(COMM, v, state_for(v))
+    raw = bytearray(rank_path(tmp_path, 2).read_bytes())
+    raw[-1] ^= 0xFF
+    rank_path(tmp_path, 2).write_bytes(raw)
+    fresh = FileStore(tmp_path, keep=1)
+    assert fresh.restorable(COMM, set()) == 1
+    assert same(fresh.restore(COMM, 1, set()), state_for(1))
+    assert fresh.versions() == {1}
+    assert FileStore.latest_complete(tmp_path) == 1
+
+
+def test_files_of_the_oldest_version_are_recycled(tmp_path: Path) -> None:
+    """Saves overwrite the files of the oldest version kept (growing and shrinking states), never
+    the newest complete one; every version kept reads back bit-exact."""
+    fs = FileStore(tmp_path, keep=2)
+    sizes = [5, 50, 7, 7, 300, 1]
+    inodes = []
+    for v, k in enumerate(sizes, start=1):
+        fs.save(COMM, v, {"u": np.arange(k, dtype=np.float64) * v, "v": np.array(v)})
+        inodes.append(rank_path(tmp_path, v).stat().st_ino)
+        kept = fs.versions()
+        assert kept == ({v - 1, v} if v > 1 else {1})
+        for w in kept:
+            back = FileStore(tmp_path).read_rank(w, 0)
+            assert same(back, {"u": np.arange(sizes[w - 1], dtype=np.float64) * w, "v": np.array(w)})
+    assert inodes[2] == inodes[0] and inodes[3] == inodes[1]      # v3 reused v1's file, v4 v2's
+    assert sorted(p.name for p in tmp_path.iterdir()) == [vdir_name(5), vdir_name(6)]
+    # keep=1: nothing to recycle (the only version is the newest complete one)
+    one = FileStore(tmp_path / "one", keep=1)
+    one.save(COMM, 1, state_for(1))
+    ino = rank_path(tmp_path / "one", 1).stat().st_ino
+    one.save(COMM, 2, state_for(2))
+    assert same(one.read_rank(2, 0), state_for(2)) and rank_path(tmp_path / "one", 2).stat().st_ino != ino
+
+
+def test_restore_reads_into_matching_arrays(tmp_path: Path) -> None:
+    """restore(into=...) fills the caller's arrays when every one matches; otherwise new arrays."""
+    fs = FileStore(tmp_path)
+    fs.save(COMM, 1, state_for(1))
+    mine = {k: np.zeros_like(a) for k, a in state_for(1).items()}
+    back = fs.restore(COMM, 1, set(), into=mine)
+    assert same(back, state_for(1)) and all(back[k] is mine[k] for k in back)
+    partial = {k: np.zeros_like(a) for k, a in state_for(1).items()}
+    partial["u"] = np.zeros((5, 17))                   # wrong shape: no array is written into
+    back = fs.restore(COMM, 1, set(), into=partial)
+    assert same(back, state_for(1)) and all(back[k] is not partial[k] for k in back)
+    assert not partial["ids"].any() and not partial["c"].any()
 
 
 def test_latest_complete_empty_and_missing(tmp_path: Path) -> None:

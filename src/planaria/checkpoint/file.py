@@ -3,34 +3,47 @@
 Layout under ``directory``::
 
     v00000007/rank00003.bin      one file per logical rank
-    v00000007/manifest.json      written last, by rank 0: the version is complete only with it
+    v00000007/manifest.json      written by rank 0: the version counts only with it
 
 A rank file is ``MAGIC`` + 8-byte little-endian header length + header (a Python literal:
-names, dtypes, shapes, offsets) + the packed data. It is written under a temporary name,
-fsynced and renamed; after every rank wrote (a gather to rank 0), rank 0 writes the manifest
-(per rank: file, size, sha256, dtypes and shapes) the same way, and fsyncs the directory.
+names, dtypes, shapes, offsets) + the data of each array, written with one ``writev`` from the
+arrays' own memory (no packed copy). A save: every rank writes its file (from the second save on
+with ``keep >= 2``, over its file of the oldest version kept, renamed: double buffering, as in
+the memory stores, so the writes land in page-cache pages that exist already), starts its
+writeback and checksums it (CRC-32) meanwhile; rank 0 gathers every rank's entry (file, size,
+checksum, dtypes and shapes) and writes the manifest; then every rank fsyncs its file and rank
+0 the manifest and the directory (one journal commit takes them all), and an agreement ends
+the save (if any rank failed, every rank raises and rank 0 removes the manifest). Rank 0 then
+deletes the versions older than the ``keep`` newest complete ones, in the background.
 
-What is detected: a missing manifest (the save did not finish), a missing rank file, a rank
-file whose size or sha256 differs from the manifest (truncation, corruption, a file from
-another save), an unreadable header. Such a version is unusable and ``restorable`` falls
-back to the previous complete one. Temporary files never count.
+The manifest can reach the disk before a rank file does: what makes a version usable is its
+manifest *and* every rank file matching the size and checksum the manifest records, which
+``restorable`` (and ``latest_complete``) check. What is detected: a missing manifest (the save
+did not finish), a manifest cut short (not valid JSON), a missing rank file, a rank file whose
+size or checksum differs from the manifest (truncation, corruption, a file from another save,
+a save cut short), an unreadable header. Such a version is unusable and ``restorable`` falls back
+to the previous complete one. Manifests written before CRC-32 record SHA-256, which is checked
+instead (``_fileio.digest_of``).
 """
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
 import re
 import shutil
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from planaria.checkpoint._fileio import DIGEST, digest_of, new_digest, read_exact, read_into, write_file
 from planaria.checkpoint.store import (
-    KEEP, CheckpointError, CheckpointStore, Meta, check_fresh, check_logical, check_version, pack, unpack,
+    KEEP, WARM, CheckpointError, CheckpointStore, Meta, Phases, all_true, check_fresh, check_logical, check_version,
+    describe, unpack,
 )
 from planaria.comm.base import Comm
 
@@ -73,24 +86,32 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: Path, chunks: list[Any]) -> tuple[int, str]:
-    """Write ``chunks`` to ``path`` via a temporary name + fsync + rename; return (size, sha256)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    h = hashlib.sha256()
-    size = 0
-    with open(tmp, "wb") as f:
-        for ch in chunks:
-            mv = memoryview(ch).cast("B")
-            for pos in range(0, len(mv), _BLOCK):
-                part = mv[pos:pos + _BLOCK]
-                h.update(part)
-                f.write(part)
-            size += len(mv)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-    return size, h.hexdigest()
+def _write_manifest(path: Path, data: bytes) -> None:
+    """The manifest under its own name (fsynced by the caller, with the rank files). Not written
+    under a temporary name and renamed: a manifest cut short by a crash is not valid JSON, and
+    ``read_manifest`` rejects it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        mv = memoryview(data)
+        while mv:
+            mv = mv[os.write(fd, mv):]
+    finally:
+        os.close(fd)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_rank(path: Path, parts: list[memoryview], fsync: bool, ph: Phases,
+                reuse: Path | None = None) -> tuple[int, str, Callable[[], None]]:
+    """A rank file, written under its own name (only a manifest that matches it makes it count):
+    (size, checksum, finish); see ``write_file``."""
+    return write_file(path, parts, fsync, ph, reuse)
 
 
 def _header(meta: Meta) -> bytes:
@@ -98,24 +119,43 @@ def _header(meta: Meta) -> bytes:
                  "offsets": list(meta.offsets), "nbytes": meta.nbytes}).encode()
 
 
-def _parse(raw: bytearray | bytes) -> tuple[Meta, memoryview]:
-    mv = memoryview(raw)
-    if len(mv) < len(MAGIC) + 8 or bytes(mv[:len(MAGIC)]) != MAGIC:
-        raise CheckpointError("not a planaria checkpoint file (bad magic)")
-    hlen = int.from_bytes(mv[len(MAGIC):len(MAGIC) + 8], "little")
+def _parse_header(head: bytes, size: int) -> Meta:
+    """The description in ``head`` (magic, header length, header) of a rank file of ``size`` bytes."""
     start = len(MAGIC) + 8
-    if hlen > len(mv) - start:
+    if len(head) < start or head[:len(MAGIC)] != MAGIC:
+        raise CheckpointError("not a planaria checkpoint file (bad magic)")
+    hlen = int.from_bytes(head[len(MAGIC):start], "little")
+    if hlen > size - start or len(head) < start + hlen:
         raise CheckpointError("checkpoint file header runs past the end of the file")
     try:
-        h = ast.literal_eval(bytes(mv[start:start + hlen]).decode())
+        h = ast.literal_eval(head[start:start + hlen].decode())
         meta = Meta(tuple(h["names"]), tuple(h["descrs"]), tuple(tuple(s) for s in h["shapes"]),
                     tuple(h["offsets"]), int(h["nbytes"]))
     except (ValueError, SyntaxError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"unreadable checkpoint header: {e}") from None
-    data = mv[start + hlen:]
-    if len(data) != meta.nbytes:
-        raise CheckpointError(f"checkpoint data holds {len(data)} bytes, header says {meta.nbytes}")
-    return meta, data
+    if size - start - hlen != meta.nbytes:
+        raise CheckpointError(f"checkpoint data holds {size - start - hlen} bytes, header says {meta.nbytes}")
+    return meta
+
+
+def _matching(meta: Meta, into: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """``into``'s arrays for every array of ``meta`` (same name, dtype, shape; C-contiguous, writeable,
+    not overlapping each other), in ``meta``'s order; None unless all of them qualify."""
+    out: dict[str, np.ndarray] = {}
+    spans = []
+    for name, dt, shape in zip(meta.names, meta.dtypes(), meta.shapes):
+        a = into.get(name)
+        if not (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == tuple(shape)
+                and a.flags.c_contiguous and a.flags.writeable):
+            return None
+        out[name] = a
+        if a.nbytes:
+            start = a.__array_interface__["data"][0]
+            spans.append((start, start + a.nbytes))
+    spans.sort()
+    if any(b[0] < a[1] for a, b in zip(spans, spans[1:])):
+        return None
+    return out
 
 
 def read_manifest(directory: str | os.PathLike[str], version: int) -> dict[str, Any] | None:
@@ -140,8 +180,8 @@ def _listed_versions(directory: Path) -> list[int]:
     return sorted(int(mo.group(1)) for mo in map(_VDIR.match, names) if mo)
 
 
-def _hash_file(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
+def _hash_file(path: Path, name: str = DIGEST) -> tuple[int, str]:
+    h = new_digest(name)
     size = 0
     with open(path, "rb") as f:
         while True:
@@ -158,7 +198,8 @@ def _entry_ok(vdir: Path, entry: dict[str, Any]) -> bool:
     try:
         if path.stat().st_size != entry["size"]:
             return False
-        return _hash_file(path) == (entry["size"], entry["sha256"])
+        want = digest_of(entry)
+        return want is not None and _hash_file(path, want[0]) == (entry["size"], want[1])
     except (OSError, KeyError, TypeError):
         return False
 
@@ -190,43 +231,125 @@ class FileStore(CheckpointStore):
         self.directory = Path(directory)
         self.keep = int(keep)
         self.fsync = fsync
-        # (path, dev, inode, size, mtime_ns, ctime_ns) -> sha256; see _SETTLED_NS
-        self._verified: dict[tuple[str, int, int, int, int, int], str] = {}
+        # (path, dev, inode, size, mtime_ns, ctime_ns, checksum name) -> its value; see _SETTLED_NS
+        self._verified: dict[tuple[str, int, int, int, int, int, str], str] = {}
+        self._footprint: list[int] = []
+        self._pruner: threading.Thread | None = None
+        self._saved: list[int] = []          # versions this store saved (and kept), oldest first
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.directory)!r})"
 
     # -- save ----------------------------------------------------------------------------------
     def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+        """Each rank writes its file straight from its arrays, then checksums it while the disk
+        takes it; rank 0 writes the manifest (a gather of the checksums); then every rank fsyncs
+        (one journal commit takes the files and the manifest), and an agreement ends the save.
+
+        Double buffering, as the memory stores: once ``keep`` (>= 2) versions were saved, each
+        rank renames its file of the oldest one to its new file and overwrites it, so the newest
+        complete version stays untouched. The manifest may reach the disk before some rank file:
+        a version counts only when every rank file matches the size and checksum its manifest
+        records, which ``restorable`` checks, so a crash before the save ended leaves a version
+        that does not count. If any rank fails to write, every rank raises and rank 0 removes
+        the manifest.
+        """
+        ph = Phases()
         version = check_version(version)
         r = comm.rank
+        self._join_prune()                       # the previous save's deletions, normally long done
+        ph.mark("prune")
+        self._saved = [v for v in self._saved if v < version]
+        old = self._saved[0] if self.keep >= 2 and len(self._saved) >= self.keep else None
         vdir = self.directory / vdir_name(version)
         if r == 0:
-            try:
-                (vdir / MANIFEST).unlink()       # a manifest from an abandoned future of this version
-            except FileNotFoundError:
-                pass
-        vdir.mkdir(parents=True, exist_ok=True)
-        meta, buf = pack(state)
+            # a manifest from an abandoned future of this version, and the one of the version
+            # whose files are about to be overwritten: neither may count any more
+            for v in [version] + ([old] if old is not None else []):
+                try:
+                    (self.directory / vdir_name(v) / MANIFEST).unlink()
+                except FileNotFoundError:
+                    pass
+        meta = describe(state)
         hdr = _header(meta)
+        parts = [memoryview(MAGIC + len(hdr).to_bytes(8, "little") + hdr)]
+        parts += [memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8)) for a in state.values() if a.nbytes]
+        ph.mark("prepare")
         path = vdir / rank_file_name(r)
-        size, sha = _write_atomic(path, [MAGIC, len(hdr).to_bytes(8, "little"), hdr, buf])
-        # not remembered: its ctime is now, so a change in the same clock tick would go unseen
-        entry = {"rank": r, "file": path.name, "size": size, "sha256": sha,
-                 "arrays": [{"name": nm, "dtype": str(np.dtype(dt)), "shape": list(sh)}
-                            for nm, dt, sh in zip(meta.names, meta.dtypes(), meta.shapes)]}
+        reuse = self.directory / vdir_name(old) / rank_file_name(r) if old is not None else None
+        problem: BaseException | None = None
+        entry, finish = None, None
+        try:
+            vdir.mkdir(parents=True, exist_ok=True)
+            size, digest, finish = _write_rank(path, parts, self.fsync, ph, reuse)
+            # not remembered: its ctime is now, so a change in the same clock tick would go unseen
+            entry = {"rank": r, "file": path.name, "size": size, DIGEST: digest,
+                     "arrays": [{"name": nm, "dtype": str(np.dtype(dt)), "shape": list(sh)}
+                                for nm, dt, sh in zip(meta.names, meta.dtypes(), meta.shapes)]}
+        except OSError as e:
+            problem = e
         entries = comm.gather(entry, root=0)
-        if r == 0:
+        ph.mark("gather")
+        written = 0
+        if r == 0 and problem is None:
             assert entries is not None
-            manifest = {"format": 1, "version": version, "nranks": comm.size, "ranks": entries}
-            _write_atomic(vdir / MANIFEST, [json.dumps(manifest, indent=1).encode()])
-            self._prune(keep_from=None)
-        comm.Barrier()
+            if all(e is not None for e in entries):
+                manifest = {"format": 2, "version": version, "nranks": comm.size, "ranks": entries}
+                try:
+                    _write_manifest(vdir / MANIFEST, json.dumps(manifest, indent=1).encode())
+                    written = 1
+                except OSError as e:
+                    problem = e
+            ph.mark("manifest")
+        # every rank fsyncs once the manifest is written: one journal commit takes them all
+        written = comm.bcast(written, root=0)
+        ph.mark("gather")
+        if finish is not None:
+            try:
+                finish()                         # this rank's file is on disk
+                if r == 0 and written and self.fsync:
+                    _fsync_path(vdir / MANIFEST)
+                    _fsync_dir(vdir)             # the manifest's name, and the rank files' beside it
+            except OSError as e:
+                problem = problem or e
+        ok = all_true(comm, problem is None)
+        ph.mark("agree")
+        if not ok:
+            if r == 0:
+                try:
+                    (vdir / MANIFEST).unlink()
+                except OSError:
+                    pass
+            raise problem or CheckpointError(f"file checkpoint version {version} was not saved: another "
+                                             "rank could not write its file")
+        self._footprint = [meta.nbytes]
+        self._saved = (self._saved + [version])[-self.keep:]
+        if r == 0:
+            self._prune_later(keep_from=None)
+        self.last_save = ph.out
+
+    def footprint(self) -> list[int]:
+        """The data size of this rank's last save: a fresh rank reads its file into a buffer of it."""
+        return list(self._footprint)
+
+    def _prune_later(self, keep_from: int | None) -> None:
+        """Rank 0: ``_prune`` on a helper thread (deleting files takes time nobody needs to wait for);
+        every call of this store that reads the directory first waits for it to finish."""
+        self._join_prune()
+        self._pruner = threading.Thread(target=self._prune, args=(keep_from,), name="planaria-ckpt-prune")
+        self._pruner.start()
+
+    def _join_prune(self) -> None:
+        if self._pruner is not None:
+            self._pruner.join()
+            self._pruner = None
 
     def _prune(self, keep_from: int | None) -> None:
-        """Rank 0: remove versions older than the ``keep`` newest complete ones (and those newer than ``keep_from``)."""
+        """Remove versions older than the ``keep`` newest complete ones up to ``keep_from``, and those
+        newer than ``keep_from`` (a restore of ``keep_from``); ``None``: no upper bound."""
         vs = _listed_versions(self.directory)
-        complete = [v for v in vs if read_manifest(self.directory, v) is not None]
+        complete = [v for v in vs if (keep_from is None or v <= keep_from)
+                    and read_manifest(self.directory, v) is not None]
         kept = complete[-self.keep:]
         oldest = kept[0] if kept else None
         for v in vs:
@@ -235,7 +358,14 @@ class FileStore(CheckpointStore):
                 shutil.rmtree(self.directory / vdir_name(v), ignore_errors=True)
 
     def versions(self) -> set[int]:
-        return {v for v in _listed_versions(self.directory) if read_manifest(self.directory, v) is not None}
+        """The ``keep`` newest versions with a manifest (older ones may still be being deleted)."""
+        self._join_prune()
+        complete = [v for v in _listed_versions(self.directory) if read_manifest(self.directory, v) is not None]
+        return set(complete[-self.keep:])
+
+    def wait_pruned(self) -> None:
+        """Wait until the deletion of old versions a save started (on rank 0, in the background) is done."""
+        self._join_prune()
 
     # -- checks ----------------------------------------------------------------------------------
     def _rank_ok(self, version: int, manifest: dict[str, Any], rank: int) -> bool:
@@ -247,21 +377,22 @@ class FileStore(CheckpointStore):
             st = path.stat()
         except (OSError, KeyError, IndexError, TypeError):
             return False
-        if st.st_size != entry["size"]:
+        want = digest_of(entry)
+        if st.st_size != entry["size"] or want is None:
             return False
-        key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        sha = self._verified.get(key)
-        if sha is None:
+        key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, want[0])
+        got = self._verified.get(key)
+        if got is None:
             settled = time.time_ns() - st.st_ctime_ns >= _SETTLED_NS    # taken before the read
             try:
-                size, sha = _hash_file(path)
+                size, got = _hash_file(path, want[0])
             except OSError:
                 return False
             if size != st.st_size:
                 return False
             if settled:
-                self._verified[key] = sha
-        return sha == entry["sha256"]
+                self._verified[key] = got
+        return got == want[1]
 
     def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:
         check_fresh(comm, fresh)
@@ -276,8 +407,15 @@ class FileStore(CheckpointStore):
         return _usable_everywhere(comm, cands, flags)
 
     # -- restore ---------------------------------------------------------------------------------
-    def read_rank(self, version: int, rank: int, nranks: int | None = None) -> dict[str, np.ndarray]:
-        """Read and verify the state of ``rank`` at ``version`` (no MPI); raises CheckpointError."""
+    def read_rank(self, version: int, rank: int, nranks: int | None = None, ph: Phases | None = None,
+                  into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Read and verify the state of ``rank`` at ``version`` (no MPI); raises CheckpointError.
+
+        With ``into`` holding, for every array of the checkpoint, an array of the same name,
+        dtype and shape (C-contiguous, writeable, not overlapping another), the data is read
+        straight into those arrays, which are returned; on a CheckpointError they may hold part
+        of the checkpoint. Otherwise the arrays returned are views of one new buffer."""
+        ph = ph or Phases()
         m = read_manifest(self.directory, version)
         if m is None:
             raise CheckpointError(f"file checkpoint version {version}: no valid manifest in {self.directory}")
@@ -289,39 +427,70 @@ class FileStore(CheckpointStore):
         except IndexError:
             raise CheckpointError(f"file checkpoint version {version} has no rank {rank}") from None
         path = self.directory / vdir_name(version) / entry["file"]
+        want = digest_of(entry)
+        if want is None:
+            raise CheckpointError(f"file checkpoint version {version}: the manifest records no checksum "
+                                  f"for rank {rank}")
+        ph.mark("open")
         try:
-            size = path.stat().st_size
-            if size != entry["size"]:
-                raise CheckpointError(f"{path}: {size} bytes, manifest says {entry['size']}")
-            raw = bytearray(size)
-            with open(path, "rb", buffering=0) as f:
-                mv = memoryview(raw)
-                got = 0
-                while got < size:
-                    k = f.readinto(mv[got:])
-                    if not k:
-                        break
-                    got += k
+            fd = os.open(path, os.O_RDONLY)
         except OSError as e:
             raise CheckpointError(f"{path}: {e}") from None
-        if got != size:
-            raise CheckpointError(f"{path}: read {got} bytes, expected {size}")
-        h = hashlib.sha256()
-        for pos in range(0, size, _BLOCK):
-            h.update(mv[pos:pos + _BLOCK])
-        if h.hexdigest() != entry["sha256"]:
-            raise CheckpointError(f"{path}: sha256 differs from the manifest (corrupted)")
-        meta, data = _parse(raw)
-        return unpack(meta, data, copy=False)     # views of a buffer nobody else keeps
+        try:
+            size = os.fstat(fd).st_size
+            if size != entry["size"]:
+                raise CheckpointError(f"{path}: {size} bytes, manifest says {entry['size']}")
+            start = len(MAGIC) + 8
+            head = read_exact(fd, start)
+            if len(head) == start:
+                head += read_exact(fd, min(int.from_bytes(head[len(MAGIC):], "little"), size - start))
+            h = new_digest(want[0])
+            h.update(head)
+            meta = _parse_header(head, size)
+            mine = _matching(meta, into) if into else None
+            if mine is None:                     # into memory a waiting spare faulted in (``footprint``), else new
+                buf = WARM.take(meta.nbytes)
+                views = [memoryview(buf)]
+            else:                                # straight into the arrays the rank holds
+                views = [memoryview(a.reshape(-1).view(np.uint8)) for a in mine.values() if a.nbytes]
+            ph.mark("read")
+            got = read_into(fd, views, h, ph)
+        except OSError as e:
+            raise CheckpointError(f"{path}: {e}") from None
+        finally:
+            os.close(fd)
+        if got != meta.nbytes:
+            raise CheckpointError(f"{path}: read {len(head) + got} bytes, expected {size}")
+        if h.hexdigest() != want[1]:
+            raise CheckpointError(f"{path}: {want[0]} checksum differs from the manifest (corrupted)")
+        if mine is not None:
+            return mine
+        return unpack(meta, buf, copy=False)     # views of a buffer nobody else keeps
 
     def restore(self, comm: Comm, version: int, fresh: set[int],
                 into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Every rank reads and verifies its own file; one agreement (an ``Allreduce``) then makes
+        every rank raise ``CheckpointError`` when any rank could not. With ``into`` the data is
+        read straight into the arrays that match (see ``read_rank``)."""
+        ph = Phases()
         version = check_version(version)
         check_fresh(comm, fresh)
-        out = self.read_rank(version, comm.rank, comm.size)   # ``into`` unused: the read buffer is new anyway
-        comm.Barrier()
+        self._join_prune()
+        out, problem = None, None
+        try:
+            out = self.read_rank(version, comm.rank, comm.size, ph, into=into)
+        except CheckpointError as e:
+            problem = e
+        ok = all_true(comm, problem is None)
+        ph.mark("agree")
+        if not ok:
+            raise problem or CheckpointError(f"file checkpoint version {version}: another rank could not "
+                                             "read its file")
         if comm.rank == 0:
-            self._prune(keep_from=version)
+            self._prune(keep_from=version)   # the newer versions go now: they belong to an abandoned future
+        self._saved = [v for v in self._saved if v <= version]
+        self.last_restore = ph.out
+        assert out is not None
         return out
 
     # -- continuing on fewer ranks ---------------------------------------------------------------
@@ -348,12 +517,14 @@ class FileStore(CheckpointStore):
         """Every survivor reads its own file; the file of lost rank ``f`` is read by rank ``f % comm.size``."""
         version = check_version(version)
         lost = check_logical(comm, logical, old_size)
+        self._join_prune()
         me = logical[comm.rank]
         mine = self.read_rank(version, me, old_size) if me is not None else None
         found = {f: self.read_rank(version, f, old_size) for f in lost if f % comm.size == comm.rank}
         comm.Barrier()
         if comm.rank == 0:
             self._prune(keep_from=version)
+        self._saved = []                     # the files of the old layout are not recycled
         return mine, found
 
     # -- restart from scratch ------------------------------------------------------------------

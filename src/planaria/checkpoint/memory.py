@@ -10,10 +10,16 @@ from __future__ import annotations
 import numpy as np
 
 from planaria.checkpoint.store import (
-    KEEP, TAG_DATA, TAG_META, TAG_REBUILD, TAG_RESEED, WARM, BufferPool, CheckpointError, CheckpointStore, Meta,
-    Verdict, all_true, check_fresh, check_logical, check_version, newest, pack, unpack,
+    KEEP, TAG_DATA, TAG_META, TAG_REBUILD, TAG_RESEED, WARM, BufferPool, CheckpointError, CheckpointStore,
+    Completion, Meta, Phases, Verdict, all_true, check_fresh, check_logical, check_version, newest, pack,
+    revoke_quietly, unpack,
 )
 from planaria.comm.base import Comm
+from planaria.comm.errors import FailureError
+
+
+#: what a restore source that lacks the version sends in place of a state
+_NOTHING = np.zeros(0, dtype=np.uint8)
 
 
 def holders(owner: int, n: int, copies: int, distance: int) -> list[int]:
@@ -53,42 +59,71 @@ class MemoryStore(CheckpointStore):
         self._data: dict[int, tuple[int, dict[int, tuple[Meta, np.ndarray]]]] = {}
         self._rank: int | None = None
         self._inflight: list[object] = []   # buffers of an interrupted exchange (kept alive)
+        self._done = Completion()           # the nonblocking barrier that completes the last save
 
     def __repr__(self) -> str:
         return f"MemoryStore(copies={self.copies}, distance={self.distance})"
 
     # -- save ----------------------------------------------------------------------------------
     def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+        """Copy, send it to the holders and take the owners' copies; no closing barrier (``Completion``).
+
+        Every send (the small description, then the data) is posted before this rank waits for
+        anything, so no rank's data waits for its partner's description to arrive first.
+        """
+        try:
+            self._save(comm, version, state)
+        except FailureError:
+            revoke_quietly(comm)                 # partners may be waiting for this rank's messages
+            raise
+
+    def _save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+        ph = Phases()
         version = check_version(version)
         n, r = comm.size, comm.rank
-        # Double buffering: the buffers of the oldest version kept are reused for this one. The
-        # newest complete version stays untouched, so a failure during this save leaves it usable.
+        settled = self._done.settle(comm)        # raises FailureError before anything changed
+        ph.mark("settle")
+        # Double buffering: once the newest version is known complete everywhere, the buffers of
+        # the version before it are reused for this one; the newest stays untouched, so a failure
+        # during this save leaves it usable. Not known complete: keep both, allocate.
         pool = BufferPool()
         self._data = {v: d for v, d in self._data.items() if v < version}
-        while len(self._data) >= KEEP:
+        while settled and len(self._data) >= KEEP:
             old = min(self._data)
             for _, b in self._data.pop(old)[1].values():
                 pool.give(b)
         meta, buf = pack(state, pool=pool)
+        ph.mark("copy")
         dests = holders(r, n, self.copies, self.distance)
         srcs = owners_held_by(r, n, self.copies, self.distance)
         self._inflight = [buf]
-        sends = [comm.isend(meta, d, TAG_META) for d in dests]
-        metas = {s: comm.recv(source=s, tag=TAG_META) for s in srcs}
-        for q in sends:
-            q.Wait()
-        got = {s: pool.take(metas[s].nbytes) for s in srcs}
-        pool.clear()
-        self._inflight.append(got)
-        reqs = [comm.Irecv(got[s], source=s, tag=TAG_DATA) for s in srcs]
+        reqs = [comm.isend(meta, d, TAG_META) for d in dests]
         reqs += [comm.Isend(buf, dest=d, tag=TAG_DATA) for d in dests]
+        metas: dict[int, Meta] = {}
+        got: dict[int, np.ndarray] = {}
+        self._inflight.append(got)
+        for s in srcs:
+            metas[s] = comm.recv(source=s, tag=TAG_META)
+            ph.mark("metadata")                  # mostly: waiting for the owner to arrive
+            got[s] = pool.take(metas[s].nbytes)
+            reqs.append(comm.Irecv(got[s], source=s, tag=TAG_DATA))
+            ph.mark("exchange")
+        pool.clear()
         for q in reqs:
             q.Wait()
-        comm.Barrier()                 # every rank has its copies: the version is complete
+        ph.mark("exchange")
         held = {s: (metas[s], got[s]) for s in srcs}
         held[r] = (meta, buf)
-        self._commit(r, version, n, held)
+        if settled:
+            self._commit(r, version, n, held)
+            self._done.start(comm)               # waited for by the next save
+        else:
+            self._done.start(comm)
+            self._done.finish()                  # complete everywhere before anything is dropped
+            self._commit(r, version, n, held)
         self._inflight = []
+        ph.mark("complete")
+        self.last_save = ph.out
 
     def _commit(self, rank: int, version: int, n: int, held: dict[int, tuple[Meta, np.ndarray]]) -> None:
         self._rank = rank
@@ -155,6 +190,7 @@ class MemoryStore(CheckpointStore):
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
         n, r = comm.size, comm.rank
+        self._done.forget(False)          # a barrier of a save before the failure is never waited for
         sources = self._sources(n, fresh)
         if sources is None:
             raise CheckpointError(f"memory checkpoint version {version} cannot be restored "
@@ -168,17 +204,19 @@ class MemoryStore(CheckpointStore):
         if r in fresh:
             return self._restore_fresh(comm, version, verdict, sources)
         held = self._held(version, r, n)
-        reqs = verdict.tell(0 if held is not None else -1)
-        for f in verdict.fresh:
+        reqs: list[object] = []
+        for f in verdict.fresh:              # the data first, then its description, then the status
             for o in self._standard(f, n):
                 if sources[o] != r:
                     continue
                 if held is None:
+                    reqs.append(comm.Isend(_NOTHING, dest=f, tag=TAG_RESEED))
                     reqs.append(comm.isend((o, None), f, TAG_REBUILD))
                 else:
                     meta, buf = held[o]
-                    reqs.append(comm.isend((o, meta), f, TAG_REBUILD))
                     reqs.append(comm.Isend(buf, dest=f, tag=TAG_RESEED))
+                    reqs.append(comm.isend((o, meta), f, TAG_REBUILD))
+        reqs += verdict.tell(0 if held is not None else -1)
         ok = verdict.outcome()
         out = self._keep(version, r, held, into) if ok and held is not None else None
         for q in reqs:
@@ -193,52 +231,64 @@ class MemoryStore(CheckpointStore):
         """A survivor's side of a restore that went through: drop newer versions, unpack its own state."""
         self._data = {v: d for v, d in self._data.items() if v <= version}
         self._rank = r
+        self._done.settled = True         # every rank holds ``version``: the restore went through
         return unpack(*held[r], into=into)
 
     def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict,
                        sources: dict[int, int]) -> dict[str, np.ndarray]:
-        """A fresh rank: its own state (unpacked at once into warm arrays) and the copies it keeps,
-        taken from whichever source is ready first (sources enter the restore at different times)."""
+        """A fresh rank: its own state (unpacked at once into warm arrays) and the copies it keeps.
+
+        Each source sends, per owner, the data and then its description (a source lacking the
+        version: an empty message and ``None``). The data's size is read from the message itself
+        (a probe), so its receive is posted the moment a source's message shows up, whichever
+        source is ready first (sources enter the restore at different times); the descriptions,
+        sent right behind, are read once the data is in.
+        """
+        from mpi4py import MPI
+        ph = Phases()
         n, r = comm.size, comm.rank
         status, sreqs = verdict.listen()
         self._inflight = [status]
         due: dict[int, list[int]] = {}              # source -> owners it sends, in the order it sends them
         for o in self._standard(r, n):
             due.setdefault(sources[o], []).append(o)
-        heads = {s: comm.irecv_matched(source=s, tag=TAG_REBUILD) for s in due}
+        posted: list[tuple[int, int, np.ndarray, object]] = []     # (source, owner, buffer, receive)
+        self._inflight.append(posted)
+        st = MPI.Status()
+        idle = 0
+        while due:
+            for s in list(due):
+                if idle > 200:                       # nothing for a while: block on one source
+                    comm.Probe(source=s, tag=TAG_RESEED, status=st)
+                elif not comm.Iprobe(source=s, tag=TAG_RESEED, status=st):
+                    continue
+                idle = -1
+                ph.mark("wait")                      # for the source to enter the restore and send
+                buf = WARM.take(st.Get_count(MPI.BYTE))
+                posted.append((s, due[s].pop(0), buf, comm.Irecv(buf, source=s, tag=TAG_RESEED)))
+                ph.mark("receive")                   # the single copy often happens right here
+                if not due[s]:
+                    del due[s]
+            idle += 1
         got: dict[int, tuple[Meta, np.ndarray]] = {}
         out: dict[str, np.ndarray] | None = None
         problem = ""
-        idle = 0
-        while heads:
-            if idle > 1000:                          # nothing for a while: block on one source
-                next(iter(heads.values())).Wait()
-            idle += 1
-            for s in list(heads):
-                done, msg = heads[s].test()
-                if not done:
-                    continue
-                idle = 0
-                o = due[s].pop(0)
-                if due[s]:
-                    heads[s] = comm.irecv_matched(source=s, tag=TAG_REBUILD)
-                else:
-                    del heads[s]
-                o2, meta = msg
-                if meta is None:
-                    problem = problem or f"rank {s} does not hold it"
-                    continue
-                buf = WARM.take(meta.nbytes)
-                self._inflight.append(buf)
-                comm.Recv(buf, source=s, tag=TAG_RESEED)
-                if o2 != o:
-                    problem = problem or f"rank {r} expected the state of rank {o}, got {o2}"
-                    continue
+        for s, o, buf, q in posted:
+            q.Wait()                                 # type: ignore[attr-defined]
+            ph.mark("receive")
+            o2, meta = comm.recv(source=s, tag=TAG_REBUILD)
+            if meta is None:
+                problem = problem or f"rank {s} does not hold it"
+            elif o2 != o or meta.nbytes != buf.size:
+                problem = problem or f"rank {r} expected the state of rank {o}, got {o2}"
+            else:
                 got[o] = (meta, buf)
                 if o == r:
                     out = unpack(meta, buf, pool=WARM)
+                    ph.mark("copy")
         for q in sreqs:
             q.Wait()
+        ph.mark("statuses")                          # every other rank's, sent as it entered the restore
         if not problem and (status < 0).any():
             problem = "not every rank holds it"
         verdict.announce(not problem)
@@ -248,6 +298,9 @@ class MemoryStore(CheckpointStore):
         assert out is not None
         self._data = {}
         self._commit(r, version, n, got)
+        self._done.settled = True
+        ph.mark("verdict")
+        self.last_restore = ph.out
         return out
 
     def footprint(self) -> list[int]:
@@ -293,6 +346,7 @@ class MemoryStore(CheckpointStore):
         """The lowest-ranked survivor holding a copy of a lost rank returns its state (no messages)."""
         version = check_version(version)
         lost = check_logical(comm, logical, old_size)
+        self._done.forget(False)
         inv = self._lost_inventory(comm, logical)
         if version not in self._lost_usable(inv, logical, old_size):
             raise CheckpointError(f"memory checkpoint version {version} cannot rebuild lost rank(s) {lost} "

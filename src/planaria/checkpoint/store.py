@@ -7,6 +7,7 @@ and shape comes back bit-exact (``unpack``). Object arrays cannot be stored.
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
@@ -26,6 +27,27 @@ TAG_REBUILD = 7304
 TAG_RESEED = 7305
 TAG_STATUS = 7306      # restore: a surviving rank tells a fresh rank whether it holds the version
 TAG_DECISION = 7307    # restore: a fresh rank tells the others whether the restore went through
+
+
+class Phases:
+    """Where the time of one save or restore went on this rank: seconds per named step.
+
+    ``mark(name)`` adds the time since the previous mark (or since the start) to ``name``;
+    steps that alternate (receive, XOR, receive...) add up under their names. The stores keep
+    the phases of their last save and last restore (``last_save``, ``last_restore``) for the
+    checkpoint benchmark, which prints them next to the floor's. A few clock reads per call.
+    """
+
+    __slots__ = ("t", "out")
+
+    def __init__(self) -> None:
+        self.t = time.perf_counter()
+        self.out: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.out[name] = self.out.get(name, 0.0) + now - self.t
+        self.t = now
 
 
 @dataclass(frozen=True)
@@ -207,6 +229,114 @@ def unpack(meta: Meta, buf: np.ndarray | memoryview | bytes | bytearray,
     return out
 
 
+#: nonblocking barriers of saves on a communicator given up since (see ``Completion``): never
+#: waited for, tested now and then, and kept referenced until they complete (MPI forbids freeing
+#: an active nonblocking collective's request)
+_ORPHANS: list[object] = []
+
+
+def _test_quietly(req: object) -> bool:
+    """Whether a request has completed (successfully or not) without raising."""
+    from planaria.comm.errors import FailureError
+    try:
+        return bool(req.Test())           # type: ignore[attr-defined]
+    except FailureError:
+        return True                       # completed with an error: nothing left to hold
+    except Exception:                     # noqa: BLE001 - a freed communicator's request, etc.
+        return True
+
+
+class Completion:
+    """When the newest version a store holds is known complete on every rank (memory, XOR).
+
+    A save ends with a nonblocking barrier instead of a blocking one: ``start`` posts it once
+    this rank holds the new version in full, and the save returns. The next save ``settle``s it
+    before it reuses the buffers of the version before: only then are the buffers of that older
+    version dropped. So at every moment some version is held in full by every rank, as with a
+    closing barrier, but no rank waits for the others at the end of its save; the barrier's
+    rounds progress while the application runs (any MPI call progresses them), and a save
+    normally finds it long completed.
+
+    ``settled`` says whether the newest version held is known complete everywhere. A save that
+    finds it False (its barrier was posted on another communicator, and has not completed) takes
+    the safe path: it keeps every version it holds, waits for its own barrier at its end, and only
+    then drops versions beyond ``KEEP``. Every rank posts the same nonblocking barrier at the end
+    of every save, whichever path it takes, so the collectives match on every rank.
+    """
+
+    def __init__(self) -> None:
+        self._req: object | None = None
+        self._comm: object | None = None
+        self.settled = True               # nothing held yet: nothing to protect
+
+    def start(self, comm: Comm) -> object:
+        """Post the barrier that completes the version this rank has just saved."""
+        self.forget(False)
+        self._req = comm.Ibarrier()
+        self._comm = comm
+        return self._req
+
+    def finish(self) -> None:
+        """Wait for the barrier posted by ``start`` (the safe path); raises FailureError."""
+        req, self._req, self._comm = self._req, None, None
+        if req is not None:
+            req.Wait()                    # type: ignore[attr-defined]
+        self.settled = True
+
+    def settle(self, comm: Comm) -> bool:
+        """At the start of a save on ``comm``: whether the newest version held is complete everywhere.
+
+        The barrier of the previous save on the same communicator is waited for (a failure raises
+        ``FailureError``, and the newest version is then not known complete); one posted on
+        another communicator is only tested, never waited for."""
+        _ORPHANS[:] = [q for q in _ORPHANS if not _test_quietly(q)]
+        req, c = self._req, self._comm
+        if req is None:
+            return self.settled
+        self._req = self._comm = None
+        if c is comm:
+            try:
+                req.Wait()                # type: ignore[attr-defined]
+            except BaseException:
+                self.settled = False
+                raise
+            self.settled = True
+        else:
+            self.settled = self._drop(req)
+        return self.settled
+
+    def forget(self, settled: bool) -> None:
+        """Give up the pending barrier (a restore on a repaired communicator) and set ``settled``."""
+        if self._req is not None:
+            self._drop(self._req)
+        self._req = self._comm = None
+        self.settled = settled
+
+    @staticmethod
+    def _drop(req: object) -> bool:
+        """Whether ``req`` completed without error; if it is still active, keep it among the orphans."""
+        from planaria.comm.errors import FailureError
+        try:
+            if req.Test():                # type: ignore[attr-defined]
+                return True
+        except FailureError:
+            return False
+        except Exception:                 # noqa: BLE001
+            return False
+        _ORPHANS.append(req)
+        return False
+
+
+def revoke_quietly(comm: Comm) -> None:
+    """Revoke ``comm``, ignoring errors: a store's exchange interrupted by a failure must not leave
+    other ranks waiting in it for messages that will never come (a rank whose save raised sends
+    nothing more); the caller repairs the communicator, as after any failure."""
+    try:
+        comm.revoke()
+    except Exception:                     # noqa: BLE001 - already revoked, or gone
+        pass
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be saved or restored (not a process failure: those raise FailureError)."""
 
@@ -226,6 +356,9 @@ class CheckpointStore(ABC):
     name: str = "?"
     #: lower is faster to restore from (MultiLevel tries the fastest level first)
     speed_rank: int = 9
+    #: seconds per step of this rank's last save and last restore (``Phases``; for benchmarks)
+    last_save: dict[str, float] = {}
+    last_restore: dict[str, float] = {}
 
     @abstractmethod
     def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
@@ -261,9 +394,8 @@ class CheckpointStore(ABC):
         from partners, parity or files. Survivors also re-seed the redundancy the fresh ranks
         held, so a later failure is survivable again. Versions newer than ``version`` are
         dropped (they belong to a future that did not happen). ``into``: this rank's current
-        state; the in-memory stores overwrite in place, and return, the arrays that match the
-        checkpoint (name, dtype, shape; see ``unpack``); the file store returns views of the
-        buffer it read and ignores it.
+        state; the stores overwrite in place, and return, the arrays that match the checkpoint
+        (name, dtype, shape; see ``unpack``; the file store reads into them only when all match).
         """
 
 
@@ -402,5 +534,19 @@ class Verdict:
         buf = np.array([1 if ok else 0], dtype=np.int64)
         self._bufs.append(buf)
         reqs = [self.comm.Isend(buf, dest=x, tag=TAG_DECISION) for x in self.others]
-        for q in reqs:
-            q.Wait()
+        wait_sends(reqs)
+
+
+def wait_sends(reqs: list[object]) -> None:
+    """Wait for send requests: one ``Testall`` when they are all done already (small sends
+    normally are), else each request's own (failure-safe) ``Wait``. Not for receives: a receive
+    completed by ``Testall`` skips the message log's count."""
+    from mpi4py import MPI
+    try:
+        if MPI.Request.Testall(reqs):             # type: ignore[arg-type]
+            return
+    except MPI.Exception:
+        pass                                      # the failure is raised by the request's own Wait
+    for q in reqs:
+        if q:
+            q.Wait()                              # type: ignore[attr-defined]

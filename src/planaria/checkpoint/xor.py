@@ -24,10 +24,12 @@ from __future__ import annotations
 import numpy as np
 
 from planaria.checkpoint.store import (
-    KEEP, TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, WARM, BufferPool, CheckpointError, CheckpointStore, Meta,
-    Verdict, all_true, check_fresh, check_logical, check_version, describe, newest, pack, unpack,
+    KEEP, TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, WARM, BufferPool, CheckpointError, CheckpointStore,
+    Completion, Meta, Phases, Verdict, all_true, check_fresh, check_logical, check_version, describe, newest,
+    pack, revoke_quietly, unpack,
 )
 from planaria.comm.base import Comm
+from planaria.comm.errors import FailureError
 
 _ALIGN = 8
 
@@ -86,20 +88,39 @@ class XorStore(CheckpointStore):
         self._data: dict[int, _Entry] = {}
         self._inflight: list[object] = []
         self._me = 0                     # this rank's position in its group (at the last save/restore)
+        self._scratch: list[np.ndarray] = []   # receive buffers of a save's chunks, kept from save to save
+        self._done = Completion()        # the nonblocking barrier that completes the last save
 
     def __repr__(self) -> str:
         return f"XorStore(group_size={self.group_size})"
 
     # -- save ----------------------------------------------------------------------------------
     def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+        """Descriptions to the group, then the chunks: each member's parity is XORed as they arrive.
+
+        No closing barrier: the version is completed by a nonblocking barrier the next save
+        waits for (``Completion``), as in ``MemoryStore``.
+        """
+        try:
+            self._save(comm, version, state)
+        except FailureError:
+            revoke_quietly(comm)                 # partners may be waiting for this rank's messages
+            raise
+
+    def _save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+        ph = Phases()
         version = check_version(version)
         n, r = comm.size, comm.rank
         g = group_of(r, n, self.group_size)
         m = len(g)
+        settled = self._done.settle(comm)        # raises FailureError before anything changed
+        ph.mark("settle")
         if m < 2:               # a job of one rank: nothing to protect against
             meta, buf = pack(state)
-            comm.Barrier()
             self._commit(version, _Entry(n, [meta], buf, np.zeros(0, np.uint8), 0))
+            self._done.start(comm)
+            if not settled:
+                self._done.finish()
             return
         me = self._me = g.index(r)
         others = [x for x in g if x != r]
@@ -108,34 +129,52 @@ class XorStore(CheckpointStore):
         metas = [pack_meta if x == r else comm.recv(source=x, tag=TAG_META) for x in g]
         for q in sends:
             q.Wait()
+        ph.mark("metadata")
         c = chunk_len(max(mt.nbytes for mt in metas), m)
-        # Double buffering: reuse the buffers of the oldest version kept (the newest complete
-        # version stays untouched, so a failure during this save leaves it usable).
+        # Double buffering: once the newest version is known complete everywhere, the buffers of
+        # the version before it are reused (the newest stays untouched, so a failure during this
+        # save leaves it usable); not known complete: keep both, allocate.
         pool = BufferPool()
         self._data = {v: e for v, e in self._data.items() if v < version}
-        while len(self._data) >= KEEP:
+        while settled and len(self._data) >= KEEP:
             e = self._data.pop(min(self._data))
             pool.give(e.buf)
             pool.give(e.parity)
         _, buf = pack(state, extra=(m - 1) * c - pack_meta.nbytes, pool=pool)
         parity = pool.take(c)
-        parity[:] = 0
-        tmp = {x: np.empty(c, dtype=np.uint8) for x in others}
         pool.clear()
-        self._inflight = [buf, tmp]
-        recvs = {x: comm.Irecv(tmp[x], source=x, tag=TAG_PARITY) for x in others}
+        # the first member's chunk lands in the parity buffer itself, the others' in scratch
+        # buffers this store keeps from save to save (no new memory to fault in)
+        if len(self._scratch) != m - 2 or any(b.size != c for b in self._scratch):
+            self._scratch = [np.empty(c, dtype=np.uint8) for _ in range(m - 2)]
+        ph.mark("copy")
+        self._inflight = [buf, parity, self._scratch]
+        into = [parity] + self._scratch
+        recvs = [comm.Irecv(into[k], source=x, tag=TAG_PARITY) for k, x in enumerate(others)]
         sends = []
         for x in others:
             s = _slot(me, g.index(x))
             sends.append(comm.Isend(buf[s * c:(s + 1) * c], dest=x, tag=TAG_PARITY))
-        for x in others:
-            recvs[x].Wait()
-            _xor_into(parity, tmp[x])
+        for k, q in enumerate(recvs):
+            q.Wait()
+            ph.mark("exchange")
+            if k:
+                _xor_into(parity, into[k])
+                ph.mark("xor")
         for q in sends:
             q.Wait()
-        comm.Barrier()                 # every rank has its parity: the version is complete
-        self._commit(version, _Entry(n, metas, buf, parity, c))
+        ph.mark("exchange")
+        entry = _Entry(n, metas, buf, parity, c)
+        if settled:
+            self._commit(version, entry)
+            self._done.start(comm)               # waited for by the next save
+        else:
+            self._done.start(comm)
+            self._done.finish()                  # complete everywhere before anything is dropped
+            self._commit(version, entry)
         self._inflight = []
+        ph.mark("complete")
+        self.last_save = ph.out
 
     def _commit(self, version: int, entry: _Entry) -> None:
         self._data = {v: e for v, e in self._data.items() if v < version}
@@ -183,6 +222,7 @@ class XorStore(CheckpointStore):
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
         n, r = comm.size, comm.rank
+        self._done.forget(False)          # a barrier of a save before the failure is never waited for
         if not self._restorable_groups(n, fresh):
             raise CheckpointError(f"xor checkpoint version {version} cannot be restored "
                                   f"with fresh ranks {sorted(fresh)}")
@@ -224,10 +264,12 @@ class XorStore(CheckpointStore):
         self._data = {v: x for v, x in self._data.items() if v <= version}
         g = group_of(r, n, self.group_size)
         self._me = g.index(r)
+        self._done.settled = True         # every rank holds ``version``: the restore went through
         return unpack(e.metas[self._me], e.buf, into=into)
 
     def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict) -> dict[str, np.ndarray]:
         """A fresh rank: each survivor's m chunks into place, XORed together (data and parity)."""
+        ph = Phases()
         n, r = comm.size, comm.rank
         g = group_of(r, n, self.group_size)
         m = len(g)
@@ -235,40 +277,61 @@ class XorStore(CheckpointStore):
         status, sreqs = verdict.listen()
         self._inflight = [status]
         pos = {x: i for i, x in enumerate(verdict.others)}
-        for x in survivors:                    # a member's status says whether (and what size) it sends
-            sreqs[pos[x]].Wait()
-        cs = {x: int(status[pos[x]]) for x in survivors}
+        # a member's status says whether (and what chunk size) it sends: its chunks' receives are
+        # posted as soon as it is in, whichever member enters the restore first
+        cs: dict[int, int] = {}
+        bufs: dict[int, np.ndarray] = {}
+        reqs: list[tuple[int, list[object]]] = []
+        self._inflight.append(bufs)
+        waiting, idle = list(survivors), 0
+        while waiting:
+            for x in list(waiting):
+                q = sreqs[pos[x]]
+                if idle > 200:                   # nothing for a while: block on one member
+                    q.Wait()
+                elif not q.Test():
+                    continue
+                idle = -1
+                waiting.remove(x)
+                ph.mark("wait")                  # for the member to enter the restore
+                c = cs[x] = int(status[pos[x]])
+                if c >= 0:
+                    bufs[x] = WARM.take(m * c)
+                    reqs.append((x, [comm.Irecv(bufs[x][k * c:(k + 1) * c], source=x, tag=TAG_RESEED)
+                                     for k in range(m)]))
+                    ph.mark("receive")
+            idle += 1
         problem = ""
         hdr = None
         if cs[survivors[0]] >= 0:
             hdr = comm.recv(source=survivors[0], tag=TAG_REBUILD)
-        senders = [x for x in survivors if cs[x] >= 0]
-        if len(senders) < len(survivors):
+        if len(reqs) < len(survivors):
             problem = "a member of its group does not hold it"
         elif len(set(cs.values())) != 1 or hdr is None or hdr[0] != version or hdr[3] != cs[survivors[0]]:
             problem = f"the members of its group disagree on it ({cs}, {hdr and hdr[0]})"
-        bufs = {x: WARM.take(m * cs[x]) for x in senders}
-        self._inflight.append(bufs)
-        reqs = [(x, [comm.Irecv(bufs[x][q * cs[x]:(q + 1) * cs[x]], source=x, tag=TAG_RESEED)
-                     for q in range(m)]) for x in senders]
+        ph.mark("header")
         acc = None
         for x, rs in reqs:
             for req in rs:
-                req.Wait()
+                req.Wait()                       # type: ignore[attr-defined]
+            ph.mark("receive")
             if problem:
                 continue
             if acc is None:
                 acc = bufs.pop(x)
             else:
                 _xor_into(acc, bufs.pop(x))
+                ph.mark("xor")
         out, entry = None, None
         if not problem:
             assert acc is not None and hdr is not None
             _, n_saved, metas, c = hdr
             entry = _Entry(n_saved, metas, acc[:(m - 1) * c], acc[(m - 1) * c:], c)
             out = unpack(metas[g.index(r)], entry.buf, pool=WARM)
+            ph.mark("copy")
         for q in sreqs:
             q.Wait()
+        ph.mark("statuses")                          # every other rank's, sent as it entered the restore
         if not problem and (status < 0).any():
             problem = "not every rank holds it"
         verdict.announce(not problem)
@@ -279,6 +342,9 @@ class XorStore(CheckpointStore):
         self._data = {}
         self._commit(version, entry)
         self._me = g.index(r)
+        self._done.settled = True
+        ph.mark("verdict")
+        self.last_restore = ph.out
         return out
 
     def footprint(self) -> list[int]:
@@ -337,6 +403,7 @@ class XorStore(CheckpointStore):
         """A lost member's state is XORed together on the lowest surviving member of its group."""
         version = check_version(version)
         lost = check_logical(comm, logical, old_size)
+        self._done.forget(False)
         if version not in self._lost_usable(self._lost_inventory(comm, logical), logical, old_size):
             raise CheckpointError(f"xor checkpoint version {version} cannot rebuild lost rank(s) {lost} "
                                   f"of {old_size}")

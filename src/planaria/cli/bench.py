@@ -78,16 +78,17 @@ def checkpoint(
     sizes: str = typer.Option("2,32,256", "--sizes", help="State size per rank in MB, comma-separated."),
     stores: str = typer.Option("memory,xor,file", "--stores", help="Stores, comma-separated: memory, xor, file."),
     backend: str = typer.Option("ulfm", "--backend", help="ulfm (mpiexec --with-ft ulfm) or sim."),
-    reps: int = typer.Option(3, "--reps", help="Timed saves and restores per store and size (median reported)."),
+    reps: int = typer.Option(3, "--reps", help="Timed rounds of saves and restores (and their floors) per store and size; medians."),
     warmup: int = typer.Option(2, "--warmup", help="Untimed first saves per store and size (first touch of new memory)."),
     timeout: float = typer.Option(3600.0, "--timeout", help="Seconds allowed for the job."),
     cold: bool = typer.Option(False, "--cold", help="Restore into new memory everywhere (no warm spare "
                               "buffers, survivors allocate); default: as under Resilient."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Checkpoint save time, and restore time of a rank that lost its state, per store and size, next to memcpy.
+    """Checkpoint save, and restore of a rank that lost its state, per store and size, each next to its
+    floor (the data movement the store's design requires, in plain MPI and os calls, same job).
 
-    Example: planaria bench checkpoint --ranks 8 --sizes 2,32,256
+    Example: planaria bench checkpoint --ranks 8 --sizes 2,32,256 --reps 5
     """
     from planaria.bench import checkpoint as cb
     from planaria.bench._launch import run_and_show

@@ -4,7 +4,10 @@ World ranks 0..N-1 work, the last S ranks are spares that hold nothing. The work
 communicator (logical rank = position) is built from the world with ``reorder``. After a
 victim fail-stops, every survivor (spares included) revokes and shrinks the world; a spare
 takes the dead rank's logical place in a reordered communicator and is ``fresh``; the store
-must bring back every rank's state bit-exact. Every rank that checks out prints ``OK CASE <world rank>``.
+must bring back every rank's state bit-exact. In the ``_midsave`` cases the victim dies instead
+of saving version 3 while the others save it (some finish, some raise): version 2 must be
+restorable everywhere, and saving and rolling back work on the repaired communicator after.
+Every rank that checks out prints ``OK CASE <world rank>``.
 """
 from __future__ import annotations
 
@@ -122,6 +125,8 @@ CASES = {
     "xor_two": (6, 2, [[0, 2]]),           # two in one group: xor cannot; restorable None
     "file": (4, 1, [[3]]),
     "multi": (6, 2, [[0, 2]]),             # xor every version cannot; file (every 2nd) brings back version 2
+    "memory_midsave": (5, 1, [[2]]),       # 2 dies instead of saving 3: 1 and 3, its partners, raise
+    "xor_midsave": (6, 1, [[1]]),          # 1 dies instead of saving 3: its group raises, the other saves 3
 }
 
 
@@ -139,6 +144,17 @@ def main() -> None:
         for v in saved:
             store.save(working, v, state_for(v, working.rank))
         check(store.versions() >= {saved[-1]} or CASE == "multi", f"versions {store.versions()}")
+        if CASE.endswith("_midsave"):
+            try:
+                WORLD.Barrier()        # every rank holds version 2 in full before the victim dies
+            except pl.FailureError:
+                pass                   # the victim died before this rank left the barrier
+            if working.rank in rounds[0]:
+                pl.fail_stop("checkpoint test victim, instead of saving version 3")
+            try:
+                store.save(working, 3, state_for(3, working.rank))
+            except pl.FailureError:
+                pass                   # a partner of the victim (which then revoked the communicator)
     try:
         world.Barrier()
     except pl.FailureError:
@@ -176,6 +192,13 @@ def restore_round(store, working: pl.Comm, rnd: int, fresh: set[int], n: int) ->
         return
     st = store.restore(working, want, fresh)
     check(same(st, state_for(want, working.rank)), f"round {rnd}: state of logical {working.rank} differs")
+    if CASE.endswith("_midsave"):
+        # a save on the repaired communicator (the barrier of the interrupted save is never waited
+        # for), then a roll-back to it
+        store.save(working, 3, state_for(3, working.rank))
+        check(store.versions() == {2, 3}, f"versions {store.versions()} after saving 3 again")
+        st = store.restore(working, 3, set())
+        check(same(st, state_for(3, working.rank)), f"state of logical {working.rank} at version 3 differs")
     if CASE == "multi":
         # the xor level was re-seeded from the file version: it alone can now survive one loss per group
         check(store.levels[0][0].restorable(working, {1}) == want, "xor level re-seeded")
