@@ -533,7 +533,7 @@ class FileStore(CheckpointStore):
                         verify: bool = True) -> int | None:
         """The newest version under ``directory`` whose manifest and rank files check out (no MPI).
 
-        ``verify`` hashes every rank file (sha256 against the manifest); without it only
+        ``verify`` checksums every rank file (CRC-32, or the SHA-256 of older manifests); without it only
         presence and sizes are checked. ``nranks``: only versions written by that many ranks.
         """
         d = Path(directory)
