@@ -102,10 +102,11 @@ def test_bench_checkpoint_tiny() -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("backend", ["ulfm", "sim"])
-def test_bench_recovery_tiny(backend: str) -> None:
-    out = _invoke(["recovery", "--ranks", "3", "--spares", "1", "--mb", "0.25", "--store", "memory",
-                   "--repeat", "1", "--backend", backend, "--every", "2", "--kill-step", "3", "--steps", "6",
+@pytest.mark.parametrize("backend, store", [("ulfm", "memory"), ("sim", "memory"), ("ulfm", "file")])
+def test_bench_recovery_tiny(backend: str, store: str) -> None:
+    # 10 steps: the file store has deleted the version it restored (2) by the time the floor is measured
+    out = _invoke(["recovery", "--ranks", "3", "--spares", "1", "--mb", "0.25", "--store", store,
+                   "--repeat", "1", "--backend", backend, "--every", "2", "--kill-step", "3", "--steps", "10",
                    "--json"])
     assert out["benchmark"] == "recovery" and out["processes"] == 4
     assert out["all_ok"] and out["replaced"]
@@ -119,6 +120,7 @@ def test_bench_recovery_tiny(backend: str) -> None:
         assert s[k] > 0, (k, s)
     assert s["kill_to_resumed_ms_max"] >= s["kill_to_resumed_ms_median"]
     assert isinstance(out["goal"]["met"], bool)
+    assert job["restore_floor_ms"] > 0 and job["goal"]["limit_ms"] > job["detect_survivors_ms_max"]
 
 
 @pytest.mark.timeout(120)

@@ -177,7 +177,7 @@ def _restore_floor(comm: Any, res: Any, args: argparse.Namespace, nbytes: int) -
     """The least a restore of the lost rank must take, measured here with the same bytes (median
     of 5, slowest side, after one untimed round): memory and XOR stores, one message of the state
     from a survivor to the rank that took the lost one's place, into a buffer it has touched
-    before (a spare keeps its restore buffers warm); file store, reading the lost rank's checkpoint
+    before (a spare keeps its restore buffers warm); file store, reading the lost rank's newest checkpoint
     file into such a buffer (from the page cache, as the restore after this run's save does).
     Collective over ``comm``; the value on rank 0."""
     import numpy as np
@@ -189,7 +189,8 @@ def _restore_floor(comm: Any, res: Any, args: argparse.Namespace, nbytes: int) -
     path = None
     if args.store == "file":
         from planaria.checkpoint.file import rank_file_name, vdir_name
-        v = res.recoveries[0].version if res.recoveries else None
+        kept = res.store.versions()      # the version restored may be deleted by now: the newest kept
+        v = max(kept) if kept else None
         path = os.path.join(res.store.directory, vdir_name(v), rank_file_name(args.victim)) if v is not None else None
     for i in range(6):
         comm.Barrier()

@@ -142,7 +142,9 @@ class Resilient:
         self.resumed_from: int | None = None
         self.on_exhausted = on_exhausted
         self.warm_spares = bool(warm_spares)
-        self._waker = spare_waker() if self.world.rank >= self.world.size - self.spares else None
+        nwork = self.world.size - self.spares
+        logical = self.world.rank if self.world.rank < nwork else None
+        self._waker = spare_waker() if logical is None else None
         if spare_poll is None:
             spare_poll = SPARE_BACKSTOP if self._waker is not None else SPARE_POLL
         if not 0 < spare_poll <= 1:
@@ -151,8 +153,6 @@ class Resilient:
         self.spare_wakes = 0           # on a spare: how often the working ranks woke it
         self._fp_sent: list[int] | None = None        # footprint this rank last told the spares
         self._footprints: dict[int, list[int]] = {}   # on a spare: logical rank -> its footprint
-        nwork = self.world.size - self.spares
-        logical = self.world.rank if self.world.rank < nwork else None
         self._lay = _Layout(self.world, logical, nwork)
         self.role = "initial" if logical is not None else "spare"
         if logical is None:
