@@ -1,4 +1,4 @@
-"""Paper 003, listing 3: a real used as an int. set_real fixes the type of x to float;
+"""[Vlasenko 2022], listing 3: a real used as an int. set_real fixes the type of x to float;
 print_int declares an int parameter, so its CF fails with a type mismatch naming both places.
 
     python examples/fragments/real_as_int.py --trace-dir /tmp/t3 && planaria trace analyze /tmp/t3

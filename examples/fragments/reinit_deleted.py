@@ -1,4 +1,4 @@
-"""Paper 003, listing 2: re-initialization of a deleted DF. print_(x) carries the recommendation
+"""[Vlasenko 2022], listing 2: re-initialization of a deleted DF. print_(x) carries the recommendation
 "delete x afterwards"; wait_and_set(x, 1, 0.3) then assigns x again. The runtime no longer knows x,
 so it does not notice; the trace analyzer lists x as initialized twice, with both writers.
 

@@ -1,4 +1,4 @@
-"""Paper 003, listing 1: uninitialized vector elements. vec_init(y, size - 2, 2) sets only y[0..7],
+"""[Vlasenko 2022], listing 1: uninitialized vector elements. vec_init(y, size - 2, 2) sets only y[0..7],
 so the two CFs of vec_sum that need y[8] and y[9] never run and the program hangs.
 
     python examples/fragments/uninit_vector.py --trace-dir /tmp/t1 && planaria trace analyze /tmp/t1

@@ -1,4 +1,4 @@
-"""N-ABFT: algorithm-based fault tolerance for row-partitioned neighbourhood analysis (paper 002).
+"""N-ABFT: algorithm-based fault tolerance for row-partitioned neighbourhood analysis ([Song 2013]).
 
 A pure model, numpy and the standard library only, with no MPI. A DEM of H rows is cut
 into N contiguous row blocks. Each worker also computes one extra output row, the first

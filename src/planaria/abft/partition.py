@@ -1,4 +1,4 @@
-"""Row partition of a DEM with the N-ABFT redundant rows (paper 002, Definition 4, Properties 1-2).
+"""Row partition of a DEM with the N-ABFT redundant rows ([Song 2013], Definition 4, Properties 1-2).
 
 For an M x M window (M odd) an output row r needs input rows r-h .. r+h with
 h = (M-1)//2. Definition 4 adds NRow = h + 1 rows below every block: h rows of halo, so the

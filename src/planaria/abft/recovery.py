@@ -1,4 +1,4 @@
-"""Algorithm 2 (task recovery) as a pure planner, and the primary/replica masters (paper 002).
+"""Algorithm 2 (task recovery) as a pure planner, and the primary/replica masters ([Song 2013]).
 
 Statuses are per *block*. Block b starts on worker b, and after a reassignment the status
 of block b refers to whoever holds it. ``plan`` maps the statuses to actions:

@@ -1,4 +1,4 @@
-"""N-ABFT on real MPI ranks (paper 002, sections 1-2): two masters verify N row-block workers.
+"""N-ABFT on real MPI ranks ([Song 2013], sections 1-2): two masters verify N row-block workers.
 
 Run with N+2 ranks::
 

@@ -1,4 +1,4 @@
-"""Verification set, comparison, fault location and timeouts (paper 002, Definitions 5-7, Algorithm 1).
+"""Verification set, comparison, fault location and timeouts ([Song 2013], Definitions 5-7, Algorithm 1).
 
 Status codes (the paper's f): UNRECOVERABLE = 0, TRANSIENT = 1, CORRECT = 10.
 

@@ -1,4 +1,4 @@
-"""``planaria abft slope|cutdepth``: N-ABFT terrain analysis on N workers and two masters (paper 002).
+"""``planaria abft slope|cutdepth``: N-ABFT terrain analysis on N workers and two masters ([Song 2013]).
 
 Runs :mod:`planaria.abft.runtime` with N+2 ranks under ``planaria run`` (failures are tracked
 in the job directory as for any job), then prints the report. The report is also kept as

@@ -23,7 +23,7 @@ def diagnose(
     """Tell why a job hangs or failed: who waits on whom, what the root-cause ranks do, and where.
 
     On a running job (started by 'planaria run') every rank's state is collected through a
-    k-ary tree of rank agents with per-hop timeouts (paper 000, section 2.3): the MPI
+    k-ary tree of rank agents with per-hop timeouts ([Gao 2024], section 2.3): the MPI
     operation it is blocked in, peer and tag, collective sequence numbers per communicator,
     and every thread's Python stack, sampled a few times. The state file and the report are
     written to the job directory (diag-N.state, diag-N.json, diag-N.txt). The analysis

@@ -1,4 +1,4 @@
-"""Per-process message log for run-time fault localization (paper 000 §2.2 and §2.3).
+"""Per-process message log for run-time fault localization ([Gao 2024] §2.2 and §2.3).
 
 When detection is on, the communicators of the process are *recorded*: their own methods
 (``comm/base.py``, the ``ulfm`` and ``sim`` backends) keep, behind one test of ``_ml_on``,

@@ -1,4 +1,4 @@
-"""Simulated process failures with ULFM semantics on any MPI-3 library (paper 001).
+"""Simulated process failures with ULFM semantics on any MPI-3 library ([Bondarenko 2015]).
 
 Each process carries an alive/failed attribute. A process that "fails" stops running
 application code but stays inside MPI as a *zombie* until the job ends: it announces its

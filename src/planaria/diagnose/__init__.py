@@ -1,1 +1,1 @@
-"""Global state collection, offline diagnosis and the stack-sampling hang filter (paper 000 §2.3, §2.4)."""
+"""Global state collection, offline diagnosis and the stack-sampling hang filter ([Gao 2024] §2.3, §2.4)."""

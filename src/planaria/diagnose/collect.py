@@ -1,4 +1,4 @@
-"""Online state collection through a k-ary tree of rank agents (paper 000 §2.3, "online" half).
+"""Online state collection through a k-ary tree of rank agents ([Gao 2024] §2.3, "online" half).
 
 The collection root (the job controller) splits the ranks into ``k`` contiguous chunks and
 asks the first rank of each chunk for the state of its whole chunk; that rank's agent does

@@ -1,4 +1,4 @@
-"""Stack-sampling hang filter (paper 000, section 2.4): sample every thread's stack s times, keep the
+"""Stack-sampling hang filter ([Gao 2024], section 2.4): sample every thread's stack s times, keep the
 threads whose stack never changed, and group them by that stack; the small classes are the abnormal ones.
 
 Input layout. ``samples`` holds one stack id per thread and sampling round: either a 2-D integer array of

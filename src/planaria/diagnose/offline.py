@@ -1,4 +1,4 @@
-"""Offline analysis of a state file (paper 000 §2.3): names the ranks and call sites a hung job waits on.
+"""Offline analysis of a state file ([Gao 2024] §2.3): names the ranks and call sites a hung job waits on.
 
 Steps as the paper: (1) merge and sort by rank; (2) classify per communicator (collective waits, p2p waits,
 computing); (3) count check: ranks with no state are dead or unreachable, grouped by host; (4) collective

@@ -1,4 +1,4 @@
-"""State files of global aggregated diagnosis (paper 000 §2.3): the schema as code, atomic write, validated read.
+"""State files of global aggregated diagnosis ([Gao 2024] §2.3): the schema as code, atomic write, validated read.
 
 A state file (suffix ``.state``) is one msgpack map as described in docs/diagnose.md, ``"format": "planaria-state/1"``:
 ``job, t, size, hosts (optional), stacks, ranks, missing, collect``, plus ``comms`` (optional): the

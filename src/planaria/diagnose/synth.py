@@ -1,4 +1,4 @@
-"""Synthetic state files of hung jobs (paper 000 §3.3: one known-faulty node in a big job) for tests and benchmarks.
+"""Synthetic state files of hung jobs ([Gao 2024] §3.3: one known-faulty node in a big job) for tests and benchmarks.
 
 Every rank has a main thread and an agent thread (5-10 frame stacks), counters for four communicators
 ("world", its dup "world.d1", the per-local-index split "world.s2c<l>" and the per-node split

@@ -1,4 +1,4 @@
-"""Fragmented programs (paper 003): code fragments, single-assignment data fragments, an executor over ranks.
+"""Fragmented programs ([Vlasenko 2022]): code fragments, single-assignment data fragments, an executor over ranks.
 
 Example (``prog.py``, run with ``planaria run -n 4 -- python prog.py``)::
 

@@ -1,4 +1,4 @@
-"""Centralized dynamic load balancer (paper 003 §6): the load model and the balancing plan (pure).
+"""Centralized dynamic load balancer ([Vlasenko 2022] §6): the load model and the balancing plan (pure).
 
 The balancer rank hears "ready" (CF id, code-block group, input size) and "done" (CF id,
 group, duration) from the workers. A CF's weight is the mean duration of the finished CFs of its

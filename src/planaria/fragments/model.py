@@ -1,4 +1,4 @@
-"""The fragmented-program model (paper 003 §1): code fragments, single-assignment data fragments, CF specs.
+"""The fragmented-program model ([Vlasenko 2022] §1): code fragments, single-assignment data fragments, CF specs.
 
 A *code fragment* is a Python function decorated with :func:`atomic` (runs as a unit) or
 :func:`sub` (structured: declares DFs and spawns CFs, loops included). Calling a code

@@ -1,4 +1,4 @@
-"""Termination and hang detection (paper 003 §3): a counter token travels a ring of worker ranks.
+"""Termination and hang detection ([Vlasenko 2022] §3): a counter token travels a ring of worker ranks.
 
 A rank passes the token only when it has no work: no CF running and none ready. CFs waiting
 for input DFs count as idle, so a program whose remaining CFs all wait for data stops too --

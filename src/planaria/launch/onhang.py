@@ -1,6 +1,6 @@
 """The launcher's console side of run-time detection: one line per incident, and ``--on-hang``.
 
-The ranks' localization services report incidents (one root cause each, paper 000) to the
+The ranks' localization services report incidents (one root cause each, [Gao 2024]) to the
 controller while the job runs. ``IncidentWatch`` turns the feed into the lines ``planaria run``
 prints at once, and decides what a hang or deadlock does to the job:
 

@@ -1,4 +1,4 @@
-"""Runtime fault localization (paper 000, section 2.2): error records, responsible ranks, rule base.
+"""Runtime fault localization ([Gao 2024], section 2.2): error records, responsible ranks, rule base.
 
 A rank that sees an error (a message or collective timeout, a failed peer, an I/O
 error) builds an :class:`ErrorRecord` (the 5-tuple <src, dst, time, type, status>)

@@ -1,4 +1,4 @@
-"""Record I/O errors the application meets, for the rule "repeated I/O errors on one node" (paper 000 §2.2).
+"""Record I/O errors the application meets, for the rule "repeated I/O errors on one node" ([Gao 2024] §2.2).
 
 Wraps ``open`` (builtins, ``io``) and ``os.open``: an ``OSError`` whose errno says the device or
 file system failed (EIO, ENOSPC, EROFS, EDQUOT, ESTALE, ENXIO) is appended to the message log's

@@ -6,7 +6,7 @@ it receives to :meth:`RuleBase.submit` and every probe result to
 The module is pure (no MPI, no clock): every time is passed in, so the same inputs
 always give the same answers.
 
-Flow (paper 000, section 2.2)
+Flow ([Gao 2024], section 2.2)
 -----------------------------
 1. A rank detects an error, pings the suspect, and sends an :class:`ErrorRecord` to
    the suspect's responsible rank.

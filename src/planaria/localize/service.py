@@ -1,4 +1,4 @@
-"""The per-rank localization service (paper 000 §2.2): timers, probes, responsible ranks, incidents.
+"""The per-rank localization service ([Gao 2024] §2.2): timers, probes, responsible ranks, incidents.
 
 A daemon thread beside the application thread. Every tick (``Thresholds.tick``: 1 s with the
 default thresholds, shorter for short ones, at the same wall-clock instants in every rank;

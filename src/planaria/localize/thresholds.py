@@ -1,4 +1,4 @@
-"""Message timer thresholds by kind of operation and communication distance (paper 000 §2.2).
+"""Message timer thresholds by kind of operation and communication distance ([Gao 2024] §2.2).
 
 A point-to-point wait times out after ``p2p`` seconds when the peer is on the same host and
 ``p2p * remote`` when it is not; a collective after ``coll * (1 + log2(size) / 8)`` (deeper

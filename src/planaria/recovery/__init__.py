@@ -1,1 +1,1 @@
-"""Recovery: spares, roles, logical-rank substitution (paper 001)."""
+"""Recovery: spares, roles, logical-rank substitution ([Bondarenko 2015])."""

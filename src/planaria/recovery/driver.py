@@ -1,4 +1,4 @@
-"""Recovery driver: working and spare processes around a user's step loop (paper 001).
+"""Recovery driver: working and spare processes around a user's step loop ([Bondarenko 2015]).
 
 The world is split into N working ranks (logical ranks 0..N-1, the communicator the
 application uses) and K spares that wait cheaply. On a failure every living process

@@ -1,4 +1,4 @@
-"""Post-mortem analysis of fragmented-program traces (paper 003 §5, the ``luna_trace`` utility).
+"""Post-mortem analysis of fragmented-program traces ([Vlasenko 2022] §5, the ``luna_trace`` utility).
 
 From the merged per-rank records: hung CFs (never finished) with expression, file:line and
 call history; the DFs each awaits, as index ranges with local and declared names; where the
