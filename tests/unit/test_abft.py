@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from planaria.abft.partition import (
     block_sizes, halo, input_rows, nrow, partition, property1_rows, verification_shape,
 )
-from planaria.abft.recovery import (
+from planaria.abft.taskrecovery import (
     MasterState, NoLiveWorkerError, cross_check, finish, mark_verified, plan,
 )
 from planaria.abft.verify import (
@@ -350,7 +350,7 @@ def test_verification_rows_equals_verification_set():
 
 @pytest.mark.parametrize("worker,row", [(2, 0), (1, -1), (0, -1), (3, 0)])
 def test_abft_verdict_flags_the_worker_of_a_flipped_covered_row(worker, row):
-    from planaria.abft.runtime import abft_verdict, flip_bit
+    from planaria.abft.masterworker import abft_verdict, flip_bit
     z = np.random.default_rng(4).normal(0, 5, (44, 17)).cumsum(axis=1)
     blocks, outs, referee = _outputs(z, 4, "cutdepth")
     firsts = lambda: [o[0] for o in outs]  # noqa: E731
@@ -365,7 +365,7 @@ def test_abft_verdict_flags_the_worker_of_a_flipped_covered_row(worker, row):
 
 
 def test_duplicate_verdict():
-    from planaria.abft.runtime import duplicate_verdict, initial_owner
+    from planaria.abft.masterworker import duplicate_verdict, initial_owner
     assert duplicate_verdict([CORRECT] * 4, [b"a", b"b", b"a", b"b"]) == [CORRECT] * 4
     assert duplicate_verdict([CORRECT] * 4, [b"a", b"b", b"a", b"x"]) == [CORRECT, TRANSIENT, CORRECT, TRANSIENT]
     assert duplicate_verdict([UNRECOVERABLE, CORRECT, CORRECT, CORRECT], [None, b"b", b"z", b"b"]) == \
@@ -379,7 +379,7 @@ def test_duplicate_verdict():
 @pytest.mark.parametrize("dead", [None, 1, 2])
 def test_abft_verdict_with_a_dead_worker_judges_the_live_rows_against_the_referee(worker, row, dead):
     """A dead worker gives no rows; its neighbour's row is judged against the masters' copy alone."""
-    from planaria.abft.runtime import abft_verdict, flip_bit
+    from planaria.abft.masterworker import abft_verdict, flip_bit
     z = np.random.default_rng(5).normal(0, 5, (48, 15)).cumsum(axis=0)
     blocks, outs, referee = _outputs(z, 4, "slope")
     if worker is not None:

@@ -84,7 +84,7 @@ k (N-1 rows per run; the paper's masters already recompute the data of workers 1
 * both differ from R_k but equal each other: a *conflict*. Either both workers are wrong in the
   same bits or the master's copy is wrong; three copies cannot say which. Both workers are
   flagged and the conflict is reported, and the runtime recomputes R_k before it believes it
-  (:mod:`planaria.abft.runtime`): a conflict that survives a fresh referee row and a fresh
+  (:mod:`planaria.abft.masterworker`): a conflict that survives a fresh referee row and a fresh
   computation by both workers is reported as undecidable and the run fails (exit 3), never
   an output that silently trusts either side.
 

@@ -2,7 +2,7 @@
 
 Run with N+2 ranks::
 
-    python -m planaria.abft.runtime --kernel slope|cutdepth --dem IN --out OUT \
+    python -m planaria.abft.masterworker --kernel slope|cutdepth --dem IN --out OUT \
         [--mode abft|plain|duplicate] [--error-rate p --seed s] [--force KIND:WORKER] [--report FILE] [--bench]
 
 usually under ``planaria run`` (``planaria abft`` does that). Rank 0 is the primary master,
@@ -58,7 +58,7 @@ the master recomputes R_k once; if its fresh copy agrees with the workers, it is
 otherwise both workers recompute. A conflict at the same boundary in a second round (after
 both workers and the master computed the row again) is undecidable: the report lists it
 under ``undecidable``, no output is written and the exit status is 3. Recovery is
-:func:`planaria.abft.recovery.plan`, repeated until every block is CORRECT, or
+:func:`planaria.abft.taskrecovery.plan`, repeated until every block is CORRECT, or
 ``NoLiveWorkerError`` (exit status 3).
 
 Modes (``--mode``; the same ranks, partition, protocol, part files and output writer):
@@ -152,7 +152,7 @@ import planaria
 from planaria import events
 from planaria.abft.names import KINDS, MODES
 from planaria.abft.partition import Block, partition
-from planaria.abft.recovery import NoLiveWorkerError, plan
+from planaria.abft.taskrecovery import NoLiveWorkerError, plan
 from planaria.abft.verify import (CORRECT, TRANSIENT, UNRECOVERABLE, RefereeVerdict, block_digest,
                                   referee_verdict)
 from planaria.comm.errors import FailureError
@@ -873,7 +873,7 @@ class Master:
 # ------------------------------------------------------------------------ main
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="planaria.abft.runtime")
+    ap = argparse.ArgumentParser(prog="planaria.abft.masterworker")
     ap.add_argument("--kernel", choices=sorted(kernels), required=True)
     ap.add_argument("--dem", required=True)
     ap.add_argument("--out", required=True)
@@ -929,11 +929,11 @@ def main(argv: list[str] | None = None) -> int:
     events.handle_failures("planaria-abft", action="abft-replan")
     comm = planaria.world(args.backend)
     if comm.Get_size() < 3:
-        print("planaria.abft.runtime: needs at least 3 ranks (2 masters + 1 worker)", file=sys.stderr)
+        print("planaria.abft.masterworker: needs at least 3 ranks (2 masters + 1 worker)", file=sys.stderr)
         return 2
     if args.force and max(args.force) >= comm.Get_size():
         if comm.Get_rank() == 0:
-            print(f"planaria.abft.runtime: --force: worker {max(args.force) - 2} does not exist "
+            print(f"planaria.abft.masterworker: --force: worker {max(args.force) - 2} does not exist "
                   f"(workers 0..{comm.Get_size() - 3})", file=sys.stderr)
         return 2
     return run_rank(comm, args, dem_info(args.dem))[0]
