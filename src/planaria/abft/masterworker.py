@@ -535,7 +535,7 @@ class Master:
                 break
             time.sleep(POLL)
         self.report["timings"]["compute"] += time.monotonic() - t0
-        for t, (payload, err) in self.results.items():
+        for t, (payload, _err) in self.results.items():
             if payload is None:
                 f0[t] = UNRECOVERABLE
         return f0

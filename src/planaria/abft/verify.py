@@ -127,7 +127,7 @@ def verification_set(outputs: Sequence[np.ndarray], blocks: Sequence[Block]) -> 
     n = len(blocks)
     if len(outputs) != n:
         raise ValueError("one output per block")
-    for out, b in zip(outputs, blocks):
+    for out, b in zip(outputs, blocks, strict=True):
         lo, hi = b.computed
         if out.shape[0] != hi - lo:
             raise ValueError(f"worker {b.rank}: {out.shape[0]} rows, expected {hi - lo}")
@@ -144,7 +144,7 @@ def verification_rows(check_rows: Sequence[np.ndarray], first_rows: Sequence[np.
     if len(check_rows) != len(first_rows):
         raise ValueError("one check row and one first row per boundary")
     rows = []
-    for chk, first in zip(check_rows, first_rows):
+    for chk, first in zip(check_rows, first_rows, strict=True):
         rows.append(chk)      # check result of worker k (row r1 of block k)
         rows.append(first)    # checked result of worker k+1 (its row r0)
     return np.stack(rows) if rows else np.empty((0, 0))

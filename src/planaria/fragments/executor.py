@@ -753,7 +753,7 @@ class Executor:
             mine = np.array([local[k] for k in keys] + self.msgs_to, dtype=np.int64)
             sums = np.empty_like(mine)
             self.comm.Allreduce(mine, sums)
-            tot = dict(zip(keys, sums[:len(keys)].tolist()))
+            tot = dict(zip(keys, sums[:len(keys)].tolist(), strict=True))
             expected = int(sums[len(keys) + self.rank])
             self.drain(expected)
             unmatched = expected - self.msgs_in
