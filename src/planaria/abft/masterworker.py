@@ -142,7 +142,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -258,7 +258,8 @@ def injected_faults(args: argparse.Namespace, blocks: list[Block], width: int, b
 
 def flip_bit(rows: np.ndarray, row: int, col: int, bit: int) -> None:
     """Silent wrong result: flip bit ``bit`` (modulo the dtype's width) of ``rows[row, col]`` in place."""
-    u = {2: np.uint16, 4: np.uint32, 8: np.uint64}[rows.dtype.itemsize]
+    uints: dict[int, type[np.unsignedinteger]] = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+    u = uints[rows.dtype.itemsize]
     v = rows[row].view(u)
     v[col] ^= u(1) << u(bit % (8 * rows.dtype.itemsize))
 
@@ -543,6 +544,12 @@ class Master:
     def _payload(self, t: int) -> dict[str, Any] | None:
         return self.results.get(t, (None, None))[0]
 
+    def _part(self, b: int) -> str:
+        """The part file of block ``b``'s verified result (every block has one once the run is ``ok``)."""
+        p = self._payload(b)
+        assert p is not None, f"block {b} has no result"
+        return p["part"]
+
     def verify(self, f0: dict[int, int]) -> list[int]:
         t0 = time.perf_counter()
         fin = []
@@ -552,7 +559,8 @@ class Master:
             fin.append(CORRECT if ok else UNRECOVERABLE)
         if self.mode == "abft":
             pl = [self._payload(t) for t in range(self.n)]
-            firsts, checks = [p and p["first"] for p in pl], [p and p["check"] for p in pl]
+            firsts = [None if p is None else p["first"] for p in pl]
+            checks = [None if p is None else p["check"] for p in pl]
             judged = abft_judge(fin, firsts, checks, self._referee_row)
             changed = False
             for k in judged.conflicts:
@@ -738,7 +746,7 @@ class Master:
         h.update(dt.str.encode())
         h.update(repr(tuple(self.info.shape)).encode())
         for b in range(self.n):
-            part = np.load(self._payload(b)["part"], mmap_mode="r")
+            part = np.load(self._part(b), mmap_mode="r")
             h.update(np.ascontiguousarray(part, dtype=dt).data)
         return h.hexdigest()
 
@@ -752,10 +760,10 @@ class Master:
         nbytes = self.info.shape[0] * self.info.shape[1] * dt.itemsize
         self._tell_replica(("writing", TMAXLAT + nbytes / 50e6))
 
-        def blocks():  # type: ignore[no-untyped-def]
+        def blocks() -> Iterator[tuple[int, np.ndarray]]:
             for b, blk in enumerate(self.blocks):
                 self._tell_replica(("beat",))
-                part = np.load(self._payload(b)["part"], mmap_mode="r")
+                part = np.load(self._part(b), mmap_mode="r")
                 yield blk.r0, part
         write_dem_rows(self.args.out, self.info.shape, dt, blocks(), nodata=self.info.nodata,
                        cell_size=self.info.cell_size, profile=self.info.profile)
