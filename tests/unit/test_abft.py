@@ -108,7 +108,7 @@ def test_clean_runs_no_false_positive(p):
     x = make(n, m, seed, width)
     blocks, outs = run(x, n, m)
     ref = reference(x, m)
-    for b, o in zip(blocks, outs):
+    for b, o in zip(blocks, outs, strict=True):
         lo, hi = b.computed
         assert np.array_equal(o, ref[lo:hi], equal_nan=True)
     v = verification_set(outs, blocks)
@@ -354,7 +354,7 @@ def test_abft_verdict_flags_the_worker_of_a_flipped_covered_row(worker, row):
     z = np.random.default_rng(4).normal(0, 5, (44, 17)).cumsum(axis=1)
     blocks, outs, referee = _outputs(z, 4, "cutdepth")
     firsts = lambda: [o[0] for o in outs]  # noqa: E731
-    checks = lambda: [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks)]  # noqa: E731
+    checks = lambda: [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks, strict=True)]  # noqa: E731
     assert abft_verdict([CORRECT] * 4, firsts(), checks(), referee) == [CORRECT] * 4
     flip_bit(outs[worker], row, 8, 3)
     f = abft_verdict([CORRECT] * 4, firsts(), checks(), referee)
@@ -388,7 +388,7 @@ def test_abft_verdict_with_a_dead_worker_judges_the_live_rows_against_the_refere
     if dead is not None:
         fin[dead] = UNRECOVERABLE
     firsts = [o[0] for o in outs]
-    checks = [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks)]
+    checks = [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks, strict=True)]
     f = abft_verdict(fin, firsts, checks, referee)
     want = [CORRECT] * 4
     if worker is not None:

@@ -45,7 +45,7 @@ def _copies(w: int, n: int) -> list[str]:
 def _verdict(n, blocks, outs, referee):
     from planaria.abft.masterworker import abft_judge
     firsts = [o[0] for o in outs]
-    checks = [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks)]
+    checks = [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks, strict=True)]
     return abft_judge([CORRECT] * n, firsts, checks, referee)
 
 
@@ -104,7 +104,7 @@ def test_any_pair_of_faulty_workers_is_flagged_and_nobody_else(case) -> None:
     if dead is not None:
         fin[dead] = UNRECOVERABLE
     firsts = [o[0] for o in outs]
-    checks = [o[-1] if blk.check_row is not None else None for o, blk in zip(outs, blocks)]
+    checks = [o[-1] if blk.check_row is not None else None for o, blk in zip(outs, blocks, strict=True)]
     f = abft_verdict(fin, firsts, checks, referee)
     want = [UNRECOVERABLE if w == dead else TRANSIENT if w in (a, b) else CORRECT for w in range(n)]
     assert f == want
