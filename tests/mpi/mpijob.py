@@ -58,7 +58,7 @@ def mpiexec(n: int, argv: list[str], *, python: str | None = None, ft: bool = Fa
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"MPI job timed out after {timeout}s: {' '.join(cmd)}\n--- stdout\n{out}\n--- stderr\n{err[-4000:]}")
+        raise AssertionError(f"MPI job timed out after {timeout}s: {' '.join(cmd)}\n--- stdout\n{out}\n--- stderr\n{err[-4000:]}") from None
     return Result(proc.returncode, out, err)
 
 

@@ -220,7 +220,7 @@ def test_bench_reports_cpu_per_rank_and_none_for_a_dead_worker(tmp_path) -> None
     report = tmp_path / "report.json"
     for force in ([], ["--force", "crash:1"]):   # worker 1 is rank 3
         report.unlink(missing_ok=True)
-        res = mpiexec(N + 2, ["-m", "planaria.abft.runtime", "--kernel", "slope", "--dem", str(dem),
+        res = mpiexec(N + 2, ["-m", "planaria.abft.masterworker", "--kernel", "slope", "--dem", str(dem),
                               "--out", str(tmp_path / "out.npz"), "--bench", "--report", str(report),
                               "--backend", "ulfm", *force], ft=True, env={"PYTHONPATH": str(REPO / "src")}, timeout=90)
         assert report.is_file(), res.err[-3000:]

@@ -100,7 +100,7 @@ _FORMS: dict[str, tuple[str, str, Callable[[Any, int], tuple]]] = {
 }
 TABLE: dict[str, tuple[str, Call]] = {}
 for _n, (_forms, _on, _args) in _FORMS.items():
-    for _f, _name in zip("bip", (_n, "I" + _n[0].lower() + _n[1:], _n + "_init")):
+    for _f, _name in zip("bip", (_n, "I" + _n[0].lower() + _n[1:], _n + "_init"), strict=True):
         if _f in _forms:
             TABLE[_name] = (_on, lambda c, p, m=_name, a=_args, f=_f:
                             getattr(c, m)(*a(c, p)) if f == "b" else
@@ -394,7 +394,7 @@ def main(kind: str, backend: str, first: int) -> None:
             for c in comms:
                 c.Revoke()
         else:
-            _attempt(pl, name, lambda: call(on, peer))
+            _attempt(pl, name, lambda call=call, on=on: call(on, peer))
         _sync(among, comms)
     print(f"OK {kind} {r}", flush=True)
 

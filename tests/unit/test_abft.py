@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from planaria.abft.partition import (
     block_sizes, halo, input_rows, nrow, partition, property1_rows, verification_shape,
 )
-from planaria.abft.recovery import (
+from planaria.abft.taskrecovery import (
     MasterState, NoLiveWorkerError, cross_check, finish, mark_verified, plan,
 )
 from planaria.abft.verify import (
@@ -108,7 +108,7 @@ def test_clean_runs_no_false_positive(p):
     x = make(n, m, seed, width)
     blocks, outs = run(x, n, m)
     ref = reference(x, m)
-    for b, o in zip(blocks, outs):
+    for b, o in zip(blocks, outs, strict=True):
         lo, hi = b.computed
         assert np.array_equal(o, ref[lo:hi], equal_nan=True)
     v = verification_set(outs, blocks)
@@ -350,11 +350,11 @@ def test_verification_rows_equals_verification_set():
 
 @pytest.mark.parametrize("worker,row", [(2, 0), (1, -1), (0, -1), (3, 0)])
 def test_abft_verdict_flags_the_worker_of_a_flipped_covered_row(worker, row):
-    from planaria.abft.runtime import abft_verdict, flip_bit
+    from planaria.abft.masterworker import abft_verdict, flip_bit
     z = np.random.default_rng(4).normal(0, 5, (44, 17)).cumsum(axis=1)
     blocks, outs, referee = _outputs(z, 4, "cutdepth")
     firsts = lambda: [o[0] for o in outs]  # noqa: E731
-    checks = lambda: [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks)]  # noqa: E731
+    checks = lambda: [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks, strict=True)]  # noqa: E731
     assert abft_verdict([CORRECT] * 4, firsts(), checks(), referee) == [CORRECT] * 4
     flip_bit(outs[worker], row, 8, 3)
     f = abft_verdict([CORRECT] * 4, firsts(), checks(), referee)
@@ -365,7 +365,7 @@ def test_abft_verdict_flags_the_worker_of_a_flipped_covered_row(worker, row):
 
 
 def test_duplicate_verdict():
-    from planaria.abft.runtime import duplicate_verdict, initial_owner
+    from planaria.abft.masterworker import duplicate_verdict, initial_owner
     assert duplicate_verdict([CORRECT] * 4, [b"a", b"b", b"a", b"b"]) == [CORRECT] * 4
     assert duplicate_verdict([CORRECT] * 4, [b"a", b"b", b"a", b"x"]) == [CORRECT, TRANSIENT, CORRECT, TRANSIENT]
     assert duplicate_verdict([UNRECOVERABLE, CORRECT, CORRECT, CORRECT], [None, b"b", b"z", b"b"]) == \
@@ -379,7 +379,7 @@ def test_duplicate_verdict():
 @pytest.mark.parametrize("dead", [None, 1, 2])
 def test_abft_verdict_with_a_dead_worker_judges_the_live_rows_against_the_referee(worker, row, dead):
     """A dead worker gives no rows; its neighbour's row is judged against the masters' copy alone."""
-    from planaria.abft.runtime import abft_verdict, flip_bit
+    from planaria.abft.masterworker import abft_verdict, flip_bit
     z = np.random.default_rng(5).normal(0, 5, (48, 15)).cumsum(axis=0)
     blocks, outs, referee = _outputs(z, 4, "slope")
     if worker is not None:
@@ -388,7 +388,7 @@ def test_abft_verdict_with_a_dead_worker_judges_the_live_rows_against_the_refere
     if dead is not None:
         fin[dead] = UNRECOVERABLE
     firsts = [o[0] for o in outs]
-    checks = [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks)]
+    checks = [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks, strict=True)]
     f = abft_verdict(fin, firsts, checks, referee)
     want = [CORRECT] * 4
     if worker is not None:

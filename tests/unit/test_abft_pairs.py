@@ -43,9 +43,9 @@ def _copies(w: int, n: int) -> list[str]:
 
 
 def _verdict(n, blocks, outs, referee):
-    from planaria.abft.runtime import abft_judge
+    from planaria.abft.masterworker import abft_judge
     firsts = [o[0] for o in outs]
-    checks = [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks)]
+    checks = [o[-1] if b.check_row is not None else None for o, b in zip(outs, blocks, strict=True)]
     return abft_judge([CORRECT] * n, firsts, checks, referee)
 
 
@@ -95,7 +95,7 @@ def pair_faults(draw):
 @given(pair_faults())
 def test_any_pair_of_faulty_workers_is_flagged_and_nobody_else(case) -> None:
     """Any two workers, any compared rows, same or different bits, with or without a third worker dead."""
-    from planaria.abft.runtime import abft_verdict
+    from planaria.abft.masterworker import abft_verdict
     n, cols, a, b, fa, fb, dead, seed, kernel = case
     blocks, outs, referee, _ = _setup(n, 12 * n + 11, cols, seed, kernel)
     for w, (copy, col, bit) in ((a, fa), (b, fb)):
@@ -104,7 +104,7 @@ def test_any_pair_of_faulty_workers_is_flagged_and_nobody_else(case) -> None:
     if dead is not None:
         fin[dead] = UNRECOVERABLE
     firsts = [o[0] for o in outs]
-    checks = [o[-1] if blk.check_row is not None else None for o, blk in zip(outs, blocks)]
+    checks = [o[-1] if blk.check_row is not None else None for o, blk in zip(outs, blocks, strict=True)]
     f = abft_verdict(fin, firsts, checks, referee)
     want = [UNRECOVERABLE if w == dead else TRANSIENT if w in (a, b) else CORRECT for w in range(n)]
     assert f == want
@@ -158,7 +158,7 @@ def _args(**kw) -> argparse.Namespace:
 
 @pytest.mark.parametrize("n", [2, 3, 4, 7])
 def test_silent_sites_of_neighbours_share_a_row_when_worker_plus_seed_is_even(n: int) -> None:
-    from planaria.abft.runtime import silent_site
+    from planaria.abft.masterworker import silent_site
     blocks = partition(10 * n, n, 3)
     for seed in (0, 1, 2, 29):
         for k in range(n - 1):
@@ -170,14 +170,14 @@ def test_silent_sites_of_neighbours_share_a_row_when_worker_plus_seed_is_even(n:
 
 
 def test_injected_faults_list_kind_worker_and_where() -> None:
-    from planaria.abft.runtime import injected_faults
+    from planaria.abft.masterworker import injected_faults
     blocks = partition(40, 4, 3)
     got = injected_faults(_args(force={4: "silent", 5: "silent", 2: "crash"}), blocks, 30)
     assert [(f["kind"], f["worker"], f["rank"]) for f in got] == [("crash", 0, 2), ("silent", 2, 4), ("silent", 3, 5)]
     assert got[1]["where"]["copy"] == "check" and got[2]["where"]["copy"] == "first"
     assert got[1]["where"]["row"] == got[2]["where"]["row"] == blocks[2].r1
     # the runtime's --force takes worker indices
-    from planaria.abft.runtime import parse
+    from planaria.abft.masterworker import parse
     a = parse(["--kernel", "slope", "--dem", "d.npy", "--out", "o.npy", "--force", "silent:0", "--force", "crash:3"])
     assert a.force == {2: "silent", 5: "crash"}
     with pytest.raises(SystemExit):

@@ -9,7 +9,7 @@ from planaria.bench.abft import MODES, ORDERS
 def test_six_repetitions_put_every_mode_after_every_other_equally_often():
     follows = Counter()
     for order in ORDERS[:6]:
-        follows.update(zip(order, order[1:]))
+        follows.update(zip(order, order[1:], strict=False))
     pairs = [(a, b) for a in MODES for b in MODES if a != b]
     assert sorted(follows) == sorted(pairs)
     assert set(follows.values()) == {2}

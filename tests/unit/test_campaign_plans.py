@@ -58,7 +58,7 @@ def test_every_spec_parses_and_fits_the_job() -> None:
         Plan.parse(p.faults).validate(size)            # raises on a bad spec or rank
         if p.target == "abft":
             args = p.settings["abft_args"]
-            for kind, _, worker in (a.partition(":") for a, flag in zip(args[1:], args) if flag == "--force"):
+            for kind, _, worker in (a.partition(":") for a, flag in zip(args[1:], args, strict=False) if flag == "--force"):
                 assert kind in KINDS and 0 <= int(worker) < plans.ABFT_WORKERS
         else:
             assert 1 <= len(p.faults) <= 3

@@ -33,7 +33,7 @@ def test_writer_keeps_order_queues_when_the_peer_does_not_read_and_drops_whole_f
         sent = [frame(b"%06d" % i + b"." * 2000) for i in range(3000)]      # about 6 MB: more than the socket holds
         ok = [w.write(f) for f in sent]
         assert w.pending and w.dropped == ok.count(False) > 0
-        kept = [f for f, k in zip(sent, ok) if k]
+        kept = [f for f, k in zip(sent, ok, strict=True) if k]
         r, got = Reader(), []
         b.settimeout(5)
         while len(got) < len(kept):

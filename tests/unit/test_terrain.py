@@ -211,7 +211,7 @@ def test_rows_from_slab_are_bit_identical_to_whole_raster(name, n, m, seed, hole
     assert whole.shape == z.shape
     bounds = sorted({0, n, *(int(c * n) for c in cuts)})
     parts = []
-    for r0, r1 in zip(bounds[:-1], bounds[1:]):
+    for r0, r1 in zip(bounds[:-1], bounds[1:], strict=True):
         part = _slab_rows(name, z, nodata, r0, r1, cell)
         assert part.shape == (r1 - r0, m)
         assert np.array_equal(part, whole[r0:r1], equal_nan=True), (r0, r1)
@@ -416,7 +416,7 @@ def test_write_dem_rows_equals_write_dem(tmp_path, ext):
     whole, streamed = tmp_path / f"whole{ext}", tmp_path / f"streamed{ext}"
     write_dem(whole, Dem(z, -9999.0, (2.0, 3.0)))
     cuts = [0, 7, 8, 20, 29]
-    write_dem_rows(streamed, z.shape, z.dtype, ((a, z[a:b]) for a, b in zip(cuts, cuts[1:])), -9999.0, (2.0, 3.0))
+    write_dem_rows(streamed, z.shape, z.dtype, ((a, z[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)), -9999.0, (2.0, 3.0))
     a, b = read_dem(whole), read_dem(streamed)
     assert np.array_equal(a.data, b.data) and a.data.dtype == b.data.dtype
     if ext != ".npy":

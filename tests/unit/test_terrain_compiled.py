@@ -130,7 +130,7 @@ def test_slabs_bit_identical_to_reference_and_to_the_whole(name, dtype, out, n, 
         whole = fast(z, cell, nodata, dtype=out)
         assert_bit_equal(whole, ref(z, cell, nodata, dtype=out), "whole")
         bounds = sorted({0, n, *(int(c * n) for c in cuts)})
-        for r0, r1 in zip(bounds[:-1], bounds[1:]):
+        for r0, r1 in zip(bounds[:-1], bounds[1:], strict=True):
             s0, s1 = slab_bounds(r0, r1, n, window)
             slab = z[s0:s1].copy()
             got = fast(slab, cell, nodata, rows=(r0, r1), dtype=out)

@@ -1,6 +1,6 @@
 """Names of the N-ABFT fault kinds and run modes, shared by the runtime and the CLI.
 
-Kept apart from :mod:`planaria.abft.runtime` (numpy, MPI) so that ``planaria`` starts without them.
+Kept apart from :mod:`planaria.abft.masterworker` (numpy, MPI) so that ``planaria`` starts without them.
 """
 from __future__ import annotations
 

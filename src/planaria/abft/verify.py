@@ -84,7 +84,7 @@ k (N-1 rows per run; the paper's masters already recompute the data of workers 1
 * both differ from R_k but equal each other: a *conflict*. Either both workers are wrong in the
   same bits or the master's copy is wrong; three copies cannot say which. Both workers are
   flagged and the conflict is reported, and the runtime recomputes R_k before it believes it
-  (:mod:`planaria.abft.runtime`): a conflict that survives a fresh referee row and a fresh
+  (:mod:`planaria.abft.masterworker`): a conflict that survives a fresh referee row and a fresh
   computation by both workers is reported as undecidable and the run fails (exit 3), never
   an output that silently trusts either side.
 
@@ -127,7 +127,7 @@ def verification_set(outputs: Sequence[np.ndarray], blocks: Sequence[Block]) -> 
     n = len(blocks)
     if len(outputs) != n:
         raise ValueError("one output per block")
-    for out, b in zip(outputs, blocks):
+    for out, b in zip(outputs, blocks, strict=True):
         lo, hi = b.computed
         if out.shape[0] != hi - lo:
             raise ValueError(f"worker {b.rank}: {out.shape[0]} rows, expected {hi - lo}")
@@ -144,7 +144,7 @@ def verification_rows(check_rows: Sequence[np.ndarray], first_rows: Sequence[np.
     if len(check_rows) != len(first_rows):
         raise ValueError("one check row and one first row per boundary")
     rows = []
-    for chk, first in zip(check_rows, first_rows):
+    for chk, first in zip(check_rows, first_rows, strict=True):
         rows.append(chk)      # check result of worker k (row r1 of block k)
         rows.append(first)    # checked result of worker k+1 (its row r0)
     return np.stack(rows) if rows else np.empty((0, 0))

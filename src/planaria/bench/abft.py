@@ -2,7 +2,7 @@
 
 Three parts, each optional (``--parts``):
 
-* ``overhead``: the runtime :mod:`planaria.abft.runtime` on N workers + 2 masters (plain
+* ``overhead``: the runtime :mod:`planaria.abft.masterworker` on N workers + 2 masters (plain
   ``mpiexec --with-ft ulfm``, one launch per run) on a synthetic float32 ``.npy`` DEM, in
   its three modes: ``plain`` (no check rows, no verification), ``abft`` (redundant rows +
   verification) and ``duplicate`` (every block computed by two workers, digests compared).
@@ -122,7 +122,7 @@ def run_once(dem: Path, kernel: str, mode: str, workers: int, scratch: Path, tim
     for p in (out, report):
         p.unlink(missing_ok=True)
     cmd = _mpiexec(workers, backend) + [
-        "planaria.abft.runtime", "--kernel", kernel, "--dem", str(dem), "--out", str(out), "--mode", mode, "--bench",
+        "planaria.abft.masterworker", "--kernel", kernel, "--dem", str(dem), "--out", str(out), "--mode", mode, "--bench",
         "--report", str(report), "--backend", backend]
     t0 = time.perf_counter()
     _run_job(cmd, {**THREAD_ENV, **(env or {})}, timeout, f"abft {kernel} {mode}")

@@ -7,7 +7,7 @@ its own synthetic DEM (shape, relief, NoData holes, kernel drawn from ``(seed, t
 faulty trial one worker, drawn from the trial's RNG, flips one random bit (any of the 64) of
 one random cell in one of its rows, chosen among the rows some comparison covers
 (:func:`planaria.abft.verify.covered_rows`) or among those none covers. Rank 0 gathers the
-real outputs and judges them with :func:`planaria.abft.runtime.abft_verdict` (the runtime's
+real outputs and judges them with :func:`planaria.abft.masterworker.abft_verdict` (the runtime's
 own verification: every first/check row against the masters' referee copy of that row), then
 scores against the truth, which only the scorer knows:
 detected (any worker flagged), located (the faulty worker flagged), exact (only it flagged),
@@ -62,7 +62,7 @@ def trial_fault(seed: int, t: int, blocks: list[Any]) -> dict[str, Any] | None:
 
 def worker_output(z: np.ndarray, nodata: float | None, kernel: str, blk: Any, fault: dict[str, Any] | None) -> np.ndarray:
     """The rows a worker computes, from its slab only, with the trial's bit flip if it is the faulty one."""
-    from planaria.abft.runtime import flip_bit
+    from planaria.abft.masterworker import flip_bit
     from planaria.terrain import kernels
     from planaria.terrain.window import slab_bounds
     fn, window = kernels[kernel]
@@ -76,7 +76,7 @@ def worker_output(z: np.ndarray, nodata: float | None, kernel: str, blk: Any, fa
 def judge(seed: int, t: int, n: int, outputs: list[np.ndarray]) -> dict[str, Any]:
     """Rank 0: the runtime's verdict on the gathered outputs of trial ``t``, scored against the truth."""
     from planaria.abft.partition import partition
-    from planaria.abft.runtime import abft_verdict
+    from planaria.abft.masterworker import abft_verdict
     from planaria.abft.verify import CORRECT, compare, verification_rows
     from planaria.terrain import kernels
     from planaria.terrain.window import slab_bounds

@@ -11,7 +11,7 @@ Two parts:
   first row, the same row, corrupted in the same cell and bit, so the two copies agree: the
   correlated fault of issue 27), ``same-bit`` (same cell and bit, rows drawn) and
   ``independent`` (rows, cells and bits drawn apart). Then the rounds of the runtime:
-  :func:`planaria.abft.runtime.abft_judge` against the masters' referee rows, the referee row
+  :func:`planaria.abft.masterworker.abft_judge` against the masters' referee rows, the referee row
   recomputed once on a conflict, the flagged workers recomputing (faults are transient), until
   every worker verifies, or a conflict survives a second round (undecidable: reported, no
   output). A trial is *undetected* when it ends verified and its assembled output differs from
@@ -74,7 +74,7 @@ def trial_plan(seed: int, t: int) -> dict[str, Any]:
 def run_trial(seed: int, t: int) -> dict[str, Any]:
     """One trial: inject, verify and recover as the runtime does, then score against the serial output."""
     from planaria.abft.partition import partition
-    from planaria.abft.runtime import abft_judge, flip_bit
+    from planaria.abft.masterworker import abft_judge, flip_bit
     from planaria.abft.verify import CORRECT, UNRECOVERABLE, locate, verification_rows
     from planaria.bench.abft_faults import trial_dem
     from planaria.terrain import kernels

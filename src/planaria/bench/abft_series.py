@@ -5,8 +5,8 @@ Run with N+2 ranks::
     python -m planaria.bench.abft_series --dem DEM.npy --scratch DIR --kernels slope --modes plain,abft \\
         --reps K --warmup 1 --out RESULT.json
 
-Every run is exactly what ``python -m planaria.abft.runtime --mode M --bench`` does in a job of
-its own (:func:`planaria.abft.runtime.run_rank`: barrier, then the masters and workers of that
+Every run is exactly what ``python -m planaria.abft.masterworker --mode M --bench`` does in a job of
+its own (:func:`planaria.abft.masterworker.run_rank`: barrier, then the masters and workers of that
 mode), but the processes stay: the interpreter, the imports, the MPI library and the heap are
 those of the previous run. Each run gets a fresh duplicate of the world communicator, so no
 message or pending receive of one run can match in another. Between runs, outside the timed
@@ -32,7 +32,7 @@ from typing import Any
 
 import planaria
 from planaria import events
-from planaria.abft import runtime
+from planaria.abft import masterworker as runtime
 from planaria.bench._launch import emit
 from planaria.terrain import dem_info
 

@@ -21,7 +21,7 @@ order:
   every run; the ratio of the medians against the goal 0.8 (and the processes' CPU times). The parts of ours (start-up, read,
   compute, write) with their floors (the floor pass for read, compute and write each: every part
   moves the raster's cells once), so a missed goal shows where the time above the floor is.
-* **N-ABFT**: ``planaria.abft.runtime`` (mode ``abft``) on N workers + 2 masters for each N of
+* **N-ABFT**: ``planaria.abft.masterworker`` (mode ``abft``) on N workers + 2 masters for each N of
   ``workers``: its wall time (``--bench``: from the barrier after start-up to the output written)
   and the speed-up of the one-process kernel's time over it; its output must be bit-identical to
   the one-process kernel's.

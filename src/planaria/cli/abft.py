@@ -1,6 +1,6 @@
 """``planaria abft slope|cutdepth``: N-ABFT terrain analysis on N workers and two masters ([Song 2013]).
 
-Runs :mod:`planaria.abft.runtime` with N+2 ranks under ``planaria run`` (failures are tracked
+Runs :mod:`planaria.abft.masterworker` with N+2 ranks under ``planaria run`` (failures are tracked
 in the job directory as for any job), then prints the report. The report is also kept as
 ``<out>.abft.json``.
 
@@ -87,7 +87,7 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
     out_p = Path(out).resolve()
     report_p = Path(str(out_p) + ".abft.json")
     report_p.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "planaria.abft.runtime", "--kernel", kernel, "--dem", str(Path(dem).resolve()),
+    cmd = [sys.executable, "-m", "planaria.abft.masterworker", "--kernel", kernel, "--dem", str(Path(dem).resolve()),
            "--out", str(out_p), "--error-rate", str(error_rate), "--seed", str(seed), "--report", str(report_p), "--mode", mode]
     for item in force:
         cmd += ["--force", item]

@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         if comm.rank != 0:
             _sleep_until_report(comm)
             return 0
+        assert final is not None and everyone is not None, "a gather's result is a list at its root"
         code = _report(jobdir, args, comm, final, everyone, elapsed, t_start, cells, every, nwork,
                        res, world.backend)
         for r in range(1, comm.size):

@@ -213,8 +213,7 @@ class Registry:
                                         f"{CATEGORY_NAMES[reg.category]} category")
             reg.pin = "last_in_category"
             lst.append(reg)
-        elif before is not None or after is not None:
-            ref = before if before is not None else after
+        elif (ref := before if before is not None else after) is not None:
             idx = next((i for i, r in enumerate(lst) if r.name == ref), None)
             if idx is None:
                 other = self._find(ref)

@@ -160,7 +160,8 @@ class LoadModel:
             mean = sum(loads) / self.workers
             cands = [(self.weight(p2, j.group), j.seq, cf, j) for cf, j in self.jobs[p2].items() if j.movable]
             cands.sort(key=lambda t: (-t[0], -t[3].prio, -t[1]))
-            recv_load, donor_load, sent = h1, h2, []
+            recv_load, donor_load = h1, h2
+            sent: list[str] = []
             for w, _seq, cf, j in cands:
                 cost = self.transfer(p2, p1, j.size)
                 new_w = w - cost

@@ -212,13 +212,19 @@ class Executor:
         self.reap()
         return got
 
+    def balancer_rank(self) -> int:
+        """The balancer's rank; asked only by a worker of a run with a balancer."""
+        assert self.brank is not None, "this run has no balancer"
+        return self.brank
+
     def echo_pings(self) -> None:
         """Answer the balancer's link probe (``_LinkProbe``) at once, from the loop."""
         while self.pings_left:
-            done, _payload = self.comm.irecv_matched(self.brank, PING_TAG).test()
+            brank = self.balancer_rank()
+            done, _payload = self.comm.irecv_matched(brank, PING_TAG).test()
             if not done:
                 return
-            self.post(self.comm.isend(b"k", self.brank, PING_TAG), self.brank)
+            self.post(self.comm.isend(b"k", brank, PING_TAG), brank)
             self.pings_left -= 1
 
     def finish_probe(self, probe: _LinkProbe | None = None) -> None:
@@ -341,7 +347,7 @@ class Executor:
         chooses among all of them by weight and priority instead of moving the first one it hears of."""
         if self.ready_notes:
             notes, self.ready_notes = self.ready_notes, []
-            self.send(self.brank, ("ready", self.rank, notes))
+            self.send(self.balancer_rank(), ("ready", self.rank, notes))
 
     def flush_wants(self) -> None:
         """Send the DF requests of this loop turn, one message per home, after the ready notes and the CF
@@ -364,7 +370,9 @@ class Executor:
         answers, shipped = [], set()
         for dest, ids, count in orders:
             planned = ids[:count]
-            moved, stuck, batch = [], [], []
+            moved: list[str] = []
+            stuck: list[str] = []
+            batch: list[tuple[CFSpec, dict[str, Any]]] = []
             for cf in ids:
                 if len(moved) == count:
                     break
@@ -387,7 +395,7 @@ class Executor:
             self.ready = [e for e in self.ready if e[2] in self.cfs]
             heapq.heapify(self.ready)
             self.moves += len(shipped)
-        self.send(self.brank, ("moved", self.rank, answers))
+        self.send(self.balancer_rank(), ("moved", self.rank, answers))
 
     def spawn(self, spec: CFSpec) -> None:
         if self.tw is not None:         # the record costs ~7 µs per CF to build: only when traced
@@ -552,7 +560,7 @@ class Executor:
     def running_cfs(self, limit: int = 8) -> list[dict[str, Any]]:
         """The CFs running on this rank, longest first: expression, file:line, seconds so far."""
         now = time.time()
-        out = []
+        out: list[dict[str, Any]] = []
         for st in list(self.cfs.values()):
             if st.state != "running" or st.started is None:
                 continue
@@ -665,6 +673,7 @@ class Executor:
         return _LinkProbe(self.comm, self.nworkers, self.bell.ring) if self.is_balancer else None
 
     def balance(self) -> str:
+        assert self.bconf is not None, "only the balancer rank balances"
         model = LoadModel(self.nworkers, self.bconf, slots=self.threads)   # free transfers until the links are measured
         deadline = self.t0 + self.timeout if self.timeout else None
         self._model = model
@@ -753,7 +762,7 @@ class Executor:
             mine = np.array([local[k] for k in keys] + self.msgs_to, dtype=np.int64)
             sums = np.empty_like(mine)
             self.comm.Allreduce(mine, sums)
-            tot = dict(zip(keys, sums[:len(keys)].tolist()))
+            tot = dict(zip(keys, sums[:len(keys)].tolist(), strict=True))
             expected = int(sums[len(keys) + self.rank])
             self.drain(expected)
             unmatched = expected - self.msgs_in

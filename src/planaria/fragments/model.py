@@ -181,7 +181,7 @@ class Code:
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         if self._zip_bind and not kwargs and len(args) == len(self.params):
-            return dict(zip(self.params, args))
+            return dict(zip(self.params, args, strict=True))
         try:
             return dict(self.sig.bind(*args, **kwargs).arguments)
         except TypeError as e:

@@ -42,11 +42,14 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from planaria.terrain.window import check_elevations, halo, output_dtype, output_plan
 
+numba: ModuleType | None
 try:
     import numba
 except ImportError:  # pragma: no cover - numba is a dependency; without it the reference kernels run
@@ -57,8 +60,9 @@ BAND_CELLS = 1 << 16   # slope: cells of the float64 buffer numpy.arctan runs on
 CHUNK_COLS = 512       # cut depth: output columns per chunk (two rows' sums and minima, 4 x 4 KiB, stay in L1)
 
 
-def _jit(fn):  # type: ignore[no-untyped-def]
+def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``numba.njit`` with the machine code cached on disk; uncached when no cache directory is usable."""
+    assert numba is not None, "the compiled loops are defined only when numba imports"
     opts = dict(nogil=True, error_model="numpy", boundscheck=False)
     try:
         return numba.njit(cache=True, **opts)(fn)
@@ -74,14 +78,14 @@ def available() -> bool:
 if numba is not None:
 
     @_jit
-    def _flag_row(zr, nd, use_nd, out):  # type: ignore[no-untyped-def]
+    def _flag_row(zr, nd, use_nd, out):
         """``out[j]`` = 1 where ``zr[j]`` is NaN, infinite or (``use_nd``) equal to ``nd``."""
         for j in range(zr.shape[0]):
             v = zr[j]
             out[j] = 1 if (not np.isfinite(v)) or (use_nd and v == nd) else 0
 
     @_jit
-    def _slope_hyp(z, i0, i1, d8x, d8y, nd, use_nd, hyp, badw, ring):  # type: ignore[no-untyped-def]
+    def _slope_hyp(z, i0, i1, d8x, d8y, nd, use_nd, hyp, badw, ring):
         """Slab rows ``i0..i1-1`` (each with its row above and below in ``z``): hyp[k, j] =
         sqrt(dzdx^2 + dzdy^2), badw[k, j] = 1 where the 3x3 window touches an invalid cell
         (hyp then 0); columns 1..m-2."""
@@ -134,7 +138,7 @@ if numba is not None:
                 hr[j] = 0.0 if bw[j] else np.sqrt(p)
 
     @_jit
-    def _slope_finish(hyp, badw, nrows, fill, out, o0):  # type: ignore[no-untyped-def]
+    def _slope_finish(hyp, badw, nrows, fill, out, o0):
         """out[o0 + k, j] = degrees(hyp[k, j]) rounded to out's dtype, or ``fill``; columns 1..m-2."""
         m = hyp.shape[1]
         for k in range(nrows):
@@ -145,7 +149,7 @@ if numba is not None:
                 orow[j] = fill if bw[j] else hr[j] * DEG
 
     @_jit
-    def _vsum(z, top, w, c0, n, s, lo):  # type: ignore[no-untyped-def]
+    def _vsum(z, top, w, c0, n, s, lo):
         """Column sums (rows ``top..top+w-1`` added top to bottom) and minima of columns ``c0..c0+n-1``."""
         zr = z[top, c0:c0 + n]
         for j in range(n):
@@ -161,7 +165,7 @@ if numba is not None:
                 lo[j] = a if a < v else v  # numpy.minimum(a, v): v unless a < v
 
     @_jit
-    def _vsum2(z, top, w, c0, n, s, lo, s2, lo2):  # type: ignore[no-untyped-def]
+    def _vsum2(z, top, w, c0, n, s, lo, s2, lo2):
         """:func:`_vsum` for the windows starting at rows ``top`` and ``top + 1`` at once: each input row is
         loaded once for both (each sum still adds its own rows top to bottom)."""
         zr = z[top, c0:c0 + n]
@@ -195,7 +199,7 @@ if numba is not None:
             lo2[j] = b if b < v else v
 
     @_jit
-    def _hpass(s, lo, vr, w, n_out, count, fill, oc, t, mn, hb):  # type: ignore[no-untyped-def]
+    def _hpass(s, lo, vr, w, n_out, count, fill, oc, t, mn, hb):
         """The row sums ``s`` of ``w`` columns added left to right, / count, minus the minimum of ``lo`` over the
         same columns, into ``oc``; ``fill`` where a column's flag in ``vr`` is set."""
         for j in range(n_out):
@@ -214,7 +218,7 @@ if numba is not None:
 
     @_jit
     def _cut_depth_rows(z, i0, i1, h, nd, use_nd, count, fill, out, o0, ring, vor, vor2, hb, s, lo, s2, lo2,
-                        t, mn):  # type: ignore[no-untyped-def]
+                        t, mn):
         """Cut depth of slab rows ``i0..i1-1`` (each with ``h`` rows above and below in ``z``) into
         ``out[o0 + k, h:m-h]``: the window sum as the reference adds it (the 2h+1 rows top to
         bottom, then the columns of that row sum left to right), divided by ``count``, minus the
@@ -331,8 +335,8 @@ def warm_up(kernel: str | None = None, z_dtype: np.dtype | str | None = None,
     real call does not pay for it."""
     from planaria.terrain import kernels
     names = [kernel] if kernel else sorted(kernels)
-    zs = [np.dtype(z_dtype)] if z_dtype is not None else list(_FLOATS)
-    outs = [np.dtype(out_dtype)] if out_dtype is not None else list(_FLOATS)
+    zs: list[np.dtype] = [np.dtype(z_dtype)] if z_dtype is not None else list(_FLOATS)
+    outs: list[np.dtype] = [np.dtype(out_dtype)] if out_dtype is not None else list(_FLOATS)
     for name in names:
         fn, window = kernels[name]
         for zt in zs:

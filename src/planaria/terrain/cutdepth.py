@@ -52,7 +52,8 @@ def cut_depth(
     h = halo(window)
     count = float(window * window)
 
-    def rows_fn(zc, nd, use_nd, out, a, b, s0, r0, fill):  # type: ignore[no-untyped-def]
+    def rows_fn(zc: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
+                fill: float) -> None:
         compiled.cut_depth_rows(zc, h, nd, use_nd, count, out, a, b, s0, r0, fill)
     out = compiled.run(z, window, nodata, rows, dtype, rows_fn)
     if out is None:

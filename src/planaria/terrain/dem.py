@@ -79,7 +79,7 @@ class Dem:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.data.shape  # type: ignore[return-value]
+        return self.data.shape
 
 
 def _one_line(exc: BaseException) -> str:
@@ -301,7 +301,7 @@ def _open_tiff(p: Path) -> Any:
     import rasterio
     try:
         return rasterio.open(p)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - rasterio raises its own error types
         raise _bad(p, f"cannot read GeoTIFF: {_one_line(exc)}") from None
 
 
@@ -347,7 +347,8 @@ def write_dem(path: str | os.PathLike[str], dem: Dem) -> Path:
         np.save(buf, dem.data, allow_pickle=False)
         return atomic_write(p, buf.getvalue())
     if ext == ".npz":
-        arrays: dict[str, np.ndarray] = {
+        # Any: numpy's stubs type savez's **kwds together with its allow_pickle flag (bool)
+        arrays: dict[str, Any] = {
             "data": dem.data,
             "cell_size": np.asarray(dem.cell_size, dtype=np.float64),
         }

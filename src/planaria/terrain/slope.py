@@ -68,7 +68,8 @@ def slope_degrees(
     dx, dy = _check_cell_size(cell_size)
     d8x, d8y = 8.0 * dx, 8.0 * dy
 
-    def rows_fn(zc, nd, use_nd, out, a, b, s0, r0, fill):  # type: ignore[no-untyped-def]
+    def rows_fn(zc: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
+                fill: float) -> None:
         compiled.slope_rows(zc, d8x, d8y, nd, use_nd, out, a, b, s0, r0, fill)
     out = compiled.run(z, WINDOW, nodata, rows, dtype, rows_fn)
     if out is None:
@@ -97,7 +98,7 @@ def slope_degrees_reference(
         F = w[1 : r + 1, 2 : c + 2]
         G = w[2 : r + 2, 0:c]
         H = w[2 : r + 2, 1 : c + 1]
-        I = w[2 : r + 2, 2 : c + 2]  # noqa: E741
+        I = w[2 : r + 2, 2 : c + 2]  # noqa: E741 - the 3x3 window cells A..I as named in the slope formula
         # the same operations in the same order as
         #   dzdx = ((C + 2F + I) - (A + 2D + G)) / (8 dx),  dzdy likewise,
         #   degrees(arctan(sqrt(dzdx^2 + dzdy^2)))

@@ -91,6 +91,7 @@ def output_plan(shape: tuple[int, int], window: int,
     are border rows: fill). ValueError when the slab does not match ``rows``."""
     h = halo(window)
     n, m = shape
+    total: int | None   # None: the slab's bottom edge is not the raster's
     if rows is None:
         r0, r1, s0, total = 0, n, 0, n
     else:

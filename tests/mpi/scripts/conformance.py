@@ -164,7 +164,7 @@ def case_agree(comm: pl.Comm) -> None:
     pl.step(0)
     detect(comm, v)
     raised = 0
-    for attempt in range(50):
+    for _attempt in range(50):
         try:
             flag = comm.agree(True)
             break

@@ -112,13 +112,12 @@ else:
 assert lg.colls()["world"] == seq + 2 and lg.colls()["world.cart3"] == 1, lg.colls()
 seq += 2
 sent, recvd = lg.p2p_counts()
-import inspect
-import sys
-import time
+import inspect  # noqa: E402  # imports of the script's last part (the localization service), beside it
+import sys  # noqa: E402  # imports of the script's last part (the localization service), beside it
 
-from planaria.localize import service
-from planaria.runtime import bootstrap
-from planaria.runtime.bootstrap import set_detection
+from planaria.localize import service  # noqa: E402  # imports of the script's last part (the localization service), beside it
+from planaria.runtime import bootstrap  # noqa: E402  # imports of the script's last part (the localization service), beside it
+from planaria.runtime.bootstrap import set_detection  # noqa: E402  # imports of the script's last part (the localization service), beside it
 
 loc = bootstrap._RT.localizer
 src, first = inspect.getsourcelines(service.Service._run)

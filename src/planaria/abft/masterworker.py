@@ -2,7 +2,7 @@
 
 Run with N+2 ranks::
 
-    python -m planaria.abft.runtime --kernel slope|cutdepth --dem IN --out OUT \
+    python -m planaria.abft.masterworker --kernel slope|cutdepth --dem IN --out OUT \
         [--mode abft|plain|duplicate] [--error-rate p --seed s] [--force KIND:WORKER] [--report FILE] [--bench]
 
 usually under ``planaria run`` (``planaria abft`` does that). Rank 0 is the primary master,
@@ -58,7 +58,7 @@ the master recomputes R_k once; if its fresh copy agrees with the workers, it is
 otherwise both workers recompute. A conflict at the same boundary in a second round (after
 both workers and the master computed the row again) is undecidable: the report lists it
 under ``undecidable``, no output is written and the exit status is 3. Recovery is
-:func:`planaria.abft.recovery.plan`, repeated until every block is CORRECT, or
+:func:`planaria.abft.taskrecovery.plan`, repeated until every block is CORRECT, or
 ``NoLiveWorkerError`` (exit status 3).
 
 Modes (``--mode``; the same ranks, partition, protocol, part files and output writer):
@@ -142,7 +142,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +152,7 @@ import planaria
 from planaria import events
 from planaria.abft.names import KINDS, MODES
 from planaria.abft.partition import Block, partition
-from planaria.abft.recovery import NoLiveWorkerError, plan
+from planaria.abft.taskrecovery import NoLiveWorkerError, plan
 from planaria.abft.verify import (CORRECT, TRANSIENT, UNRECOVERABLE, RefereeVerdict, block_digest,
                                   referee_verdict)
 from planaria.comm.errors import FailureError
@@ -258,7 +258,8 @@ def injected_faults(args: argparse.Namespace, blocks: list[Block], width: int, b
 
 def flip_bit(rows: np.ndarray, row: int, col: int, bit: int) -> None:
     """Silent wrong result: flip bit ``bit`` (modulo the dtype's width) of ``rows[row, col]`` in place."""
-    u = {2: np.uint16, 4: np.uint32, 8: np.uint64}[rows.dtype.itemsize]
+    uints: dict[int, type[np.unsignedinteger]] = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+    u = uints[rows.dtype.itemsize]
     v = rows[row].view(u)
     v[col] ^= u(1) << u(bit % (8 * rows.dtype.itemsize))
 
@@ -535,13 +536,19 @@ class Master:
                 break
             time.sleep(POLL)
         self.report["timings"]["compute"] += time.monotonic() - t0
-        for t, (payload, err) in self.results.items():
+        for t, (payload, _err) in self.results.items():
             if payload is None:
                 f0[t] = UNRECOVERABLE
         return f0
 
     def _payload(self, t: int) -> dict[str, Any] | None:
         return self.results.get(t, (None, None))[0]
+
+    def _part(self, b: int) -> str:
+        """The part file of block ``b``'s verified result (every block has one once the run is ``ok``)."""
+        p = self._payload(b)
+        assert p is not None, f"block {b} has no result"
+        return p["part"]
 
     def verify(self, f0: dict[int, int]) -> list[int]:
         t0 = time.perf_counter()
@@ -552,7 +559,8 @@ class Master:
             fin.append(CORRECT if ok else UNRECOVERABLE)
         if self.mode == "abft":
             pl = [self._payload(t) for t in range(self.n)]
-            firsts, checks = [p and p["first"] for p in pl], [p and p["check"] for p in pl]
+            firsts = [None if p is None else p["first"] for p in pl]
+            checks = [None if p is None else p["check"] for p in pl]
             judged = abft_judge(fin, firsts, checks, self._referee_row)
             changed = False
             for k in judged.conflicts:
@@ -738,7 +746,7 @@ class Master:
         h.update(dt.str.encode())
         h.update(repr(tuple(self.info.shape)).encode())
         for b in range(self.n):
-            part = np.load(self._payload(b)["part"], mmap_mode="r")
+            part = np.load(self._part(b), mmap_mode="r")
             h.update(np.ascontiguousarray(part, dtype=dt).data)
         return h.hexdigest()
 
@@ -752,10 +760,10 @@ class Master:
         nbytes = self.info.shape[0] * self.info.shape[1] * dt.itemsize
         self._tell_replica(("writing", TMAXLAT + nbytes / 50e6))
 
-        def blocks():  # type: ignore[no-untyped-def]
+        def blocks() -> Iterator[tuple[int, np.ndarray]]:
             for b, blk in enumerate(self.blocks):
                 self._tell_replica(("beat",))
-                part = np.load(self._payload(b)["part"], mmap_mode="r")
+                part = np.load(self._part(b), mmap_mode="r")
                 yield blk.r0, part
         write_dem_rows(self.args.out, self.info.shape, dt, blocks(), nodata=self.info.nodata,
                        cell_size=self.info.cell_size, profile=self.info.profile)
@@ -873,7 +881,7 @@ class Master:
 # ------------------------------------------------------------------------ main
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="planaria.abft.runtime")
+    ap = argparse.ArgumentParser(prog="planaria.abft.masterworker")
     ap.add_argument("--kernel", choices=sorted(kernels), required=True)
     ap.add_argument("--dem", required=True)
     ap.add_argument("--out", required=True)
@@ -929,11 +937,11 @@ def main(argv: list[str] | None = None) -> int:
     events.handle_failures("planaria-abft", action="abft-replan")
     comm = planaria.world(args.backend)
     if comm.Get_size() < 3:
-        print("planaria.abft.runtime: needs at least 3 ranks (2 masters + 1 worker)", file=sys.stderr)
+        print("planaria.abft.masterworker: needs at least 3 ranks (2 masters + 1 worker)", file=sys.stderr)
         return 2
     if args.force and max(args.force) >= comm.Get_size():
         if comm.Get_rank() == 0:
-            print(f"planaria.abft.runtime: --force: worker {max(args.force) - 2} does not exist "
+            print(f"planaria.abft.masterworker: --force: worker {max(args.force) - 2} does not exist "
                   f"(workers 0..{comm.Get_size() - 3})", file=sys.stderr)
         return 2
     return run_rank(comm, args, dem_info(args.dem))[0]

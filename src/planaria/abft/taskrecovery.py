@@ -179,7 +179,7 @@ def finish(primary: MasterState, replica: MasterState, t_now: float, tmaxlat: fl
         return Outcome("primary", primary.f, status, agreed=True)
     if len(primary.f) != len(replica.f):
         raise ValueError("masters disagree on the number of blocks")
-    merged = tuple(min(a, b) for a, b in zip(primary.f, replica.f))
+    merged = tuple(min(a, b) for a, b in zip(primary.f, replica.f, strict=True))
     return Outcome("primary", merged, status, agreed=False)
 
 
