@@ -20,11 +20,13 @@ import pickle
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from planaria._lazy import np
+from planaria.errors import failure_raised
 
 _PROTO = pickle.HIGHEST_PROTOCOL
+E = TypeVar("E", bound=BaseException)
 _I64 = "int64"                       # numpy dtype name (numpy is imported on first use)
 
 
@@ -50,10 +52,11 @@ def _loads(comm: Comm, data: Any) -> Any:
     except Exception:
         if any(memoryview(data).cast("B")):
             raise                       # a real pickle that does not load here: the program's error
-        from planaria.comm.errors import ProcFailedError
+        from planaria.errors import ProcFailedError
         failed = comm.get_failed()
-        raise ProcFailedError(failed, f"an object collective ended without every rank's part "
-                                      f"(a process failed during it; known failed: {sorted(failed) or '?'})") from None
+        raise failure_raised(ProcFailedError(
+            failed, f"an object collective ended without every rank's part "
+                    f"(a process failed during it; known failed: {sorted(failed) or '?'})")) from None
 
 
 def _split(comm: Comm, buf: bytearray | bytes, lengths: np.ndarray) -> list[Any]:
@@ -536,8 +539,10 @@ class Comm(ABC):
         time.sleep(delay)
         return True
 
-    def _ml_noted(self, exc: Exception) -> Exception:
-        """``exc``, first recorded in the message log when it is a failure error of a recorded communicator."""
+    def _ml_noted(self, exc: E) -> E:
+        """``exc``, a failure error about to be raised: remembered for finalize (``failure_raised``)
+        and recorded in the message log when this communicator is recorded."""
+        failure_raised(exc)
         if self._ml_on:
             from planaria.comm import msglog
             msglog.failed(self, exc)

@@ -501,7 +501,7 @@ def _persistent(name: str, send: bool) -> Callable[..., Request]:
     key = "dest" if send else "source"
 
     def call(self: SimComm, buf: Any, *args: Any, **kwargs: Any) -> Request:
-        got = dict(zip((key, "tag"), args))
+        got = dict(zip((key, "tag"), args, strict=False))   # fewer positional arguments than names
         for k, v in kwargs.items():
             if k in got or k not in (key, "tag"):
                 raise TypeError(f"{name}() got an unexpected or repeated argument {k!r}")

@@ -317,7 +317,7 @@ class _Polled(_Receiving):
                 if failed and (-1 in self._peers or failed & self._peers):
                     _ABANDONED.append(self)
                     comm._saw(failed)
-                    raise comm._ml_noted(ProcFailedError(failed)) if comm._ml_on else ProcFailedError(failed)
+                    raise comm._ml_noted(ProcFailedError(failed))
             time.sleep(pause)
             pause = min(0.001, pause * 2 or 1e-5)
 
@@ -417,7 +417,7 @@ class _Failures:
         if isinstance(e, FailureError):
             return e
         out = self._error_of(e)
-        if self._ml_on and isinstance(out, FailureError):
+        if isinstance(out, FailureError):
             self._ml_noted(out)
         return out
 
@@ -450,10 +450,7 @@ class _Failures:
 
     def _convert_revoked(self) -> Exception:
         """The error of a call refused because this communicator is known revoked (recorded like any)."""
-        err = RevokedError()
-        if self._ml_on:
-            self._ml_noted(err)
-        return err
+        return self._ml_noted(RevokedError())
 
     def _saw(self, failed: set[int]) -> None:
         if failed and _errors._observers:
@@ -1104,7 +1101,7 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
             failed = self._known_failed()
             if failed:
                 self._saw(failed)
-                raise self._ml_noted(ProcFailedError(failed)) if self._ml_on else ProcFailedError(failed)
+                raise self._ml_noted(ProcFailedError(failed))
         on = self._ml_on
         if on:
             if send:
