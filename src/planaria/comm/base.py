@@ -20,7 +20,7 @@ import pickle
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from planaria._lazy import np
 from planaria.errors import failure_raised
@@ -117,6 +117,22 @@ def rehook(comm: Any) -> None:
     comm._hooks = bool(comm._ml_on) or comm._msgfault is not None
 
 
+class Recorder(Protocol):
+    """What a communicator recorded in the message log tells it (``comm/msglog.py`` implements it)."""
+
+    def failed(self, comm: Comm, exc: BaseException) -> None: ...
+
+    def wildcard(self, comm: Comm, source: int, tag: int) -> None: ...
+
+    def child(self, parent: Comm, new: Comm | None, kind: str, color: Any = None) -> None: ...
+
+
+#: the message log, installed by ``comm/msglog.py`` when it is imported (it builds on this module,
+#: so this one cannot import it); only a recorded communicator (``_ml_on``) reaches it, and only
+#: the message log records one
+recorder: Recorder | None = None
+
+
 class Comm(ABC):
     """A communicator that survives process failures (ULFM semantics).
 
@@ -127,6 +143,13 @@ class Comm(ABC):
     """
 
     backend: str = "?"
+    # the message log's state of a recorded communicator (set by ``msglog``, read only when ``_ml_on``)
+    _ml_id: str
+    _ml_seq: int                   # collectives entered
+    _ml_kids: int                  # communicators made from it
+    _ml_sent: list[int]            # messages sent, per destination rank
+    _ml_recvd: list[int]           # receives completed, per source rank
+    _fl: int                       # its flight-record slot (0: none)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -441,7 +464,7 @@ class Comm(ABC):
             lengths = np.zeros(self.size, dtype=_I64) if self.rank == root else None
             self.Gather(mine, lengths, root)
             self._ml_once()
-            if self.rank != root:
+            if lengths is None:                 # not the root
                 self.Gatherv([data, len(data), _byte()], None, root)
                 return None
             total = int(lengths.sum())
@@ -531,7 +554,8 @@ class Comm(ABC):
 
     def _outgoing(self, dest: int) -> bool:
         """Apply an injected message fault to a send towards ``dest``; False means drop it."""
-        delay = self._msgfault(self._world_of(dest))
+        fault = self._msgfault
+        delay = fault(self._world_of(dest)) if fault is not None else None
         if delay is None:
             return True
         if delay < 0:
@@ -543,9 +567,8 @@ class Comm(ABC):
         """``exc``, a failure error about to be raised: remembered for finalize (``failure_raised``)
         and recorded in the message log when this communicator is recorded."""
         failure_raised(exc)
-        if self._ml_on:
-            from planaria.comm import msglog
-            msglog.failed(self, exc)
+        if self._ml_on and recorder is not None:
+            recorder.failed(self, exc)
         return exc
 
     def _ml_wildcard(self, status: Any) -> None:
@@ -554,13 +577,13 @@ class Comm(ABC):
         src = status.Get_source()
         if 0 <= src < len(self._ml_recvd):
             self._ml_recvd[src] += 1
-            from planaria.comm import msglog
-            msglog.wildcard(self, src, status.Get_tag())
+            if recorder is not None:
+                recorder.wildcard(self, src, status.Get_tag())
 
     def _ml_child(self, new: Comm | None, kind: str, color: Any = None) -> None:
         """Record ``new`` (made by this communicator's dup ``d``, shrink ``k`` or split ``s``) in the message log."""
-        from planaria.comm import msglog
-        msglog.child(self, new, kind, color)
+        if recorder is not None:
+            recorder.child(self, new, kind, color)
 
     @abstractmethod
     def _world_of(self, rank: int) -> int:
