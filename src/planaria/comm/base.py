@@ -20,7 +20,7 @@ import pickle
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from planaria._lazy import np
 from planaria.errors import failure_raised
@@ -86,12 +86,12 @@ class Request(ABC):
         _count_class()
 
     @abstractmethod
-    def Test(self) -> bool:
+    def Test(self, status: Any = None) -> bool:
         """Return True when complete (raises on failure)."""
 
     @abstractmethod
-    def Wait(self) -> None:
-        """Block until complete (raises on failure)."""
+    def Wait(self, status: Any = None) -> bool | None:
+        """Block until complete (raises on failure); mpi4py's requests return True."""
 
     def test(self) -> tuple[bool, Any]:
         """Object form of Test: (done, received object or None)."""
@@ -120,7 +120,7 @@ def rehook(comm: Any) -> None:
 class Recorder(Protocol):
     """What a communicator recorded in the message log tells it (``comm/msglog.py`` implements it)."""
 
-    def failed(self, comm: Comm, exc: BaseException) -> None: ...
+    def failed(self, comm: Any, exc: BaseException) -> None: ...
 
     def wildcard(self, comm: Comm, source: int, tag: int) -> None: ...
 
@@ -131,6 +131,15 @@ class Recorder(Protocol):
 #: so this one cannot import it); only a recorded communicator (``_ml_on``) reaches it, and only
 #: the message log records one
 recorder: Recorder | None = None
+
+
+def noted(comm: Any, exc: E) -> E:
+    """``exc``, a failure error ``comm`` is about to raise: remembered for finalize
+    (``failure_raised``) and recorded in the message log when ``comm`` is recorded."""
+    failure_raised(exc)
+    if comm._ml_on and recorder is not None:
+        recorder.failed(comm, exc)
+    return exc
 
 
 class Comm(ABC):
@@ -393,9 +402,10 @@ class Comm(ABC):
     def name(self, value: str) -> None:
         self.Set_name(value)
 
-    def Abort(self, errorcode: int = 0) -> None:
+    def Abort(self, errorcode: int = 0) -> NoReturn:
         """mpi4py's ``Abort``: end the whole job with ``errorcode`` (does not return)."""
         self._c.Abort(errorcode)
+        raise AssertionError("MPI_Abort returned")          # it does not: the job ends
 
     # -- object point-to-point -------------------------------------------------
     @abstractmethod
@@ -564,12 +574,8 @@ class Comm(ABC):
         return True
 
     def _ml_noted(self, exc: E) -> E:
-        """``exc``, a failure error about to be raised: remembered for finalize (``failure_raised``)
-        and recorded in the message log when this communicator is recorded."""
-        failure_raised(exc)
-        if self._ml_on and recorder is not None:
-            recorder.failed(self, exc)
-        return exc
+        """``exc``, a failure error about to be raised (``noted``)."""
+        return noted(self, exc)
 
     def _ml_wildcard(self, status: Any) -> None:
         """Count a completed receive from any source by its sender (``status``), and remember where

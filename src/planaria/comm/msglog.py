@@ -496,7 +496,7 @@ def set_active(active: bool) -> None:
         _LOG.forget()
 
 
-def failed(comm: Comm, exc: BaseException) -> None:
+def failed(comm: Any, exc: BaseException) -> None:
     """Record a failure error a recorded communicator is about to raise (called by the backends)."""
     lg = _LOG
     if lg is None or not isinstance(exc, FailureError):
