@@ -11,6 +11,9 @@ With run-time detection on, the backends' own methods keep the message log's cou
 point-to-point message adds one to ``_ml_sent``/``_ml_recvd`` of its peer, all behind one test
 of ``_ml_on`` (False for a communicator the log does not record). Nothing else is done per
 call: what a call waits for is read from the application thread's stack when someone asks.
+
+``import planaria`` and the tools import this module without starting MPI, so mpi4py is imported
+inside the functions that need it (importing ``mpi4py.MPI`` initializes MPI).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from planaria._lazy import np
+from planaria import errors as _errors
 from planaria.errors import failure_raised
 
 _PROTO = pickle.HIGHEST_PROTOCOL
@@ -52,9 +56,8 @@ def _loads(comm: Comm, data: Any) -> Any:
     except Exception:
         if any(memoryview(data).cast("B")):
             raise                       # a real pickle that does not load here: the program's error
-        from planaria.errors import ProcFailedError
         failed = comm.get_failed()
-        raise failure_raised(ProcFailedError(
+        raise failure_raised(_errors.ProcFailedError(
             failed, f"an object collective ended without every rank's part "
                     f"(a process failed during it; known failed: {sorted(failed) or '?'})")) from None
 
@@ -322,7 +325,7 @@ class Comm(ABC):
 
     def Split(self, color: int = 0, key: int = 0) -> Any:
         """mpi4py's ``Split``: ``MPI.UNDEFINED`` gives ``MPI.COMM_NULL``, as in mpi4py."""
-        from mpi4py import MPI
+        from mpi4py import MPI          # not at the top: importing mpi4py.MPI starts MPI
         new = self.split(None if color == MPI.UNDEFINED else color, key)
         return MPI.COMM_NULL if new is None else new
 
@@ -437,7 +440,7 @@ class Comm(ABC):
                  source: int | None = None, recvtag: int | None = None, status: Any = None) -> Any:
         """mpi4py's ``sendrecv``: the send is posted first, so two ranks may exchange at once
         (``recvbuf`` is accepted for mpi4py's signature; the object is received whatever its size)."""
-        from mpi4py import MPI
+        from mpi4py import MPI          # not at the top: importing mpi4py.MPI starts MPI
         req = self.isend(sendobj, dest, sendtag)
         value = self.recv(recvbuf, MPI.ANY_SOURCE if source is None else source,
                           MPI.ANY_TAG if recvtag is None else recvtag, status)
@@ -604,18 +607,18 @@ def _lock(comm: Comm, key: str) -> Any:
     object collectives hold the same one, for the same reason and so that code inspecting
     mpi4py's lock table finds it.
     """
-    from mpi4py import MPI
+    from mpi4py import MPI              # not at the top: importing mpi4py.MPI starts MPI
     take = getattr(MPI, "_comm_lock", None)
     return contextlib.nullcontext() if take is None else take(comm._c, key)
 
 
 def _byte() -> Any:
-    from mpi4py import MPI
+    from mpi4py import MPI              # not at the top: importing mpi4py.MPI starts MPI
     return MPI.BYTE
 
 
 def _opfunc(op: Any) -> Callable[[Any, Any], Any]:
     if op is None:
-        from mpi4py import MPI
+        from mpi4py import MPI          # not at the top: importing mpi4py.MPI starts MPI
         op = MPI.SUM
     return op  # mpi4py Op objects are callable on Python objects

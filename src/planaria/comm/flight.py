@@ -25,7 +25,7 @@ import sys
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:       # pathlib is imported by the functions that use it, out of a rank's start
     from pathlib import Path
 
 #: collectives whose buffer size must agree on every rank: op id = index + 1
@@ -70,7 +70,7 @@ def open_here() -> bool:
     job = os.environ.get("PLANARIA_JOB_DIR")
     if not job:
         return False
-    from mpi4py import MPI
+    from mpi4py import MPI              # not at the top: readers of the records are no MPI processes
     rank = MPI.COMM_WORLD.Get_rank()
     attempt = int(os.environ.get("PLANARIA_RESTART", "0") or 0) + 1
     return open_file(_path_str(job, attempt, rank), rank)

@@ -199,7 +199,7 @@ class MsgLog:
         raw = getattr(comm, "_c", None)
         if raw is None or not isinstance(peer, int) or not isinstance(tag, int):
             return None
-        from mpi4py import MPI
+        from mpi4py import MPI          # not at the top: the diagnosis imports this module outside MPI
         st = MPI.Status()
         try:
             if not raw.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, st):
@@ -328,7 +328,7 @@ def arguments(name: str, args: Any, kwargs: Any) -> dict[str, Any]:
     """The arguments of mpi4py's method ``name`` as ``{parameter: value}`` (without ``self``); {} when they do not bind."""
     sig = _SIGNATURES.get(name)
     if sig is None:
-        from mpi4py import MPI
+        from mpi4py import MPI          # not at the top: the diagnosis imports this module outside MPI
         for cls in (MPI.Intracomm, MPI.Cartcomm, MPI.Graphcomm, MPI.Distgraphcomm, MPI.Intercomm):
             fn = getattr(cls, name, None)
             if fn is not None:

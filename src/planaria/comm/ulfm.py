@@ -25,6 +25,7 @@ receive completed that way is not counted by the message log.
 """
 from __future__ import annotations
 
+import os
 import pickle
 import time
 from collections.abc import Callable
@@ -51,7 +52,6 @@ _ISEND, _IRECV = MPI.Comm.Isend, MPI.Comm.Irecv
 
 def ulfm_available() -> bool:
     """True when this MPI library has the ULFM calls and fault tolerance is switched on for this run."""
-    import os
     if not all(hasattr(MPI.Comm, n) for n in ("Revoke", "Shrink", "Agree", "Ack_failed", "Get_failed")):
         return False
     if "Open MPI" in MPI.Get_library_version():
