@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from planaria.comm.base import Comm, Request
-    from planaria.comm.errors import FailureError, ProcFailedError, RevokedError
+    from planaria.errors import (BadInput, FailureError, PlanariaError, ProcFailedError, RevokedError,
+                                 SparesExhausted, Unrecoverable)
     from planaria.runtime.bootstrap import fail_stop, finalize, phase, step, watch, world
 
 __version__ = "0.1.0"
@@ -26,14 +27,19 @@ __version__ = "0.1.0"
 #: public name -> the module that defines it
 _HOME = {
     "Comm": "planaria.comm.base", "Request": "planaria.comm.base",
-    "FailureError": "planaria.comm.errors", "ProcFailedError": "planaria.comm.errors",
-    "RevokedError": "planaria.comm.errors",
+    "PlanariaError": "planaria.errors", "FailureError": "planaria.errors",
+    "ProcFailedError": "planaria.errors", "RevokedError": "planaria.errors",
+    "BadInput": "planaria.errors", "SparesExhausted": "planaria.errors", "Unrecoverable": "planaria.errors",
     "world": "planaria.runtime.bootstrap", "step": "planaria.runtime.bootstrap",
     "phase": "planaria.runtime.bootstrap", "watch": "planaria.runtime.bootstrap",
     "finalize": "planaria.runtime.bootstrap", "fail_stop": "planaria.runtime.bootstrap",
 }
 
-__all__ = [*_HOME, "__version__"]
+__all__ = [          # the names of _HOME, spelled out for linters
+    "Comm", "Request", "PlanariaError", "FailureError", "ProcFailedError", "RevokedError",
+    "BadInput", "SparesExhausted", "Unrecoverable",
+    "world", "step", "phase", "watch", "finalize", "fail_stop", "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from planaria.comm.errors import RevokedError, failures_seen
+from planaria.comm.errors import RevokedError, failure_raised, failures_seen
 from planaria.demo.heat import update
 
 FIELDS = hnp.arrays(np.float64, st.integers(3, 200),
@@ -25,5 +25,6 @@ def test_update_matches_the_expression_bit_for_bit(p: np.ndarray, r: float) -> N
 
 
 def test_a_failure_error_is_remembered_for_finalize() -> None:
-    RevokedError()
+    err = RevokedError()
+    assert failure_raised(err) is err
     assert failures_seen()

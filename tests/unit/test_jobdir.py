@@ -6,7 +6,7 @@ import os
 import re
 import stat
 
-from planaria.launch.fsutil import atomic_write
+from planaria.util.fsutil import atomic_write
 from planaria.launch.jobdir import JobDir, jobs_root, new_job_id
 
 

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 
 from planaria.abft.partition import Block
 from planaria.abft.verify import CORRECT, STATUSES, TRANSIENT, UNRECOVERABLE
+from planaria.errors import PlanariaError
 
 
-class NoLiveWorkerError(RuntimeError):
+class NoLiveWorkerError(PlanariaError, RuntimeError):
     """No live, non-excluded worker is left to take a failed block."""
 
 

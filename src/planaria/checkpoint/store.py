@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planaria.comm.base import Comm
+from planaria.errors import PlanariaError
 
 #: how many complete versions every store keeps (a failure during a save leaves the previous one)
 KEEP = 2
@@ -337,7 +338,7 @@ def revoke_quietly(comm: Comm) -> None:
         pass
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(PlanariaError, RuntimeError):
     """A checkpoint cannot be saved or restored (not a process failure: those raise FailureError)."""
 
 

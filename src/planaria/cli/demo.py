@@ -72,7 +72,7 @@ def demo(
         typer.echo(f"planaria demo: unknown --when-exhausted {when_exhausted!r} (expected stop or continue)",
                    err=True)
         raise typer.Exit(2)
-    from planaria.launch.fsutil import output_problem
+    from planaria.util.fsutil import output_problem
     problem = output_problem(plot) if plot is not None else None
     if problem:
         typer.echo(f"planaria demo: --plot {plot}: {problem}", err=True)

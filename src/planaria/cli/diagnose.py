@@ -53,7 +53,7 @@ def diagnose(
         if not math.isfinite(value):          # the parser's range check lets inf through
             print(f"planaria diagnose: {name} must be a finite number of seconds (got {value})", file=sys.stderr)
             raise typer.Exit(2)
-    from planaria.launch.fsutil import output_problem
+    from planaria.util.fsutil import output_problem
     why = output_problem(dot) if dot is not None else None
     if why:
         print(f"planaria diagnose: --dot {dot}: {why}", file=sys.stderr)
@@ -72,7 +72,7 @@ JOB_FILES = ("manifest.json", "events.jsonl", "summary.json")     # jobdir.MANIF
 
 def _emit(report: dict, json_out: bool, dot: Path | None) -> None:
     if dot is not None:
-        from planaria.launch.fsutil import atomic_write
+        from planaria.util.fsutil import atomic_write
         atomic_write(dot, (report.get("hang_filter") or {}).get("dot") or "digraph stacktree {}\n")
     if json_out:
         from planaria.launch.jobdir import dump_json

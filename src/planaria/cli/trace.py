@@ -70,7 +70,7 @@ def export(
 
       planaria trace export .planaria/jobs/<id> --out run.json
     """
-    from planaria.launch.fsutil import atomic_write
+    from planaria.util.fsutil import atomic_write
     from planaria.trace.perfetto import to_chrome
     from planaria.trace.writer import read_traces
     problems: list[str] = []
@@ -81,7 +81,7 @@ def export(
         raise typer.Exit(2)
     for p in problems:
         print(f"planaria trace export: warning: {p}", file=sys.stderr)
-    from planaria.launch.fsutil import output_problem
+    from planaria.util.fsutil import output_problem
     why = output_problem(out)
     if why:
         print(f"planaria trace export: --out {out}: {why}", file=sys.stderr)

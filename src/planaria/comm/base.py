@@ -11,6 +11,9 @@ With run-time detection on, the backends' own methods keep the message log's cou
 point-to-point message adds one to ``_ml_sent``/``_ml_recvd`` of its peer, all behind one test
 of ``_ml_on`` (False for a communicator the log does not record). Nothing else is done per
 call: what a call waits for is read from the application thread's stack when someone asks.
+
+``import planaria`` and the tools import this module without starting MPI, so mpi4py is imported
+inside the functions that need it (importing ``mpi4py.MPI`` initializes MPI).
 """
 from __future__ import annotations
 
@@ -20,11 +23,14 @@ import pickle
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from planaria._lazy import np
+from planaria import errors as _errors
+from planaria.errors import failure_raised
 
 _PROTO = pickle.HIGHEST_PROTOCOL
+E = TypeVar("E", bound=BaseException)
 _I64 = "int64"                       # numpy dtype name (numpy is imported on first use)
 
 
@@ -50,10 +56,10 @@ def _loads(comm: Comm, data: Any) -> Any:
     except Exception:
         if any(memoryview(data).cast("B")):
             raise                       # a real pickle that does not load here: the program's error
-        from planaria.comm.errors import ProcFailedError
         failed = comm.get_failed()
-        raise ProcFailedError(failed, f"an object collective ended without every rank's part "
-                                      f"(a process failed during it; known failed: {sorted(failed) or '?'})") from None
+        raise failure_raised(_errors.ProcFailedError(
+            failed, f"an object collective ended without every rank's part "
+                    f"(a process failed during it; known failed: {sorted(failed) or '?'})")) from None
 
 
 def _split(comm: Comm, buf: bytearray | bytes, lengths: np.ndarray) -> list[Any]:
@@ -83,12 +89,12 @@ class Request(ABC):
         _count_class()
 
     @abstractmethod
-    def Test(self) -> bool:
+    def Test(self, status: Any = None) -> bool:
         """Return True when complete (raises on failure)."""
 
     @abstractmethod
-    def Wait(self) -> None:
-        """Block until complete (raises on failure)."""
+    def Wait(self, status: Any = None) -> bool | None:
+        """Block until complete (raises on failure); mpi4py's requests return True."""
 
     def test(self) -> tuple[bool, Any]:
         """Object form of Test: (done, received object or None)."""
@@ -114,6 +120,31 @@ def rehook(comm: Any) -> None:
     comm._hooks = bool(comm._ml_on) or comm._msgfault is not None
 
 
+class Recorder(Protocol):
+    """What a communicator recorded in the message log tells it (``comm/msglog.py`` implements it)."""
+
+    def failed(self, comm: Any, exc: BaseException) -> None: ...
+
+    def wildcard(self, comm: Comm, source: int, tag: int) -> None: ...
+
+    def child(self, parent: Comm, new: Comm | None, kind: str, color: Any = None) -> None: ...
+
+
+#: the message log, installed by ``comm/msglog.py`` when it is imported (it builds on this module,
+#: so this one cannot import it); only a recorded communicator (``_ml_on``) reaches it, and only
+#: the message log records one
+recorder: Recorder | None = None
+
+
+def noted(comm: Any, exc: E) -> E:
+    """``exc``, a failure error ``comm`` is about to raise: remembered for finalize
+    (``failure_raised``) and recorded in the message log when ``comm`` is recorded."""
+    failure_raised(exc)
+    if comm._ml_on and recorder is not None:
+        recorder.failed(comm, exc)
+    return exc
+
+
 class Comm(ABC):
     """A communicator that survives process failures (ULFM semantics).
 
@@ -124,6 +155,13 @@ class Comm(ABC):
     """
 
     backend: str = "?"
+    # the message log's state of a recorded communicator (set by ``msglog``, read only when ``_ml_on``)
+    _ml_id: str
+    _ml_seq: int                   # collectives entered
+    _ml_kids: int                  # communicators made from it
+    _ml_sent: list[int]            # messages sent, per destination rank
+    _ml_recvd: list[int]           # receives completed, per source rank
+    _fl: int                       # its flight-record slot (0: none)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -287,7 +325,7 @@ class Comm(ABC):
 
     def Split(self, color: int = 0, key: int = 0) -> Any:
         """mpi4py's ``Split``: ``MPI.UNDEFINED`` gives ``MPI.COMM_NULL``, as in mpi4py."""
-        from mpi4py import MPI
+        from mpi4py import MPI          # not at the top: importing mpi4py.MPI starts MPI
         new = self.split(None if color == MPI.UNDEFINED else color, key)
         return MPI.COMM_NULL if new is None else new
 
@@ -367,9 +405,10 @@ class Comm(ABC):
     def name(self, value: str) -> None:
         self.Set_name(value)
 
-    def Abort(self, errorcode: int = 0) -> None:
+    def Abort(self, errorcode: int = 0) -> NoReturn:
         """mpi4py's ``Abort``: end the whole job with ``errorcode`` (does not return)."""
         self._c.Abort(errorcode)
+        raise AssertionError("MPI_Abort returned")          # it does not: the job ends
 
     # -- object point-to-point -------------------------------------------------
     @abstractmethod
@@ -401,7 +440,7 @@ class Comm(ABC):
                  source: int | None = None, recvtag: int | None = None, status: Any = None) -> Any:
         """mpi4py's ``sendrecv``: the send is posted first, so two ranks may exchange at once
         (``recvbuf`` is accepted for mpi4py's signature; the object is received whatever its size)."""
-        from mpi4py import MPI
+        from mpi4py import MPI          # not at the top: importing mpi4py.MPI starts MPI
         req = self.isend(sendobj, dest, sendtag)
         value = self.recv(recvbuf, MPI.ANY_SOURCE if source is None else source,
                           MPI.ANY_TAG if recvtag is None else recvtag, status)
@@ -438,7 +477,7 @@ class Comm(ABC):
             lengths = np.zeros(self.size, dtype=_I64) if self.rank == root else None
             self.Gather(mine, lengths, root)
             self._ml_once()
-            if self.rank != root:
+            if lengths is None:                 # not the root
                 self.Gatherv([data, len(data), _byte()], None, root)
                 return None
             total = int(lengths.sum())
@@ -528,7 +567,8 @@ class Comm(ABC):
 
     def _outgoing(self, dest: int) -> bool:
         """Apply an injected message fault to a send towards ``dest``; False means drop it."""
-        delay = self._msgfault(self._world_of(dest))
+        fault = self._msgfault
+        delay = fault(self._world_of(dest)) if fault is not None else None
         if delay is None:
             return True
         if delay < 0:
@@ -536,12 +576,9 @@ class Comm(ABC):
         time.sleep(delay)
         return True
 
-    def _ml_noted(self, exc: Exception) -> Exception:
-        """``exc``, first recorded in the message log when it is a failure error of a recorded communicator."""
-        if self._ml_on:
-            from planaria.comm import msglog
-            msglog.failed(self, exc)
-        return exc
+    def _ml_noted(self, exc: E) -> E:
+        """``exc``, a failure error about to be raised (``noted``)."""
+        return noted(self, exc)
 
     def _ml_wildcard(self, status: Any) -> None:
         """Count a completed receive from any source by its sender (``status``), and remember where
@@ -549,13 +586,13 @@ class Comm(ABC):
         src = status.Get_source()
         if 0 <= src < len(self._ml_recvd):
             self._ml_recvd[src] += 1
-            from planaria.comm import msglog
-            msglog.wildcard(self, src, status.Get_tag())
+            if recorder is not None:
+                recorder.wildcard(self, src, status.Get_tag())
 
     def _ml_child(self, new: Comm | None, kind: str, color: Any = None) -> None:
         """Record ``new`` (made by this communicator's dup ``d``, shrink ``k`` or split ``s``) in the message log."""
-        from planaria.comm import msglog
-        msglog.child(self, new, kind, color)
+        if recorder is not None:
+            recorder.child(self, new, kind, color)
 
     @abstractmethod
     def _world_of(self, rank: int) -> int:
@@ -570,18 +607,18 @@ def _lock(comm: Comm, key: str) -> Any:
     object collectives hold the same one, for the same reason and so that code inspecting
     mpi4py's lock table finds it.
     """
-    from mpi4py import MPI
+    from mpi4py import MPI              # not at the top: importing mpi4py.MPI starts MPI
     take = getattr(MPI, "_comm_lock", None)
     return contextlib.nullcontext() if take is None else take(comm._c, key)
 
 
 def _byte() -> Any:
-    from mpi4py import MPI
+    from mpi4py import MPI              # not at the top: importing mpi4py.MPI starts MPI
     return MPI.BYTE
 
 
 def _opfunc(op: Any) -> Callable[[Any, Any], Any]:
     if op is None:
-        from mpi4py import MPI
+        from mpi4py import MPI          # not at the top: importing mpi4py.MPI starts MPI
         op = MPI.SUM
     return op  # mpi4py Op objects are callable on Python objects

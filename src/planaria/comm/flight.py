@@ -25,7 +25,7 @@ import sys
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:       # pathlib is imported by the functions that use it, out of a rank's start
     from pathlib import Path
 
 #: collectives whose buffer size must agree on every rank: op id = index + 1
@@ -70,7 +70,7 @@ def open_here() -> bool:
     job = os.environ.get("PLANARIA_JOB_DIR")
     if not job:
         return False
-    from mpi4py import MPI
+    from mpi4py import MPI              # not at the top: readers of the records are no MPI processes
     rank = MPI.COMM_WORLD.Get_rank()
     attempt = int(os.environ.get("PLANARIA_RESTART", "0") or 0) + 1
     return open_file(_path_str(job, attempt, rank), rank)
@@ -112,12 +112,13 @@ def close() -> None:
 def slot(cid: str) -> int:
     """A slot for communicator ``cid``: the word index of its first field, 0 when there is none."""
     global _slots_used
-    if _MV is None or _slots_used >= SLOTS:
+    m = _MAP
+    if _MV is None or m is None or _slots_used >= SLOTS:
         return 0
     s = _slots_used
     _slots_used += 1
     raw = cid.encode("utf-8")[:CID_BYTES]
-    _MAP[_CIDS + s * CID_BYTES:_CIDS + (s + 1) * CID_BYTES] = raw.ljust(CID_BYTES, b"\0")
+    m[_CIDS + s * CID_BYTES:_CIDS + (s + 1) * CID_BYTES] = raw.ljust(CID_BYTES, b"\0")
     return _SLOT0 + s * WORDS
 
 
@@ -146,14 +147,15 @@ def note(comm: Any, op: int, buf: Any, alt: Any = None) -> None:
 
 def _code(code: Any) -> int:
     """The code-table index of ``code`` (1-based; 0 when the table is full)."""
+    m = _MAP
     k = len(_CODE_KEEP) + 1
     _CODE_KEEP.append(code)                # keeps its id from being reused
-    if k > CODES:
+    if k > CODES or m is None:
         _CODE_IDS[id(code)] = 0
         return 0
     raw = f"{code.co_filename}\0{code.co_name}\0{code.co_firstlineno}".encode("utf-8", "replace")[:CODE_BYTES]
     off = _CODE0 + (k - 1) * CODE_BYTES
-    _MAP[off:off + CODE_BYTES] = raw.ljust(CODE_BYTES, b"\0")
+    m[off:off + CODE_BYTES] = raw.ljust(CODE_BYTES, b"\0")
     _CODE_IDS[id(code)] = k
     return k
 

@@ -199,7 +199,7 @@ class MsgLog:
         raw = getattr(comm, "_c", None)
         if raw is None or not isinstance(peer, int) or not isinstance(tag, int):
             return None
-        from mpi4py import MPI
+        from mpi4py import MPI          # not at the top: the diagnosis imports this module outside MPI
         st = MPI.Status()
         try:
             if not raw.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, st):
@@ -209,7 +209,7 @@ class MsgLog:
         src, got = st.Get_source(), st.Get_tag()
         if (peer < 0 or src == peer) and (tag < 0 or got == tag):
             return None        # it matches: about to be received
-        out = {"source": _world(comm, src), "tag": got, "bytes": st.Get_count(MPI.BYTE)}
+        out: dict[str, Any] = {"source": _world(comm, src), "tag": got, "bytes": st.Get_count(MPI.BYTE)}
         cid = getattr(comm, "_ml_id", "?")
         for w_cid, w_src, w_world, w_tag, w_site in reversed(self.wildcards):
             if w_cid == cid and w_src == peer and src != peer and w_tag == got:
@@ -328,7 +328,7 @@ def arguments(name: str, args: Any, kwargs: Any) -> dict[str, Any]:
     """The arguments of mpi4py's method ``name`` as ``{parameter: value}`` (without ``self``); {} when they do not bind."""
     sig = _SIGNATURES.get(name)
     if sig is None:
-        from mpi4py import MPI
+        from mpi4py import MPI          # not at the top: the diagnosis imports this module outside MPI
         for cls in (MPI.Intracomm, MPI.Cartcomm, MPI.Graphcomm, MPI.Distgraphcomm, MPI.Intercomm):
             fn = getattr(cls, name, None)
             if fn is not None:
@@ -496,7 +496,7 @@ def set_active(active: bool) -> None:
         _LOG.forget()
 
 
-def failed(comm: Comm, exc: Exception) -> None:
+def failed(comm: Any, exc: BaseException) -> None:
     """Record a failure error a recorded communicator is about to raise (called by the backends)."""
     lg = _LOG
     if lg is None or not isinstance(exc, FailureError):
@@ -557,3 +557,14 @@ def _world(comm: Any, rank: Any) -> int | None:
         return int(comm._world_of(rank))
     except Exception:  # noqa: BLE001 - freed communicator
         return None
+
+
+class _Recorder:
+    """This module's recording functions, as ``base.Recorder`` (``base`` cannot import this module)."""
+
+    failed = staticmethod(failed)
+    wildcard = staticmethod(wildcard)
+    child = staticmethod(child)
+
+
+_base.recorder = _Recorder()

@@ -64,7 +64,7 @@ import weakref
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from planaria._lazy import np
 from mpi4py import MPI
@@ -234,7 +234,7 @@ class _SimReq(Request, MPI.Request):
         self._comm._raise_if_broken(self._peer, self, self._keep)
         return False
 
-    def Wait(self, status: Any = None) -> bool:
+    def Wait(self, status: Any = None) -> Literal[True]:
         self._comm._wait(self, self._peer, status if status is not None else self._status, self._keep)
         return True
 
@@ -280,7 +280,7 @@ class _SimLReq(_SimReq):
             self._counted()
         return done
 
-    def Wait(self, status: Any = None) -> bool:
+    def Wait(self, status: Any = None) -> Literal[True]:
         self._comm._wait(self, self._peer, status, self._keep)
         self._counted()
         return True
@@ -316,7 +316,7 @@ class _SimPreq(_SimReq, MPI.Prequest):
         if comm._ml_on and peer is None:
             comm._ml_seq += 1
         comm._enter(peer)
-        if not (self._send and comm._msgfault is not None and not comm._outgoing(peer)):
+        if not (self._send and comm._msgfault is not None and peer is not None and not comm._outgoing(peer)):
             MPI.Prequest.Start(self)
         if comm._ml_on and peer is not None and peer >= 0:
             if self._send:
@@ -335,7 +335,7 @@ class _SimPreq(_SimReq, MPI.Prequest):
             self._counted()
         return done
 
-    def Wait(self, status: Any = None) -> bool:
+    def Wait(self, status: Any = None) -> Literal[True]:
         _SimReq.Wait(self, status)
         self._counted()
         return True
@@ -360,7 +360,7 @@ class _SimDone(_SimReq):
         self._fresh = False
         return True
 
-    def Wait(self, status: Any = None) -> bool:
+    def Wait(self, status: Any = None) -> Literal[True]:
         self._fresh = False
         return True
 
@@ -476,12 +476,12 @@ def _named(call: Callable[..., Any], name: str) -> None:
     call.__code__ = call.__code__.replace(co_name=name, co_qualname=name)
 
 
-def _nonblocking(name: str) -> Callable[..., Request]:
+def _nonblocking(name: str) -> Callable[..., _SimReq]:
     """A SimComm method posting mpi4py's nonblocking collective ``name`` as a sim request.
 
     The request holds the call's arguments (its buffers) in case it is given up after a
     failure: mpi4py does not hold every nonblocking collective's buffers itself."""
-    def call(self: SimComm, *args: Any, **kwargs: Any) -> Request:
+    def call(self: SimComm, *args: Any, **kwargs: Any) -> _SimReq:
         if self._ml_on:
             self._ml_seq += 1
         self._enter(None)
@@ -496,12 +496,12 @@ def _nonblocking(name: str) -> Callable[..., Request]:
     return call
 
 
-def _persistent(name: str, send: bool) -> Callable[..., Request]:
+def _persistent(name: str, send: bool) -> Callable[..., _SimPreq]:
     """A SimComm method for mpi4py's persistent point-to-point ``name`` (``Send_init``...): a ``_SimPreq``."""
     key = "dest" if send else "source"
 
-    def call(self: SimComm, buf: Any, *args: Any, **kwargs: Any) -> Request:
-        got = dict(zip((key, "tag"), args))
+    def call(self: SimComm, buf: Any, *args: Any, **kwargs: Any) -> _SimPreq:
+        got = dict(zip((key, "tag"), args, strict=False))   # fewer positional arguments than names
         for k, v in kwargs.items():
             if k in got or k not in (key, "tag"):
                 raise TypeError(f"{name}() got an unexpected or repeated argument {k!r}")
@@ -516,12 +516,12 @@ def _persistent(name: str, send: bool) -> Callable[..., Request]:
     return call
 
 
-def _persistent_collective(name: str) -> Callable[..., Request]:
+def _persistent_collective(name: str) -> Callable[..., _SimPreq]:
     """A SimComm method for mpi4py's persistent collective ``name`` (``Allreduce_init``...).
 
     MPI lets the initialization synchronize the members, so it comes after ``_sync`` (as the
     calls that make communicators do); its ``Start`` and waits are then failure-safe."""
-    def call(self: SimComm, *args: Any, **kwargs: Any) -> Request:
+    def call(self: SimComm, *args: Any, **kwargs: Any) -> _SimPreq:
         self._sync()
         return _SimPreq(getattr(self._c, name)(*args, **kwargs), self, None, False, (args, kwargs))
     _named(call, name)
@@ -554,6 +554,18 @@ class SimComm(Comm, MPI.Intracomm):
 
     backend = "sim"
     _freed = False
+
+    if TYPE_CHECKING:
+        # The names both bases define, as the type checker is to see them here: mpi4py's stubs
+        # call group/is_inter/is_intra attributes (read-only properties in mpi4py, as in
+        # base.Comm), and Dup/Shrink give this class, both a planaria and an mpi4py communicator.
+        group: MPI.Group
+        is_inter: bool
+        is_intra: bool
+
+        def Dup(self, info: Any = None) -> SimComm: ...
+
+        def Shrink(self) -> SimComm: ...
 
     def __new__(cls, world: Any = None, mpi_comm: Any = None, *rest: Any, **kwargs: Any) -> SimComm:
         return MPI.Intracomm.__new__(cls, mpi_comm if isinstance(mpi_comm, MPI.Intracomm) else None)
@@ -725,7 +737,7 @@ class SimComm(Comm, MPI.Intracomm):
             else:
                 self._ml_wildcard(status)
 
-    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+    def Isend(self, buf: Any, dest: int, tag: int = 0) -> _SimReq:
         self._enter(dest)
         if self._msgfault is not None and not self._outgoing(dest):
             req: Any = MPI.REQUEST_NULL
@@ -737,7 +749,7 @@ class SimComm(Comm, MPI.Intracomm):
             return _SimLReq(req, self, dest, "Isend", tag, buf, -1)
         return _SimReq(req, self, dest)
 
-    def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
+    def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> _SimReq:
         self._enter(source)
         req = self._c.Irecv(buf, source, tag)
         if self._ml_on:
@@ -786,7 +798,7 @@ class SimComm(Comm, MPI.Intracomm):
                 self._ml_wildcard(status)
         return obj
 
-    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> _SimReq:
         self._enter(dest)
         if self._msgfault is not None and not self._outgoing(dest):
             req: Any = MPI.REQUEST_NULL
@@ -798,7 +810,7 @@ class SimComm(Comm, MPI.Intracomm):
             return _SimLReq(req, self, dest, "isend", tag, None, -1)
         return _SimReq(req, self, dest)
 
-    def irecv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
+    def irecv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> _SimReq:
         """mpi4py's ``irecv``: a receive posted at once into ``buf`` (None: mpi4py's default, a
         message of at most 32 KiB), an ``MPI.Request`` that mpi4py's class calls accept; its own
         ``Wait``/``Test`` are failure-safe. ``irecv_matched`` receives any size instead."""
@@ -933,23 +945,23 @@ class SimComm(Comm, MPI.Intracomm):
     def bsend(self, obj: Any, dest: int, tag: int = 0) -> None:
         self._send_b("ibsend", obj, dest, tag)
 
-    def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+    def Issend(self, buf: Any, dest: int, tag: int = 0) -> _SimReq:
         return self._send_nb("Issend", buf, dest, tag)
 
-    def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+    def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> _SimReq:
         return self._send_nb("Ibsend", buf, dest, tag)
 
-    def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+    def Irsend(self, buf: Any, dest: int, tag: int = 0) -> _SimReq:
         return self._send_nb("Irsend", buf, dest, tag)
 
-    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+    def issend(self, obj: Any, dest: int, tag: int = 0) -> _SimReq:
         return self._send_nb("issend", obj, dest, tag)
 
-    def ibsend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+    def ibsend(self, obj: Any, dest: int, tag: int = 0) -> _SimReq:
         return self._send_nb("ibsend", obj, dest, tag)
 
     def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,
-                  source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG) -> Request:
+                  source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG) -> _SimReq:
         """Nonblocking Sendrecv; its request waits on ``source`` (a send to a zombie is drained by it)."""
         self._enter(dest)
         self._raise_if_broken(source, None)
@@ -964,7 +976,7 @@ class SimComm(Comm, MPI.Intracomm):
         return _SimReq(req, self, source, keep=(sendbuf, recvbuf))
 
     def Isendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = MPI.ANY_SOURCE,
-                          recvtag: int = MPI.ANY_TAG) -> Request:
+                          recvtag: int = MPI.ANY_TAG) -> _SimReq:
         """Nonblocking Sendrecv_replace; its request waits on ``source``, like ``Isendrecv``'s."""
         self._enter(dest)
         self._raise_if_broken(source, None)
@@ -1000,13 +1012,13 @@ class SimComm(Comm, MPI.Intracomm):
     def iprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> bool:
         return self.Iprobe(source, tag, status)
 
-    def Probe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> bool:
+    def Probe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Literal[True]:
         """Wait for a matching message: Iprobe polled with failure checks."""
         self._enter(source)
         c = self._c
         return self._poll(lambda: True if c.Iprobe(source, tag, status) else _PENDING, source, None)
 
-    def probe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> bool:
+    def probe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Literal[True]:
         return self.Probe(source, tag, status)
 
     def Improbe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG, status: Any = None) -> Any:
@@ -1150,7 +1162,9 @@ class SimComm(Comm, MPI.Intracomm):
         indegree, outdegree = self._c.degrees
         return int(indegree), int(outdegree)
 
-    def Iagree(self, flag: Any) -> Request:
+    # not an MPI.Request, unlike mpi4py's: the agreement is a protocol of messages advanced by each
+    # Test, no one MPI request; so the override is incompatible in type, and documented
+    def Iagree(self, flag: Any) -> _SimAgree:  # type: ignore[override]
         """Nonblocking agreement on a one-int buffer: each ``Test`` advances the agreement without
         waiting; on completion the buffer holds the AND (``agree``'s rules and errors)."""
         view = memoryview(flag)                            # an int is not a buffer: TypeError, as mpi4py
@@ -1163,7 +1177,7 @@ class SimComm(Comm, MPI.Intracomm):
             self._w.check()
         return _SimAgree(self, self._agreement_steps(int(view[0])), view)
 
-    def Ishrink(self) -> tuple[SimComm, Request]:
+    def Ishrink(self) -> tuple[SimComm, _SimDone]:
         """``shrink`` done at once (an agreement: no MPI request to wait for), and a done request."""
         return self.shrink(), _SimDone(self)
 
@@ -1186,7 +1200,8 @@ class SimComm(Comm, MPI.Intracomm):
             return MPI.COMM_NULL
         g, wg = newc.Get_group(), self._w.ctl.Get_group()
         members = [int(x) for x in MPI.Group.Translate_ranks(g, list(range(g.Get_size())), wg)]
-        g.Free(), wg.Free()
+        g.Free()
+        wg.Free()
         new = SimComm(self._w, newc, f"{cid}m{members[0]}", members)
         new._msgfault = self._msgfault
         return new
@@ -1210,11 +1225,11 @@ class SimComm(Comm, MPI.Intracomm):
             new._c.Set_info(info)
         return new
 
-    def Idup(self, info: Any = None) -> tuple[SimComm, Request]:
+    def Idup(self, info: Any = None) -> tuple[SimComm, _SimDone]:
         """``Dup_with_info`` done at once, and a done request (mpi4py's ``Idup`` gives (comm, request))."""
         return self.Dup_with_info(info), _SimDone(self)
 
-    def Idup_with_info(self, info: Any) -> tuple[SimComm, Request]:
+    def Idup_with_info(self, info: Any) -> tuple[SimComm, _SimDone]:
         return self.Idup(info)
 
     def Create(self, group: Any) -> Any:
@@ -1372,7 +1387,8 @@ class SimComm(Comm, MPI.Intracomm):
         g = wg.Incl(survivors)
         # Created from the control communicator: it carries no abandoned collectives.
         newc = w.ctl.Create_group(g, tag=_tag_for(cid))
-        g.Free(), wg.Free()
+        g.Free()
+        wg.Free()
         new = SimComm(w, newc, cid, survivors)
         new._msgfault = self._msgfault
         if self._ml_on:
@@ -1418,7 +1434,8 @@ class SimComm(Comm, MPI.Intracomm):
         wg = w.ctl.Get_group()
         g = wg.Incl(wranks)
         newc = w.ctl.Create_group(g, tag=_tag_for(f"{cid}:{color}"))
-        g.Free(), wg.Free()
+        g.Free()
+        wg.Free()
         new = SimComm(w, newc, f"{cid}c{color}", wranks)
         new._msgfault = self._msgfault
         if self._ml_on:
@@ -1538,8 +1555,14 @@ def _mask_mpi_names(cls: type) -> None:
         if inspect.isroutine(getattr(MPI.Intracomm, name)):
             setattr(cls, name, _stand_in(name))
         else:
-            setattr(cls, name, property(lambda self, _n=name: SimComm.__getattr__(self, _n),
-                                        doc=f"mpi4py's ``{name}`` (see ``SimComm.__getattr__``)."))
+            setattr(cls, name, _stand_in_property(name))
+
+
+def _stand_in_property(name: str) -> property:
+    """A property that ``SimComm.__getattr__`` resolves (mpi4py's attribute ``name``)."""
+    def get(self: SimComm) -> Any:
+        return SimComm.__getattr__(self, name)
+    return property(get, doc=f"mpi4py's ``{name}`` (see ``SimComm.__getattr__``).")
 
 
 def _stand_in(name: str) -> Callable[..., Any]:

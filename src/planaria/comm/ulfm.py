@@ -25,15 +25,16 @@ receive completed that way is not counted by the message log.
 """
 from __future__ import annotations
 
+import os
 import pickle
 import time
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from planaria._lazy import np
 from mpi4py import MPI
 
-from planaria.comm.base import Comm, Request, rehook
+from planaria.comm.base import E, Comm, Request, noted, rehook
 from planaria.comm.matched import Matched
 from planaria.comm import errors as _errors
 from planaria.comm import flight as _flight
@@ -51,7 +52,6 @@ _ISEND, _IRECV = MPI.Comm.Isend, MPI.Comm.Irecv
 
 def ulfm_available() -> bool:
     """True when this MPI library has the ULFM calls and fault tolerance is switched on for this run."""
-    import os
     if not all(hasattr(MPI.Comm, n) for n in ("Revoke", "Shrink", "Agree", "Ack_failed", "Get_failed")):
         return False
     if "Open MPI" in MPI.Get_library_version():
@@ -77,7 +77,7 @@ class _Req(Request, MPI.Request):
         except MPI.Exception as e:
             raise self._comm._convert(e) from e
 
-    def Wait(self, status: Any = None) -> bool:
+    def Wait(self, status: Any = None) -> Literal[True]:
         try:
             return _R_Wait(self, status)
         except MPI.Exception as e:
@@ -134,7 +134,7 @@ class _Receiving(_Req):
             self._received()
         return done
 
-    def Wait(self, status: Any = None) -> bool:
+    def Wait(self, status: Any = None) -> Literal[True]:
         _Req.Wait(self, status)
         self._received()
         return True
@@ -201,7 +201,7 @@ def _probing(name: str, fn: Any) -> Callable[..., Any]:
 class _LReq(_Req):
     """A request of a recorded communicator: what its ``Wait`` waits for, and a receive counted once done."""
 
-    def __init__(self, req: Any, comm: UlfmComm, op: str, peer: int, tag: int, buf: Any, count: int) -> None:
+    def __init__(self, req: Any, comm: _Failures, op: str, peer: int, tag: int, buf: Any, count: int) -> None:
         # count: the source (communicator rank) a receive adds to when it completes; -1 for sends and wildcards
         self._comm, self._op, self._peer, self._tag, self._buf, self._count = comm, op, peer, tag, buf, count
 
@@ -219,7 +219,7 @@ class _LReq(_Req):
             self._counted()
         return done
 
-    def Wait(self, status: Any = None) -> bool:
+    def Wait(self, status: Any = None) -> Literal[True]:
         try:
             _R_Wait(self, status)
         except MPI.Exception as e:
@@ -256,7 +256,7 @@ class _SyncReq(_Req):
             raise self._comm._convert_revoked()
         return done
 
-    def Wait(self, status: Any = None) -> bool:
+    def Wait(self, status: Any = None) -> Literal[True]:
         _Req.Wait(self, status)
         if _IS_REVOKED(self._comm):
             raise self._comm._convert_revoked()
@@ -289,7 +289,7 @@ class _Polled(_Receiving):
     _peers: frozenset[int] = frozenset({-1})
     _recv_from = -1             # the source its receive counts for in the message log, once done
 
-    def Wait(self, status: Any = None) -> bool:
+    def Wait(self, status: Any = None) -> Literal[True]:
         self._poll(status)
         return True
 
@@ -317,7 +317,7 @@ class _Polled(_Receiving):
                 if failed and (-1 in self._peers or failed & self._peers):
                     _ABANDONED.append(self)
                     comm._saw(failed)
-                    raise comm._ml_noted(ProcFailedError(failed)) if comm._ml_on else ProcFailedError(failed)
+                    raise comm._ml_noted(ProcFailedError(failed))
             time.sleep(pause)
             pause = min(0.001, pause * 2 or 1e-5)
 
@@ -337,7 +337,7 @@ class _Done(Request, MPI.Request):
     def Test(self, status: Any = None) -> bool:
         return True
 
-    def Wait(self, status: Any = None) -> bool:
+    def Wait(self, status: Any = None) -> Literal[True]:
         return True
 
     def test(self, status: Any = None) -> tuple[bool, Any]:
@@ -361,7 +361,7 @@ class _ObjRecv(Request):
         self._comm, self._peer, self._tag = comm, source, tag
         self._done, self._obj = False, None
 
-    def Test(self) -> bool:
+    def Test(self, status: Any = None) -> bool:
         if not self._done:
             comm = self._comm
             try:
@@ -374,7 +374,7 @@ class _ObjRecv(Request):
                 comm._ml_recvd[self._peer] += 1
         return self._done
 
-    def Wait(self) -> None:
+    def Wait(self, status: Any = None) -> None:
         if not self._done:
             self._obj = self._comm.recv(None, self._peer, self._tag)     # counted there
             self._done = True
@@ -386,16 +386,31 @@ class _ObjRecv(Request):
         self._done = True
 
 
-class _Failures:
+if TYPE_CHECKING:       # the mixins below always sit on an mpi4py communicator of that class
+    _OnComm = MPI.Comm
+    _OnTopocomm = MPI.Topocomm
+else:
+    _OnComm = _OnTopocomm = object
+
+
+class _Failures(_OnComm):
     """ULFM's errors as planaria's, for every planaria ULFM communicator (intra or inter).
 
     Needs ``_c``, the plain mpi4py communicator with the same handle (calls made on it run
     mpi4py's code only), ``_ml_on`` and ``size``.
     """
 
+    _c: Any
+    # the message log's counters (``base.Comm``'s; set only on a recorded intracommunicator)
+    _ml_seq: int
+    _ml_sent: list[int]
+    _ml_recvd: list[int]
     _ml_on = False
     _hooks = False
     _msgfault: Callable[[int], float | None] | None = None
+
+    if TYPE_CHECKING:
+        def __init__(self, mpi_comm: Any) -> None: ...       # each class's own: made from an mpi4py communicator
     __hash__ = object.__hash__      # mpi4py's communicators are unhashable; planaria keeps them in weak sets
 
     def _known_failed(self) -> set[int]:
@@ -417,7 +432,7 @@ class _Failures:
         if isinstance(e, FailureError):
             return e
         out = self._error_of(e)
-        if self._ml_on and isinstance(out, FailureError):
+        if isinstance(out, FailureError):
             self._ml_noted(out)
         return out
 
@@ -450,10 +465,15 @@ class _Failures:
 
     def _convert_revoked(self) -> Exception:
         """The error of a call refused because this communicator is known revoked (recorded like any)."""
-        err = RevokedError()
-        if self._ml_on:
-            self._ml_noted(err)
-        return err
+        return self._ml_noted(RevokedError())
+
+    def _ml_noted(self, exc: E) -> E:
+        """``exc``, a failure error about to be raised (``base.noted``; an intercommunicator too)."""
+        return noted(self, exc)
+
+    def _pending(self, parent: _Failures, rank: int, size: int) -> None:
+        """Set up a communicator that a non-blocking call is still making (each class says how)."""
+        raise NotImplementedError
 
     def _saw(self, failed: set[int]) -> None:
         if failed and _errors._observers:
@@ -473,7 +493,8 @@ class _Failures:
         if table is None:
             g, w = self._c.Get_group(), MPI.COMM_WORLD.Get_group()
             table = self._wtable = MPI.Group.Translate_ranks(g, list(range(g.Get_size())), w)
-            g.Free(), w.Free()
+            g.Free()
+            w.Free()
         return table[rank]
 
     @staticmethod
@@ -491,6 +512,16 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     """Fault-tolerant communicator over real ULFM: an ``MPI.Intracomm`` sharing the handle it is made from."""
 
     backend = "ulfm"
+
+    if TYPE_CHECKING:
+        # The names both bases define, as the type checker is to see them here: mpi4py's stubs
+        # call group/is_inter/is_intra attributes (read-only properties in mpi4py, as in
+        # base.Comm), and Shrink gives this class, both a planaria and an mpi4py communicator.
+        group: MPI.Group
+        is_inter: bool
+        is_intra: bool
+
+        def Shrink(self) -> UlfmComm: ...
 
     def __init__(self, mpi_comm: Any) -> None:
         plain = _plain(mpi_comm)
@@ -514,8 +545,13 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             r = self._rank = self._c.Get_rank()
         return r
 
-    @property
-    def size(self) -> int:
+    @rank.setter
+    def rank(self, value: int) -> None:
+        self._rank = value
+
+    # mpi4py's stubs declare ``size`` a writable attribute; in mpi4py it is a read-only property, as here
+    @property  # type: ignore[misc]  # (the same: the stubs' attribute seen as a read-write property)
+    def size(self) -> int:  # type: ignore[override]
         """Number of processes (read once)."""
         n = self._size
         if n < 0:
@@ -564,7 +600,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         else:
             self._ml_wildcard(status)
 
-    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+    def Isend(self, buf: Any, dest: int, tag: int = 0) -> _Req | _Done:
         if self._hooks:                         # the message log or message faults
             return self._isend_hooked(buf, dest, tag)
         if _IS_REVOKED(self):                   # Open MPI 5.0.11 would post it and complete it locally
@@ -576,7 +612,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         req._comm = self
         return req
 
-    def _isend_hooked(self, buf: Any, dest: int, tag: int) -> Request:
+    def _isend_hooked(self, buf: Any, dest: int, tag: int) -> _Req | _Done:
         if self._msgfault is not None and not self._outgoing(dest):
             if self._ml_on and dest >= 0:       # a dropped message counts as sent
                 self._ml_sent[dest] += 1
@@ -593,7 +629,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             return _LReq(req, self, "Isend", dest, tag, buf, -1)
         return _Req(req, self)
 
-    def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
+    def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> _Req:
         try:
             req = _IRECV(self, buf, source, tag)
         except MPI.Exception as e:
@@ -645,7 +681,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
                 self._ml_wildcard(status)
         return obj
 
-    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> _Req | _Done:
         if self._msgfault is not None and not self._outgoing(dest):
             if self._ml_on and dest >= 0:       # a dropped message counts as sent
                 self._ml_sent[dest] += 1
@@ -662,7 +698,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             return _LReq(req, self, "isend", dest, tag, None, -1)
         return _Req(req, self)
 
-    def irecv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> Request:
+    def irecv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> _Req:
         """mpi4py's ``irecv``: a receive posted at once, into ``buf`` (a writable buffer, or a size in
         bytes; None: mpi4py's default, ``mpi4py.rc.irecv_bufsz`` bytes). A larger message is an error
         (``MPI_ERR_TRUNCATE``), as in mpi4py; ``irecv_matched`` takes a message of any size."""
@@ -867,7 +903,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
                 pass
 
 
-class _TopoObjects:
+class _TopoObjects(_OnTopocomm):
     """The object neighbor collectives of a topology communicator, built from the buffer ones.
 
     mpi4py's ``neighbor_allgather``/``neighbor_alltoall`` run on a hidden duplicate that ULFM's
@@ -906,7 +942,8 @@ def _displs(counts: np.ndarray) -> np.ndarray:
 
 
 def _unpickled(buf: bytearray, lengths: np.ndarray) -> list[Any]:
-    view, out, pos = memoryview(buf), [], 0
+    view, pos = memoryview(buf), 0
+    out: list[Any] = []
     for n in lengths.tolist():
         if n < 0:
             out.append(None)            # a PROC_NULL neighbor
@@ -950,7 +987,7 @@ class UlfmIntercomm(_Failures, MPI.Intercomm):
 
 
 #: planaria's class for each mpi4py communicator class (most derived first)
-_CLASSES: tuple[tuple[type, type], ...] = (
+_CLASSES: tuple[tuple[type[MPI.Comm], type[_Failures]], ...] = (
     (MPI.Cartcomm, UlfmCartcomm), (MPI.Graphcomm, UlfmGraphcomm), (MPI.Distgraphcomm, UlfmDistgraphcomm),
     (MPI.Intercomm, UlfmIntercomm), (MPI.Intracomm, UlfmComm))
 _PLAIN_TYPES = frozenset(k for k, _ in _CLASSES)
@@ -1104,7 +1141,7 @@ def _counting(name: str, fn: Any, guarded: bool = False) -> Callable[..., Any]:
             failed = self._known_failed()
             if failed:
                 self._saw(failed)
-                raise self._ml_noted(ProcFailedError(failed)) if self._ml_on else ProcFailedError(failed)
+                raise self._ml_noted(ProcFailedError(failed))
         on = self._ml_on
         if on:
             if send:

@@ -264,7 +264,7 @@ def _report(jobdir: str, args: argparse.Namespace, comm: pl.Comm, final: list, e
 
 
 def _write(jobdir: str, report: dict[str, Any]) -> None:
-    from planaria.launch.fsutil import atomic_write
+    from planaria.util.fsutil import atomic_write
     atomic_write(os.path.join(jobdir, "demo.json"), json.dumps(report, indent=1))
 
 

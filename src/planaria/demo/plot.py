@@ -5,7 +5,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from planaria.launch.fsutil import atomic_write
+from planaria.util.fsutil import atomic_write
 
 
 def plot_report(report: dict[str, Any], path: str | Path) -> Path:

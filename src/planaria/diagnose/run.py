@@ -153,7 +153,7 @@ def collect_and_analyze(jobdir: Any, table: dict[int, dict[str, Any]], secret: s
                         "gather_s": round(gathered, 3), "pyspy_s": round(read_out, 3),
                         "state_s": round(collected - gathered - read_out, 3), "rounds": rounds, "interval": interval}
     json_path = jobdir.write_json(f"diag-{n}.json", report)
-    from planaria.launch.fsutil import atomic_write
+    from planaria.util.fsutil import atomic_write
     txt_path = jobdir.file(f"diag-{n}.txt")
     atomic_write(txt_path, report["text"].encode("utf-8"))
     return {"state": str(state_path), "json": str(json_path), "text_path": str(txt_path), "report": report}

@@ -47,7 +47,7 @@ from typing import Any, Iterable, Iterator
 import msgpack
 import numpy as np
 
-from planaria.launch.fsutil import atomic_write
+from planaria.util.fsutil import atomic_write
 
 FORMAT = "planaria-state/1"
 ENCODING = "columns/1"

@@ -15,6 +15,7 @@ import socket
 import struct
 import threading
 from collections import deque
+from planaria.errors import PlanariaError
 
 HEADER = struct.Struct("<I")        # payload length, little endian
 MAX_FRAME = 16 << 20                # a frame announcing more is refused (the connection is closed)
@@ -22,7 +23,7 @@ MAX_BACKLOG = 64 << 20              # bytes waiting for a peer that does not rea
 SOCKET_NAME = "agents.sock"
 
 
-class FrameError(ValueError):
+class FrameError(PlanariaError, ValueError):
     """The stream does not hold valid frames."""
 
 

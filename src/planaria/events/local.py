@@ -26,13 +26,14 @@ from planaria.events.registry import (
     Registry,
     Result,
 )
+from planaria.errors import PlanariaError
 
 DEFAULT_HANDLER = "planaria-default"
 POLICY_ENV = "PLANARIA_EVENTS_DEFAULT"        # abort | none
 CACHE_ENV = "PLANARIA_EVENTS_CACHE"
 
 
-class EventsUnavailable(RuntimeError):
+class EventsUnavailable(PlanariaError, RuntimeError):
     """A call that needs the job's controller outside ``planaria run``."""
 
 

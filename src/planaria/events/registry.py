@@ -20,6 +20,7 @@ from typing import Any
 
 from planaria.events import codes as _codes
 from planaria.events.ranges import Range, accepts
+from planaria.errors import PlanariaError
 
 SINGLE, MULTI, DEFAULT = 0, 1, 2
 CATEGORY_NAMES = ("single", "multi", "default")
@@ -38,7 +39,7 @@ class Status(enum.IntEnum):
 COMPLETE, NO_ACTION, PARTIAL, DEFERRED = Status.COMPLETE, Status.NO_ACTION, Status.PARTIAL, Status.DEFERRED
 
 
-class RegistrationError(ValueError):
+class RegistrationError(PlanariaError, ValueError):
     """A registration that breaks the ordering rules (PMIX_ERR_EVENT_REGISTRATION)."""
 
 

@@ -32,6 +32,7 @@ from planaria.fragments.model import (CFSpec, Code, DFRef, FragmentError, Out, S
                                       type_ok)
 from planaria.fragments.termination import RingMember, Token
 from planaria.trace.writer import DEFAULT_FLUSH_BYTES, TraceWriter
+from planaria.errors import PlanariaError
 
 TAG = 7301
 PING_TAG = 7302
@@ -86,7 +87,7 @@ def _tname(v: Any) -> str:
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
-class _Failure(Exception):
+class _Failure(PlanariaError):
     def __init__(self, rec: dict[str, Any]) -> None:
         super().__init__(rec.get("message", ""))
         self.rec = rec

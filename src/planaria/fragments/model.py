@@ -19,13 +19,14 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
+from planaria.errors import PlanariaError
 
 
 class Name:
     """Annotation for a parameter that names a DF (``def set_(x: Name, v: int)``): an output, not a value."""
 
 
-class FragmentError(Exception):
+class FragmentError(PlanariaError):
     """Misuse of the program model (spawning outside a sub, setting a non-output, ...)."""
 
 

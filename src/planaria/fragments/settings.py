@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection
 from typing import TypeVar
+from planaria.errors import BadInput
 
 T = TypeVar("T", int, float)
 
 
-class SettingError(ValueError):
+class SettingError(BadInput):
     """An environment variable of the fragments runtime holds a value it cannot use."""
 
 

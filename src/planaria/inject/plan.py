@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Union
+from planaria.errors import BadInput
 
 __all__ = [
     "ENV_VAR",
@@ -48,7 +49,7 @@ PHASES = ("checkpoint", "recover", "finish")
 """Phases a kill can be tied to (``kill:rank=R,phase=NAME``)."""
 
 
-class PlanError(ValueError):
+class PlanError(BadInput):
     """A fault spec or plan is malformed or does not fit the job.
 
     ``reason`` is the message without the ``bad inject spec '...'`` prefix.

@@ -10,9 +10,10 @@ import zmq
 
 from planaria.events import curve
 from planaria.launch.jobdir import JobDir, jobs_root
+from planaria.errors import PlanariaError
 
 
-class ToolError(Exception):
+class ToolError(PlanariaError):
     """A tool request that cannot be served (no such job, job not running, no answer in time)."""
 
 

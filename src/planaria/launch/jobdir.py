@@ -10,7 +10,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from planaria.launch.fsutil import atomic_write
+from planaria.util.fsutil import atomic_write
 
 MANIFEST = "manifest.json"
 SECRET = "secret"

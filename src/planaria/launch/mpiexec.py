@@ -8,11 +8,12 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from planaria.errors import PlanariaError
 
 BACKENDS = ("ulfm", "sim", "auto")
 
 
-class LaunchError(RuntimeError):
+class LaunchError(PlanariaError, RuntimeError):
     """A problem that prevents launching the job (exit status 2)."""
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from planaria.launch import shmfiles
 from planaria.launch.procs import pid_alive
+from planaria.errors import PlanariaError
 
 __all__ = [
     "HostSet",
@@ -65,7 +66,7 @@ _CMD_TIMEOUT = 15.0
 _HOSTS_MARK = "# planaria test host (planaria.launch.netns); removed on destroy\n"
 
 
-class HostSetError(RuntimeError):
+class HostSetError(PlanariaError, RuntimeError):
     """Creating, checking or destroying the test hosts failed."""
 
 

@@ -25,7 +25,8 @@ import numpy as np
 import planaria as pl
 from planaria.checkpoint.store import WARM
 from planaria.comm.base import Comm
-from planaria.comm.errors import FailureError
+from planaria.comm.errors import FailureError, failure_raised
+from planaria.errors import RecoveryStopped, SparesExhausted, Unrecoverable
 from planaria.runtime.bootstrap import spare_waker, wake_spares
 
 State = dict[str, np.ndarray]
@@ -34,24 +35,6 @@ SPARE_POLL = 0.005       # s between a spare's tests of its receive when nothing
 SPARE_BACKSTOP = 0.1     # ... when the working ranks wake it (``wake_spares``): a backstop only
 HOT_POLL = 0.001         # after a wake, until the news (a revoke, a release) has reached its MPI
 HOT_WINDOW = 0.1
-
-
-class RecoveryStopped(RuntimeError):
-    """The job cannot go on: raised at every living process (working ranks and spares) alike.
-
-    Left uncaught, it ends each rank with one line naming it and exit status ``exit_status``
-    (3; the runtime's exception hook), so ``planaria run`` exits with that status too.
-    """
-
-    exit_status = 3
-
-
-class SparesExhausted(RecoveryStopped):
-    """More processes failed than there were spares, and the user chose to stop."""
-
-
-class Unrecoverable(RecoveryStopped):
-    """No checkpoint version can be restored by every rank (too many holders of some data failed)."""
 
 
 _STOPPED = {"SparesExhausted": SparesExhausted, "Unrecoverable": Unrecoverable}
@@ -217,7 +200,7 @@ class Resilient:
                     if i % self.every == 0 or i == steps:
                         self._save(i, state)
                     if lay.world.is_revoked():
-                        raise pl.RevokedError("world revoked (a spare failed or recovery started elsewhere)")
+                        raise failure_raised(pl.RevokedError("world revoked (a spare failed or recovery started elsewhere)"))
                 result = state
                 if finish is not None:
                     result = self._finish(finish, state)
@@ -252,7 +235,7 @@ class Resilient:
             except FailureError:
                 pass
         if not _agree(comm, failed is None):
-            raise failed or pl.RevokedError("the epilogue failed at another rank")
+            raise failure_raised(failed or pl.RevokedError("the epilogue failed at another rank"))
         return result
 
     def _resume_from_store(self) -> tuple[int, State] | None:
@@ -538,7 +521,7 @@ def _split(world: Comm, color: int | None, key: int) -> Comm | None:
     except FailureError:
         ok = False
     if not _agree(world, ok):
-        raise pl.RevokedError("creating the working communicator failed at some rank")
+        raise failure_raised(pl.RevokedError("creating the working communicator failed at some rank"))
     return comm
 
 

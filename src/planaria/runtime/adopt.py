@@ -26,12 +26,13 @@ import os
 import runpy
 import sys
 from typing import Any
+from planaria.errors import BadInput
 
 USAGE = ("usage: python -m planaria [--steps-by METHOD] (PROGRAM.py | -m MODULE) [ARGS...]\n"
          "Runs an unchanged mpi4py program with planaria's world communicator as MPI.COMM_WORLD.")
 
 
-class UsageError(ValueError):
+class UsageError(BadInput):
     """The command line of ``python -m planaria`` is malformed."""
 
 

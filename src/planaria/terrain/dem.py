@@ -29,7 +29,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from planaria.launch.fsutil import atomic_write, fsync_dir, output_problem
+from planaria.util.fsutil import atomic_output, atomic_write, output_problem
 
 _TIFF = (".tif", ".tiff")
 GDAL_CACHE_MB = 64  # GDAL's block cache while a GeoTIFF is written in windows
@@ -404,25 +403,12 @@ def write_dem_rows(
         data = np.concatenate(parts, axis=0) if parts else np.empty((0, cols), dt)
         return write_dem(p, Dem(data, nodata, cell_size, profile))
     if ext == ".npy":
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp.npy", dir=str(p.parent))
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.lib.format.write_array_header_1_0(
-                    fh, {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False,
-                         "shape": (rows_total, cols)})
-                for _, rows in blocks():
-                    np.ascontiguousarray(rows, dtype=dt).tofile(fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, p)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        fsync_dir(p.parent)
+        with atomic_output(p, suffix=".tmp.npy") as tmp, open(tmp, "wb") as fh:
+            np.lib.format.write_array_header_1_0(
+                fh, {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False,
+                     "shape": (rows_total, cols)})
+            for _, rows in blocks():
+                np.ascontiguousarray(rows, dtype=dt).tofile(fh)
         return p
     if ext in _TIFF:
         return _write_tiff_rows(p, (rows_total, cols), dt, blocks(), nodata, cell_size, profile)
@@ -448,30 +434,20 @@ def _write_tiff_rows(p: Path, shape: tuple[int, int], dt: np.dtype, blocks: Iter
         prof["tiled"] = False
         prof.pop("blockxsize", None)
         prof.pop("blockysize", None)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp.tif", dir=str(p.parent))
-    os.close(fd)
     try:
-        # GDAL's block cache (5 % of the memory by default) would keep most of a large raster until
-        # the file is closed; kept small, the blocks go to the file as the windows are written
-        with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_MB):
-            with warnings.catch_warnings():
-                # a DEM read from .npy/.npz has no georeference; writing it without one is intended
-                warnings.simplefilter("ignore", NotGeoreferencedWarning)
-                dst_ctx = rasterio.open(tmp, "w", **prof)
-            with dst_ctx as dst:
-                for r0, part in blocks:
-                    dst.write(np.asarray(part, dtype=dt), 1, window=Window(0, r0, cols, part.shape[0]))
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, p)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, Exception) and not isinstance(exc, (OSError, ValueError)):
+        with atomic_output(p, suffix=".tmp.tif") as tmp:
+            # GDAL's block cache (5 % of the memory by default) would keep most of a large raster until
+            # the file is closed; kept small, the blocks go to the file as the windows are written
+            with rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_MB):
+                with warnings.catch_warnings():
+                    # a DEM read from .npy/.npz has no georeference; writing it without one is intended
+                    warnings.simplefilter("ignore", NotGeoreferencedWarning)
+                    dst_ctx = rasterio.open(tmp, "w", **prof)
+                with dst_ctx as dst:
+                    for r0, part in blocks:
+                        dst.write(np.asarray(part, dtype=dt), 1, window=Window(0, r0, cols, part.shape[0]))
+    except Exception as exc:
+        if not isinstance(exc, (OSError, ValueError)):
             raise _bad(p, f"cannot write GeoTIFF: {_one_line(exc)}") from None
         raise
-    fsync_dir(p.parent)
     return p

@@ -1,9 +1,36 @@
-"""Small file-system helpers: atomic writes."""
+"""Small file-system helpers: atomic writes (temporary file in the same directory, fsync, rename)."""
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+
+@contextmanager
+def atomic_output(path: str | os.PathLike[str], suffix: str = ".tmp", mode: int = 0o644) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` to write; on a clean exit it is fsynced, given
+    ``mode`` and renamed onto ``path`` (then the directory is fsynced), on an error removed.
+
+    For writers that stream or need a file name (a raster library); ``atomic_write`` for bytes.
+    """
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=str(target.parent))
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(target.parent)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o644) -> Path:
