@@ -1,4 +1,4 @@
-"""Programs with one fault each, for fault localization tests and benchmarks: ``python -m planaria.bench.faulty CASE``.
+"""Programs with one fault each, for fault localization tests and benchmarks: ``python -m benchmarks.faulty CASE``.
 
 Every case prints ``READY <rank>`` once it has reached the state the test diagnoses.
 Line markers (``# SITE:<name>``) let the tests find the expected call sites.

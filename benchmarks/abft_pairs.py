@@ -1,9 +1,9 @@
-"""``planaria bench abft --parts pairs``: two silent faults per trial, every pair of workers, counted to the last miss.
+"""``python -m benchmarks abft --parts pairs``: two silent faults per trial, every pair of workers, counted to the last miss.
 
 Two parts:
 
 * A campaign in this process over the runtime's verification and recovery rules. Trial t has
-  its own synthetic DEM (:func:`planaria.bench.abft_faults.trial_dem`), a number of workers
+  its own synthetic DEM (:func:`benchmarks.abft_faults.trial_dem`), a number of workers
   N from :data:`NS` and a pair of workers (a, b): the pairs of every N are taken in turn, so
   every adjacent pair and every other pair of blocks occurs. Both workers flip one bit in one
   of their compared rows (first row or check row) with the real kernel's output, in one of
@@ -76,7 +76,7 @@ def run_trial(seed: int, t: int) -> dict[str, Any]:
     from planaria.abft.partition import partition
     from planaria.abft.runtime import abft_judge, flip_bit
     from planaria.abft.verify import CORRECT, UNRECOVERABLE, locate, verification_rows
-    from planaria.bench.abft_faults import trial_dem
+    from benchmarks.abft_faults import trial_dem
     from planaria.terrain import kernels
     from planaria.terrain.window import slab_bounds
 
@@ -207,7 +207,7 @@ def _serial(dem: Path, kernel: str) -> np.ndarray:
 def e2e(scratch: Path, timeout: float = 120.0, backend: str = "ulfm",
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The real runtime on 4 workers for every pair of workers with forced silent faults, both kernels."""
-    from planaria.bench.abft import synthetic_dem
+    from benchmarks.abft import synthetic_dem
     n = 4
     dem = synthetic_dem(scratch / "pairs-dem.npy", 120, 80, 7)
     runs = []

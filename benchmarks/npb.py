@@ -1,6 +1,6 @@
 """NPB-like kernels (CG, MG, FT, EP, IS, HALO) on ``planaria.world()``, for measuring planaria's own costs.
 
-Run in every rank: ``mpiexec [--with-ft ulfm] -n N python -m planaria.bench.npb --kernel cg,mg --class S``.
+Run in every rank: ``mpiexec [--with-ft ulfm] -n N python -m benchmarks.npb --kernel cg,mg --class S``.
 Each kernel builds its problem (untimed), runs its iterations between a barrier and the end of the
 last iteration (timed, ``time.perf_counter``), calls ``planaria.step(i)`` once per iteration and
 then checks its answer (untimed). Rank 0 prints one ``RESULT {json}`` line (and writes ``--out``):
@@ -31,7 +31,7 @@ computation on rank 0; class S (or ``--serial-check on``) also repeats the whole
 Run with one BLAS thread per rank (``OPENBLAS_NUM_THREADS=1``; the detect driver sets it): the
 kernels avoid BLAS, but idle BLAS threads spinning on an oversubscribed machine distort timings.
 
-``--alternate PAIRS`` (with ``PLANARIA_DETECT=1``; ``planaria bench detect --within-job``) times
+``--alternate PAIRS`` (with ``PLANARIA_DETECT=1``; ``python -m benchmarks detect --within-job``) times
 blocks of iterations instead of whole runs: after one warm-up run, whose time per iteration sets
 the block to about ``--block-s`` seconds, the kernel runs again and again while ``BlockTimer``,
 called at the start of every iteration, switches detection off or on (``set_detection``) before
@@ -53,7 +53,7 @@ import numpy as np
 
 from planaria.runtime.bootstrap import step as _pl_step
 
-MODULE = "planaria.bench.npb"
+MODULE = "benchmarks.npb"
 KERNELS = ("cg", "mg", "ft", "ep", "is", "halo")
 CLASSES = ("S", "W", "A")
 SEED = 314159
@@ -805,14 +805,14 @@ def run_kernel(comm: Any, name: str, klass: str, serial_check: bool | None = Non
 
 def rank_main(args: argparse.Namespace) -> int:
     import planaria as pl
-    from planaria.bench._launch import emit
+    from benchmarks._launch import emit
     comm = pl.world(args.backend)
     errors = [e for e in (problem_error(k, args.klass, comm.size) for k in args.kernels) if e]
     if args.alternate:
         errors += [e for e in (alternate_error(k, args.klass, comm.size) for k in args.kernels) if e]
     if errors:
         if comm.rank == 0:
-            print(f"planaria.bench.npb: {errors[0]}", file=sys.stderr)
+            print(f"benchmarks.npb: {errors[0]}", file=sys.stderr)
         return 2
     serial = {"auto": None, "on": True, "off": False}[args.serial_check]
     if args.alternate:
@@ -907,7 +907,7 @@ def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
     global _BLOCKS
     from mpi4py import MPI
 
-    from planaria.bench._launch import emit
+    from benchmarks._launch import emit
     from planaria.runtime.bootstrap import set_detection
     out, ok = [], True
     order = [mode for _, mode in schedule(args.alternate)]
@@ -952,7 +952,7 @@ def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(prog="python -m planaria.bench.npb",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.npb",
                                 description="NPB-like kernels on planaria.world(); run under mpiexec.")
     p.add_argument("--kernel", default="all", help=f"kernels, comma-separated ({','.join(KERNELS)}) or all")
     p.add_argument("--class", dest="klass", default="S", help="problem class: S, W or A")
@@ -971,7 +971,7 @@ def main(argv: list[str] | None = None) -> int:
         args.kernels = parse_kernels(args.kernel)
         args.klass = check_class(args.klass)
     except ValueError as e:
-        print(f"planaria.bench.npb: {e}", file=sys.stderr)
+        print(f"benchmarks.npb: {e}", file=sys.stderr)
         return 2
     return rank_main(args)
 

@@ -1,4 +1,4 @@
-"""Rank program of ``planaria bench abft``'s detection campaign: many silent faults in one MPI job.
+"""Rank program of ``python -m benchmarks abft``'s detection campaign: many silent faults in one MPI job.
 
 Run with N+1 ranks: rank 0 verifies, ranks 1..N are the workers (block w-1). Trial t uses
 its own synthetic DEM (shape, relief, NoData holes, kernel drawn from ``(seed, t)``) and is
@@ -136,11 +136,11 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def rank_main(argv: list[str] | None = None) -> int:
     from planaria.abft.partition import partition
-    from planaria.bench._launch import emit
+    from benchmarks._launch import emit
     from planaria.terrain import kernels
     import planaria
 
-    p = argparse.ArgumentParser(prog="planaria.bench.abft_faults")
+    p = argparse.ArgumentParser(prog="benchmarks.abft_faults")
     p.add_argument("--trials", type=int, required=True, help="trials in all (clean, covered, uncovered in turn)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default="auto")
