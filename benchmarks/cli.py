@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from planaria.cli.helptext import reflow_app
+
 #: command name -> (module, one line for the list of commands)
 COMMANDS: dict[str, tuple[str, str]] = {
     "failure": ("failure", "Failure detection and revoke+shrink time (MPI jobs)."),
@@ -50,6 +52,7 @@ def _register(name: str, module: str, short: str) -> None:
 
 for _name, (_module, _short) in COMMANDS.items():
     _register(_name, _module, _short)
+reflow_app(app)
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from planaria.bench import localize
+from benchmarks import localize
 
 pytestmark = pytest.mark.mpi
 
@@ -68,7 +68,7 @@ def _launch(tmp_path, *run_args):
     import sys
     env = localize._env(tmp_path, {})
     cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "4", "--detect-timeouts", localize.DETECT,
-           *run_args, "--", sys.executable, "-m", "planaria.bench.faulty", "spin"]
+           *run_args, "--", sys.executable, "-m", "benchmarks.faulty", "spin"]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True), env, os
 

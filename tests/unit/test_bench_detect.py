@@ -7,14 +7,13 @@ import statistics
 
 import numpy as np
 import pytest
-import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from planaria.bench import detect, npb
-from planaria.bench._launch import BenchError
-from planaria.cli import bench
+from benchmarks import detect, npb
+from benchmarks._launch import BenchError
+from benchmarks.cli import app
 
 times = st.floats(min_value=1e-3, max_value=100.0, allow_nan=False)
 factors = st.floats(min_value=0.5, max_value=2.0, allow_nan=False)
@@ -217,13 +216,7 @@ def test_check_launch_rejects_unverified_or_wrong_environment() -> None:
 
 
 def _cli(args: list[str]):
-    root = typer.Typer()
-    root.add_typer(bench.app, name="bench")
-
-    @root.callback()
-    def _group() -> None:
-        pass
-    return CliRunner().invoke(root, ["bench", "detect", *args])
+    return CliRunner().invoke(app, ["detect", *args])
 
 
 @pytest.mark.parametrize("args,words", [
@@ -445,9 +438,9 @@ def test_bad_jobs_option_exits_2_with_one_line(args: list[str], words: str) -> N
 
 
 def test_bind_to_core_pins_ranks_with_overload_and_none_leaves_the_default() -> None:
-    from planaria.bench._launch import mpiexec_cmd
-    plain = mpiexec_cmd(4, "planaria.bench.npb", ["--kernel", "halo"], ft=True)
-    bound = mpiexec_cmd(4, "planaria.bench.npb", ["--kernel", "halo"], ft=True, bind="core")
+    from benchmarks._launch import mpiexec_cmd
+    plain = mpiexec_cmd(4, "benchmarks.npb", ["--kernel", "halo"], ft=True)
+    bound = mpiexec_cmd(4, "benchmarks.npb", ["--kernel", "halo"], ft=True, bind="core")
     assert "--bind-to" not in plain
     i = bound.index("--bind-to")
     assert bound[i + 1] == "core:overload-allowed"          # 4 ranks on fewer cores: several per core

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planaria.bench import diagnose as bench_diagnose
+from benchmarks import diagnose as bench_diagnose
 from planaria.diagnose.offline import Report, diagnose, ranges
 from planaria.diagnose.state import read_state, write_state
-from planaria.diagnose.synth import synthetic_state
+from benchmarks.synth import synthetic_state
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
