@@ -12,7 +12,7 @@ took from its first such rank to its last: the simulator's own share), and, with
 (``planaria diagnose``: the collection through the node agents, each simulated rank answering
 with a one-thread state record, then the offline analysis) from the tool's request to its report.
 
-Run as ``python -m benchmarks controlplane`` or ``python benchmarks/controlplane.py``.
+Run as ``python -m benchmarks controlplane`` (from the repository root).
 """
 from __future__ import annotations
 

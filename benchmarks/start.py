@@ -8,7 +8,7 @@ the last rank holds its communicator (its first line of user code), the whole co
 time, and the ranks' median CPU time at that point. The two launchers alternate, ``--repeat``
 times each; the table gives medians and planaria's ratios to the raw launch.
 
-Run as ``python -m benchmarks start`` or ``python benchmarks/start.py``.
+Run as ``python -m benchmarks start`` (from the repository root).
 """
 from __future__ import annotations
 
