@@ -454,7 +454,7 @@ def combine(paths: list[str]) -> dict[str, Any]:
             raise ValueError(f"{p}: not a 'python -m benchmarks abft --json' result with the overhead part")
         results.append(r)
     first = results[0]
-    for p, r in zip(paths, results):
+    for p, r in zip(paths, results, strict=False):
         for key in COMBINE_SAME:
             if r.get(key) != first.get(key):
                 raise ValueError(f"{p}: {key} is {r.get(key)!r}, {paths[0]} has {first.get(key)!r}")
@@ -473,7 +473,7 @@ def combine(paths: list[str]) -> dict[str, Any]:
                sources=[{"file": p, "command": r.get("command"), "date": r.get("date"), "kernels": r.get("kernels"),
                          "repeat": r.get("repeat"), "per_job": r.get("per_job"),
                          "loadavg_before": r.get("loadavg_before"), "loadavg_after": r.get("loadavg_after"),
-                         "total_s": r.get("total_s")} for p, r in zip(paths, results)],
+                         "total_s": r.get("total_s")} for p, r in zip(paths, results, strict=False)],
                loadavg_before=first.get("loadavg_before"), loadavg_after=results[-1].get("loadavg_after"),
                command=command_line(), date=time.strftime("%Y-%m-%d %H:%M"))
     out["overhead"] = {"rows": summarize(runs, kernels, modes), "runs": runs, "modes": modes,
@@ -562,7 +562,7 @@ def _overhead_tables(result: dict[str, Any]) -> list[Any]:
         m = r["medians"]
         n = r.get("abft_pairs", r.get("duplicate_pairs", 0))
         cpu = ["?" if m[x]["cpu_total_s"] is None else f"{m[x]['cpu_total_s']:.3f}" for x in modes]
-        t.add_row(r["kernel"], str(n), *(f"{m[x]['wall_s']:.3f} / {c} s" for x, c in zip(modes, cpu)),
+        t.add_row(r["kernel"], str(n), *(f"{m[x]['wall_s']:.3f} / {c} s" for x, c in zip(modes, cpu, strict=False)),
                   "/".join(f"{m[x]['compute_s_max']:.2f}" for x in modes) + " s")
     t.caption = ("medians; timed: barrier after start-up -> output written + fsynced, replica agreed, workers "
                  "stopped (start-up excluded); CPU: process CPU of all ranks over that region; outputs bit-identical")

@@ -112,7 +112,7 @@ def run_trial(seed: int, t: int) -> dict[str, Any]:
         return referee[k]
 
     firsts = lambda: [o[0] for o in outs]  # noqa: E731
-    checks = lambda: [o[-1] if blk.check_row is not None else None for o, blk in zip(outs, blocks)]  # noqa: E731
+    checks = lambda: [o[-1] if blk.check_row is not None else None for o, blk in zip(outs, blocks, strict=False)]  # noqa: E731
     # the paper's scheme alone on the first round's rows
     v = verification_rows(checks()[:-1], firsts()[1:]) if n > 1 else np.empty((0, width))
     paper = locate([CORRECT] * n, v, ambiguous="both")
@@ -148,7 +148,7 @@ def run_trial(seed: int, t: int) -> dict[str, Any]:
             break
         for w in flagged:
             outs[w] = compute(w, False)
-    assembled = np.concatenate([o[: blk.local_size] for o, blk in zip(outs, blocks)])
+    assembled = np.concatenate([o[: blk.local_size] for o, blk in zip(outs, blocks, strict=False)])
     wrong = assembled.tobytes() != serial.tobytes()
     a, b = plan["pair"]
     ff = first_flagged or []

@@ -36,6 +36,7 @@ import argparse
 import os
 import sys
 import time
+from functools import partial
 from typing import Any
 
 import typer
@@ -133,7 +134,7 @@ def rank_main(args: argparse.Namespace) -> None:
             forms = FORMS[kind]
             t_cold = []
             for v in range(1, args.warmup + 1):
-                dt, _ = pick(*timed(lambda: store.save(comm, v, state)), None)
+                dt, _ = pick(*timed(partial(store.save, comm, v, state)), None)
                 t_cold.append(dt)
             for form in forms:                       # the floor's buffers, written once untimed
                 floor.save(form) if form else floor.save()
@@ -146,10 +147,10 @@ def rank_main(args: argparse.Namespace) -> None:
                     if kind == "file":
                         store.wait_pruned()          # the store's deletions do not slow the floor down
                         floor.prepare_save(form)
-                    dt, ph = pick(*timed(lambda: floor.save(form) if form else floor.save()), None)
+                    dt, ph = pick(*timed(partial(floor.save, form) if form else floor.save), None)
                     fsave[form].append(dt)
                     fsave_ph[form].append(ph)
-                dt, ph = timed(lambda: store.save(comm, v, state))
+                dt, ph = timed(partial(store.save, comm, v, state))
                 dt, ph = pick(dt, store.last_save, None)
                 save.append(dt)
                 save_ph.append(ph)
@@ -165,10 +166,10 @@ def rank_main(args: argparse.Namespace) -> None:
                         store.wait_pruned()
                         floor.prepare_restore(path, evicted=rank == lost)
                         mine = path if form == "all" or rank == lost else None
-                        fn = (lambda: floor.restore(mine))
+                        fn = partial(floor.restore, mine)
                     else:
                         floor.prepare_restore(lost)
-                        fn = (lambda: floor.restore(lost, form)) if form else (lambda: floor.restore(lost))
+                        fn = partial(floor.restore, lost, form) if form else partial(floor.restore, lost)
                     dt, ph = pick(*timed(fn), lost)
                     frest[form].append(dt)
                     frest_ph[form].append(ph)

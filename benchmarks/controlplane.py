@@ -285,7 +285,8 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
             a.kill()
     rtts.sort()
     ages.sort()
-    q = (lambda f: rtts[min(len(rtts) - 1, int(f * len(rtts)))] * 1e3 if rtts else None)
+    def q(f: float) -> float | None:
+        return rtts[min(len(rtts) - 1, int(f * len(rtts)))] * 1e3 if rtts else None
     recs = jd.events()
     return {"ranks": ranks, "workers": workers, "seconds": seconds, "hb_s": hb, "per_node": per_node, "fanout": fanout,
             "node_agents": len(agents), "node_agents_cpu": round(agents_cpu, 4),
@@ -340,7 +341,8 @@ def show(result: dict[str, Any], as_json: bool = False) -> None:
                 "event to last rank", "reached", "diagnosis (collect)"):
         t.add_column(col, justify="right")
     for r in result["rows"]:
-        f = (lambda v, fmt: "-" if v is None else fmt.format(v))
+        def f(v: Any, fmt: str) -> str:
+            return "-" if v is None else fmt.format(v)
         na = f"{r['node_agents']} ({100 * r['node_agents_cpu']:.0f} %)" if r.get("node_agents") else "-"
         t.add_row(str(r["ranks"]), na, f"{100 * r['controller_cpu']:.1f} %",
                   f"{f(r['hb_p50_ms'], '{:.2f}')} / {f(r['hb_p99_ms'], '{:.2f}')} ms",

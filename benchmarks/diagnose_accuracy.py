@@ -231,7 +231,8 @@ def incident_times(case: Case, events: list[dict[str, Any]], t_fault: float | No
             first, first_kind = t, inc.get("kind")
         if correct is None and inc.get("kind") in kinds and set(inc.get("ranks") or ()) & set(case.expected_ranks(n)):
             correct = t
-    rel = (lambda t: None if t is None or t_fault is None else round(max(t - t_fault, 0.0), 3))
+    def rel(t: float | None) -> float | None:
+        return None if t is None or t_fault is None else round(max(t - t_fault, 0.0), 3)
     return {"first_incident_s": rel(first), "first_incident_kind": first_kind, "correct_incident_s": rel(correct)}
 
 

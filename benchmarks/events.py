@@ -106,7 +106,7 @@ def rank_main(args: argparse.Namespace) -> None:
     comm.barrier()
     t_first = time.time()
     if rank == 0:
-        for i in range(args.burst):
+        for _ in range(args.burst):
             ev.notify(U2, cache=False)
         t_sent = time.time()
     done.wait(60)

@@ -265,6 +265,6 @@ def command(
                         repeat=repeat, timeout=timeout, progress=_launch.progress_printer(json_out), detect=detect_timeouts)
     except ValueError as e:
         print(f"python -m benchmarks localize: {e}", file=sys.stderr)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     show(result, json_out)
     raise typer.Exit(0 if result["ok"] else 1)

@@ -389,7 +389,7 @@ MG_FLOOR = 1e-12       # relative residual where rounding stops the reduction
 def mg_converged(norms: list[float]) -> bool:
     """Every V-cycle reduced the residual by MG_FACTOR or ended at the rounding floor."""
     floor = MG_FLOOR * norms[0]
-    return all(b <= MG_FACTOR * a or b <= floor for a, b in zip(norms, norms[1:]))
+    return all(b <= MG_FACTOR * a or b <= floor for a, b in zip(norms, norms[1:], strict=False))
 
 
 def _mg_operator_check(comm: Any, mg: _MG) -> bool:
@@ -420,7 +420,7 @@ def mg(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
     ok = mg_converged(norms) and detail["operator_match"]
     if serial_check:
         ref = _mg_iterate(_mg_setup(_Net(None), p, coarsest), p["cycles"], None) if comm.rank == 0 else None
-        detail["serial_match"] = _agree(comm, ref is None or max(_rel(a, b) for a, b in zip(ref, norms)) < 1e-6)
+        detail["serial_match"] = _agree(comm, ref is None or max(_rel(a, b) for a, b in zip(ref, norms, strict=False)) < 1e-6)
         ok = ok and detail["serial_match"]
     return KernelRun(t, p["cycles"], calls, ok, detail)
 
@@ -938,7 +938,7 @@ def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
             _BLOCKS = None
             set_detection(True)
         blocks = [{"pair": pair, "mode": mode, "time_s": t}
-                  for (pair, mode), t in zip(schedule(args.alternate), times)]
+                  for (pair, mode), t in zip(schedule(args.alternate), times, strict=False)]
         out.append({"kernel": k, "class": args.klass, "ranks": comm.size, "every": every,
                     "block_s": args.block_s, "warmup": {"time_s": warm["time_s"], "iters": warm["iters"],
                                                         "verified": warm["verified"]},

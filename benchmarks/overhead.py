@@ -113,8 +113,10 @@ def rank_main(args: argparse.Namespace) -> None:
     out: dict[str, Any] = {}
     for name, (f_raw, f_pl, k) in cases.items():
         for _ in range(max(2, args.blocks // 20)):          # warm-up blocks, not recorded
-            raw.Barrier(); f_raw(k)
-            raw.Barrier(); f_pl(k)
+            raw.Barrier()
+            f_raw(k)
+            raw.Barrier()
+            f_pl(k)
         t_raw: list[float] = []
         t_pl: list[float] = []
         for blk in range(args.blocks):
@@ -130,7 +132,7 @@ def rank_main(args: argparse.Namespace) -> None:
                 "ops_per_block": k, "blocks": args.blocks,
                 "raw_ns_median": m_raw, "planaria_ns_median": m_pl,
                 "overhead_ns": m_pl - m_raw, "ratio": m_pl / m_raw,
-                "paired_ratio_median": median([p / q for p, q in zip(t_pl, t_raw)]),
+                "paired_ratio_median": median([p / q for p, q in zip(t_pl, t_raw, strict=False)]),
                 "raw_ns_p10": float(np.percentile(t_raw, 10)), "raw_ns_p90": float(np.percentile(t_raw, 90)),
                 "planaria_ns_p10": float(np.percentile(t_pl, 10)), "planaria_ns_p90": float(np.percentile(t_pl, 90)),
             }

@@ -98,7 +98,7 @@ def kernels(z: np.ndarray, cell: tuple[float, float], nodata: float | None, repe
             progress(f"terrain: {name} kernel, {repeat} runs")
         holder: dict[str, np.ndarray] = {}
 
-        def call() -> None:
+        def call(fn: Any = fn, holder: dict[str, np.ndarray] = holder) -> None:
             holder["out"] = fn(z, cell, nodata, dtype=np.float32)
         ts, cs = _times(call, repeat)
         t, c = median(ts), median(cs)
