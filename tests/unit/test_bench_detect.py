@@ -48,12 +48,12 @@ def test_summary_is_median_of_per_pair_ratios(data: list[tuple[float, float]], r
     assert row["ratio_median"] == pytest.approx(statistics.median(facs), rel=1e-12)
     assert sorted(row["pair_ratios"]) == pytest.approx(sorted(facs), rel=1e-12)
     assert row["off_s_median"] == pytest.approx(statistics.median(offs))
-    assert row["on_s_median"] == pytest.approx(statistics.median([o * f for o, f in zip(offs, facs)]))
+    assert row["on_s_median"] == pytest.approx(statistics.median([o * f for o, f in zip(offs, facs, strict=False)]))
     assert row["ratio_min"] <= row["ci_low"] <= row["ratio_median"] <= row["ci_high"] <= row["ratio_max"]
     assert row["verdict"] == detect.verdict(row["ratio_median"], row["ci_high"], row["pairs"])
     assert row["goal_met"] == (row["verdict"] == "met")
     assert row["overhead_pct"] == pytest.approx((row["ratio_median"] - 1) * 100)
-    on = sum(o * f for o, f in zip(offs, facs))
+    on = sum(o * f for o, f in zip(offs, facs, strict=False))
     assert row["ratio_of_sums"] == pytest.approx(on / sum(offs))
 
 
@@ -330,7 +330,7 @@ def test_interval_widens_when_the_jobs_differ() -> None:
     rng = np.random.default_rng(7)
     noise = [0.02 * rng.standard_normal(100) for _ in range(6)]
     alike = [(1.0 + e).tolist() for e in noise]
-    apart = [(1.0 + e + s).tolist() for e, s in zip(noise, np.linspace(-0.015, 0.015, 6))]
+    apart = [(1.0 + e + s).tolist() for e, s in zip(noise, np.linspace(-0.015, 0.015, 6), strict=False)]
     a_lo, a_hi = detect.jobs_median_ci([alike])
     b_lo, b_hi = detect.jobs_median_ci([apart])
     assert b_hi - b_lo > 2 * (a_hi - a_lo)
@@ -386,7 +386,7 @@ def test_summarize_jobs_pools_every_pair_and_keeps_each_job(per_job: list[list[f
     assert [j["ratio_median"] for j in row["per_job"]] == pytest.approx([statistics.median(f) for f in per_job])
     assert row["job_medians"] == [j["ratio_median"] for j in row["per_job"]]
     assert row["median_of_job_medians"] == pytest.approx(statistics.median(row["job_medians"]))
-    for j, f in zip(row["per_job"], per_job):         # each job's own interval is its pair bootstrap
+    for j, f in zip(row["per_job"], per_job, strict=False):         # each job's own interval is its pair bootstrap
         assert (j["ci_low"], j["ci_high"]) == detect.median_ci([j["pair_ratios"]])
         assert sorted(j["pair_ratios"]) == pytest.approx(sorted(f))
     assert (row["ci_low"], row["ci_high"]) == detect.jobs_median_ci([[j["pair_ratios"] for j in row["per_job"]]])

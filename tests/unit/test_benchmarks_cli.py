@@ -26,7 +26,7 @@ def test_help_from_the_repository_root_lists_every_benchmark() -> None:
 def test_every_benchmark_help_has_an_example_and_is_reflowed() -> None:
     group = typer.main.get_command(app)
     assert sorted(group.commands) == sorted(COMMANDS)
-    for name, cmd in group.commands.items():         
+    for name, cmd in group.commands.items():
         assert cmd.help and reflow(cmd.help) == cmd.help, name
         assert f"Example: python -m benchmarks {name} " in cmd.help, name
         res = CliRunner().invoke(app, [name, "--help"])
