@@ -93,35 +93,157 @@ def _median_round(times: list[float]) -> int:
     return order[(len(order) - 1) // 2]
 
 
+class _Rounds:
+    """The job's clock: rounds started from a barrier, and the time of one rank or of the slowest."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.n = comm.size
+
+    def timed(self, fn: Any) -> tuple[float, dict[str, float]]:
+        self.comm.Barrier()
+        t0 = time.perf_counter()
+        ph = fn()
+        return time.perf_counter() - t0, dict(ph or {})
+
+    def pick(self, dt: float, ph: dict[str, float], who: int | None) -> tuple[float, dict[str, float]]:
+        """The time and phases of rank ``who``, or of the slowest rank (None); on rank 0."""
+        got = self.comm.gather((dt, ph), root=0)
+        if got is None:
+            return 0.0, {}
+        i = max(range(self.n), key=lambda k: got[k][0]) if who is None else who
+        return got[i]
+
+
+class _StoreRun:
+    """One store at one state size in the job, beside its floor: the save rounds, then the restore rounds."""
+
+    def __init__(self, args: argparse.Namespace, clock: _Rounds, kind: str, size_mb: float,
+                 state: dict[str, Any]) -> None:
+        self.args, self.clock, self.kind, self.size_mb, self.state = args, clock, kind, size_mb, state
+        self.comm = clock.comm
+        self.rank = self.comm.rank
+        self.lost = args.lost % clock.n
+        self.reps = max(1, args.reps)
+        self.store = _make_store(kind, args.scratch, size_mb, args.group_size)
+        self.floor = _make_floor(kind, self.comm, state, self.store, args.group_size)
+
+    def saves(self) -> dict[str, Any]:
+        """The untimed-first (cold) saves, then the rounds of [floor forms, store.save]; ``last``: the last version."""
+        args, clock, store, floor, forms = self.args, self.clock, self.store, self.floor, FORMS[self.kind]
+        t_cold = []
+        for v in range(1, args.warmup + 1):
+            dt, _ = clock.pick(*clock.timed(partial(store.save, self.comm, v, self.state)), None)
+            t_cold.append(dt)
+        for form in forms:                       # the floor's buffers, written once untimed
+            floor.save(form) if form else floor.save()
+        save, save_ph = [], []
+        fsave: dict[Any, list[float]] = {f: [] for f in forms}
+        fsave_ph: dict[Any, list[dict[str, float]]] = {f: [] for f in forms}
+        last = args.warmup + self.reps
+        for v in range(args.warmup + 1, last + 1):
+            for form in forms:
+                if self.kind == "file":
+                    store.wait_pruned()          # the store's deletions do not slow the floor down
+                    floor.prepare_save(form)
+                dt, ph = clock.pick(*clock.timed(partial(floor.save, form) if form else floor.save), None)
+                fsave[form].append(dt)
+                fsave_ph[form].append(ph)
+            dt, ph = clock.timed(partial(store.save, self.comm, v, self.state))
+            dt, ph = clock.pick(dt, store.last_save, None)
+            save.append(dt)
+            save_ph.append(ph)
+        return {"save": save, "save_ph": save_ph, "t_cold": t_cold, "fsave": fsave, "fsave_ph": fsave_ph,
+                "last": last}
+
+    def _floor_restores(self, path: Any, frest: dict[Any, list[float]],
+                        frest_ph: dict[Any, list[dict[str, float]]]) -> None:
+        """One round of the floor's restore forms, each timed on the lost rank."""
+        floor, lost = self.floor, self.lost
+        for form in RESTORE_FORMS[self.kind]:
+            if self.kind == "file":
+                self.store.wait_pruned()
+                floor.prepare_restore(path, evicted=self.rank == lost)
+                mine = path if form == "all" or self.rank == lost else None
+                fn = partial(floor.restore, mine)
+            else:
+                floor.prepare_restore(lost)
+                fn = partial(floor.restore, lost, form) if form else partial(floor.restore, lost)
+            dt, ph = self.clock.pick(*self.clock.timed(fn), lost)
+            frest[form].append(dt)
+            frest_ph[form].append(ph)
+
+    def _lose(self, path: Any) -> None:
+        """On the lost rank: drop the store's data (a fresh store, or the rank file out of the page cache)."""
+        import gc
+
+        from benchmarks.checkpoint_floor import evict
+        from planaria.checkpoint.store import WARM
+        footprint = self.store.footprint()
+        if self.kind == "file":
+            evict(path)
+        else:
+            self.store = _make_store(self.kind, self.args.scratch, self.size_mb, self.args.group_size)
+        gc.collect()
+        if not self.args.cold:
+            WARM.reserve(footprint)      # what a waiting spare would have done
+
+    def restores(self, last: int) -> dict[str, Any]:
+        """The rounds of [floor forms, store.restore of version ``last`` with the lost rank fresh]; ``ok``: bit-exact."""
+        import numpy as np
+
+        from planaria.checkpoint.file import rank_file_name, vdir_name
+        comm, clock, rank, lost, u = self.comm, self.clock, self.rank, self.lost, self.state["u"]
+        rest, rest_all, rest_ph, ok = [], [], [], True
+        rforms = RESTORE_FORMS[self.kind]
+        frest: dict[Any, list[float]] = {f: [] for f in rforms}
+        frest_ph: dict[Any, list[dict[str, float]]] = {f: [] for f in rforms}
+        path = getattr(self.store, "directory", None)
+        path = path / vdir_name(last) / rank_file_name(rank) if path is not None else None
+        for _ in range(self.reps):
+            self._floor_restores(path, frest, frest_ph)
+            if rank == lost:
+                self._lose(path)
+            into = None if self.args.cold or rank == lost else self.state
+            store = self.store
+            comm.Barrier()
+            t0 = time.perf_counter()
+            back = store.restore(comm, last, {lost}, into=into)
+            dt = time.perf_counter() - t0
+            if rank == lost:
+                got = back["u"]
+                ok = ok and got.dtype == u.dtype and got.shape == u.shape and \
+                    bool(np.array_equal(got.view(np.uint64), u.view(np.uint64)))
+            del back
+            dt_lost, ph = clock.pick(dt, store.last_restore, lost)
+            dt_all, _ = clock.pick(dt, {}, None)
+            store = None
+            rest.append(dt_lost)
+            rest_all.append(dt_all)
+            rest_ph.append(ph)
+        return {"rest": rest, "rest_all": rest_all, "rest_ph": rest_ph, "frest": frest, "frest_ph": frest_ph,
+                "ok": ok}
+
+    def close(self) -> None:
+        """Free the floor's buffers and files; drop the store and the floor."""
+        floor = self.floor
+        if hasattr(floor, "free"):
+            floor.free()
+        if hasattr(floor, "cleanup"):
+            floor.cleanup()
+        self.store = self.floor = floor = None
+
+
 def rank_main(args: argparse.Namespace) -> None:
     import gc
 
     import numpy as np
 
     import planaria as pl
-    from benchmarks.checkpoint_floor import evict
-    from planaria.checkpoint.file import rank_file_name, vdir_name
-    from planaria.checkpoint.store import WARM
 
     comm = pl.world(args.backend)
     rank, n = comm.rank, comm.size
-    lost = args.lost % n
-    reps = max(1, args.reps)
-
-    def timed(fn: Any) -> tuple[float, dict[str, float]]:
-        comm.Barrier()
-        t0 = time.perf_counter()
-        ph = fn()
-        return time.perf_counter() - t0, dict(ph or {})
-
-    def pick(dt: float, ph: dict[str, float], who: int | None) -> tuple[float, dict[str, float]]:
-        """The time and phases of rank ``who``, or of the slowest rank (None); on rank 0."""
-        got = comm.gather((dt, ph), root=0)
-        if got is None:
-            return 0.0, {}
-        i = max(range(n), key=lambda k: got[k][0]) if who is None else who
-        return got[i]
-
+    clock = _Rounds(comm)
     rows = []
     for size_mb in args.sizes:
         count = int(size_mb * MB) // 8
@@ -129,89 +251,23 @@ def rank_main(args: argparse.Namespace) -> None:
         state = {"u": u}
         for kind in args.stores:
             load_before = loadavg()
-            store = _make_store(kind, args.scratch, size_mb, args.group_size)
-            floor = _make_floor(kind, comm, state, store, args.group_size)
-            forms = FORMS[kind]
-            t_cold = []
-            for v in range(1, args.warmup + 1):
-                dt, _ = pick(*timed(partial(store.save, comm, v, state)), None)
-                t_cold.append(dt)
-            for form in forms:                       # the floor's buffers, written once untimed
-                floor.save(form) if form else floor.save()
-            save, save_ph = [], []
-            fsave: dict[Any, list[float]] = {f: [] for f in forms}
-            fsave_ph: dict[Any, list[dict[str, float]]] = {f: [] for f in forms}
-            last = args.warmup + reps
-            for v in range(args.warmup + 1, last + 1):
-                for form in forms:
-                    if kind == "file":
-                        store.wait_pruned()          # the store's deletions do not slow the floor down
-                        floor.prepare_save(form)
-                    dt, ph = pick(*timed(partial(floor.save, form) if form else floor.save), None)
-                    fsave[form].append(dt)
-                    fsave_ph[form].append(ph)
-                dt, ph = timed(partial(store.save, comm, v, state))
-                dt, ph = pick(dt, store.last_save, None)
-                save.append(dt)
-                save_ph.append(ph)
-            rest, rest_all, rest_ph, ok = [], [], [], True
-            rforms = RESTORE_FORMS[kind]
-            frest: dict[Any, list[float]] = {f: [] for f in rforms}
-            frest_ph: dict[Any, list[dict[str, float]]] = {f: [] for f in rforms}
-            path = getattr(store, "directory", None)
-            path = path / vdir_name(last) / rank_file_name(rank) if path is not None else None
-            for _ in range(reps):
-                for form in rforms:
-                    if kind == "file":
-                        store.wait_pruned()
-                        floor.prepare_restore(path, evicted=rank == lost)
-                        mine = path if form == "all" or rank == lost else None
-                        fn = partial(floor.restore, mine)
-                    else:
-                        floor.prepare_restore(lost)
-                        fn = partial(floor.restore, lost, form) if form else partial(floor.restore, lost)
-                    dt, ph = pick(*timed(fn), lost)
-                    frest[form].append(dt)
-                    frest_ph[form].append(ph)
-                if rank == lost:
-                    footprint = store.footprint()
-                    if kind == "file":
-                        evict(path)
-                    else:
-                        store = _make_store(kind, args.scratch, size_mb, args.group_size)
-                    gc.collect()
-                    if not args.cold:
-                        WARM.reserve(footprint)      # what a waiting spare would have done
-                into = None if args.cold or rank == lost else state
-                comm.Barrier()
-                t0 = time.perf_counter()
-                back = store.restore(comm, last, {lost}, into=into)
-                dt = time.perf_counter() - t0
-                if rank == lost:
-                    got = back["u"]
-                    ok = ok and got.dtype == u.dtype and got.shape == u.shape and \
-                        bool(np.array_equal(got.view(np.uint64), u.view(np.uint64)))
-                del back
-                dt_lost, ph = pick(dt, store.last_restore, lost)
-                dt_all, _ = pick(dt, {}, None)
-                rest.append(dt_lost)
-                rest_all.append(dt_all)
-                rest_ph.append(ph)
-            oks = comm.allgather(ok)
-            if hasattr(floor, "free"):
-                floor.free()
-            if hasattr(floor, "cleanup"):
-                floor.cleanup()
-            store = floor = None
+            run = _StoreRun(args, clock, kind, size_mb, state)
+            sv = run.saves()
+            rs = run.restores(sv["last"])
+            oks = comm.allgather(rs["ok"])
+            run.close()
+            run = None
             gc.collect()
             if rank == 0:
-                rows.append(_row(kind, size_mb, u.nbytes, save, save_ph, t_cold, fsave, fsave_ph,
-                                 rest, rest_all, rest_ph, frest, frest_ph, all(oks), load_before, loadavg()))
+                rows.append(_row(kind, size_mb, u.nbytes, sv["save"], sv["save_ph"], sv["t_cold"], sv["fsave"],
+                                 sv["fsave_ph"], rs["rest"], rs["rest_all"], rs["rest_ph"], rs["frest"],
+                                 rs["frest_ph"], all(oks), load_before, loadavg()))
         u = state = None
         gc.collect()
     if rank == 0:
-        emit({"ranks": n, "backend": args.backend, "reps": reps, "warmup": args.warmup, "lost": lost,
-              "group_size": args.group_size, "rows": rows}, args.out)
+        emit({"ranks": n, "backend": args.backend, "reps": max(1, args.reps), "warmup": args.warmup,
+              "lost": args.lost % n, "group_size": args.group_size, "rows": rows}, args.out)
+
 
 def _floor_of(times: dict[Any, list[float]], phases: dict[Any, list[dict[str, float]]],
               form: Any = None) -> dict[str, Any]:

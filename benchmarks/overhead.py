@@ -50,13 +50,32 @@ GOALS = {"allreduce_8B": 1.2, "sendrecv_1MiB": 1.02, "pingpong_8B": 1.15,
 
 # --------------------------------------------------------------------------- inside the ranks
 def rank_main(args: argparse.Namespace) -> None:
-    from time import perf_counter_ns
-
-    import numpy as np
-
     import planaria as pl
 
     comm = pl.world(args.backend)
+    raw = comm.mpi
+    cases = _basic_cases(comm, args.iters, args.sr_iters)
+    wanted = [c for c in args.calls.split(",") if c] if args.calls else list(MIB_CALLS)
+    bufs = _buffers(comm.size)      # one set for both sides: a buffer's placement in memory is no difference
+    raw_calls, pl_calls = _mib_calls(raw, wanted, bufs), _mib_calls(comm, wanted, bufs)
+    for c in wanted:
+        cases[f"{c}_1MiB"] = (raw_calls[c], pl_calls[c], args.sr_iters)
+    if args.only:
+        keep = set(args.only.split(","))
+        cases = {k: v for k, v in cases.items() if k in keep}
+    out: dict[str, Any] = {}
+    for name, (f_raw, f_pl, k) in cases.items():
+        t_raw, t_pl = _time_case(raw, f_raw, f_pl, k, args.blocks)
+        if comm.rank == 0:
+            out[name] = _case_figures(t_raw, t_pl, k, args.blocks)
+    if comm.rank == 0:
+        emit({"ranks": comm.size, "backend": args.backend, "cases": out}, args.out)
+
+
+def _basic_cases(comm: Any, iters: int, sr_iters: int) -> dict[str, tuple[Any, Any, int]]:
+    """``name -> (raw run(k), planaria run(k), k)`` of the 8-byte Allreduce, the 1 MiB Sendrecv and the ping-pong."""
+    import numpy as np
+
     raw = comm.mpi
     rank = comm.rank
     peer = 1 - rank if rank < 2 else None
@@ -97,47 +116,47 @@ def rank_main(args: argparse.Namespace) -> None:
                     c.Send(p8, 0, 9)
         return run
 
-    cases = {
-        "allreduce_8B": (ar_raw, ar_pl, args.iters),
-        "sendrecv_1MiB": (sr_raw, sr_pl, args.sr_iters),
-        "pingpong_8B": (pingpong(raw), pingpong(comm), args.iters),
+    return {
+        "allreduce_8B": (ar_raw, ar_pl, iters),
+        "sendrecv_1MiB": (sr_raw, sr_pl, sr_iters),
+        "pingpong_8B": (pingpong(raw), pingpong(comm), iters),
     }
-    wanted = [c for c in args.calls.split(",") if c] if args.calls else list(MIB_CALLS)
-    bufs = _buffers(comm.size)      # one set for both sides: a buffer's placement in memory is no difference
-    raw_calls, pl_calls = _mib_calls(raw, wanted, bufs), _mib_calls(comm, wanted, bufs)
-    for c in wanted:
-        cases[f"{c}_1MiB"] = (raw_calls[c], pl_calls[c], args.sr_iters)
-    if args.only:
-        keep = set(args.only.split(","))
-        cases = {k: v for k, v in cases.items() if k in keep}
-    out: dict[str, Any] = {}
-    for name, (f_raw, f_pl, k) in cases.items():
-        for _ in range(max(2, args.blocks // 20)):          # warm-up blocks, not recorded
+
+
+def _time_case(raw: Any, f_raw: Any, f_pl: Any, k: int, blocks: int) -> tuple[list[float], list[float]]:
+    """Warm-up blocks, then ``blocks`` timed blocks of each side (order flipping every block): ns per operation."""
+    from time import perf_counter_ns
+
+    for _ in range(max(2, blocks // 20)):          # warm-up blocks, not recorded
+        raw.Barrier()
+        f_raw(k)
+        raw.Barrier()
+        f_pl(k)
+    t_raw: list[float] = []
+    t_pl: list[float] = []
+    for blk in range(blocks):
+        order = ((f_raw, t_raw), (f_pl, t_pl)) if blk % 2 == 0 else ((f_pl, t_pl), (f_raw, t_raw))
+        for f, acc in order:
             raw.Barrier()
-            f_raw(k)
-            raw.Barrier()
-            f_pl(k)
-        t_raw: list[float] = []
-        t_pl: list[float] = []
-        for blk in range(args.blocks):
-            order = ((f_raw, t_raw), (f_pl, t_pl)) if blk % 2 == 0 else ((f_pl, t_pl), (f_raw, t_raw))
-            for f, acc in order:
-                raw.Barrier()
-                t0 = perf_counter_ns()
-                f(k)
-                acc.append((perf_counter_ns() - t0) / k)
-        if rank == 0:
-            m_raw, m_pl = median(t_raw), median(t_pl)
-            out[name] = {
-                "ops_per_block": k, "blocks": args.blocks,
-                "raw_ns_median": m_raw, "planaria_ns_median": m_pl,
-                "overhead_ns": m_pl - m_raw, "ratio": m_pl / m_raw,
-                "paired_ratio_median": median([p / q for p, q in zip(t_pl, t_raw, strict=False)]),
-                "raw_ns_p10": float(np.percentile(t_raw, 10)), "raw_ns_p90": float(np.percentile(t_raw, 90)),
-                "planaria_ns_p10": float(np.percentile(t_pl, 10)), "planaria_ns_p90": float(np.percentile(t_pl, 90)),
-            }
-    if rank == 0:
-        emit({"ranks": comm.size, "backend": args.backend, "cases": out}, args.out)
+            t0 = perf_counter_ns()
+            f(k)
+            acc.append((perf_counter_ns() - t0) / k)
+    return t_raw, t_pl
+
+
+def _case_figures(t_raw: list[float], t_pl: list[float], k: int, blocks: int) -> dict[str, Any]:
+    """One case's reported figures from its per-block times."""
+    import numpy as np
+
+    m_raw, m_pl = median(t_raw), median(t_pl)
+    return {
+        "ops_per_block": k, "blocks": blocks,
+        "raw_ns_median": m_raw, "planaria_ns_median": m_pl,
+        "overhead_ns": m_pl - m_raw, "ratio": m_pl / m_raw,
+        "paired_ratio_median": median([p / q for p, q in zip(t_pl, t_raw, strict=False)]),
+        "raw_ns_p10": float(np.percentile(t_raw, 10)), "raw_ns_p90": float(np.percentile(t_raw, 90)),
+        "planaria_ns_p10": float(np.percentile(t_pl, 10)), "planaria_ns_p90": float(np.percentile(t_pl, 90)),
+    }
 
 
 def _buffers(n: int) -> dict[str, Any]:
