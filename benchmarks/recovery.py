@@ -92,8 +92,27 @@ def rank_main(args: argparse.Namespace) -> None:
     if state is None:                       # a spare that was never needed
         return
     comm = res.comm
+    mine, floor_s = _rank_figures(comm, res, world.rank, state["u"], ends, args)
+    everyone = comm.gather(mine, root=0)
+    if comm.rank != 0:
+        return
+    assert everyone is not None
+    try:
+        with open(victim_file) as f:
+            t_kill = float(json.load(f)["t_kill"])
+    except (OSError, ValueError, KeyError):
+        emit({"error": "the victim left no kill time (did it die?)", "per_rank": everyone}, args.out)
+        return
+    emit(_job_result(everyone, t_kill, floor_s, comm.size, world.size, args), args.out)
+
+
+def _rank_figures(comm: Any, res: Any, world_rank: int, u: Any, ends: list[tuple[float, int]],
+                  args: argparse.Namespace) -> tuple[dict[str, Any], float | None]:
+    """This working rank's figures after the run (state check, memcpy reference, its first recovery's
+    times), and the restore floor (on rank 0). Collective over ``comm``."""
+    import numpy as np
+
     L = comm.rank
-    u = state["u"]
     ok = bool(np.all(u[::PAGE_FLOATS] == L + args.steps)) and bool(np.all(u[1:PAGE_FLOATS] == L))
     # memcpy reference: the same number of bytes, every working rank at once
     dst = np.empty_like(u)
@@ -106,7 +125,7 @@ def rank_main(args: argparse.Namespace) -> None:
         t_copy.append(time.perf_counter() - t0)
     del dst
     floor_s = _restore_floor(comm, res, args, u.nbytes)
-    mine: dict[str, Any] = {"logical": L, "world": world.rank, "role": res.role, "ok": ok,
+    mine: dict[str, Any] = {"logical": L, "world": world_rank, "role": res.role, "ok": ok,
                             "bytes": int(u.nbytes), "memcpy_s": median(t_copy),
                             "save_s_median": median(res.checkpoint_times),
                             "recoveries": len(res.recoveries)}
@@ -117,21 +136,12 @@ def rank_main(args: argparse.Namespace) -> None:
                     version=r.version, attempts=r.attempts, revoke_shrink_s=r.revoke_shrink_s,
                     substitution_s=r.substitution_s, restore_s=r.restore_s,
                     t_first_step=after[0][0] if after else None, first_step=after[0][1] if after else None)
-    everyone = comm.gather(mine, root=0)
-    if L != 0:
-        return
-    assert everyone is not None
-    try:
-        with open(victim_file) as f:
-            t_kill = float(json.load(f)["t_kill"])
-    except (OSError, ValueError, KeyError):
-        emit({"error": "the victim left no kill time (did it die?)", "per_rank": everyone}, args.out)
-        return
+    return mine, floor_s
+
+
+def _per_rank_rows(rec: list[dict[str, Any]], t_kill: float) -> list[dict[str, Any]]:
+    """The working ranks' figures in ms from the kill time."""
     ms = 1e3
-    rec = [p for p in everyone if p["recoveries"] and p.get("t_first_step") is not None]
-    if len(rec) != len(everyone):
-        emit({"error": "some working ranks saw no recovery or no resumed step", "per_rank": everyone}, args.out)
-        return
     per_rank = []
     for p in rec:
         per_rank.append({
@@ -142,12 +152,24 @@ def rank_main(args: argparse.Namespace) -> None:
             "version": p["version"], "attempts": p["attempts"], "memcpy_ms": p["memcpy_s"] * ms,
             "save_ms_median": p["save_s_median"] * ms, "ok": p["ok"],
         })
+    return per_rank
+
+
+def _job_result(everyone: list[dict[str, Any]], t_kill: float, floor_s: float | None, ranks: int, processes: int,
+               args: argparse.Namespace) -> dict[str, Any]:
+    """One job's result from every working rank's figures (``_rank_figures``) and the victim's kill time;
+    an ``error`` entry when some rank saw no recovery."""
+    ms = 1e3
+    rec = [p for p in everyone if p["recoveries"] and p.get("t_first_step") is not None]
+    if len(rec) != len(everyone):
+        return {"error": "some working ranks saw no recovery or no resumed step", "per_rank": everyone}
+    per_rank = _per_rank_rows(rec, t_kill)
     lost_rows = [p for p in per_rank if p["role"] == "recovered"]
     lost = lost_rows[0] if lost_rows else None
     nbytes = everyone[0]["bytes"]
     memcpy_s = median([p["memcpy_s"] for p in everyone])
     result: dict[str, Any] = {
-        "ranks": comm.size, "spares": args.spares, "processes": world.size, "backend": args.backend,
+        "ranks": ranks, "spares": args.spares, "processes": processes, "backend": args.backend,
         "store": args.store, "mb": args.mb, "bytes_per_rank": nbytes, "every": args.every,
         "kill_step": args.kill_step, "steps": args.steps, "victim": args.victim,
         "version": per_rank[0]["version"], "steps_redone": args.kill_step - per_rank[0]["version"],
@@ -172,7 +194,7 @@ def rank_main(args: argparse.Namespace) -> None:
         result["restore_vs_memcpy"] = (result["restore_lost_GBps"] / result["memcpy_GBps"]
                                        if result["restore_lost_GBps"] else None)
     result["per_rank"] = per_rank
-    emit(result, args.out)
+    return result
 
 
 def _restore_floor(comm: Any, res: Any, args: argparse.Namespace, nbytes: int) -> float | None:
