@@ -179,11 +179,116 @@ def _node_agents(jd: Any, uri: str, tmp: str, nodes: int, fanout: int,
     return agents, template
 
 
+def _start_workers(me: list[str], tmp: str, path: str, secret: str, ranks: int, workers: int, hb: float,
+                   seconds: float, timeout: float, per_node: int,
+                   procs: list[subprocess.Popen[str]]) -> list[str]:
+    """Start the worker processes simulating the ranks (appended to ``procs``); their output files."""
+    per = -(-ranks // workers)
+    outs = []
+    for w in range(workers):
+        first, count = w * per, min(per, ranks - w * per)
+        if count <= 0:
+            break
+        out = str(Path(tmp) / f"w{w}.json")
+        outs.append(out)
+        procs.append(subprocess.Popen(me + ["--worker", path, secret, str(first), str(count), str(ranks),
+                                            str(hb), str(seconds + 2 * timeout), out, str(per_node)],
+                                      stdin=subprocess.PIPE))
+    return outs
+
+
+def _wait_hello(jd: Any, ranks: int, timeout: float) -> list[dict[str, Any]]:
+    """Wait until every simulated rank said hello; the controller's ``ps`` rows then."""
+    from planaria.launch.client import request
+    deadline = time.monotonic() + timeout
+    while True:                           # every rank said hello
+        rows = request(jd, {"type": "ps"}, timeout=30).get("ranks") or []
+        if sum(1 for r in rows if r.get("state") in ("starting", "running")) >= ranks:
+            return rows
+        if time.monotonic() > deadline:
+            raise BenchError(f"only {len(rows)} of {ranks} simulated ranks said hello within {timeout:g} s")
+        time.sleep(0.2)
+
+
+def _observe(jd: Any, ctl: subprocess.Popen[str], agents: list[subprocess.Popen[bytes]], rows: list[dict[str, Any]],
+             seconds: float, ps_every: float, per_node: int) -> dict[str, Any]:
+    """The measurement window: ``ps`` every ``ps_every`` s for ``seconds``, one event at 40 % of it and
+    (through node agents) one diagnosis at 60 %; the controller's and the agents' CPU share over it."""
+    from planaria.launch.client import request
+    t0, cpu0 = time.monotonic(), _cpu(ctl.pid)
+    agents_cpu0 = sum(_cpu(a.pid) for a in agents)
+    ps_times: list[float] = []
+    ages: list[float] = []
+    sent_event = None
+    diag: dict[str, Any] = {}
+    diag_thread = None
+    while time.monotonic() - t0 < seconds:
+        t = time.monotonic()
+        rows = request(jd, {"type": "ps"}, timeout=30).get("ranks") or []
+        ps_times.append(time.monotonic() - t)
+        now = time.time()                 # how old the controller's news of each rank is
+        ages += [now - r["last_hb"] for r in rows if r.get("last_hb")]
+        if sent_event is None and time.monotonic() - t0 > seconds * 0.4:
+            sent_event = time.time()
+            request(jd, {"type": "notify", "code": "USER+1", "range": None, "info": {"bench": 1}, "affected": [],
+                         "t": sent_event}, timeout=30)
+        if per_node and diag_thread is None and time.monotonic() - t0 > seconds * 0.6:
+            diag_thread = threading.Thread(target=_diagnose, args=(jd, diag), daemon=True)
+            diag_thread.start()
+        time.sleep(max(0.0, ps_every - (time.monotonic() - t)))
+    window = time.monotonic() - t0
+    cpu = (_cpu(ctl.pid) - cpu0) / window
+    if diag_thread is not None:
+        diag_thread.join(130)
+    agents_cpu = (sum(_cpu(a.pid) for a in agents) - agents_cpu0) / window
+    lost = [r["rank"] for r in rows if r.get("state") not in ("starting", "running")]
+    lost_events = sum(1 for e in jd.events() if e.get("type") == "lost")     # while every rank still beats
+    return {"ps_times": ps_times, "ages": ages, "sent_event": sent_event, "diag": diag, "cpu": cpu,
+            "agents_cpu": agents_cpu, "lost": lost, "lost_events": lost_events}
+
+
+def _collect_workers(procs: list[subprocess.Popen[str]], outs: list[str], timeout: float) -> dict[str, Any]:
+    """Stop the workers and read what they measured: heartbeat round trips, event arrival times, drops."""
+    for p in procs:
+        if p.stdin:
+            p.stdin.close()
+    for p in procs:
+        p.wait(timeout=timeout)
+    rtts: list[float] = []
+    got: list[float] = []
+    dropped = 0
+    drain = 0.0                      # the longest a worker took to read the event on all its ranks
+    for out in outs:
+        d = json.loads(Path(out).read_text())
+        rtts += d["rtts"]
+        got += d["events"]
+        dropped += d["dropped"]
+        if d["events"]:
+            drain = max(drain, max(d["events"]) - min(d["events"]))
+    return {"rtts": rtts, "got": got, "dropped": dropped, "drain": drain}
+
+
+def _stop(ctl: subprocess.Popen[str], procs: list[subprocess.Popen[str]],
+          agents: list[subprocess.Popen[bytes]]) -> None:
+    """End the workers, ask the node agents to end, and end the controller (bounded wait)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for a in agents:                      # they end when the controller does; bounded here
+        if a.poll() is None:
+            a.terminate()
+    if ctl.stdin:
+        ctl.stdin.close()
+    try:
+        ctl.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        ctl.kill()
+
+
 def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int, timeout: float,
             per_node: int = 0, fanout: int = 0) -> dict[str, Any]:
     """One job of ``ranks`` simulated ranks: the figures of the module docstring. With ``per_node``,
     the ranks reach the controller through real node agents, ``per_node`` ranks each."""
-    from planaria.launch.client import request
     from planaria.launch.jobdir import JobDir
 
     raise_open_files()
@@ -201,103 +306,38 @@ def run_one(ranks: int, seconds: float, hb: float, ps_every: float, workers: int
             raise BenchError(f"the controller gave no agent-channel address ({uri!r})")
         if per_node:
             agents, path = _node_agents(jd, uri, tmp, -(-ranks // per_node), fanout, timeout)
-        secret = jd.secret()
-        per = -(-ranks // workers)
-        outs = []
-        for w in range(workers):
-            first, count = w * per, min(per, ranks - w * per)
-            if count <= 0:
-                break
-            out = str(Path(tmp) / f"w{w}.json")
-            outs.append(out)
-            procs.append(subprocess.Popen(me + ["--worker", path, secret, str(first), str(count), str(ranks),
-                                                str(hb), str(seconds + 2 * timeout), out, str(per_node)],
-                                          stdin=subprocess.PIPE))
-        deadline = time.monotonic() + timeout
-        while True:                           # every rank said hello
-            rows = request(jd, {"type": "ps"}, timeout=30).get("ranks") or []
-            if sum(1 for r in rows if r.get("state") in ("starting", "running")) >= ranks:
-                break
-            if time.monotonic() > deadline:
-                raise BenchError(f"only {len(rows)} of {ranks} simulated ranks said hello within {timeout:g} s")
-            time.sleep(0.2)
-        t0, cpu0 = time.monotonic(), _cpu(ctl.pid)
-        agents_cpu0 = sum(_cpu(a.pid) for a in agents)
-        ps_times: list[float] = []
-        ages: list[float] = []
-        sent_event = None
-        diag: dict[str, Any] = {}
-        diag_thread = None
-        while time.monotonic() - t0 < seconds:
-            t = time.monotonic()
-            rows = request(jd, {"type": "ps"}, timeout=30).get("ranks") or []
-            ps_times.append(time.monotonic() - t)
-            now = time.time()                 # how old the controller's news of each rank is
-            ages += [now - r["last_hb"] for r in rows if r.get("last_hb")]
-            if sent_event is None and time.monotonic() - t0 > seconds * 0.4:
-                sent_event = time.time()
-                request(jd, {"type": "notify", "code": "USER+1", "range": None, "info": {"bench": 1}, "affected": [],
-                             "t": sent_event}, timeout=30)
-            if per_node and diag_thread is None and time.monotonic() - t0 > seconds * 0.6:
-                diag_thread = threading.Thread(target=_diagnose, args=(jd, diag), daemon=True)
-                diag_thread.start()
-            time.sleep(max(0.0, ps_every - (time.monotonic() - t)))
-        window = time.monotonic() - t0
-        cpu = (_cpu(ctl.pid) - cpu0) / window
-        if diag_thread is not None:
-            diag_thread.join(130)
-        agents_cpu = (sum(_cpu(a.pid) for a in agents) - agents_cpu0) / window
-        lost = [r["rank"] for r in rows if r.get("state") not in ("starting", "running")]
-        lost_events = sum(1 for e in jd.events() if e.get("type") == "lost")     # while every rank still beats
-        for p in procs:
-            if p.stdin:
-                p.stdin.close()
-        for p in procs:
-            p.wait(timeout=timeout)
-        rtts: list[float] = []
-        got: list[float] = []
-        dropped = 0
-        drain = 0.0                      # the longest a worker took to read the event on all its ranks
-        for out in outs:
-            d = json.loads(Path(out).read_text())
-            rtts += d["rtts"]
-            got += d["events"]
-            dropped += d["dropped"]
-            if d["events"]:
-                drain = max(drain, max(d["events"]) - min(d["events"]))
+        outs = _start_workers(me, tmp, path, jd.secret(), ranks, workers, hb, seconds, timeout, per_node, procs)
+        rows = _wait_hello(jd, ranks, timeout)
+        seen = _observe(jd, ctl, agents, rows, seconds, ps_every, per_node)
+        w = _collect_workers(procs, outs, timeout)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for a in agents:                      # they end when the controller does; bounded here
-            if a.poll() is None:
-                a.terminate()
-        if ctl.stdin:
-            ctl.stdin.close()
-        try:
-            ctl.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            ctl.kill()
+        _stop(ctl, procs, agents)
     for a in agents:
         try:
             a.wait(timeout=10)
         except subprocess.TimeoutExpired:
             a.kill()
-    rtts.sort()
-    ages.sort()
+    return _figures(ranks, workers, seconds, hb, per_node, fanout, len(agents), seen, w, jd.events())
+
+
+def _figures(ranks: int, workers: int, seconds: float, hb: float, per_node: int, fanout: int, node_agents: int,
+             seen: dict[str, Any], w: dict[str, Any], recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One job's row from the window's observations (``_observe``) and the workers' measurements."""
+    rtts, ages, got, sent_event, diag = sorted(w["rtts"]), sorted(seen["ages"]), w["got"], seen["sent_event"], seen["diag"]
+
     def q(f: float) -> float | None:
         return rtts[min(len(rtts) - 1, int(f * len(rtts)))] * 1e3 if rtts else None
-    recs = jd.events()
+    ps_times = seen["ps_times"]
     return {"ranks": ranks, "workers": workers, "seconds": seconds, "hb_s": hb, "per_node": per_node, "fanout": fanout,
-            "node_agents": len(agents), "node_agents_cpu": round(agents_cpu, 4),
+            "node_agents": node_agents, "node_agents_cpu": round(seen["agents_cpu"], 4),
             "view_age_p99_ms": ages[min(len(ages) - 1, int(0.99 * len(ages)))] * 1e3 if ages else None,
-            "controller_cpu": round(cpu, 4), "hb_p50_ms": q(0.5), "hb_p99_ms": q(0.99), "heartbeats": len(rtts),
-            "false_losses": max(len(lost), lost_events),
+            "controller_cpu": round(seen["cpu"], 4), "hb_p50_ms": q(0.5), "hb_p99_ms": q(0.99), "heartbeats": len(rtts),
+            "false_losses": max(len(seen["lost"]), seen["lost_events"]),
             "ps_median_s": statistics.median(ps_times) if ps_times else None, "ps_calls": len(ps_times),
             "event_to_last_s": (max(got) - sent_event) if got and sent_event else None,
             "event_to_first_s": (min(got) - sent_event) if got and sent_event else None,
-            "event_worker_drain_s": drain if got else None,
-            "event_reached": len(got), "hb_dropped": dropped,
+            "event_worker_drain_s": w["drain"] if got else None,
+            "event_reached": len(got), "hb_dropped": w["dropped"],
             "diagnose_s": diag.get("s"), "diagnose_collect_s": diag.get("collect_s"), "diagnose_error": diag.get("error"),
             "diagnose_timing": diag.get("timing"),
             "controller_errors": [e.get("error") for e in recs if e.get("type") == "controller-error"][:5]}
