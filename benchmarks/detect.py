@@ -283,6 +283,40 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
     ``under_run`` (with ``within``): each job runs under ``planaria run``, controller and agents
     included, as detection is used; else under a bare ``mpiexec`` (the service without a controller).
     """
+    names, klass, pairs = _checked(kernels, ranks, klass, pairs, backend, timeout, within, block_s, jobs, bind,
+                                   under_run)
+    load0, t_start = loadavg(), time.perf_counter()
+    rows, launches, blocks, job_recs, cmd = [], [], [], [], []
+    order = schedule(pairs)
+    for k in names:
+        if within:
+            got_rows, got_blocks, got_jobs, cmd = _kernel_within(k, ranks, klass, pairs, backend, timeout, block_s,
+                                                                 jobs, bind, under_run, progress)
+            rows += got_rows
+            blocks += got_blocks
+            job_recs += got_jobs
+            continue
+        mine, cmd = _kernel_launches(k, order, ranks, klass, backend, timeout, bind, progress)
+        rows.append(summarize(k, mine))
+        launches += mine
+    out = {"benchmark": "detect", "within_job": within, "class": klass, "ranks": ranks, "backend": backend,
+           "bind_to": bind, "runner": "planaria run" if under_run else "mpiexec",
+           "pairs": pairs, "kernels": names, "goal": GOAL, "rows": rows, "overall": overall(rows),
+           "total_s": time.perf_counter() - t_start, "cores": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%d"), "loadavg_before": load0, "loadavg_after": loadavg(),
+           "mpiexec": " ".join(cmd[:-4] + ["..."]) if cmd else "", "command": command_line()}
+    if within:
+        out.update(block_s=block_s, blocks=blocks, jobs=job_recs)
+        if jobs > 1:
+            out.update(jobs_per_kernel=jobs, min_jobs_for_met=MIN_JOBS)
+    else:
+        out["launches"] = launches
+    return out
+
+
+def _checked(kernels: list[str] | str, ranks: int, klass: str, pairs: int | None, backend: str, timeout: float,
+             within: bool, block_s: float, jobs: int, bind: str, under_run: bool) -> tuple[list[str], str, int]:
+    """``run``'s arguments checked (ValueError naming the wrong one): the kernels, the class and the pair count."""
     names = npb.parse_kernels(kernels) if isinstance(kernels, str) else npb.parse_kernels(",".join(kernels))
     klass = npb.check_class(klass)
     if pairs is None:
@@ -308,75 +342,69 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
         err = npb.problem_error(k, klass, ranks) or (npb.alternate_error(k, klass, ranks) if within else None)
         if err:
             raise ValueError(err)
-    load0, t_start = loadavg(), time.perf_counter()
-    rows, launches, blocks, job_recs, cmd = [], [], [], [], []
-    order = schedule(pairs)
-    for k in names:
-        mine = []
-        if within:
-            pooled = []
-            for n in range(jobs):
-                rec, got = run_within(k, ranks, klass, pairs, backend, timeout, block_s, bind, under_run)
-                cmd = got.cmd
-                mine = [{"kernel": k, **b} for b in rec["blocks"]]
-                rate = median([r["calls_per_s"] for r in rec["runs"]])
-                row = summarize(k, mine, calls_per_s=rate)
-                row.update(every=rec["every"], block_s_median=median([b["time_s"] for b in mine]),
-                           runs=len(rec["runs"]), launch_s=got.wall_s)
-                if progress:
-                    which = f"job {n + 1}/{jobs}" if jobs > 1 else "one job"
-                    progress(f"detect: {k} class {klass}, {ranks} ranks, {pairs} block pairs of {rec['every']} "
-                             f"iteration(s) ({row['block_s_median']:.3f} s) in {which}: on/off "
-                             f"{row['ratio_median']:.4f} [{row['ci_low']:.4f}, {row['ci_high']:.4f}], "
-                             f"{got.wall_s:.1f} s launch" + (f", load {loadavg()[0]:.1f}" if jobs > 1 else ""))
-                job = {"kernel": k, "every": rec["every"], "warmup": rec.get("warmup"), "runs": rec["runs"],
-                       "launch_s": got.wall_s}
-                if jobs > 1:
-                    mine = [{**b, "job": n} for b in mine]
-                    job["job"] = n
-                    pooled.append({"blocks": mine, "calls_per_s": rate, "every": rec["every"],
-                                   "runs": len(rec["runs"]), "launch_s": got.wall_s})
-                else:
-                    rows.append(row)
-                blocks += mine
-                job_recs.append(job)
-            if jobs > 1:
-                row = summarize_jobs(k, pooled)
-                if progress:
-                    progress(f"detect: {k} pooled over {jobs} jobs: on/off {row['ratio_median']:.4f} "
-                             f"[{row['ci_low']:.4f}, {row['ci_high']:.4f}] (jobs, then pairs resampled), "
-                             f"job medians {', '.join(f'{m:.4f}' for m in row['job_medians'])}: {row['verdict']}")
-                rows.append(row)
-            continue
-        for n, (pair, mode) in enumerate(order, 1):
-            got = launch(ranks, npb.MODULE, ["--kernel", k, "--class", klass, "--backend", backend],
-                         ft=(backend == "ulfm"), timeout=timeout,
-                         env={"PLANARIA_DETECT": MODES[mode], **THREAD_ENV}, bind=bind)
-            rec = check_launch(got.result, k, klass, ranks, mode)
-            cmd = got.cmd
-            ln = {"kernel": k, "pair": pair, "mode": mode, "time_s": rec["time_s"],
-                  "calls_per_rank": rec["calls_per_rank"], "calls_per_s": rec["calls_per_s"],
-                  "launch_s": got.wall_s}
-            mine.append(ln)
-            if progress:
-                progress(f"detect: {k} class {klass}, {ranks} ranks, launch {n}/{len(order)} "
-                         f"(pair {pair + 1}, detection {mode}): {rec['time_s']:.3f} s timed, "
-                         f"{got.wall_s:.1f} s launch")
-        rows.append(summarize(k, mine))
-        launches += mine
-    out = {"benchmark": "detect", "within_job": within, "class": klass, "ranks": ranks, "backend": backend,
-           "bind_to": bind, "runner": "planaria run" if under_run else "mpiexec",
-           "pairs": pairs, "kernels": names, "goal": GOAL, "rows": rows, "overall": overall(rows),
-           "total_s": time.perf_counter() - t_start, "cores": os.cpu_count(),
-           "date": time.strftime("%Y-%m-%d"), "loadavg_before": load0, "loadavg_after": loadavg(),
-           "mpiexec": " ".join(cmd[:-4] + ["..."]) if cmd else "", "command": command_line()}
-    if within:
-        out.update(block_s=block_s, blocks=blocks, jobs=job_recs)
+    return names, klass, pairs
+
+
+def _kernel_within(k: str, ranks: int, klass: str, pairs: int, backend: str, timeout: float, block_s: float,
+                   jobs: int, bind: str, under_run: bool, progress: Any) -> tuple[list[Any], list[Any], list[Any], Any]:
+    """Kernel ``k`` in ``jobs`` alternating jobs: (its rows, its blocks, its job records, the last launch's command)."""
+    rows, blocks, job_recs, pooled = [], [], [], []
+    cmd = []
+    for n in range(jobs):
+        rec, got = run_within(k, ranks, klass, pairs, backend, timeout, block_s, bind, under_run)
+        cmd = got.cmd
+        mine = [{"kernel": k, **b} for b in rec["blocks"]]
+        rate = median([r["calls_per_s"] for r in rec["runs"]])
+        row = summarize(k, mine, calls_per_s=rate)
+        row.update(every=rec["every"], block_s_median=median([b["time_s"] for b in mine]),
+                   runs=len(rec["runs"]), launch_s=got.wall_s)
+        if progress:
+            which = f"job {n + 1}/{jobs}" if jobs > 1 else "one job"
+            progress(f"detect: {k} class {klass}, {ranks} ranks, {pairs} block pairs of {rec['every']} "
+                     f"iteration(s) ({row['block_s_median']:.3f} s) in {which}: on/off "
+                     f"{row['ratio_median']:.4f} [{row['ci_low']:.4f}, {row['ci_high']:.4f}], "
+                     f"{got.wall_s:.1f} s launch" + (f", load {loadavg()[0]:.1f}" if jobs > 1 else ""))
+        job = {"kernel": k, "every": rec["every"], "warmup": rec.get("warmup"), "runs": rec["runs"],
+               "launch_s": got.wall_s}
         if jobs > 1:
-            out.update(jobs_per_kernel=jobs, min_jobs_for_met=MIN_JOBS)
-    else:
-        out["launches"] = launches
-    return out
+            mine = [{**b, "job": n} for b in mine]
+            job["job"] = n
+            pooled.append({"blocks": mine, "calls_per_s": rate, "every": rec["every"],
+                           "runs": len(rec["runs"]), "launch_s": got.wall_s})
+        else:
+            rows.append(row)
+        blocks += mine
+        job_recs.append(job)
+    if jobs > 1:
+        row = summarize_jobs(k, pooled)
+        if progress:
+            progress(f"detect: {k} pooled over {jobs} jobs: on/off {row['ratio_median']:.4f} "
+                     f"[{row['ci_low']:.4f}, {row['ci_high']:.4f}] (jobs, then pairs resampled), "
+                     f"job medians {', '.join(f'{m:.4f}' for m in row['job_medians'])}: {row['verdict']}")
+        rows.append(row)
+    return rows, blocks, job_recs, cmd
+
+
+def _kernel_launches(k: str, order: list[tuple[int, str]], ranks: int, klass: str, backend: str, timeout: float,
+                     bind: str, progress: Any) -> tuple[list[dict[str, Any]], Any]:
+    """Kernel ``k`` in one launch per (pair, mode) of ``order``: (the launches' records, the last command)."""
+    mine = []
+    cmd = []
+    for n, (pair, mode) in enumerate(order, 1):
+        got = launch(ranks, npb.MODULE, ["--kernel", k, "--class", klass, "--backend", backend],
+                     ft=(backend == "ulfm"), timeout=timeout,
+                     env={"PLANARIA_DETECT": MODES[mode], **THREAD_ENV}, bind=bind)
+        rec = check_launch(got.result, k, klass, ranks, mode)
+        cmd = got.cmd
+        ln = {"kernel": k, "pair": pair, "mode": mode, "time_s": rec["time_s"],
+              "calls_per_rank": rec["calls_per_rank"], "calls_per_s": rec["calls_per_s"],
+              "launch_s": got.wall_s}
+        mine.append(ln)
+        if progress:
+            progress(f"detect: {k} class {klass}, {ranks} ranks, launch {n}/{len(order)} "
+                     f"(pair {pair + 1}, detection {mode}): {rec['time_s']:.3f} s timed, "
+                     f"{got.wall_s:.1f} s launch")
+    return mine, cmd
 
 
 def _bound(result: dict[str, Any]) -> str:
