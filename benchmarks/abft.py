@@ -364,6 +364,49 @@ def run(rows: int = 2000, cols: int = 1890, workers: int = 4, repeat: int = 6, k
         workdir: str | None = None, progress: Any = None, backend: str = "ulfm", modes: str = ",".join(MODES),
         per_job: int = 0, tmpfs: bool = False, keep_heap: bool = False, settle: float = SETTLE_S) -> dict[str, Any]:
     """The benchmark; ValueError for bad options, BenchError when a job fails or the modes disagree."""
+    ks, ps, ms = _checked(rows, cols, workers, repeat, kernels, parts, trials, timeout, workdir, backend, modes,
+                          per_job, tmpfs, keep_heap, settle)
+    own = workdir is None
+    scratch = Path(tempfile.mkdtemp(prefix="planaria-abft-bench-", dir=TMPFS_ROOT if tmpfs else None)) if own \
+        else Path(workdir)
+    result: dict[str, Any] = {"benchmark": "abft", "rows": rows, "cols": cols, "workers": workers, "repeat": repeat,
+                              "kernels": ks, "modes": ms, "parts": ps, "backend": backend, "cores": os.cpu_count(),
+                              "per_job": per_job, "keep_heap": keep_heap, "settle_s": settle, "workdir": str(scratch),
+                              "date": time.strftime("%Y-%m-%d %H:%M"), "loadavg_before": loadavg(),
+                              "command": command_line()}
+    t_start = time.perf_counter()
+    try:
+        scratch.mkdir(parents=True, exist_ok=True)
+        result["workdir_fs"] = fs_type(scratch)
+        if "overhead" in ps:
+            dem = _dem(scratch, result["workdir_fs"], rows, cols, seed, ms, progress)
+            result["overhead"] = overhead(dem, ks, workers, repeat, scratch, timeout, progress, backend, ms, per_job,
+                                          HEAP_ENV if keep_heap else None, settle)
+        if "faults" in ps:
+            if progress:
+                progress(f"abft faults: {trials} trials on {workers} workers")
+            result["faults"] = faults(trials, workers, seed, timeout, backend)
+        if "pairs" in ps:
+            from benchmarks import abft_pairs
+            if progress:
+                progress(f"abft pairs: {trials} trials of two faults each, then the runtime on every pair of 4 workers")
+            result["pairs"] = abft_pairs.run(trials, seed, scratch, timeout, backend, progress)
+        if "throughput" in ps:
+            if progress:
+                progress(f"abft throughput: {rows} x {cols}, {repeat} runs each")
+            result["throughput"] = throughput(rows, cols, repeat, scratch, seed)
+    finally:
+        if own:
+            shutil.rmtree(scratch, ignore_errors=True)
+    result["total_s"] = time.perf_counter() - t_start
+    result["loadavg_after"] = loadavg()
+    return result
+
+
+def _checked(rows: int, cols: int, workers: int, repeat: int, kernels: str, parts: str, trials: int, timeout: float,
+             workdir: str | None, backend: str, modes: str, per_job: int, tmpfs: bool, keep_heap: bool,
+             settle: float) -> tuple[list[str], list[str], list[str]]:
+    """``run``'s options checked (ValueError naming the wrong one): the kernels, parts and modes as lists."""
     from planaria.terrain import kernels as registry
     ks = [k for k in kernels.replace(" ", "").split(",") if k]
     ps = [p for p in parts.replace(" ", "").split(",") if p]
@@ -388,51 +431,23 @@ def run(rows: int = 2000, cols: int = 1890, workers: int = 4, repeat: int = 6, k
         raise ValueError(f"--tmpfs: {TMPFS_ROOT} is not a tmpfs here")
     if keep_heap and per_job < 1:
         raise ValueError("--keep-heap needs --per-job >= 1 (a heap is kept across the runs of one job)")
-    own = workdir is None
-    scratch = Path(tempfile.mkdtemp(prefix="planaria-abft-bench-", dir=TMPFS_ROOT if tmpfs else None)) if own \
-        else Path(workdir)
-    result: dict[str, Any] = {"benchmark": "abft", "rows": rows, "cols": cols, "workers": workers, "repeat": repeat,
-                              "kernels": ks, "modes": ms, "parts": ps, "backend": backend, "cores": os.cpu_count(),
-                              "per_job": per_job, "keep_heap": keep_heap, "settle_s": settle, "workdir": str(scratch),
-                              "date": time.strftime("%Y-%m-%d %H:%M"), "loadavg_before": loadavg(),
-                              "command": command_line()}
-    t_start = time.perf_counter()
-    try:
-        scratch.mkdir(parents=True, exist_ok=True)
-        result["workdir_fs"] = fs_type(scratch)
-        if "overhead" in ps:
-            dem = scratch / f"dem-{rows}x{cols}-seed{seed}.npy"
-            free = shutil.disk_usage(scratch).free
-            need = _space_needed(rows, cols, ms, dem.is_file())
-            if need > free:
-                raise ValueError(f"{scratch} ({result['workdir_fs']}) has {free / 1e9:.1f} GB free, a run needs "
-                                 f"{need / 1e9:.1f} GB")
-            if not dem.is_file():
-                t0 = time.perf_counter()
-                synthetic_dem(dem, rows, cols, seed)
-                if progress:
-                    progress(f"abft: wrote a {rows} x {cols} float32 DEM in {time.perf_counter() - t0:.1f} s")
-            result["overhead"] = overhead(dem, ks, workers, repeat, scratch, timeout, progress, backend, ms, per_job,
-                                          HEAP_ENV if keep_heap else None, settle)
-        if "faults" in ps:
-            if progress:
-                progress(f"abft faults: {trials} trials on {workers} workers")
-            result["faults"] = faults(trials, workers, seed, timeout, backend)
-        if "pairs" in ps:
-            from benchmarks import abft_pairs
-            if progress:
-                progress(f"abft pairs: {trials} trials of two faults each, then the runtime on every pair of 4 workers")
-            result["pairs"] = abft_pairs.run(trials, seed, scratch, timeout, backend, progress)
-        if "throughput" in ps:
-            if progress:
-                progress(f"abft throughput: {rows} x {cols}, {repeat} runs each")
-            result["throughput"] = throughput(rows, cols, repeat, scratch, seed)
-    finally:
-        if own:
-            shutil.rmtree(scratch, ignore_errors=True)
-    result["total_s"] = time.perf_counter() - t_start
-    result["loadavg_after"] = loadavg()
-    return result
+    return ks, ps, ms
+
+
+def _dem(scratch: Path, fs: str, rows: int, cols: int, seed: int, ms: list[str], progress: Any) -> Path:
+    """The overhead part's DEM in ``scratch`` (written unless there); ValueError when the space for a run is missing."""
+    dem = scratch / f"dem-{rows}x{cols}-seed{seed}.npy"
+    free = shutil.disk_usage(scratch).free
+    need = _space_needed(rows, cols, ms, dem.is_file())
+    if need > free:
+        raise ValueError(f"{scratch} ({fs}) has {free / 1e9:.1f} GB free, a run needs "
+                         f"{need / 1e9:.1f} GB")
+    if not dem.is_file():
+        t0 = time.perf_counter()
+        synthetic_dem(dem, rows, cols, seed)
+        if progress:
+            progress(f"abft: wrote a {rows} x {cols} float32 DEM in {time.perf_counter() - t0:.1f} s")
+    return dem
 
 
 COMBINE_SAME = ("rows", "cols", "workers", "backend", "modes", "workdir_fs", "keep_heap", "settle_s")
