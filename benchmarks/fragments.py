@@ -104,7 +104,9 @@ def matmul_graph(nb: int) -> dict[str, Any]:
     return {"kinds": kinds, "deps": deps}
 
 
-def _block(seed: int, bs: int) -> np.ndarray:
+def seeded_block(seed: int, bs: int) -> np.ndarray:
+    """The ``bs`` x ``bs`` block of standard normal numbers that ``seed`` makes (the matmul graph's A and B blocks:
+    A[i][k] from seed ``1000 + i * nb + k``, B[k][j] from ``2000 + k * nb + j``), in every mode alike."""
     return np.random.default_rng(seed).standard_normal((bs, bs))
 
 
@@ -114,8 +116,8 @@ def _block_sum(parts: list[np.ndarray]) -> np.ndarray:
 
 def matmul_error(blocks: list[np.ndarray], nb: int, bs: int) -> float:
     """Largest difference between the blocks of C and ``A @ B`` built from the same seeds."""
-    a = np.block([[_block(1000 + i * nb + k, bs) for k in range(nb)] for i in range(nb)])
-    b = np.block([[_block(2000 + k * nb + j, bs) for j in range(nb)] for k in range(nb)])
+    a = np.block([[seeded_block(1000 + i * nb + k, bs) for k in range(nb)] for i in range(nb)])
+    b = np.block([[seeded_block(2000 + k * nb + j, bs) for j in range(nb)] for k in range(nb)])
     c = np.block([[blocks[i * nb + j] for j in range(nb)] for i in range(nb)])
     return float(np.max(np.abs(c - a @ b)))
 
@@ -129,10 +131,10 @@ def calibrate_matmul(nb: int, bs: int, reps: int = 7) -> dict[str, float]:
             f()
             ts.append(time.perf_counter() - t0)
         return float(np.median(ts))
-    a, b = _block(1, bs), _block(2, bs)
+    a, b = seeded_block(1, bs), seeded_block(2, bs)
     parts = [a @ b for _ in range(nb)]
     out: list[Any] = []
-    return {"make": timed(lambda: _block(3, bs)), "mul": timed(lambda: a @ b),
+    return {"make": timed(lambda: seeded_block(3, bs)), "mul": timed(lambda: a @ b),
             "sum": timed(lambda: _block_sum(parts)), "collect": timed(lambda: out.append(parts))}
 
 
@@ -208,7 +210,7 @@ def graph_main(dur: list, deps: list, workers: int, static: bool, prios: list | 
 
 @fr.atomic
 def make_block(out: fr.Name, seed: int, bs: int):
-    out.set(_block(seed, bs))
+    out.set(seeded_block(seed, bs))
 
 
 @fr.atomic
@@ -372,8 +374,8 @@ def _dask_matmul(nb: int, bs: int, workers: int) -> tuple[float, float]:
         a, b = {}, {}
         for i in range(nb):
             for k in range(nb):
-                a[i, k] = client.submit(_block, 1000 + i * nb + k, bs, key=f"A-{i}-{k}")
-                b[i, k] = client.submit(_block, 2000 + i * nb + k, bs, key=f"B-{i}-{k}")
+                a[i, k] = client.submit(seeded_block, 1000 + i * nb + k, bs, key=f"A-{i}-{k}")
+                b[i, k] = client.submit(seeded_block, 2000 + i * nb + k, bs, key=f"B-{i}-{k}")
         c = []
         for i in range(nb):
             for j in range(nb):
@@ -410,16 +412,7 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
     ``priority="descendants"``: every task of the irregular graph gets its number of descendants as
     its priority, in the fragments and in Dask alike."""
     say = progress or (lambda _m: None)
-    for m in modes:
-        if m not in ("balancer", "balancer-donor", "static", "dask"):
-            raise ValueError(f"unknown mode {m!r} (balancer, balancer-donor, static, dask)")
-    for g in graphs:
-        if g not in ("irregular", "matmul"):
-            raise ValueError(f"unknown graph {g!r} (irregular, matmul)")
-    if priority not in PRIORITIES:
-        raise ValueError(f"unknown priority {priority!r} ({', '.join(PRIORITIES)})")
-    if "matmul" in graphs and (nb < 1 or bs < 1):
-        raise ValueError(f"matmul needs --nb >= 1 and --bs >= 1, not {nb} and {bs}")
+    _check(graphs, modes, priority, nb, bs)
     gopts = {"irregular": {"tasks": tasks, "layers": layers, "mean_ms": mean_ms, "sigma": sigma, "seed": seed,
                            "priority": priority},
              "matmul": {"nb": nb, "bs": bs}}
@@ -438,26 +431,7 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
         opts = {**gopts[graph], "jobs_left": jobs_left, "ratio": ratio}
         for mode in modes:
             for p in workers:
-                m = "static" if (mode.startswith("balancer") and p < 2) else mode
-                walls, cpus, extra = [], [], {}
-                for rep in range(repeat):
-                    say(f"{graph} {m} P={p} run {rep + 1}/{repeat}")
-                    if m == "dask" and graph == "matmul":
-                        wall, err = _dask_matmul(nb, bs, p)
-                        walls.append(wall)
-                        extra = {"check": [err]}
-                    elif m == "dask":
-                        walls.append(_dask_irregular(ig, p, priority))
-                    else:
-                        r = _job(p, m, graph, opts, False, timeout)
-                        walls.append(r["wall_s"])
-                        cpus.append(sum(r["cpu_s"]))
-                        extra = {"moves": r["moves"], "check": r["check"]}
-                if cpus:   # CPU seconds of all ranks together during fr.run (work here is sleep: this is overhead)
-                    extra["cpu_s"] = _launch.median(cpus)
-                    extra["cpus_s"] = [round(c, 4) for c in cpus]
-                row = {"graph": graph, "mode": mode, "workers": p, "wall_s": _launch.median(walls),
-                       "walls": [round(w, 4) for w in walls], **extra}
+                row = _cell(graph, mode, p, repeat, opts, ig, nb, bs, priority, timeout, say)
                 if graph == "irregular":
                     row["ideal_s"] = ideal_makespan(ig["dur"], ig["deps"], p)
                     row["efficiency"] = row["ideal_s"] / row["wall_s"]
@@ -481,6 +455,45 @@ def run(workers: list[int], graphs: list[str], modes: list[str], repeat: int = 2
                                                         "total_work_s": sum(ig["dur"]),
                                                         "critical_path_s": critical_path(ig["dur"], ig["deps"])},
             "graph_matmul": mg, "rows": rows, "tracing": overhead}
+
+
+def _check(graphs: list[str], modes: list[str], priority: str, nb: int, bs: int) -> None:
+    """ValueError naming a wrong mode, graph, priority or matmul size."""
+    for m in modes:
+        if m not in ("balancer", "balancer-donor", "static", "dask"):
+            raise ValueError(f"unknown mode {m!r} (balancer, balancer-donor, static, dask)")
+    for g in graphs:
+        if g not in ("irregular", "matmul"):
+            raise ValueError(f"unknown graph {g!r} (irregular, matmul)")
+    if priority not in PRIORITIES:
+        raise ValueError(f"unknown priority {priority!r} ({', '.join(PRIORITIES)})")
+    if "matmul" in graphs and (nb < 1 or bs < 1):
+        raise ValueError(f"matmul needs --nb >= 1 and --bs >= 1, not {nb} and {bs}")
+
+
+def _cell(graph: str, mode: str, p: int, repeat: int, opts: dict[str, Any], ig: dict[str, Any], nb: int, bs: int,
+          priority: str, timeout: float, say: Callable[[str], None]) -> dict[str, Any]:
+    """One (graph, mode, P) cell's ``repeat`` runs: the median wall and what the runs report."""
+    m = "static" if (mode.startswith("balancer") and p < 2) else mode
+    walls, cpus, extra = [], [], {}
+    for rep in range(repeat):
+        say(f"{graph} {m} P={p} run {rep + 1}/{repeat}")
+        if m == "dask" and graph == "matmul":
+            wall, err = _dask_matmul(nb, bs, p)
+            walls.append(wall)
+            extra = {"check": [err]}
+        elif m == "dask":
+            walls.append(_dask_irregular(ig, p, priority))
+        else:
+            r = _job(p, m, graph, opts, False, timeout)
+            walls.append(r["wall_s"])
+            cpus.append(sum(r["cpu_s"]))
+            extra = {"moves": r["moves"], "check": r["check"]}
+    if cpus:   # CPU seconds of all ranks together during fr.run (work here is sleep: this is overhead)
+        extra["cpu_s"] = _launch.median(cpus)
+        extra["cpus_s"] = [round(c, 4) for c in cpus]
+    return {"graph": graph, "mode": mode, "workers": p, "wall_s": _launch.median(walls),
+            "walls": [round(w, 4) for w in walls], **extra}
 
 
 def _local_job(opts: dict[str, Any], trace: bool, timeout: float) -> dict[str, Any]:

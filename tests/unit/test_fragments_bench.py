@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from benchmarks.fragments import (_block, critical_path, descendants, ideal_makespan, irregular_graph,
+from benchmarks.fragments import (seeded_block, critical_path, descendants, ideal_makespan, irregular_graph,
                                      list_schedule, matmul_error, matmul_graph)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,8 +90,8 @@ def test_matmul_graph_has_every_block_task_after_its_inputs(nb):
 
 def test_matmul_error_is_zero_for_the_product_and_not_otherwise():
     nb, bs = 2, 8
-    a = np.block([[_block(1000 + i * nb + k, bs) for k in range(nb)] for i in range(nb)])
-    b = np.block([[_block(2000 + k * nb + j, bs) for j in range(nb)] for k in range(nb)])
+    a = np.block([[seeded_block(1000 + i * nb + k, bs) for k in range(nb)] for i in range(nb)])
+    b = np.block([[seeded_block(2000 + k * nb + j, bs) for j in range(nb)] for k in range(nb)])
     c = a @ b
     blocks = [c[i * bs:(i + 1) * bs, j * bs:(j + 1) * bs].copy() for i in range(nb) for j in range(nb)]
     assert matmul_error(blocks, nb, bs) < 1e-12
