@@ -29,8 +29,10 @@ def parse_hosts(spec: str) -> list[int]:
     return _launch.parse_counts(spec, "host", "171,683,2731")
 
 
-def _check(report: Any, truth: dict[str, Any]) -> str | None:
-    """None if the report's first root cause is exactly the planted one, else what is wrong."""
+def answer_error(report: Any, truth: dict[str, Any]) -> str | None:
+    """What is wrong with a diagnosis ``report`` of a synthetic state whose truth is ``truth`` (its
+    ``state["synth"]``: the root-cause ranks, the faulty host, the root cause's site); None when its
+    first root cause is exactly the planted one. The benchmark counts a non-None answer as an error."""
     if not report.root_causes:
         return f"no root cause named (verdict {report.verdict})"
     rc = report.root_causes[0]
@@ -81,7 +83,7 @@ def run(hosts_list: list[int] | None = None, per_host: int = 6, repeat: int = 3,
                 reads.append(t1 - t0)
                 analyses.append(t2 - t1)
                 totals.append(t2 - t0)
-                err = _check(report, truth)
+                err = answer_error(report, truth)
                 if err:
                     errors.append(err)
                 del st

@@ -95,8 +95,10 @@ def synth(threads: int, samples: int, classes: int, hung_fraction: float = 1.0, 
     return data, thread_rank, truth
 
 
-def _check(out: list[Any], thread_rank: np.ndarray, truth: dict[str, Any]) -> None:
-    """The grouping found exactly the generated classes, with the right counts and (smallest class) ranks."""
+def check_grouping(out: list[Any], thread_rank: np.ndarray, truth: dict[str, Any]) -> None:
+    """Raise AssertionError unless ``group()``'s classes ``out`` (smallest first) of the threads that ``synth``
+    made (``thread_rank``, ``truth``) are exactly the generated classes, with the right counts, and the
+    smallest class has the right ranks. The benchmark checks every timed call's answer with it."""
     ids, cls = truth["hung_ids"], truth["cls"]
     want = np.bincount(cls, minlength=ids.size)
     got = {c.stack_id: c.count for c in out}
@@ -138,7 +140,7 @@ def run(threads: int | Sequence[int] = GOAL_THREADS, samples: int = 4, classes: 
                 t0 = time.perf_counter()
                 out = group(data, thread_rank)
                 times.append(time.perf_counter() - t0)
-                _check(out, thread_rank, truth)
+                check_grouping(out, thread_rank, truth)
                 del out
                 t0 = time.perf_counter()
                 stable_threads(data)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from benchmarks.fragments import (seeded_block, critical_path, descendants, ideal_makespan, irregular_graph,
-                                     list_schedule, matmul_error, matmul_graph)
+from benchmarks.fragments import (critical_path, descendants, ideal_makespan, irregular_graph, list_schedule,
+                                  matmul_error, matmul_graph, seeded_block)
 
 ROOT = Path(__file__).resolve().parents[2]
 

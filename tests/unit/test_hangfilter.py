@@ -285,7 +285,7 @@ def test_bench_synth_truth(layout: str) -> None:
     out = group(data, ranks)
     assert sum(c.count for c in out) == truth["n_hung"]
     assert sorted(c.stack_id for c in out) == truth["hung_ids"].tolist()
-    hb._check(sorted(out, key=lambda c: (c.count, c.stack_id)), ranks, truth)
+    hb.check_grouping(sorted(out, key=lambda c: (c.count, c.stack_id)), ranks, truth)
 
 
 def test_bench_command_json_and_bad_input() -> None:
