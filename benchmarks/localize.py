@@ -65,7 +65,9 @@ def site_line(marker: str) -> int:
     raise KeyError(marker)
 
 
-def _env(home: Path, extra: dict[str, str]) -> dict[str, str]:
+def run_env(home: Path, extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a ``planaria run`` job kept in ``home`` (PLANARIA_HOME): this one without its
+    PLANARIA_ settings, Open MPI's run-as-root permission when root, then ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLANARIA_")}
     env["PLANARIA_HOME"] = str(home)
     if os.geteuid() == 0:
@@ -74,7 +76,9 @@ def _env(home: Path, extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _wait_ready(job: Path, n: int, proc: subprocess.Popen, timeout: float) -> float:
+def wait_ready(job: Path, n: int, proc: subprocess.Popen, timeout: float) -> float:
+    """Wait until job directory ``job``'s output has ``n`` READY lines (the scenario's faulty state is
+    reached); the time then. RuntimeError if ``proc`` ends first or ``timeout`` seconds pass."""
     deadline = time.time() + timeout
     out = job / "output.log"
     while time.time() < deadline:
@@ -87,7 +91,8 @@ def _wait_ready(job: Path, n: int, proc: subprocess.Popen, timeout: float) -> fl
     raise RuntimeError(f"the job was not ready within {timeout:g} s")
 
 
-def _job_dir(home: Path, timeout: float = 20.0) -> Path:
+def job_dir(home: Path, timeout: float = 20.0) -> Path:
+    """The newest job directory under ``home`` once its manifest is written; RuntimeError after ``timeout`` s."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         jobs = sorted((home / "jobs").iterdir()) if (home / "jobs").is_dir() else []
@@ -136,7 +141,7 @@ def run_case(name: str, home: Path | None = None, backend: str = "ulfm", timeout
         extra["FAULTY_DIR"] = str(home)
     if hosts_dir:
         extra["PLANARIA_HOSTS_DIR"] = str(hosts_dir)
-    env = _env(home, extra)
+    env = run_env(home, extra)
     cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "4", "--backend", backend,
            "--timeout", str(timeout), "--detect-timeouts", detect, "--no-diagnose-on-timeout"]
     if netns:
@@ -147,8 +152,8 @@ def run_case(name: str, home: Path | None = None, backend: str = "ulfm", timeout
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             start_new_session=True)
     try:
-        job = _job_dir(home)
-        t_ready = _wait_ready(job, 1 if name in ("killcoll", "drop", "slow", "ioerr") else 4, proc, 40.0)
+        job = job_dir(home)
+        t_ready = wait_ready(job, 1 if name in ("killcoll", "drop", "slow", "ioerr") else 4, proc, 40.0)
         if case.live:
             time.sleep(case.settle)
             report, wall = _diagnose(job, env, 60.0)
