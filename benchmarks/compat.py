@@ -1,7 +1,7 @@
 """How much of mpi4py's own test suite passes with ``pl.world()`` in place of ``MPI.COMM_WORLD``.
 
-    python benchmarks/compat.py [--modules p2p_obj,cco_obj,...] [--np 2] [--modes raw,ulfm,sim]
-                                [--timeout 120] [--tests DIR] [--json]
+    python -m benchmarks compat [--modules p2p_obj,cco_obj,...] [--np 2] [--modes raw,ulfm,sim]
+                                 [--timeout 120] [--tests DIR] [--json]
 
 For each module of mpi4py's ``test/`` directory (of the installed mpi4py version: its source
 distribution is fetched once with ``pip download`` into ``~/.cache/planaria``, or pass ``--tests``),
@@ -16,7 +16,6 @@ mode; ``--json`` prints every job's record, with the first failures and their la
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -25,6 +24,9 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import typer
 
 HERE = Path(__file__).resolve().parent
 MODULES = ("p2p_obj", "p2p_buf", "cco_obj", "cco_buf", "cco_vec", "cco_nb_buf", "cco_nb_vec", "comm",
@@ -91,32 +93,14 @@ def cell(rec: dict) -> str:
     return f"{rec['passed']}/{rec['run']}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--modules", default=",".join(MODULES), help="comma-separated, without test_")
-    ap.add_argument("--np", type=int, default=2, help="ranks per job")
-    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated: raw, ulfm, sim")
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per job")
-    ap.add_argument("--tests", default=None, help="mpi4py's test/ directory (default: fetched)")
-    ap.add_argument("--json", action="store_true", help="print every job's record as JSON")
-    args = ap.parse_args(argv)
-    modes = [m for m in args.modes.split(",") if m]
-    bad = [m for m in modes if m not in MODES]
-    if bad or args.np < 1 or not args.timeout > 0:
-        print(f"compat: bad arguments (modes {bad or 'ok'}, --np {args.np}, --timeout {args.timeout})", file=sys.stderr)
-        return 2
-    tests = tests_dir(args.tests)
-    records = [job(mode, m, tests, args.np, args.timeout) for m in args.modules.split(",") if m for mode in modes]
-    if args.json:
-        print(json.dumps(records, indent=1))
-        return 0
-    from rich.console import Console
+def table(records: list[dict[str, Any]], module_names: list[str], modes: list[str], np_: int) -> Any:
+    """The rich table of passed/run per module and mode, with the totals."""
     from rich.table import Table
-    t = Table(title=f"mpi4py's tests on pl.world(), {args.np} ranks (passed/run)")
+    t = Table(title=f"mpi4py's tests on pl.world(), {np_} ranks (passed/run)")
     t.add_column("module")
     for mode in modes:
         t.add_column(mode, justify="right")
-    for m in [x for x in args.modules.split(",") if x]:
+    for m in module_names:
         t.add_row(m, *[cell(next(r for r in records if r["module"] in (m, f"test_{m}") and r["mode"] == mode))
                        for mode in modes])
     totals = []
@@ -124,9 +108,31 @@ def main(argv: list[str] | None = None) -> int:
         rs = [r for r in records if r["mode"] == mode]
         totals.append(f"{sum(r.get('passed', 0) for r in rs)}/{sum(r.get('run', 0) for r in rs)}")
     t.add_row("all", *totals)
-    Console().print(t)
-    return 0
+    return t
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def command(
+    modules: str = typer.Option(",".join(MODULES), "--modules", help="mpi4py test modules, comma-separated, without test_."),
+    np_: int = typer.Option(2, "--np", help="Ranks per job."),
+    modes: str = typer.Option(",".join(MODES), "--modes", help="Modes, comma-separated: raw, ulfm, sim."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds per job; a job still running then counts as hang."),
+    tests: str | None = typer.Option(None, "--tests", help="mpi4py's test/ directory (default: fetched once with pip download)."),
+    json_out: bool = typer.Option(False, "--json", help="Print every job's record as JSON."),
+) -> None:
+    """mpi4py's own test suite on pl.world() (ulfm, sim) against plain mpi4py (raw): passed/run per module.
+
+    Example: python -m benchmarks compat --modules cco_obj,p2p_buf --modes raw,ulfm,sim
+    """
+    mode_list = [m for m in modes.split(",") if m]
+    bad = [m for m in mode_list if m not in MODES]
+    if bad or np_ < 1 or not timeout > 0:
+        print(f"compat: bad arguments (modes {bad or 'ok'}, --np {np_}, --timeout {timeout})", file=sys.stderr)
+        raise typer.Exit(2)
+    tdir = tests_dir(tests)
+    names = [m for m in modules.split(",") if m]
+    records = [job(mode, m, tdir, np_, timeout) for m in names for mode in mode_list]
+    if json_out:
+        print(json.dumps(records, indent=1))
+        return
+    from rich.console import Console
+    Console().print(table(records, names, mode_list, np_))

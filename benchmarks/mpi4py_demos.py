@@ -1,6 +1,6 @@
 """mpi4py's own demos, unchanged, under ``planaria run --world`` (runtime on) and under plain mpiexec.
 
-    python benchmarks/mpi4py_demos.py [--demos cpi,mandelbrot,osu_latency] [--np 2] [--timeout 300]
+    python -m benchmarks mpi4py-demos [--demos cpi,mandelbrot,osu_latency] [--np 2] [--timeout 300]
                                       [--demo-dir DIR] [--json]
 
 The demos come from the installed mpi4py version's source distribution (fetched once with
@@ -12,22 +12,23 @@ The demos come from the installed mpi4py version's source distribution (fetched 
   exits 0 (matplotlib's window is suppressed with ``MPLBACKEND=Agg``);
 * ``osu_latency``: demo/osu_latency.py (2 ranks); correct when it prints a latency for every
   size from 0 B to 4 MiB. Its 8-byte latencies are printed for both runs as information; the
-  overhead goal is judged by ``benchmarks/overhead.py`` (interleaved in one job).
+  overhead goal is judged by ``python -m benchmarks overhead`` (interleaved in one job).
 
 Exit status 0 when every demo ran correctly both ways.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compat import sdist_part  # noqa: E402  (same directory)
+import typer
+
+from benchmarks.compat import sdist_part
 
 DEMOS = {
     "cpi": ("compute-pi/cpi-cco.py", "1000000\n0\n"),
@@ -78,21 +79,29 @@ def run(mode: str, name: str, demo_dir: Path, np_: int, timeout: float) -> dict:
     return rec
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--demos", default=",".join(DEMOS), help="comma-separated: " + ", ".join(DEMOS))
-    ap.add_argument("--np", type=int, default=2, help="ranks (osu_latency always runs on 2)")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per job")
-    ap.add_argument("--demo-dir", default=None, help="mpi4py's demo/ directory (default: fetched)")
-    ap.add_argument("--json", action="store_true", help="print the records as JSON")
-    args = ap.parse_args(argv)
-    names = [d for d in args.demos.split(",") if d]
+def _status(r: dict[str, Any]) -> str:
+    return "ok" if r["ok"] else "FAIL"
+
+
+def command(
+    demos: str = typer.Option(",".join(DEMOS), "--demos", help="Demos, comma-separated: " + ", ".join(DEMOS) + "."),
+    np_: int = typer.Option(2, "--np", help="Ranks (osu_latency always runs on 2)."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds per job."),
+    demo_dir: str | None = typer.Option(None, "--demo-dir", help="mpi4py's demo/ directory (default: fetched once with pip download)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the records as JSON."),
+) -> None:
+    """mpi4py's own demos, unchanged, under planaria run --world and under plain mpiexec: do they run correctly.
+
+    Exit 0 when every demo ran correctly both ways.
+    Example: python -m benchmarks mpi4py-demos --demos cpi,osu_latency
+    """
+    names = [d for d in demos.split(",") if d]
     unknown = [d for d in names if d not in DEMOS]
     if unknown:
-        ap.error(f"unknown demo(s) {unknown}; expected some of {list(DEMOS)}")
-    demo_dir = Path(args.demo_dir) if args.demo_dir else sdist_part("demo")
-    recs = [run(mode, name, demo_dir, args.np, args.timeout) for name in names for mode in ("raw", "planaria")]
-    if args.json:
+        raise typer.BadParameter(f"unknown demo(s) {unknown}; expected some of {list(DEMOS)}", param_hint="--demos")
+    ddir = Path(demo_dir) if demo_dir else sdist_part("demo")
+    recs = [run(mode, name, ddir, np_, timeout) for name in names for mode in ("raw", "planaria")]
+    if json_out:
         print(json.dumps(recs, indent=1))
     else:
         print(f"{'demo':<12} {'raw':<10} {'planaria':<10} note")
@@ -101,10 +110,5 @@ def main(argv: list[str] | None = None) -> int:
             note = ""
             if name == "osu_latency":
                 note = f"8 B latency raw {raw.get('latency_8B_us')} us, planaria {pl.get('latency_8B_us')} us"
-            cell = lambda r: "ok" if r["ok"] else "FAIL"  # noqa: E731
-            print(f"{name:<12} {cell(raw):<10} {cell(pl):<10} {note or (pl['why'] or '')}")
-    return 0 if all(r["ok"] for r in recs) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            print(f"{name:<12} {_status(raw):<10} {_status(pl):<10} {note or (pl['why'] or '')}")
+    raise typer.Exit(0 if all(r["ok"] for r in recs) else 1)

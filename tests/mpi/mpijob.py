@@ -95,16 +95,9 @@ def two_test_hosts(tmp_path: Path, prefix: str, subnet: str):  # type: ignore[no
 
 
 def invoke_bench(verb: str, args: list[str]) -> tuple[int, str]:
-    """``planaria bench VERB ARGS`` in this process through the CLI app: (exit code, stdout + stderr)."""
-    import typer
+    """``python -m benchmarks VERB ARGS`` in this process through the CLI app: (exit code, stdout + stderr)."""
     from typer.testing import CliRunner
 
-    from planaria.cli import bench
-    root = typer.Typer()
-    root.add_typer(bench.app, name="bench")
-
-    @root.callback()
-    def _group() -> None:
-        pass
-    res = CliRunner().invoke(root, ["bench", verb, *args])
+    from benchmarks.cli import app
+    res = CliRunner().invoke(app, [verb, *args])
     return res.exit_code, res.stdout + (res.stderr if res.stderr_bytes is not None else "")

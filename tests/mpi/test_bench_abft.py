@@ -1,4 +1,4 @@
-"""``planaria bench abft`` at a tiny size: every part runs through real ranks and its numbers hang together."""
+"""``python -m benchmarks abft`` at a tiny size: every part runs through real ranks and its numbers hang together."""
 from __future__ import annotations
 
 import json
@@ -64,7 +64,7 @@ def test_bench_abft_runs_in_one_job_on_tmpfs() -> None:
     r = json.loads(out)
     assert r["workdir_fs"] == "tmpfs" and r["keep_heap"] and r["per_job"] == 2
     ov = r["overhead"]
-    assert "planaria.bench.abft_series" in ov["mpiexec"]
+    assert "benchmarks.abft_series" in ov["mpiexec"]
     assert sorted((x["repetition"], x["mode"]) for x in ov["runs"]) == \
         [(i, m) for i in range(4) for m in ("abft", "plain")]                 # 2 jobs of 2 repetitions
     assert len(ov["warmup_runs"]) == 4 and all(x["launch_s"] is None for x in ov["runs"])

@@ -1,4 +1,4 @@
-"""``planaria bench fragments`` at a tiny size: each mode runs through real ranks and its numbers hang together."""
+"""``python -m benchmarks fragments`` at a tiny size: each mode runs through real ranks and its numbers hang together."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""``planaria bench terrain`` at a tiny size: kernels, end to end and N-ABFT, with floors, goals and loads."""
+"""``python -m benchmarks terrain`` at a tiny size: kernels, end to end and N-ABFT, with floors, goals and loads."""
 from __future__ import annotations
 
 import json

@@ -1,8 +1,8 @@
-"""mpi4py's own tests on ``pl.world()`` (a fast subset of ``benchmarks/compat.py``): every test of these
+"""mpi4py's own tests on ``pl.world()`` (a fast subset of ``python -m benchmarks compat``): every test of these
 modules that passes with raw mpi4py passes with planaria, on both backends.
 
 mpi4py's ``test/`` comes from the installed version's source distribution (``pip download``, cached
-in ~/.cache/planaria); the whole run, all modules, is ``python benchmarks/compat.py``."""
+in ~/.cache/planaria); the whole run, all modules, is ``python -m benchmarks compat``."""
 from __future__ import annotations
 
 import json
@@ -20,9 +20,9 @@ pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 
 @pytest.fixture(scope="module")
 def records() -> list[dict]:
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compat.py"), "--modules", ",".join(MODULES),
+    res = subprocess.run([sys.executable, "-m", "benchmarks", "compat", "--modules", ",".join(MODULES),
                           "--modes", "raw,ulfm,sim", "--timeout", "90", "--json"],
-                         capture_output=True, text=True, timeout=560)
+                         capture_output=True, text=True, timeout=560, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)
 

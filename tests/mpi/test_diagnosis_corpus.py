@@ -5,7 +5,7 @@ modes listed there, then ``planaria diagnose JOB --json``; its first root cause 
 expected kind, ranks and file:line. Only cases that are right today and end in a few seconds are
 in the suite (about 2-3 minutes on 2 cores); a case that is wrong today, deterministically, can run
 as a strict xfail (``xfail`` in the table, with the ``finding``; none today); the rest are measured by
-``planaria bench diagnose-accuracy`` (docs/benchmarks.md, "Diagnosis accuracy (corpus)").
+``python -m benchmarks diagnose-accuracy`` (docs/benchmarks.md, "Diagnosis accuracy (corpus)").
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from planaria.bench import diagnose_accuracy as da
+from benchmarks import diagnose_accuracy as da
 
 CORPUS = Path(__file__).resolve().parents[1] / "diagnosis_corpus"
 CASES = da.load_cases(CORPUS)

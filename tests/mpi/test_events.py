@@ -223,9 +223,9 @@ def test_tools_against_a_running_job_and_refusals(tmp_path):
 @pytest.mark.timeout(90)
 def test_bench_events_tiny(tmp_path):
     env = root_env()
-    res = subprocess.run([sys.executable, "-m", "planaria.cli.main", "bench", "events", "--ranks", "3",
+    res = subprocess.run([sys.executable, "-m", "benchmarks", "events", "--ranks", "3",
                           "--count", "30", "--burst", "200", "--local", "50", "--json"],
-                         capture_output=True, text=True, timeout=80, env=env)
+                         capture_output=True, text=True, timeout=80, env=env, cwd=Path(__file__).resolve().parents[2])
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
     r = out["result"]

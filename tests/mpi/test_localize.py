@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from planaria.bench import localize
+from benchmarks import localize
 
 pytestmark = pytest.mark.mpi
 
@@ -66,9 +66,9 @@ def _launch(tmp_path, *run_args):
     import os
     import subprocess
     import sys
-    env = localize._env(tmp_path, {})
+    env = localize.run_env(tmp_path, {})
     cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "4", "--detect-timeouts", localize.DETECT,
-           *run_args, "--", sys.executable, "-m", "planaria.bench.faulty", "spin"]
+           *run_args, "--", sys.executable, "-m", "benchmarks.faulty", "spin"]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True), env, os
 
@@ -80,8 +80,8 @@ def test_sigusr1_to_the_launcher_writes_a_diagnosis(tmp_path):
     import time
     proc, env, os = _launch(tmp_path, "--timeout", "60")
     try:
-        job = localize._job_dir(tmp_path)
-        localize._wait_ready(job, 4, proc, 40.0)
+        job = localize.job_dir(tmp_path)
+        localize.wait_ready(job, 4, proc, 40.0)
         time.sleep(1.0)
         proc.send_signal(signal.SIGUSR1)
         deadline = time.time() + 30
@@ -101,7 +101,7 @@ def test_timeout_kill_is_preceded_by_a_diagnosis(tmp_path):
     proc, env, os = _launch(tmp_path, "--timeout", "8")
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 124, err[-2000:]
-    job = localize._job_dir(tmp_path)
+    job = localize.job_dir(tmp_path)
     assert (job / "diag-1.state").exists() and (job / "diag-1.txt").exists()
     assert "timeout: collecting every rank's state" in err
     assert "rank 2" in (job / "diag-1.txt").read_text()
@@ -110,7 +110,7 @@ def test_timeout_kill_is_preceded_by_a_diagnosis(tmp_path):
 def test_diagnose_cli_bad_job_is_one_line(tmp_path):
     import subprocess
     import sys
-    env = localize._env(tmp_path, {})
+    env = localize.run_env(tmp_path, {})
     res = subprocess.run([sys.executable, "-m", "planaria.cli.main", "diagnose", "nosuchjob"], capture_output=True,
                          text=True, env=env, timeout=60)
     assert res.returncode == 2

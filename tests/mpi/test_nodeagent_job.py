@@ -47,7 +47,7 @@ def test_a_resilient_job_through_node_agents(tmp_path: Path) -> None:
 def test_a_hang_is_diagnosed_through_the_node_agents(tmp_path: Path) -> None:
     """With node agents the global diagnosis asks every rank through its node agent (the control
     plane's routes, not each rank's own endpoint), and the first root cause is still right."""
-    from planaria.bench import diagnose_accuracy as da
+    from benchmarks import diagnose_accuracy as da
     corpus = Path(__file__).resolve().parents[1] / "diagnosis_corpus"
     (case,) = [c for c in da.load_cases(corpus) if c.name == "deadlock_ring3"]
     row = da.run_case(case, "ulfm", corpus, timeout=15.0, home=tmp_path, grace=25, run_args=["--node-agents"])

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from planaria.bench import detect, npb
+from benchmarks import detect, npb
 from tests.mpi.mpijob import mpiexec
 
 pytestmark = [pytest.mark.mpi]
@@ -23,7 +23,7 @@ def _result(res) -> dict:
 @pytest.mark.parametrize("nprocs,backend", [(4, "ulfm"), (2, "sim")])
 def test_every_kernel_verifies_at_class_s(nprocs: int, backend: str) -> None:
     """One job runs all six kernels in sequence; each passes its own checks and the serial comparison."""
-    res = mpiexec(nprocs, ["-m", "planaria.bench.npb", "--kernel", "all", "--class", "S", "--backend", backend],
+    res = mpiexec(nprocs, ["-m", "benchmarks.npb", "--kernel", "all", "--class", "S", "--backend", backend],
                   ft=(backend == "ulfm"), env={**ONE_THREAD, "PLANARIA_DETECT": "0"}, timeout=75)
     out = _result(res)
     assert res.code == 0, res.err[-3000:]
@@ -46,7 +46,7 @@ def test_every_kernel_verifies_at_class_s(nprocs: int, backend: str) -> None:
 
 @pytest.mark.timeout(60)
 def test_npb_rejects_a_rank_count_mg_cannot_use() -> None:
-    res = mpiexec(3, ["-m", "planaria.bench.npb", "--kernel", "mg", "--class", "S", "--backend", "ulfm"],
+    res = mpiexec(3, ["-m", "benchmarks.npb", "--kernel", "mg", "--class", "S", "--backend", "ulfm"],
                   ft=True, env=ONE_THREAD, timeout=45)
     assert res.code == 2
     assert "mg class S" in res.err and "3 ranks" in res.err

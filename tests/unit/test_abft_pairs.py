@@ -113,7 +113,7 @@ def test_any_pair_of_faulty_workers_is_flagged_and_nobody_else(case) -> None:
 @pytest.mark.parametrize("trial", range(0, 400, 7))
 def test_campaign_trial_recovers_the_serial_output(trial: int) -> None:
     """The benchmark's trials (rounds of verify + recompute, as the runtime): verified, output serial, both located."""
-    from planaria.bench.abft_pairs import run_trial
+    from benchmarks.abft_pairs import run_trial
     r = run_trial(5, trial)
     assert r["verified"] and not r["undecidable"] and not r["wrong_output"], r
     assert r["located"] == [True, True] and r["innocent_flagged"] == [], r
@@ -122,7 +122,7 @@ def test_campaign_trial_recovers_the_serial_output(trial: int) -> None:
 
 
 def test_campaign_covers_every_pair() -> None:
-    from planaria.bench.abft_pairs import NS, pairs_of, trial_plan
+    from benchmarks.abft_pairs import NS, pairs_of, trial_plan
     seen = set()
     for t in range(2000):
         p = trial_plan(0, t)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from planaria.bench.abft import MODES, ORDERS
+from benchmarks.abft import MODES, ORDERS
 
 
 def test_six_repetitions_put_every_mode_after_every_other_equally_often():

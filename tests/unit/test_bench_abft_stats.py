@@ -1,4 +1,4 @@
-"""The statistics of ``planaria bench abft``: paired ratios, bootstrap intervals, verdicts, pooling results."""
+"""The statistics of ``python -m benchmarks abft``: paired ratios, bootstrap intervals, verdicts, pooling results."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from planaria.bench import abft as ab
-from planaria.bench._launch import BenchError
+from benchmarks import abft as ab
+from benchmarks._launch import BenchError
 
 
 def _run(kernel: str, mode: str, rep: int, wall: float, cpu: float, digest: str = "d") -> dict:

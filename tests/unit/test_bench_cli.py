@@ -1,35 +1,24 @@
-"""Smoke test of ``planaria bench``: tiny runs of both benchmarks through the typer sub-app."""
+"""Smoke test of ``python -m benchmarks``: tiny runs of the MPI benchmarks through its typer app."""
 from __future__ import annotations
 
 import json
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from planaria.cli import bench
+from benchmarks.cli import app
 
 pytestmark = pytest.mark.mpi
 
 
-def _root() -> typer.Typer:
-    root = typer.Typer()
-    root.add_typer(bench.app, name="bench")
-
-    @root.callback()
-    def _group() -> None:
-        pass
-    return root
-
-
 def _invoke(args: list[str]) -> dict:
-    res = CliRunner().invoke(_root(), ["bench", *args])
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout)
 
 
 def test_bench_overhead_rejects_an_unknown_call() -> None:
-    from planaria.bench import overhead
+    from benchmarks import overhead
     with pytest.raises(ValueError, match="unknown call 'Nope'"):
         overhead.run([2], ["ulfm"], calls="Scan,Nope")
     with pytest.raises(ValueError, match="unknown case 'Bcast_1MiB' for --only"):
@@ -132,5 +121,5 @@ def test_bench_start_tiny() -> None:
         assert 0 < m["ready_s"] <= m["wall_s"] and m["rank_cpu_s"] > 0, (mode, m)
     assert out["ratio_ready"] == out["median"]["planaria"]["ready_s"] / out["median"]["raw"]["ready_s"]
     with pytest.raises(ValueError, match="--repeat must be at least 1"):
-        from planaria.bench import start
+        from benchmarks import start
         start.run(2, 0, 10.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planaria.bench import controlplane as cp
+from benchmarks import controlplane as cp
 
 
 @pytest.mark.timeout(120)

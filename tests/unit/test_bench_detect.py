@@ -7,14 +7,13 @@ import statistics
 
 import numpy as np
 import pytest
-import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from planaria.bench import detect, npb
-from planaria.bench._launch import BenchError
-from planaria.cli import bench
+from benchmarks import detect, npb
+from benchmarks._launch import BenchError
+from benchmarks.cli import app
 
 times = st.floats(min_value=1e-3, max_value=100.0, allow_nan=False)
 factors = st.floats(min_value=0.5, max_value=2.0, allow_nan=False)
@@ -217,13 +216,7 @@ def test_check_launch_rejects_unverified_or_wrong_environment() -> None:
 
 
 def _cli(args: list[str]):
-    root = typer.Typer()
-    root.add_typer(bench.app, name="bench")
-
-    @root.callback()
-    def _group() -> None:
-        pass
-    return CliRunner().invoke(root, ["bench", "detect", *args])
+    return CliRunner().invoke(app, ["detect", *args])
 
 
 @pytest.mark.parametrize("args,words", [
@@ -252,10 +245,10 @@ def test_problem_error_matches_what_mg_can_build(ranks: int) -> None:
         err = npb.problem_error("mg", klass, ranks)
         built = True
         for rank in range(ranks):
-            net = npb._Net(None)
+            net = npb.Net(None)
             net.rank, net.size = rank, ranks
             try:
-                npb._MG(net, p["n"], max(4, ranks), p["nu"], p["coarse"])
+                npb.MGSolver(net, p["n"], max(4, ranks), p["nu"], p["coarse"])
             except ValueError:
                 built = False
         assert (err is None) == built, (klass, ranks, err)
@@ -264,9 +257,9 @@ def test_problem_error_matches_what_mg_can_build(ranks: int) -> None:
 def test_serial_mg_and_cg_converge_at_class_s() -> None:
     """The kernels' numerics on one process (the same code the serial checks run)."""
     p = npb.PARAMS["mg"]["S"]
-    norms = npb._mg_iterate(npb._mg_setup(npb._Net(None), p, 4), p["cycles"], None)
+    norms = npb.mg_iterate(npb.mg_setup(npb.Net(None), p, 4), p["cycles"], None)
     assert npb.mg_converged(norms) and norms[-1] < 1e-3 * norms[0]
-    out = npb._CG(npb._Net(None), npb.PARAMS["cg"]["S"]).iterate(None)
+    out = npb.CGSolver(npb.Net(None), npb.PARAMS["cg"]["S"]).iterate(None)
     assert out["max_rel_residual"] < 1e-6
 
 
@@ -279,7 +272,7 @@ def test_mg_convergence_rule() -> None:
 
 def test_cg_matrix_is_symmetric_and_diagonally_dominant() -> None:
     na = 300
-    r, c, v, d = npb._cg_rows(na, 5, 0, na)
+    r, c, v, d = npb.cg_rows(na, 5, 0, na)
     a = np.zeros((na, na))
     np.add.at(a, (r, c), v)
     a[np.arange(na), np.arange(na)] += d
@@ -287,7 +280,7 @@ def test_cg_matrix_is_symmetric_and_diagonally_dominant() -> None:
     off = np.abs(a).sum(axis=1) - np.abs(np.diag(a))
     assert np.all(np.diag(a) > off)
     # a row block is exactly those rows of the whole matrix
-    rb, cb, vb, db = npb._cg_rows(na, 5, 100, 200)
+    rb, cb, vb, db = npb.cg_rows(na, 5, 100, 200)
     blk = np.zeros((100, na))
     np.add.at(blk, (rb, cb), vb)
     blk[np.arange(100), np.arange(100, 200)] += db
@@ -445,9 +438,9 @@ def test_bad_jobs_option_exits_2_with_one_line(args: list[str], words: str) -> N
 
 
 def test_bind_to_core_pins_ranks_with_overload_and_none_leaves_the_default() -> None:
-    from planaria.bench._launch import mpiexec_cmd
-    plain = mpiexec_cmd(4, "planaria.bench.npb", ["--kernel", "halo"], ft=True)
-    bound = mpiexec_cmd(4, "planaria.bench.npb", ["--kernel", "halo"], ft=True, bind="core")
+    from benchmarks._launch import mpiexec_cmd
+    plain = mpiexec_cmd(4, "benchmarks.npb", ["--kernel", "halo"], ft=True)
+    bound = mpiexec_cmd(4, "benchmarks.npb", ["--kernel", "halo"], ft=True, bind="core")
     assert "--bind-to" not in plain
     i = bound.index("--bind-to")
     assert bound[i + 1] == "core:overload-allowed"          # 4 ranks on fewer cores: several per core

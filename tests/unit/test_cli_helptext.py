@@ -39,7 +39,7 @@ def test_every_registered_command_is_reflowed():
         return seen
 
     helps = [h for h in walk(main.app, []) if h]
-    assert len(helps) >= 25
+    assert len(helps) >= 20          # every verb (the benchmarks have their own command: python -m benchmarks)
     assert all(reflow(h) == h for h in helps)
 
 
@@ -87,7 +87,7 @@ def _main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 def test_every_verb_tells_an_unknown_option_in_one_line(monkeypatch, capsys):
     paths = _leaf_paths()
-    assert len(paths) >= 25
+    assert len(paths) >= 20          # every verb (the benchmarks have their own command: python -m benchmarks)
     for path in paths:
         # run and fragments run pass unknown words on to the program: their -n comes first
         extra = ["-n", "1"] if path[-1] == "run" else []
@@ -107,7 +107,8 @@ def test_every_verb_tells_an_unknown_option_in_one_line(monkeypatch, capsys):
     (["diagnose", "a", "b"], "planaria diagnose: got unexpected extra argument"),
     (["hosts", "up", "--names"], "planaria hosts up: option '--names' requires an argument"),
     (["no-such-verb"], "planaria: no such command 'no-such-verb' (try 'planaria --help')"),
-    (["bench", "no-such-bench"], "planaria bench: no such command 'no-such-bench'"),
+    # the benchmarks are not part of the installed command (python -m benchmarks, from the source tree)
+    (["bench", "start"], "planaria: no such command 'bench' (try 'planaria --help')"),
 ])
 def test_parser_errors_are_one_line_exit_2(monkeypatch, capsys, args, line):
     code, out, err = _main(monkeypatch, capsys, *args)
@@ -127,7 +128,7 @@ def test_help_still_renders(monkeypatch, capsys):
 
 def test_flags_show_no_value_placeholder(monkeypatch, capsys):
     # a boolean flag takes no value: its help line is "--json", not "--json <bool>"
-    for verb in (["run"], ["demo"], ["diagnose"], ["bench", "start"]):
+    for verb in (["run"], ["demo"], ["diagnose"], ["campaign"]):
         code, out, err = _main(monkeypatch, capsys, *verb, "--help")
         assert code == 0, (verb, err)
         assert "--json" in out or "--help" in out

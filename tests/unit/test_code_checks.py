@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "planaria"
+BENCHMARKS = ROOT / "benchmarks"
 MAX_LINES = 80
 #: a function longer than MAX_LINES is allowed when this marker, followed by the reason, sits in the
 #: comment lines right above its ``def`` (or its decorators)
@@ -64,8 +65,9 @@ def _long_functions(path: Path, root: Path = ROOT) -> list[str]:
     return found
 
 
-def test_no_function_over_80_lines_without_a_reason() -> None:
-    found = [f for p in sorted(SRC.rglob("*.py")) for f in _long_functions(p)]
+@pytest.mark.parametrize("tree", [SRC, BENCHMARKS], ids=["src", "benchmarks"])
+def test_no_function_over_80_lines_without_a_reason(tree: Path) -> None:
+    found = [f for p in sorted(tree.rglob("*.py")) for f in _long_functions(p)]
     assert not found, "\n".join(found)
 
 

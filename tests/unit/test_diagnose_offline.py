@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planaria.bench import diagnose as bench_diagnose
+from benchmarks import diagnose as bench_diagnose
 from planaria.diagnose.offline import Report, diagnose, ranges
 from planaria.diagnose.state import read_state, write_state
-from planaria.diagnose.synth import synthetic_state
+from benchmarks.synth import synthetic_state
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -387,11 +387,11 @@ def test_bench_driver_small() -> None:
 
 def test_bench_check_rejects_a_wrong_answer() -> None:
     truth = synthetic_state(5, 6, faulty_host=1, scenario="collective")["synth"]
-    assert bench_diagnose._check(diagnose(synthetic_state(5, 6, faulty_host=1, scenario="collective")), truth) is None
+    assert bench_diagnose.answer_error(diagnose(synthetic_state(5, 6, faulty_host=1, scenario="collective")), truth) is None
     for wrong in (synthetic_state(5, 6, faulty_host=2, scenario="collective"),
                   synthetic_state(5, 6, faulty_host=1, scenario="deadlock"),
                   synthetic_state(5, 6, scenario="no-hang")):
-        assert bench_diagnose._check(diagnose(wrong), truth) is not None
+        assert bench_diagnose.answer_error(diagnose(wrong), truth) is not None
 
 
 @settings(max_examples=80, deadline=None)

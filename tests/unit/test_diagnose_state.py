@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from planaria.diagnose.state import (FORMAT, RankTable, intern_stacks, merge_subtrees, read_state,
                                      write_state)
-from planaria.diagnose.synth import synthetic_state
+from benchmarks.synth import synthetic_state
 
 KEYS = ("rank", "host", "pid", "t", "step", "op", "colls", "threads", "status")
 

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from planaria.bench.fragments import (_block, critical_path, descendants, ideal_makespan, irregular_graph,
-                                     list_schedule, matmul_error, matmul_graph)
+from benchmarks.fragments import (critical_path, descendants, ideal_makespan, irregular_graph, list_schedule,
+                                  matmul_error, matmul_graph, seeded_block)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @given(st.integers(1, 200), st.integers(1, 8), st.integers(0, 50))
@@ -36,13 +39,22 @@ def test_ideal_makespan_bounds(dur, workers, rnd):
     (["fragments", "run", "-n", "2", "--jobs-difference-ratio", "1.5", "--", "python", "x.py"], "[0, 1]"),
     (["fragments", "run", "-n", "2"], "after --"),
     (["fragments", "run", "-n", "2", "--termination", "never", "--", "python", "x.py"], "safra or paper"),
-    (["bench", "fragments", "--workers", "0"], "worker list"),
-    (["bench", "fragments", "--modes", "nope", "--workers", "1"], "unknown mode"),
-    (["bench", "fragments", "--priority", "nope", "--workers", "1"], "unknown priority"),
-    (["bench", "fragments", "--graphs", "matmul", "--nb", "0", "--workers", "1"], "--nb >= 1"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(args, needle):
     res = subprocess.run([sys.executable, "-m", "planaria.cli.main", *args], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["fragments", "--workers", "0"], "worker list"),
+    (["fragments", "--modes", "nope", "--workers", "1"], "unknown mode"),
+    (["fragments", "--priority", "nope", "--workers", "1"], "unknown priority"),
+    (["fragments", "--graphs", "matmul", "--nb", "0", "--workers", "1"], "--nb >= 1"),
+])
+def test_bench_bad_input_is_one_line_exit_2(args, needle):
+    """``python -m benchmarks fragments`` from the repository root: bad options, one line, exit 2."""
+    res = subprocess.run([sys.executable, "-m", "benchmarks", *args], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT)
     assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
@@ -78,8 +90,8 @@ def test_matmul_graph_has_every_block_task_after_its_inputs(nb):
 
 def test_matmul_error_is_zero_for_the_product_and_not_otherwise():
     nb, bs = 2, 8
-    a = np.block([[_block(1000 + i * nb + k, bs) for k in range(nb)] for i in range(nb)])
-    b = np.block([[_block(2000 + k * nb + j, bs) for j in range(nb)] for k in range(nb)])
+    a = np.block([[seeded_block(1000 + i * nb + k, bs) for k in range(nb)] for i in range(nb)])
+    b = np.block([[seeded_block(2000 + k * nb + j, bs) for j in range(nb)] for k in range(nb)])
     c = a @ b
     blocks = [c[i * bs:(i + 1) * bs, j * bs:(j + 1) * bs].copy() for i in range(nb) for j in range(nb)]
     assert matmul_error(blocks, nb, bs) < 1e-12

@@ -9,13 +9,12 @@ import time
 
 import numpy as np
 import pytest
-import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from planaria.bench import hangfilter as hb
-from planaria.cli import bench as bench_cli
+from benchmarks import hangfilter as hb
+from benchmarks.cli import app as bench_app
 from planaria.diagnose.hangfilter import (group, parse_rank_ranges, rank_ranges, sample_local, samples_needed,
                                           stable_threads)
 
@@ -286,26 +285,16 @@ def test_bench_synth_truth(layout: str) -> None:
     out = group(data, ranks)
     assert sum(c.count for c in out) == truth["n_hung"]
     assert sorted(c.stack_id for c in out) == truth["hung_ids"].tolist()
-    hb._check(sorted(out, key=lambda c: (c.count, c.stack_id)), ranks, truth)
-
-
-def _root() -> typer.Typer:
-    root = typer.Typer()
-    root.add_typer(bench_cli.app, name="bench")
-
-    @root.callback()
-    def _group() -> None:
-        pass
-    return root
+    hb.check_grouping(sorted(out, key=lambda c: (c.count, c.stack_id)), ranks, truth)
 
 
 def test_bench_command_json_and_bad_input() -> None:
-    res = CliRunner().invoke(_root(), ["bench", "hangfilter", "--threads", "1000,3000", "--classes", "4",
-                                       "--repeat", "1", "--json"])
+    res = CliRunner().invoke(bench_app, ["hangfilter", "--threads", "1000,3000", "--classes", "4",
+                                         "--repeat", "1", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["benchmark"] == "hangfilter" and [r["threads"] for r in out["rows"]] == [1000, 3000]
     for args in (["--threads", "12x"], ["--classes", "0"], ["--threads", "10", "--classes", "64"],
                  ["--hung-fraction", "0"], ["--layout", "Z"], ["--repeat", "0"]):
-        bad = CliRunner().invoke(_root(), ["bench", "hangfilter", "--threads", "1000", *args])
+        bad = CliRunner().invoke(bench_app, ["hangfilter", "--threads", "1000", *args])
         assert bad.exit_code == 2, (args, bad.output)

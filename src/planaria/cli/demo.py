@@ -74,6 +74,9 @@ def demo(
         raise typer.Exit(2)
     from planaria.util.fsutil import output_problem
     problem = output_problem(plot) if plot is not None else None
+    if plot is not None and not problem:
+        from planaria.demo.plot import matplotlib_missing
+        problem = matplotlib_missing()
     if problem:
         typer.echo(f"planaria demo: --plot {plot}: {problem}", err=True)
         raise typer.Exit(2)

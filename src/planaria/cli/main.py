@@ -26,13 +26,12 @@ def _register() -> None:
         return
     _registered = True
     from planaria.cli import demo, run    # these two add their commands to ``app`` on import
-    from planaria.cli import abft, bench, campaign, diagnose, fragments, hosts, terrain, tools, trace
+    from planaria.cli import abft, campaign, diagnose, fragments, hosts, terrain, tools, trace
 
     del demo, run
 
     app.command("diagnose")(diagnose.diagnose)
     app.add_typer(hosts.app, name="hosts")
-    app.add_typer(bench.app, name="bench")
     app.add_typer(abft.app, name="abft")
     app.add_typer(terrain.app, name="terrain")
     tools.register(app)

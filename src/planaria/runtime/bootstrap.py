@@ -114,7 +114,7 @@ def detection_enabled() -> bool:
 def set_detection(active: bool) -> None:
     """Pause or resume run-time detection (message log and probe service) in this rank.
 
-    Meant for measuring what detection costs inside one job (``planaria bench detect
+    Meant for measuring what detection costs inside one job (``python -m benchmarks detect
     --within-job``); every rank must switch at the same point of the program.
     """
     if _RT.comm is None or not detection_enabled():

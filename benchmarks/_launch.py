@@ -1,6 +1,7 @@
 """Launching one benchmark job with mpiexec and reading back rank 0's JSON result."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -207,14 +208,17 @@ def progress_printer(as_json: bool) -> Any:
     return lambda msg: print(msg, file=sys.stderr, flush=True)
 
 
-def add_common_args(p: Any, timeout: float) -> None:
-    """Options every benchmark driver has: --timeout, --json, and the hidden ones of its rank mode."""
-    import argparse
-    p.add_argument("--timeout", type=float, default=timeout, help="seconds allowed per launch")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)
+def rank_parser(prog: str, timeout: float | None = None) -> argparse.ArgumentParser:
+    """The argument parser of a benchmark's rank program (``python -m benchmarks.NAME --rank ...``): the
+    driver passes ``--out`` (rank 0's result file) and ``--scratch`` (a directory of the job), and
+    ``--timeout`` when ``timeout`` is given; the module adds the arguments its driver passes."""
+    p = argparse.ArgumentParser(prog=prog, description="rank program of a benchmark (started by its driver)")
+    p.add_argument("--rank", action="store_true", help="run as one rank of the job")
+    p.add_argument("--out", default=None, help="rank 0's result file")
+    p.add_argument("--scratch", default=".", help="directory for the job's files")
+    if timeout is not None:
+        p.add_argument("--timeout", type=float, default=timeout, help="seconds allowed for the job")
+    return p
 
 
 def run_and_show(name: str, compute: Any, show_result: Any, as_json: bool) -> int:
@@ -222,10 +226,10 @@ def run_and_show(name: str, compute: Any, show_result: Any, as_json: bool) -> in
     try:
         result = compute()
     except ValueError as e:
-        print(f"planaria bench {name}: {e}", file=sys.stderr)
+        print(f"python -m benchmarks {name}: {e}", file=sys.stderr)
         return 2
     except BenchError as e:
-        print(f"planaria bench {name}: {e}", file=sys.stderr)
+        print(f"python -m benchmarks {name}: {e}", file=sys.stderr)
         return 1
     show_result(result, as_json)
     return 0

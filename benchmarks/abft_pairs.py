@@ -1,9 +1,9 @@
-"""``planaria bench abft --parts pairs``: two silent faults per trial, every pair of workers, counted to the last miss.
+"""``python -m benchmarks abft --parts pairs``: two silent faults per trial, every pair of workers, counted to the last miss.
 
 Two parts:
 
 * A campaign in this process over the runtime's verification and recovery rules. Trial t has
-  its own synthetic DEM (:func:`planaria.bench.abft_faults.trial_dem`), a number of workers
+  its own synthetic DEM (:func:`benchmarks.abft_faults.trial_dem`), a number of workers
   N from :data:`NS` and a pair of workers (a, b): the pairs of every N are taken in turn, so
   every adjacent pair and every other pair of blocks occurs. Both workers flip one bit in one
   of their compared rows (first row or check row) with the real kernel's output, in one of
@@ -71,92 +71,114 @@ def trial_plan(seed: int, t: int) -> dict[str, Any]:
     return {"n": n, "pair": [a, b], "adjacent": adjacent, "way": way, "flips": flips}
 
 
-def run_trial(seed: int, t: int) -> dict[str, Any]:
-    """One trial: inject, verify and recover as the runtime does, then score against the serial output."""
-    from planaria.abft.partition import partition
-    from planaria.abft.masterworker import abft_judge, flip_bit
-    from planaria.abft.verify import CORRECT, UNRECOVERABLE, locate, verification_rows
-    from planaria.bench.abft_faults import trial_dem
-    from planaria.terrain import kernels
-    from planaria.terrain.window import slab_bounds
+class _Trial:
+    """One trial's DEM, blocks and worker outputs, with the referee rows the masters have computed."""
 
-    z, nodata, kernel = trial_dem(seed, t)
-    plan = trial_plan(seed, t)
-    n = plan["n"]
-    fn, window = kernels[kernel]
-    blocks = partition(z.shape[0], n, window)
-    width = z.shape[1]
+    def __init__(self, seed: int, t: int) -> None:
+        from planaria.abft.partition import partition
+        from benchmarks.abft_faults import trial_dem
+        from planaria.terrain import kernels
 
-    def compute(w: int, faulty: bool) -> np.ndarray:
-        blk = blocks[w]
-        s0, s1 = slab_bounds(blk.computed[0], blk.computed[1], z.shape[0], window)
-        out = fn(z[s0:s1], nodata=nodata, rows=blk.computed)
-        if faulty and w in plan["flips"]:
-            fl = plan["flips"][w]
-            flip_bit(out, -1 if fl["copy"] == "check" else 0, int(fl["col_u"] * width), fl["bit"])
+        self.z, self.nodata, self.kernel = trial_dem(seed, t)
+        self.plan = trial_plan(seed, t)
+        self.n = self.plan["n"]
+        self.fn, self.window = kernels[self.kernel]
+        self.blocks = partition(self.z.shape[0], self.n, self.window)
+        self.width = self.z.shape[1]
+        self.referee: dict[int, np.ndarray] = {}
+        self.outs: list[np.ndarray] = []
+
+    def compute(self, w: int, faulty: bool) -> np.ndarray:
+        from planaria.abft.masterworker import flip_bit
+        from planaria.terrain.window import slab_bounds
+        blk = self.blocks[w]
+        s0, s1 = slab_bounds(blk.computed[0], blk.computed[1], self.z.shape[0], self.window)
+        out = self.fn(self.z[s0:s1], nodata=self.nodata, rows=blk.computed)
+        if faulty and w in self.plan["flips"]:
+            fl = self.plan["flips"][w]
+            flip_bit(out, -1 if fl["copy"] == "check" else 0, int(fl["col_u"] * self.width), fl["bit"])
         return out
 
-    def referee_row(k: int) -> np.ndarray:
-        r = blocks[k].r1
-        s0, s1 = slab_bounds(r, r + 1, z.shape[0], window)
-        return fn(z[s0:s1], nodata=nodata, rows=(r, r + 1))[0]
+    def referee_row(self, k: int) -> np.ndarray:
+        from planaria.terrain.window import slab_bounds
+        r = self.blocks[k].r1
+        s0, s1 = slab_bounds(r, r + 1, self.z.shape[0], self.window)
+        return self.fn(self.z[s0:s1], nodata=self.nodata, rows=(r, r + 1))[0]
 
-    outs = [compute(w, True) for w in range(n)]
-    serial = fn(z, nodata=nodata)
-    # truth: which faulty workers' flips changed a row (a flip always changes the bits)
-    referee: dict[int, np.ndarray] = {}
+    def ref(self, k: int) -> np.ndarray:
+        if k not in self.referee:
+            self.referee[k] = self.referee_row(k)
+        return self.referee[k]
 
-    def ref(k: int) -> np.ndarray:
-        if k not in referee:
-            referee[k] = referee_row(k)
-        return referee[k]
+    def firsts(self) -> list[np.ndarray]:
+        return [o[0] for o in self.outs]
 
-    firsts = lambda: [o[0] for o in outs]  # noqa: E731
-    checks = lambda: [o[-1] if blk.check_row is not None else None for o, blk in zip(outs, blocks)]  # noqa: E731
+    def checks(self) -> list[np.ndarray | None]:
+        return [o[-1] if blk.check_row is not None else None for o, blk in zip(self.outs, self.blocks, strict=False)]
+
+    def rounds(self) -> dict[str, Any]:
+        """The runtime's rounds until every worker verifies or a conflict survives a second round."""
+        from planaria.abft.masterworker import abft_judge
+        from planaria.abft.verify import CORRECT, UNRECOVERABLE
+        n = self.n
+        refreshed: set[int] = set()
+        conflict_rounds: dict[int, int] = {}
+        first_flagged: list[int] | None = None
+        conflicts_seen: list[int] = []
+        verified, undecidable, rounds = False, False, 0
+        for rnd in range(MAX_ROUNDS):
+            rounds = rnd + 1
+            judged = abft_judge([CORRECT] * n, self.firsts(), self.checks(), self.ref)
+            changed = False
+            for k in judged.conflicts:
+                if k not in refreshed:
+                    refreshed.add(k)
+                    fresh = self.referee_row(k)
+                    if fresh.tobytes() != self.referee[k].tobytes():
+                        self.referee[k], changed = fresh, True
+            if changed:
+                judged = abft_judge([CORRECT] * n, self.firsts(), self.checks(), self.ref)
+            conflicts_seen += judged.conflicts
+            for k in judged.conflicts:
+                conflict_rounds[k] = conflict_rounds.get(k, 0) + 1
+            if any(conflict_rounds[k] >= 2 for k in judged.conflicts):
+                undecidable = True
+                break
+            flagged = [w for w in range(n) if judged.f[w] not in (CORRECT, UNRECOVERABLE)]
+            if first_flagged is None:
+                first_flagged = flagged
+            if not flagged:
+                verified = True
+                break
+            for w in flagged:
+                self.outs[w] = self.compute(w, False)
+        return {"first_flagged": first_flagged, "conflicts_seen": conflicts_seen, "rounds": rounds,
+                "verified": verified, "undecidable": undecidable}
+
+
+def run_trial(seed: int, t: int) -> dict[str, Any]:
+    """One trial: inject, verify and recover as the runtime does, then score against the serial output."""
+    from planaria.abft.verify import CORRECT, locate, verification_rows
+
+    tr = _Trial(seed, t)
+    n, plan, blocks, z = tr.n, tr.plan, tr.blocks, tr.z
+    tr.outs = [tr.compute(w, True) for w in range(n)]
+    serial = tr.fn(z, nodata=tr.nodata)
     # the paper's scheme alone on the first round's rows
-    v = verification_rows(checks()[:-1], firsts()[1:]) if n > 1 else np.empty((0, width))
+    v = verification_rows(tr.checks()[:-1], tr.firsts()[1:]) if n > 1 else np.empty((0, tr.width))
     paper = locate([CORRECT] * n, v, ambiguous="both")
     paper_flagged = sorted(w for w in range(n) if paper[w] != CORRECT)
-    refreshed: set[int] = set()
-    conflict_rounds: dict[int, int] = {}
-    first_flagged: list[int] | None = None
-    conflicts_seen: list[int] = []
-    verified, undecidable, rounds = False, False, 0
-    for rnd in range(MAX_ROUNDS):
-        rounds = rnd + 1
-        judged = abft_judge([CORRECT] * n, firsts(), checks(), ref)
-        changed = False
-        for k in judged.conflicts:
-            if k not in refreshed:
-                refreshed.add(k)
-                fresh = referee_row(k)
-                if fresh.tobytes() != referee[k].tobytes():
-                    referee[k], changed = fresh, True
-        if changed:
-            judged = abft_judge([CORRECT] * n, firsts(), checks(), ref)
-        conflicts_seen += judged.conflicts
-        for k in judged.conflicts:
-            conflict_rounds[k] = conflict_rounds.get(k, 0) + 1
-        if any(conflict_rounds[k] >= 2 for k in judged.conflicts):
-            undecidable = True
-            break
-        flagged = [w for w in range(n) if judged.f[w] not in (CORRECT, UNRECOVERABLE)]
-        if first_flagged is None:
-            first_flagged = flagged
-        if not flagged:
-            verified = True
-            break
-        for w in flagged:
-            outs[w] = compute(w, False)
-    assembled = np.concatenate([o[: blk.local_size] for o, blk in zip(outs, blocks)])
+    r = tr.rounds()
+    assembled = np.concatenate([o[: blk.local_size] for o, blk in zip(tr.outs, blocks, strict=False)])
     wrong = assembled.tobytes() != serial.tobytes()
     a, b = plan["pair"]
-    ff = first_flagged or []
-    return {"t": t, "kernel": kernel, "shape": list(z.shape), "n": n, "pair": [a, b], "adjacent": plan["adjacent"],
+    ff = r["first_flagged"] or []
+    verified = r["verified"]
+    return {"t": t, "kernel": tr.kernel, "shape": list(z.shape), "n": n, "pair": [a, b], "adjacent": plan["adjacent"],
             "way": plan["way"], "copies": [plan["flips"][a]["copy"], plan["flips"][b]["copy"]],
             "faults": 2, "detected": bool(ff), "located": [a in ff, b in ff], "innocent_flagged": sorted(set(ff) - {a, b}),
-            "conflicts": sorted(set(conflicts_seen)), "rounds": rounds, "verified": verified,
-            "undecidable": undecidable, "wrong_output": wrong, "undetected": verified and wrong,
+            "conflicts": sorted(set(r["conflicts_seen"])), "rounds": r["rounds"], "verified": verified,
+            "undecidable": r["undecidable"], "wrong_output": wrong, "undetected": verified and wrong,
             "paper_located": [a in paper_flagged, b in paper_flagged], "paper_detected": bool(paper_flagged)}
 
 
@@ -207,7 +229,7 @@ def _serial(dem: Path, kernel: str) -> np.ndarray:
 def e2e(scratch: Path, timeout: float = 120.0, backend: str = "ulfm",
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The real runtime on 4 workers for every pair of workers with forced silent faults, both kernels."""
-    from planaria.bench.abft import synthetic_dem
+    from benchmarks.abft import synthetic_dem
     n = 4
     dem = synthetic_dem(scratch / "pairs-dem.npy", 120, 80, 7)
     runs = []

@@ -1,8 +1,8 @@
-"""Many timed runs of the ABFT runtime in one MPI job (``planaria bench abft --per-job K``).
+"""Many timed runs of the ABFT runtime in one MPI job (``python -m benchmarks abft --per-job K``).
 
 Run with N+2 ranks::
 
-    python -m planaria.bench.abft_series --dem DEM.npy --scratch DIR --kernels slope --modes plain,abft \\
+    python -m benchmarks.abft_series --dem DEM.npy --scratch DIR --kernels slope --modes plain,abft \\
         --reps K --warmup 1 --out RESULT.json
 
 Every run is exactly what ``python -m planaria.abft.masterworker --mode M --bench`` does in a job of
@@ -33,7 +33,7 @@ from typing import Any
 import planaria
 from planaria import events
 from planaria.abft import masterworker as runtime
-from planaria.bench._launch import emit
+from benchmarks._launch import emit
 from planaria.terrain import dem_info
 
 T_GO = 99  # on the world communicator, which the runs themselves never use
@@ -63,7 +63,7 @@ def release(world: Any) -> None:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="planaria.bench.abft_series")
+    ap = argparse.ArgumentParser(prog="benchmarks.abft_series")
     ap.add_argument("--dem", required=True)
     ap.add_argument("--scratch", required=True, help="directory of the outputs and part files")
     ap.add_argument("--kernels", default="slope,cutdepth")
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     world = planaria.world(args.backend)
     events.handle_failures("planaria-abft", action="abft-replan")     # as the runtime's own main
     if world.Get_size() < 4:
-        print("planaria.bench.abft_series: needs at least 4 ranks (2 masters + 2 workers)", file=sys.stderr)
+        print("benchmarks.abft_series: needs at least 4 ranks (2 masters + 2 workers)", file=sys.stderr)
         return 2
     info = dem_info(args.dem)
     orders = list(itertools.permutations(args.modes))

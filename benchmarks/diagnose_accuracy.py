@@ -43,7 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from planaria.bench import _launch
+import typer
+
+from benchmarks import _launch
 
 MODES = ("ulfm", "sim", "plain")
 DETECT = "p2p=1,coll=1,probe=1"
@@ -229,7 +231,8 @@ def incident_times(case: Case, events: list[dict[str, Any]], t_fault: float | No
             first, first_kind = t, inc.get("kind")
         if correct is None and inc.get("kind") in kinds and set(inc.get("ranks") or ()) & set(case.expected_ranks(n)):
             correct = t
-    rel = (lambda t: None if t is None or t_fault is None else round(max(t - t_fault, 0.0), 3))
+    def rel(t: float | None) -> float | None:
+        return None if t is None or t_fault is None else round(max(t - t_fault, 0.0), 3)
     return {"first_incident_s": rel(first), "first_incident_kind": first_kind, "correct_incident_s": rel(correct)}
 
 
@@ -401,3 +404,33 @@ def table(result: dict[str, Any]) -> Any:
 def show(result: dict[str, Any], as_json: bool) -> None:
     """Print the result as JSON or as a table."""
     _launch.show(result, as_json, table, min_width=160)
+
+
+def command(
+    cases: str = typer.Option("all", "--cases", help="Corpus cases, comma-separated (names in cases.toml), or all."),
+    modes: str = typer.Option("ulfm,sim,plain", "--modes",
+                              help="Modes, comma-separated: ulfm, sim (planaria's runtime on that backend), plain "
+                                   "(the same program on MPI.COMM_WORLD without planaria); a case runs only in the "
+                                   "modes that apply to it."),
+    ranks: int | None = typer.Option(None, "--ranks", help="Ranks per job (at least each case's own n; default: the case's n)."),
+    corpus: str | None = typer.Option(None, "--corpus", help="Corpus directory (default: tests/diagnosis_corpus of the source tree)."),
+    suite: bool = typer.Option(False, "--suite", help="Only the cases marked suite = true (the regression tests)."),
+    keep: str | None = typer.Option(None, "--keep", help="Keep every job directory under this directory."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result (every run, with what the report said) as JSON."),
+) -> None:
+    """Diagnosis accuracy on the corpus of faulty programs: is the first root cause (kind, ranks, file:line) right?
+
+    Every case runs as a real 'planaria run --on-hang abort' job (fast detection thresholds, a hard
+    --timeout), then 'planaria diagnose JOB --json'; per case and mode: right / wrong (what it said) /
+    no answer, and the time from the fault to the first incident announcing the correct root cause.
+    Exit 0 (whatever the accuracy), 2 for bad options.
+
+    Example: python -m benchmarks diagnose-accuracy --cases deadlock_pair,compute_loop --modes ulfm,plain
+    """
+    from pathlib import Path
+
+
+    def compute() -> dict[str, Any]:
+        return run(cases, modes, ranks, Path(corpus) if corpus else None, suite_only=suite,
+                       keep=Path(keep) if keep else None, progress=_launch.progress_printer(json_out))
+    raise typer.Exit(_launch.run_and_show("diagnose-accuracy", compute, show, json_out))

@@ -1,6 +1,6 @@
 """NPB-like kernels (CG, MG, FT, EP, IS, HALO) on ``planaria.world()``, for measuring planaria's own costs.
 
-Run in every rank: ``mpiexec [--with-ft ulfm] -n N python -m planaria.bench.npb --kernel cg,mg --class S``.
+Run in every rank: ``mpiexec [--with-ft ulfm] -n N python -m benchmarks.npb --kernel cg,mg --class S``.
 Each kernel builds its problem (untimed), runs its iterations between a barrier and the end of the
 last iteration (timed, ``time.perf_counter``), calls ``planaria.step(i)`` once per iteration and
 then checks its answer (untimed). Rank 0 prints one ``RESULT {json}`` line (and writes ``--out``):
@@ -31,7 +31,7 @@ computation on rank 0; class S (or ``--serial-check on``) also repeats the whole
 Run with one BLAS thread per rank (``OPENBLAS_NUM_THREADS=1``; the detect driver sets it): the
 kernels avoid BLAS, but idle BLAS threads spinning on an oversubscribed machine distort timings.
 
-``--alternate PAIRS`` (with ``PLANARIA_DETECT=1``; ``planaria bench detect --within-job``) times
+``--alternate PAIRS`` (with ``PLANARIA_DETECT=1``; ``python -m benchmarks detect --within-job``) times
 blocks of iterations instead of whole runs: after one warm-up run, whose time per iteration sets
 the block to about ``--block-s`` seconds, the kernel runs again and again while ``BlockTimer``,
 called at the start of every iteration, switches detection off or on (``set_detection``) before
@@ -53,7 +53,7 @@ import numpy as np
 
 from planaria.runtime.bootstrap import step as _pl_step
 
-MODULE = "planaria.bench.npb"
+MODULE = "benchmarks.npb"
 KERNELS = ("cg", "mg", "ft", "ep", "is", "halo")
 CLASSES = ("S", "W", "A")
 SEED = 314159
@@ -92,7 +92,7 @@ class KernelRun:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-class _Net:
+class Net:
     """The communication a kernel needs, on a planaria communicator, counting the calls it starts.
 
     A serial stand-in (``comm=None``, one rank) runs the same kernel code for reference answers.
@@ -157,7 +157,7 @@ def _rel(a: float, b: float) -> float:
 
 
 # =========================================================================== CG
-def _cg_rows(na: int, nonzer: int, lo: int, hi: int) -> tuple[np.ndarray, ...]:
+def cg_rows(na: int, nonzer: int, lo: int, hi: int) -> tuple[np.ndarray, ...]:
     """Rows lo..hi of a random sparse SPD matrix (symmetric, strictly diagonally dominant): COO sorted by row."""
     rng = np.random.default_rng([SEED, 1])
     rows = np.repeat(np.arange(na, dtype=np.int64), nonzer)
@@ -175,17 +175,17 @@ def _cg_rows(na: int, nonzer: int, lo: int, hi: int) -> tuple[np.ndarray, ...]:
     return r[order], c[order], v[order], diag[lo:hi]
 
 
-class _CG:
+class CGSolver:
     """NPB CG on this rank's row block: solve A z = x with ``cgit`` CG steps, zeta = shift + 1/(x.z), x = z/|z|."""
 
     SHIFT = 10.0
 
-    def __init__(self, net: _Net, p: dict[str, int]) -> None:
+    def __init__(self, net: Net, p: dict[str, int]) -> None:
         self.net, self.p, na = net, p, p["na"]
         off = _blocks(na, net.size)
         self.lo, self.hi = int(off[net.rank]), int(off[net.rank + 1])
         self.counts, self.displs = np.diff(off), off[:-1].copy()
-        self.rows, self.cols, self.vals, self.diag = _cg_rows(na, p["nonzer"], self.lo, self.hi)
+        self.rows, self.cols, self.vals, self.diag = cg_rows(na, p["nonzer"], self.lo, self.hi)
         self.nloc = self.hi - self.lo
         self.full = np.empty(na)
 
@@ -234,8 +234,8 @@ def _agree(comm: Any, flag: bool) -> bool:
 
 
 def cg(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
-    net = _Net(comm)
-    prob = _CG(net, p)
+    net = Net(comm)
+    prob = CGSolver(net, p)
     out, t = _timed(comm, lambda: prob.iterate(_step))
     calls = net.calls
     detail: dict[str, Any] = dict(out)
@@ -244,14 +244,14 @@ def cg(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
     parts = _gathered(comm, prob.lo, prob.apply(v[prob.lo:prob.hi]))
     same = True
     if comm.rank == 0:
-        rows, cols, vals, diag = _cg_rows(p["na"], p["nonzer"], 0, p["na"])
+        rows, cols, vals, diag = cg_rows(p["na"], p["nonzer"], 0, p["na"])
         ref = np.bincount(rows, weights=vals * v[cols], minlength=p["na"]) + diag * v
         got = np.concatenate([blk for _, blk in sorted(parts, key=lambda x: x[0])])
         same = bool(np.allclose(got, ref, rtol=1e-13, atol=0))
     detail["operator_match"] = _agree(comm, same)
     ok = out["max_rel_residual"] < 1e-4 and detail["operator_match"]
     if serial_check:
-        ref_run = _CG(_Net(None), p).iterate(None) if comm.rank == 0 else None
+        ref_run = CGSolver(Net(None), p).iterate(None) if comm.rank == 0 else None
         detail["serial_match"] = _agree(comm, ref_run is None or _rel(ref_run["zeta"], out["zeta"]) < 1e-9)
         ok = ok and detail["serial_match"]
     return KernelRun(t, p["niter"], calls, ok, detail)
@@ -271,10 +271,10 @@ class _MGLevel:
         self.masks = (red, ~red)
 
 
-class _MG:
+class MGSolver:
     """V-cycles for the periodic 3-D Poisson equation on z slabs (ring halo exchange with Sendrecv)."""
 
-    def __init__(self, net: _Net, n: int, coarsest: int, nu: int, coarse_sweeps: int) -> None:
+    def __init__(self, net: Net, n: int, coarsest: int, nu: int, coarse_sweeps: int) -> None:
         if n % net.size:
             raise ValueError(f"mg: grid {n} not divisible by {net.size} ranks")
         self.net, self.nu, self.coarse_sweeps = net, nu, coarse_sweeps
@@ -355,7 +355,7 @@ class _MG:
         return math.sqrt(self.net.sums([_dot(r, r)])[0])
 
 
-def _mg_problem(mg: _MG) -> None:
+def _mg_problem(mg: MGSolver) -> None:
     """NPB MG's right-hand side: +1 at 10 random cells, -1 at 10 others (zero mean, as the periodic problem needs)."""
     top = mg.levels[0]
     rng = np.random.default_rng([SEED, 2])
@@ -365,13 +365,14 @@ def _mg_problem(mg: _MG) -> None:
     np.add.at(top.f, (pts[mine, 0] - top.z0, pts[mine, 1], pts[mine, 2]), sign[mine])
 
 
-def _mg_setup(net: _Net, p: dict[str, int], coarsest: int) -> _MG:
-    mg = _MG(net, p["n"], coarsest, p["nu"], p["coarse"])
+def mg_setup(net: Net, p: dict[str, int], coarsest: int) -> MGSolver:
+    """The MG solver of parameters ``p`` (a ``PARAMS["mg"]`` class) on ``net``, with the benchmark's problem set."""
+    mg = MGSolver(net, p["n"], coarsest, p["nu"], p["coarse"])
     _mg_problem(mg)
     return mg
 
 
-def _mg_iterate(mg: _MG, cycles: int, step: Callable[[int], None] | None) -> list[float]:
+def mg_iterate(mg: MGSolver, cycles: int, step: Callable[[int], None] | None) -> list[float]:
     """``cycles`` V-cycles; the residual norm before the first and after every cycle."""
     norms = [mg.norm()]
     for c in range(cycles):
@@ -389,10 +390,10 @@ MG_FLOOR = 1e-12       # relative residual where rounding stops the reduction
 def mg_converged(norms: list[float]) -> bool:
     """Every V-cycle reduced the residual by MG_FACTOR or ended at the rounding floor."""
     floor = MG_FLOOR * norms[0]
-    return all(b <= MG_FACTOR * a or b <= floor for a, b in zip(norms, norms[1:]))
+    return all(b <= MG_FACTOR * a or b <= floor for a, b in zip(norms, norms[1:], strict=False))
 
 
-def _mg_operator_check(comm: Any, mg: _MG) -> bool:
+def _mg_operator_check(comm: Any, mg: MGSolver) -> bool:
     """The distributed Laplacian (halo exchange included) of a random field against np.roll on the whole grid."""
     lv = mg.levels[0]
     n = lv.n
@@ -409,18 +410,18 @@ def _mg_operator_check(comm: Any, mg: _MG) -> bool:
 
 
 def mg(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
-    net = _Net(comm)
+    net = Net(comm)
     coarsest = max(4, comm.size)
-    solver = _mg_setup(net, p, coarsest)
-    norms, t = _timed(comm, lambda: _mg_iterate(solver, p["cycles"], _step))
+    solver = mg_setup(net, p, coarsest)
+    norms, t = _timed(comm, lambda: mg_iterate(solver, p["cycles"], _step))
     calls = net.calls
     factor = (norms[-1] / norms[0]) ** (1.0 / p["cycles"])
     detail: dict[str, Any] = {"residual_0": norms[0], "residual_end": norms[-1], "reduction_per_cycle": factor,
                               "operator_match": _mg_operator_check(comm, solver)}
     ok = mg_converged(norms) and detail["operator_match"]
     if serial_check:
-        ref = _mg_iterate(_mg_setup(_Net(None), p, coarsest), p["cycles"], None) if comm.rank == 0 else None
-        detail["serial_match"] = _agree(comm, ref is None or max(_rel(a, b) for a, b in zip(ref, norms)) < 1e-6)
+        ref = mg_iterate(mg_setup(Net(None), p, coarsest), p["cycles"], None) if comm.rank == 0 else None
+        detail["serial_match"] = _agree(comm, ref is None or max(_rel(a, b) for a, b in zip(ref, norms, strict=False)) < 1e-6)
         ok = ok and detail["serial_match"]
     return KernelRun(t, p["cycles"], calls, ok, detail)
 
@@ -453,7 +454,7 @@ def ft(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
         raise ValueError(f"ft: grid {nz}x{ny}x{nx} not divisible by {P} ranks")
     nzl, nyl = nz // P, ny // P
     ntot = nx * ny * nz
-    net = _Net(comm)
+    net = Net(comm)
     u0 = np.stack([_ft_plane(z, ny, nx) for z in range(me * nzl, (me + 1) * nzl)])
     # spectral layout: (nz, nyl, nx), y block of this rank
     kz, ky, kx = _ft_kbar2(nz), _ft_kbar2(ny)[me * nyl:(me + 1) * nyl], _ft_kbar2(nx)
@@ -537,7 +538,7 @@ def _ep_batch(b: int, batch: int) -> np.ndarray:
 def ep(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
     npairs, batch = 1 << p["m"], p["batch"]
     nb = npairs // batch
-    net = _Net(comm)
+    net = Net(comm)
     mine = range(comm.rank, nb, comm.size)
 
     def body() -> np.ndarray:
@@ -582,7 +583,7 @@ def is_(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
     keys = (rng.random((4, nloc)).sum(axis=0) * (bmax / 4)).astype(np.int32)
     shift = max(p["logb"] - IS_BUCKETS_LOG, 0)
     nbuckets = bmax >> shift
-    net = _Net(comm)
+    net = Net(comm)
     recv = np.empty(0, dtype=np.int32)
     state: dict[str, Any] = {}
 
@@ -684,7 +685,7 @@ def halo(comm: Any, p: dict[str, int], serial_check: bool) -> KernelRun:
     u[1:-1, 1:-1] = _halo_field(n, r0, r1, c0, c1)
     up, down = ((pr - 1) % px) * py + pc, ((pr + 1) % px) * py + pc
     left, right = pr * py + (pc - 1) % py, pr * py + (pc + 1) % py
-    net = _Net(comm)
+    net = Net(comm)
     sl, sr_, rl, rr = (np.empty(lr) for _ in range(4))
     sum0 = net.sums([u[1:-1, 1:-1].sum()])[0]
     net.calls = 0
@@ -805,14 +806,14 @@ def run_kernel(comm: Any, name: str, klass: str, serial_check: bool | None = Non
 
 def rank_main(args: argparse.Namespace) -> int:
     import planaria as pl
-    from planaria.bench._launch import emit
+    from benchmarks._launch import emit
     comm = pl.world(args.backend)
     errors = [e for e in (problem_error(k, args.klass, comm.size) for k in args.kernels) if e]
     if args.alternate:
         errors += [e for e in (alternate_error(k, args.klass, comm.size) for k in args.kernels) if e]
     if errors:
         if comm.rank == 0:
-            print(f"planaria.bench.npb: {errors[0]}", file=sys.stderr)
+            print(f"benchmarks.npb: {errors[0]}", file=sys.stderr)
         return 2
     serial = {"auto": None, "on": True, "off": False}[args.serial_check]
     if args.alternate:
@@ -907,7 +908,7 @@ def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
     global _BLOCKS
     from mpi4py import MPI
 
-    from planaria.bench._launch import emit
+    from benchmarks._launch import emit
     from planaria.runtime.bootstrap import set_detection
     out, ok = [], True
     order = [mode for _, mode in schedule(args.alternate)]
@@ -938,7 +939,7 @@ def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
             _BLOCKS = None
             set_detection(True)
         blocks = [{"pair": pair, "mode": mode, "time_s": t}
-                  for (pair, mode), t in zip(schedule(args.alternate), times)]
+                  for (pair, mode), t in zip(schedule(args.alternate), times, strict=False)]
         out.append({"kernel": k, "class": args.klass, "ranks": comm.size, "every": every,
                     "block_s": args.block_s, "warmup": {"time_s": warm["time_s"], "iters": warm["iters"],
                                                         "verified": warm["verified"]},
@@ -952,7 +953,7 @@ def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(prog="python -m planaria.bench.npb",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.npb",
                                 description="NPB-like kernels on planaria.world(); run under mpiexec.")
     p.add_argument("--kernel", default="all", help=f"kernels, comma-separated ({','.join(KERNELS)}) or all")
     p.add_argument("--class", dest="klass", default="S", help="problem class: S, W or A")
@@ -971,7 +972,7 @@ def main(argv: list[str] | None = None) -> int:
         args.kernels = parse_kernels(args.kernel)
         args.klass = check_class(args.klass)
     except ValueError as e:
-        print(f"planaria.bench.npb: {e}", file=sys.stderr)
+        print(f"benchmarks.npb: {e}", file=sys.stderr)
         return 2
     return rank_main(args)
 

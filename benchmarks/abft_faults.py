@@ -1,4 +1,4 @@
-"""Rank program of ``planaria bench abft``'s detection campaign: many silent faults in one MPI job.
+"""Rank program of ``python -m benchmarks abft``'s detection campaign: many silent faults in one MPI job.
 
 Run with N+1 ranks: rank 0 verifies, ranks 1..N are the workers (block w-1). Trial t uses
 its own synthetic DEM (shape, relief, NoData holes, kernel drawn from ``(seed, t)``) and is
@@ -90,7 +90,7 @@ def judge(seed: int, t: int, n: int, outputs: list[np.ndarray]) -> dict[str, Any
         s0, s1 = slab_bounds(r, r + 1, z.shape[0], window)
         referee[k] = fn(z[s0:s1], nodata=nodata, rows=(r, r + 1))[0]
     firsts = [o[0] for o in outputs]
-    checks = [o[-1] if b.check_row is not None else None for o, b in zip(outputs, blocks)]
+    checks = [o[-1] if b.check_row is not None else None for o, b in zip(outputs, blocks, strict=False)]
     t0 = time.perf_counter()
     f = abft_verdict([CORRECT] * n, firsts, checks, referee)
     dt = time.perf_counter() - t0
@@ -98,7 +98,7 @@ def judge(seed: int, t: int, n: int, outputs: list[np.ndarray]) -> dict[str, Any
     mism = [not ok for ok in compare(verification_rows(checks[:-1], firsts[1:]))] if n > 1 else []
     ref_bad = [not np.array_equal(referee[k].view(np.uint8), row.view(np.uint8))
                for k in range(n - 1) for row in (checks[k], firsts[k + 1])]
-    assembled = np.concatenate([o[: b.local_size] for o, b in zip(outputs, blocks)])
+    assembled = np.concatenate([o[: b.local_size] for o, b in zip(outputs, blocks, strict=False)])
     serial = fn(z, nodata=nodata)
     wrong = assembled.tobytes() != serial.tobytes()
     rec = {"t": t, "kind": fault["kind"] if fault else "clean", "kernel": kernel, "shape": list(z.shape),
@@ -136,11 +136,11 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def rank_main(argv: list[str] | None = None) -> int:
     from planaria.abft.partition import partition
-    from planaria.bench._launch import emit
+    from benchmarks._launch import emit
     from planaria.terrain import kernels
     import planaria
 
-    p = argparse.ArgumentParser(prog="planaria.bench.abft_faults")
+    p = argparse.ArgumentParser(prog="benchmarks.abft_faults")
     p.add_argument("--trials", type=int, required=True, help="trials in all (clean, covered, uncovered in turn)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default="auto")
