@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from planaria.diagnose.findings import SITE_RE, ran_past, short_site
+
 #: native MPI function -> (kind, the mpi4py methods that block in it)
 _NATIVE = {
     "MPI_Send": ("send", ("Send", "send")), "MPI_Ssend": ("send", ("Ssend", "ssend")),
@@ -476,7 +478,6 @@ def finished(ended: list[int], where: dict[int, tuple[str, str]], size: int) -> 
     source line names one of them, or collectives that every other rank waits in. Where the file
     has a call that ends the program (``sys.exit``...) on the ended rank's branch, before the wait,
     that is the site; else the wait."""
-    from planaria.diagnose.offline import _short
 
     out: list[dict[str, Any]] = []
     gone = set(ended)
@@ -486,7 +487,7 @@ def finished(ended: list[int], where: dict[int, tuple[str, str]], size: int) -> 
             f, end = c.peer, _exit_site(c.peer, site, size)
             out.append({"kind": "finished", "ranks": [f], "op": c.method, "site": end or site,
                         "reason": f"rank {f} has finished{_ended(end)} while rank {r} waits for it in {c.method} at "
-                                  f"{_short(site)}"})
+                                  f"{short_site(site)}"})
             gone.discard(f)
     colls = {(call, site) for call, site in where.values() if not native_p2p(call)}
     if gone and len(colls) == 1 and len(where) + len(ended) == size:
@@ -495,18 +496,16 @@ def finished(ended: list[int], where: dict[int, tuple[str, str]], size: int) -> 
             end = _exit_site(f, site, size)
             out.append({"kind": "finished", "ranks": [f], "op": call, "site": end or site,
                         "reason": f"rank {f} has finished{_ended(end)} while every other rank waits for it in "
-                                  f"{call.replace('MPI_', '')} at {_short(site)}"})
+                                  f"{call.replace('MPI_', '')} at {short_site(site)}"})
     return out
 
 
 def _ended(end: str | None) -> str:
-    from planaria.diagnose.offline import _short
-    return f" (the program-ending call on its branch: {_short(end)})" if end else ""
+    return f" (the program-ending call on its branch: {short_site(end)})" if end else ""
 
 
 def _exit_site(rank: int, wait: str, size: int) -> str | None:
     """The program-ending call on ``rank``'s branch of ``wait``'s file, before ``wait`` in its function."""
-    from planaria.diagnose.offline import ran_past
     path = wait.partition(":")[0]
     ends = [ln for ln in lines(path) if ln.method == "exit" and ln.runs(rank, size) is True
             and ran_past(wait, _at(path, ln))]
@@ -527,7 +526,6 @@ def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]
     message its peer sent with another tag (tag-mismatch), or another rank sent with its tag
     (source-mismatch), or that an earlier ANY_SOURCE receive of its own took (source-mismatch at
     that receive); then a wait cycle (deadlock), with collectives waiting for every rank not in them."""
-    from planaria.diagnose.offline import _short, ran_past
 
     p2p = {r: got for r, (call, site) in where.items() if native_p2p(call)
            and (got := read(site, call, r, size)) is not None}
@@ -536,7 +534,7 @@ def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]
         if c.peer == r:
             what = "sends to itself with no receive posted" if c.kind == "send" else "waits for a message from itself"
             out.append({"kind": "self-wait", "ranks": [r], "op": c.method, "site": where[r][1],
-                        "reason": f"rank {r} {what} ({c.method} at {_short(where[r][1])})"})
+                        "reason": f"rank {r} {what} ({c.method} at {short_site(where[r][1])})"})
     for r, c in sorted(p2p.items()):
         if c.kind != "recv" or c.peer is None or c.peer < 0 or c.peer == r or c.peer not in where:
             continue
@@ -578,9 +576,9 @@ def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]
                 ln = wild[0]
                 out.append({"kind": "source-mismatch", "ranks": [r], "op": ln.method, "site": _at(path, ln),
                             "reason": f"receive from any source took the wrong message: rank {r}'s ANY_SOURCE "
-                                      f"receive at {_short(_at(path, ln))} took rank {c.peer}'s message (tag "
-                                      f"{c.tag}), so its receive from rank {c.peer} at {_short(site)} waits while "
-                                      f"rank {late[0]}'s (sent at {_short(_at(path, fitting(late[0])[0][0]))}) "
+                                      f"receive at {short_site(_at(path, ln))} took rank {c.peer}'s message (tag "
+                                      f"{c.tag}), so its receive from rank {c.peer} at {short_site(site)} waits while "
+                                      f"rank {late[0]}'s (sent at {short_site(_at(path, fitting(late[0])[0][0]))}) "
                                       "is left over"})
             continue
         other = [(ln, tag) for ln, tag in sends.get(c.peer, []) if c.tag not in (-1, tag)]
@@ -588,16 +586,16 @@ def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]
             ln, tag = other[0]
             out.append({"kind": "tag-mismatch", "ranks": sorted({r, c.peer}), "op": c.method, "site": site,
                         "reason": f"unmatched tag: rank {c.peer} sent tag {tag} to rank {r} at "
-                                  f"{_short(_at(path, ln))}, rank {r} waits for tag {c.tag} from rank {c.peer} "
-                                  f"at {_short(site)}"})
+                                  f"{short_site(_at(path, ln))}, rank {r} waits for tag {c.tag} from rank {c.peer} "
+                                  f"at {short_site(site)}"})
             continue
         for q in sorted(sends):
             if q != c.peer and extra[q] > len(wild):
                 ln, tag = fitting(q)[0]
                 out.append({"kind": "source-mismatch", "ranks": sorted({r, q}), "op": c.method, "site": site,
                             "reason": f"unmatched source: rank {q} sent to rank {r} (tag {tag}) at "
-                                      f"{_short(_at(path, ln))}, rank {r} waits for a message from rank {c.peer} "
-                                      f"at {_short(site)}"})
+                                      f"{short_site(_at(path, ln))}, rank {r} waits for a message from rank {c.peer} "
+                                      f"at {short_site(site)}"})
                 break
     cycle = _cycle(where, p2p)
     if cycle:
@@ -605,13 +603,13 @@ def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]
         ring = " -> ".join(map(str, [*cycle, cycle[0]]))
         out.append({"kind": "deadlock", "ranks": sorted(cycle), "op": p2p[first].method, "site": where[first][1],
                     "reason": f"wait cycle {ring}: each waits for the next (deadlock); rank {first} in "
-                              f"{p2p[first].method} at {_short(where[first][1])}"})
+                              f"{p2p[first].method} at {short_site(where[first][1])}"})
     elif where and all(native_p2p(call) for call, _ in where.values()):
         ranks = sorted(where)
         sites = sorted({s for _, s in where.values()}, key=lambda s: -sum(1 for _, t in where.values() if t == s))
         out.append({"kind": "deadlock", "ranks": ranks, "op": where[ranks[0]][0].replace("MPI_", ""),
                     "site": sites[0], "reason": f"every rank waits in a blocking point-to-point call (mostly at "
-                                                f"{_short(sites[0])}): none can go on (deadlock)"})
+                                                f"{short_site(sites[0])}): none can go on (deadlock)"})
     return out
 
 
@@ -620,10 +618,9 @@ def _skipped(r: int, c: P2P, where: dict[int, tuple[str, str]], calls: list[Line
     """Rank ``r`` waits in a loop for its peer's message, the peer waits in a collective further
     down the same loop, having sent that message this step: had ``r`` been in the same step its
     receive would have matched. ``r`` went round the loop without the collective: it skipped it."""
-    from planaria.diagnose.offline import _SITE, _short, ran_past
     pcall, psite = where[c.peer]
     site = where[r][1]
-    m, pm = _SITE.match(site), _SITE.match(psite)
+    m, pm = SITE_RE.match(site), SITE_RE.match(psite)
     if native_p2p(pcall) or m is None or pm is None:
         return None
     own = [ln for ln in calls if ln.line == int(m[2]) and ln.method == c.method and ln.looped]
@@ -636,9 +633,9 @@ def _skipped(r: int, c: P2P, where: dict[int, tuple[str, str]], calls: list[Line
     others = sorted(q for q, w in where.items() if w == (pcall, psite))
     coll = pcall.replace("MPI_", "")
     return {"kind": "collective-mismatch", "ranks": [r], "op": coll, "site": psite,
-            "reason": f"rank {r} skipped {coll} at {_short(psite)}, which rank(s) {_ranges(others)} wait in: it is "
-                      f"already in the next step's {c.method} at {_short(site)}, waiting for rank {c.peer}, which "
-                      f"sent it this step's message at {_short(_at(path, fits[0]))}"}
+            "reason": f"rank {r} skipped {coll} at {short_site(psite)}, which rank(s) {_ranges(others)} wait in: it is "
+                      f"already in the next step's {c.method} at {short_site(site)}, waiting for rank {c.peer}, which "
+                      f"sent it this step's message at {short_site(_at(path, fits[0]))}"}
 
 
 def _ranges(ranks: list[int]) -> str:

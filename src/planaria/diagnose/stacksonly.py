@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planaria.diagnose.offline import Report, RootCause, _short, frame_site, ran_past
+from planaria.diagnose.findings import Report, RootCause, frame_site, ran_past, short_site
 from planaria.diagnose import p2pline
 from planaria.diagnose.pyspy import MPI_FILE, PLAIN_STATUS
 
@@ -73,11 +73,11 @@ def odd_collective(waiting: dict[tuple[str, str], list[int]], waiters: int) -> R
     one = len(ranks) == 1
     note = "(from native stacks: communicators and roots are not known)"
     if ran_past(site, msite):
-        return RootCause("collective-mismatch", ranks, f"rank(s) {rs} skipped {mcall} at {_short(msite)}, which "
+        return RootCause("collective-mismatch", ranks, f"rank(s) {rs} skipped {mcall} at {short_site(msite)}, which "
                          f"rank(s) {ms} wait in: {'it is' if one else 'they are'} already in {call} at "
-                         f"{_short(site)} {note}", op=mcall, site=msite, waiters=waiters)
-    return RootCause("collective-mismatch", ranks, f"rank(s) {rs} called {call} at {_short(site)} where rank(s) {ms} "
-                     f"called {mcall} at {_short(msite)} {note}", op=call, site=site, waiters=waiters)
+                         f"{short_site(site)} {note}", op=mcall, site=msite, waiters=waiters)
+    return RootCause("collective-mismatch", ranks, f"rank(s) {rs} called {call} at {short_site(site)} where rank(s) {ms} "
+                     f"called {mcall} at {short_site(msite)} {note}", op=call, site=site, waiters=waiters)
 
 
 def diagnose(state: dict[str, Any]) -> Report:
@@ -143,10 +143,10 @@ def diagnose(state: dict[str, Any]) -> Report:
     calls = sorted(waiting.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     wait_rows = [{"comm": None, "kind": None, "op": call, "seq": None, "waiting": len(ranks),
                   "ranks": _ranges(ranks), "site": site,
-                  "text": f"{len(ranks)} rank(s) {_ranges(ranks)} in {call} at {_short(site)}"}
+                  "text": f"{len(ranks)} rank(s) {_ranges(ranks)} in {call} at {short_site(site)}"}
                  for (call, site), ranks in calls]
     if n_wait:
-        example = "; ".join(f"rank(s) {_ranges(ranks)} in {call} at {_short(site)}" for (call, site), ranks in calls[:3])
+        example = "; ".join(f"rank(s) {_ranges(ranks)} in {call} at {short_site(site)}" for (call, site), ranks in calls[:3])
         for rc in causes:
             rc.example = f"waiting in MPI: {example}"
     evidence = [_ADVICE]
