@@ -159,6 +159,7 @@ def _members_of(p: Prepared, cc: int, waiting: np.ndarray, evidence: list[str]) 
     """Members of communicator ``cc`` (a list or an array): the state's list, every rank for world or
     None, else the ranks that report the communicator."""
     name = p.strings[cc]
+    m: Any
     if isinstance(p.comms, ListTable):
         try:
             m = p.comms.array(name)

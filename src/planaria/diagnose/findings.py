@@ -27,7 +27,7 @@ def ranges(ranks: Any) -> str:
     br = np.flatnonzero(np.diff(a) != 1)
     starts = np.concatenate(([a[0]], a[br + 1])).tolist()
     ends = np.concatenate((a[br], [a[-1]])).tolist()
-    return ",".join(str(s) if s == e else f"{s}-{e}" for s, e in zip(starts, ends))
+    return ",".join(str(s) if s == e else f"{s}-{e}" for s, e in zip(starts, ends, strict=True))
 
 
 def clip(text: str, n: int = TEXT_RANKS) -> str:

@@ -83,7 +83,9 @@ def skipped_step(p: Prepared, coll: Collectives, scc: list[int], waiters: int,
     st = p.cols["step"]
     for g in scc:
         inside = coll.waiters(g)
-        steps = np.unique(st[p.row_of[inside]]) if inside.size and (p.row_of[inside] >= 0).all() else []
+        if not inside.size or not (p.row_of[inside] >= 0).all():
+            continue
+        steps = np.unique(st[p.row_of[inside]])
         if len(steps) != 1 or steps[0] < 0:
             continue
         s = int(steps[0])

@@ -295,4 +295,6 @@ def uniq(a: np.ndarray, counts: bool = False) -> Any:
     """np.unique with a fast path for the common all-equal column."""
     if a.size and a.min() == a.max():
         return (a[:1].copy(), np.array([a.size])) if counts else a[:1].copy()
-    return np.unique(a, return_counts=counts)
+    if counts:
+        return np.unique(a, return_counts=True)
+    return np.unique(a)

@@ -34,7 +34,7 @@ def unmatched_receives(p: Prepared) -> tuple[list[dict[str, Any]], int, list[str
     recv_from_me = p.is_p2p[prow] & p.is_recv_name[c["op_name"][prow]] & (c["op_peer"][prow] == me)
     blocked = p.is_coll[prow] | p.finished[prow] | recv_from_me
     sel = np.flatnonzero(blocked)
-    out = []
+    out: list[dict[str, Any]] = []
     for i in sel[:100].tolist():
         r, q = int(me[i]), int(peer[i])
         tag = int(c["op_tag"][rows[i]])
@@ -63,7 +63,8 @@ def waiting_summary(p: Prepared, coll: Collectives) -> tuple[list[dict[str, Any]
 
 
 def _group_entries(p: Prepared, coll: Collectives, evidence: list[str]) -> list[dict[str, Any]]:
-    c, out = p.cols, []
+    c = p.cols
+    out: list[dict[str, Any]] = []
     nw = np.diff(coll.waiter_off)
     order = np.argsort(-nw, kind="stable")
     for g in order[:DETAIL].tolist():
@@ -112,7 +113,7 @@ def _p2p_entries(p: Prepared) -> list[dict[str, Any]]:
     p2p = np.flatnonzero(p.is_p2p)
     if not p2p.size:
         return []
-    out = []
+    out: list[dict[str, Any]] = []
     comm = c["op_comm"][p2p].astype(np.int64)
     codes, cnt = uniq(comm, counts=True)
     corder = np.argsort(-cnt, kind="stable")
