@@ -538,79 +538,96 @@ def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]
     for r, c in sorted(p2p.items()):
         if c.kind != "recv" or c.peer is None or c.peer < 0 or c.peer == r or c.peer not in where:
             continue
-        site = where[r][1]
-        path = site.partition(":")[0]
-        calls = lines(path)
+        found = _receive_cause(r, c, where, size)
+        if found is not None:
+            out.append(found)
+    deadlock = _deadlock(where, p2p)
+    if deadlock is not None:
+        out.append(deadlock)
+    return out
 
-        def sent(q: int) -> list[tuple[Line, int | None]]:
-            """(line, tag) of the sends to ``r`` rank ``q`` made (its branch, and it has run past them)."""
-            found = []
-            for ln in calls:
-                if (ln.method in _SENDS and ln.runs(q, size) is True and q in where
-                        and ran_past(where[q][1], _at(path, ln))):
-                    dest, tag = ln.args(q, size, "send")
-                    if dest == r:
-                        found.append((ln, tag))
-            return found
 
-        got = [ln for ln in calls if ln.method in _RECVS and ln.runs(r, size) is True and ran_past(site, _at(path, ln))]
-        sends = {q: sent(q) for q in where if q != r}
-        skipped = _skipped(r, c, where, calls, sends.get(c.peer, []), path)
-        if skipped is not None:
-            out.append(skipped)
-            continue
-        if any(ln.looped for ln in got) or any(ln.looped for v in sends.values() for ln, _ in v):
-            continue                    # counts of messages are not known: only the wait cycle below
-        wild = [ln for ln in got if ln.args(r, size, "recv")[0] == -1]
+def _receive_cause(r: int, c: P2P, where: dict[int, tuple[str, str]], size: int) -> dict[str, Any] | None:
+    """Why rank ``r``'s receive from ``c.peer`` (a rank that answered) does not match, from the
+    sends of the file the ranks have run past: a skipped collective, a message an earlier
+    ANY_SOURCE receive took, another tag, another source; None when none of these is sure."""
+    assert c.peer is not None
+    site = where[r][1]
+    path = site.partition(":")[0]
+    calls = lines(path)
 
-        def received(q: int) -> int:    # receives rank r has run past that name rank q
-            return sum(1 for ln in got if ln.args(r, size, "recv")[0] == q)
+    def sent(q: int) -> list[tuple[Line, int | None]]:
+        """(line, tag) of the sends to ``r`` rank ``q`` made (its branch, and it has run past them)."""
+        found = []
+        for ln in calls:
+            if (ln.method in _SENDS and ln.runs(q, size) is True and q in where
+                    and ran_past(where[q][1], _at(path, ln))):
+                dest, tag = ln.args(q, size, "send")
+                if dest == r:
+                    found.append((ln, tag))
+        return found
 
-        def fitting(q: int) -> list[tuple[Line, int | None]]:
-            return [(ln, tag) for ln, tag in sends.get(q, []) if c.tag in (-1, tag)]
+    got = [ln for ln in calls if ln.method in _RECVS and ln.runs(r, size) is True and ran_past(site, _at(path, ln))]
+    sends = {q: sent(q) for q in where if q != r}
+    skipped = _skipped(r, c, where, calls, sends.get(c.peer, []), path)
+    if skipped is not None:
+        return skipped
+    if any(ln.looped for ln in got) or any(ln.looped for v in sends.values() for ln, _ in v):
+        return None                     # counts of messages are not known: only the wait cycle
+    wild = [ln for ln in got if ln.args(r, size, "recv")[0] == -1]
 
-        extra = {q: len(fitting(q)) - received(q) for q in sends}   # fitting messages not taken by name
-        if extra.get(c.peer, 0) > 0:
-            late = [q for q in sends if q != c.peer and extra[q] > 0]
-            if wild and late:           # an earlier wildcard receive took the peer's message
-                ln = wild[0]
-                out.append({"kind": "source-mismatch", "ranks": [r], "op": ln.method, "site": _at(path, ln),
-                            "reason": f"receive from any source took the wrong message: rank {r}'s ANY_SOURCE "
-                                      f"receive at {short_site(_at(path, ln))} took rank {c.peer}'s message (tag "
-                                      f"{c.tag}), so its receive from rank {c.peer} at {short_site(site)} waits while "
-                                      f"rank {late[0]}'s (sent at {short_site(_at(path, fitting(late[0])[0][0]))}) "
-                                      "is left over"})
-            continue
-        other = [(ln, tag) for ln, tag in sends.get(c.peer, []) if c.tag not in (-1, tag)]
-        if len(other) > received(c.peer) + len(wild):
-            ln, tag = other[0]
-            out.append({"kind": "tag-mismatch", "ranks": sorted({r, c.peer}), "op": c.method, "site": site,
-                        "reason": f"unmatched tag: rank {c.peer} sent tag {tag} to rank {r} at "
-                                  f"{short_site(_at(path, ln))}, rank {r} waits for tag {c.tag} from rank {c.peer} "
-                                  f"at {short_site(site)}"})
-            continue
-        for q in sorted(sends):
-            if q != c.peer and extra[q] > len(wild):
-                ln, tag = fitting(q)[0]
-                out.append({"kind": "source-mismatch", "ranks": sorted({r, q}), "op": c.method, "site": site,
-                            "reason": f"unmatched source: rank {q} sent to rank {r} (tag {tag}) at "
-                                      f"{short_site(_at(path, ln))}, rank {r} waits for a message from rank {c.peer} "
-                                      f"at {short_site(site)}"})
-                break
+    def received(q: int) -> int:    # receives rank r has run past that name rank q
+        return sum(1 for ln in got if ln.args(r, size, "recv")[0] == q)
+
+    def fitting(q: int) -> list[tuple[Line, int | None]]:
+        return [(ln, tag) for ln, tag in sends.get(q, []) if c.tag in (-1, tag)]
+
+    extra = {q: len(fitting(q)) - received(q) for q in sends}   # fitting messages not taken by name
+    if extra.get(c.peer, 0) > 0:
+        late = [q for q in sends if q != c.peer and extra[q] > 0]
+        if not (wild and late):
+            return None
+        ln = wild[0]                    # an earlier wildcard receive took the peer's message
+        return {"kind": "source-mismatch", "ranks": [r], "op": ln.method, "site": _at(path, ln),
+                "reason": f"receive from any source took the wrong message: rank {r}'s ANY_SOURCE "
+                          f"receive at {short_site(_at(path, ln))} took rank {c.peer}'s message (tag "
+                          f"{c.tag}), so its receive from rank {c.peer} at {short_site(site)} waits while "
+                          f"rank {late[0]}'s (sent at {short_site(_at(path, fitting(late[0])[0][0]))}) "
+                          "is left over"}
+    other = [(ln, tag) for ln, tag in sends.get(c.peer, []) if c.tag not in (-1, tag)]
+    if len(other) > received(c.peer) + len(wild):
+        ln, tag = other[0]
+        return {"kind": "tag-mismatch", "ranks": sorted({r, c.peer}), "op": c.method, "site": site,
+                "reason": f"unmatched tag: rank {c.peer} sent tag {tag} to rank {r} at "
+                          f"{short_site(_at(path, ln))}, rank {r} waits for tag {c.tag} from rank {c.peer} "
+                          f"at {short_site(site)}"}
+    for q in sorted(sends):
+        if q != c.peer and extra[q] > len(wild):
+            ln, tag = fitting(q)[0]
+            return {"kind": "source-mismatch", "ranks": sorted({r, q}), "op": c.method, "site": site,
+                    "reason": f"unmatched source: rank {q} sent to rank {r} (tag {tag}) at "
+                              f"{short_site(_at(path, ln))}, rank {r} waits for a message from rank {c.peer} "
+                              f"at {short_site(site)}"}
+    return None
+
+
+def _deadlock(where: dict[int, tuple[str, str]], p2p: dict[int, P2P]) -> dict[str, Any] | None:
+    """A wait cycle (collectives waiting for every rank not in them), or, peers unknown, every rank
+    in a blocking point-to-point call; None otherwise."""
     cycle = _cycle(where, p2p)
     if cycle:
         first = min(r for r in cycle if r in p2p)
         ring = " -> ".join(map(str, [*cycle, cycle[0]]))
-        out.append({"kind": "deadlock", "ranks": sorted(cycle), "op": p2p[first].method, "site": where[first][1],
-                    "reason": f"wait cycle {ring}: each waits for the next (deadlock); rank {first} in "
-                              f"{p2p[first].method} at {short_site(where[first][1])}"})
-    elif where and all(native_p2p(call) for call, _ in where.values()):
+        return {"kind": "deadlock", "ranks": sorted(cycle), "op": p2p[first].method, "site": where[first][1],
+                "reason": f"wait cycle {ring}: each waits for the next (deadlock); rank {first} in "
+                          f"{p2p[first].method} at {short_site(where[first][1])}"}
+    if where and all(native_p2p(call) for call, _ in where.values()):
         ranks = sorted(where)
         sites = sorted({s for _, s in where.values()}, key=lambda s: -sum(1 for _, t in where.values() if t == s))
-        out.append({"kind": "deadlock", "ranks": ranks, "op": where[ranks[0]][0].replace("MPI_", ""),
-                    "site": sites[0], "reason": f"every rank waits in a blocking point-to-point call (mostly at "
-                                                f"{short_site(sites[0])}): none can go on (deadlock)"})
-    return out
+        return {"kind": "deadlock", "ranks": ranks, "op": where[ranks[0]][0].replace("MPI_", ""),
+                "site": sites[0], "reason": f"every rank waits in a blocking point-to-point call (mostly at "
+                                            f"{short_site(sites[0])}): none can go on (deadlock)"}
+    return None
 
 
 def _skipped(r: int, c: P2P, where: dict[int, tuple[str, str]], calls: list[Line],
