@@ -180,7 +180,7 @@ def _signature(a: ast.arguments) -> inspect.Signature:
     if a.vararg is not None:
         params.append(P(a.vararg.arg, P.VAR_POSITIONAL))
     params += [P(x.arg, P.KEYWORD_ONLY, default=P.empty if d is None else None)
-               for x, d in zip(a.kwonlyargs, a.kw_defaults)]
+               for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
     if a.kwarg is not None:
         params.append(P(a.kwarg.arg, P.VAR_KEYWORD))
     return inspect.Signature(params)
@@ -229,7 +229,10 @@ def _eval(e: ast.expr, comm: ast.expr | None, rank: int, size: int, env: dict[st
         raise LookupError
     if isinstance(e, ast.Name) and env and e.id in env:
         return _eval(env[e.id], comm, rank, size, env, depth + 1)
-    ev = (lambda x: _eval(x, comm, rank, size, env, depth + 1))
+
+    def ev(x: ast.expr) -> Any:
+        return _eval(x, comm, rank, size, env, depth + 1)
+
     if isinstance(e, ast.Constant) and isinstance(e.value, int):
         return e.value
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
@@ -416,8 +419,8 @@ def _lines(path: str, version: tuple[int, int]) -> tuple[Line, ...]:
             out.append(Line(node.lineno, func, node.func.attr, node, conds, *looped))
         elif isinstance(node, ast.Call) and _exits(node.func):
             out.append(Line(node.lineno, func, "exit", node, conds, *looped))
-        for child in ast.iter_child_nodes(node):
-            walk(child, func, conds, looped)
+        for sub in ast.iter_child_nodes(node):
+            walk(sub, func, conds, looped)
 
     walk(tree, "<module>", (), (0, 0))
     return tuple(dataclasses.replace(ln, env=envs.get(ln.func)) for ln in out)
@@ -551,7 +554,8 @@ def _receive_cause(r: int, c: P2P, where: dict[int, tuple[str, str]], size: int)
     """Why rank ``r``'s receive from ``c.peer`` (a rank that answered) does not match, from the
     sends of the file the ranks have run past: a skipped collective, a message an earlier
     ANY_SOURCE receive took, another tag, another source; None when none of these is sure."""
-    assert c.peer is not None
+    if c.peer is None:
+        return None
     site = where[r][1]
     path = site.partition(":")[0]
     calls = lines(path)
@@ -635,6 +639,8 @@ def _skipped(r: int, c: P2P, where: dict[int, tuple[str, str]], calls: list[Line
     """Rank ``r`` waits in a loop for its peer's message, the peer waits in a collective further
     down the same loop, having sent that message this step: had ``r`` been in the same step its
     receive would have matched. ``r`` went round the loop without the collective: it skipped it."""
+    if c.peer is None:
+        return None
     pcall, psite = where[c.peer]
     site = where[r][1]
     m, pm = SITE_RE.match(site), SITE_RE.match(psite)

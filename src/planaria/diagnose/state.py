@@ -42,7 +42,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeGuard
 
 import msgpack
 import numpy as np
@@ -127,10 +127,10 @@ class RankTable:
                 op = {k: op_cols[k][j] for k in ("name", "kind", "comm", "peer", "tag", "size", "seq", "since",
                                                  "site")}
             a, b = int(coff[row]), int(coff[row + 1])
-            colls = {s[k]: v for k, v in zip(cc[a:b].tolist(), cn[a:b].tolist())}
+            colls = {s[k]: v for k, v in zip(cc[a:b].tolist(), cn[a:b].tolist(), strict=True)}
             a, b = int(toff[row]), int(toff[row + 1])
             threads = [{"name": None if nm < 0 else s[nm], "ident": None if ident == NULL else ident, "stack": st}
-                       for nm, ident, st in zip(tn[a:b].tolist(), ti[a:b].tolist(), ts[a:b].tolist())]
+                       for nm, ident, st in zip(tn[a:b].tolist(), ti[a:b].tolist(), ts[a:b].tolist(), strict=True)]
             rec: dict[str, Any] = {"rank": rank[j], "host": host[j], "pid": pid[j], "t": t[j], "step": step[j],
                                    "op": op, "colls": colls, "threads": threads,
                                    "status": status[j]}
@@ -140,7 +140,7 @@ class RankTable:
                     if k == "op" and op is not None and isinstance(v, dict):
                         op.update(v)
                     elif k == "threads" and isinstance(v, list) and len(v) == len(threads):
-                        for th, more in zip(threads, v):
+                        for th, more in zip(threads, v, strict=True):
                             th.update(more)
                     else:
                         rec[k] = v
@@ -382,7 +382,7 @@ class _ColumnBuilder:
     def _threads(self, r: int, threads: Any) -> list[dict[str, Any]] | None:
         """Append the threads; per thread the keys no column holds, if any thread has some."""
         L = self.lists
-        tmore = None
+        tmore: list[dict[str, Any]] | None = None
         if threads:
             if type(threads) is not list:
                 raise ValueError(f"rank {r}: threads must be a list")
@@ -494,7 +494,7 @@ class ListTable(Mapping):
         return cls(names, o, f, mask)
 
 
-def _is_columns(v: Any) -> bool:
+def _is_columns(v: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(v, dict) and v.get("encoding") == ENCODING
 
 
@@ -619,10 +619,10 @@ def merge_subtrees(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def columns(state: dict[str, Any]) -> tuple[RankTable, list[Any], dict[str, Any]]:
+def columns(state: dict[str, Any]) -> tuple[RankTable, list[Any], Mapping[str, Any]]:
     """``(ranks as a RankTable, stack table, comms table)`` of an in-memory state in either form."""
     ranks = state.get("ranks")
-    stacks = state.get("stacks") or []
+    stacks: list[Any] = state.get("stacks") or []
     if ranks is None:
         ranks = []
     if isinstance(ranks, list):
