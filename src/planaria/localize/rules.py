@@ -358,7 +358,7 @@ class Incident:
 # --------------------------------------------------------------------------- rule interfaces
 
 
-class Rule(ABC):
+class Rule(ABC):  # noqa: B024 -- no abstract method of its own: ABC gives the rule kinds below ABCMeta
     """A named rule with a one-line ``doc``."""
 
     name: str = ""
@@ -478,6 +478,8 @@ class ManyToOneRule(MergeRule):
         if len(srcs) < self.min_sources:
             return None
         d = window[0].dst
+        if d is None:                   # not keyed: every record of the window names its dst
+            return None
         if all(r.type == SLOW_MESSAGE for r in window):
             return Verdict(f"rank {d} slow: {_who(srcs)} see its messages far above threshold",
                            "slow", PRIORITY["slow"] + 2, (d,), window[0].host)
@@ -512,6 +514,11 @@ class CollectiveHangRule(MergeRule):
                            "collective-hang", PRIORITY["collective-hang"] - 2)
         return Verdict(f"rank {d} holds up collectives: {_who(srcs)} hang in {ops} on {comms}",
                        "collective-hang", PRIORITY["collective-hang"] + 2, (d,), window[0].host)
+
+
+def _key_parts(key: Hashable | None) -> tuple[Any, ...]:
+    """The parts of a rule's grouping key (a tuple), or none."""
+    return tuple(key) if isinstance(key, tuple) else ()
 
 
 def _wait_edge(rec: ErrorRecord) -> tuple[int, int] | None:
@@ -566,7 +573,10 @@ class DeadlockRule(MergeRule):
             for a, b in edges:
                 adj[a].add(b)
             return bool(_cycle_nodes(edges))
-        u, v = _wait_edge(added)
+        edge = _wait_edge(added)
+        if edge is None:                # not keyed: every record of the cluster is a wait edge
+            return False
+        u, v = edge
         if v in adj[u]:
             return False
         adj[u].add(v)
@@ -782,7 +792,7 @@ class FieldMergeRule(MergeRule):
         values = _Fields({f: _join(getattr(r, f) for r in window) for f in _FIELDS})
         values.update(count=len(window), sources=_who(srcs), ranks=fmt_ranks(blamed),
                       span=window[-1].time - window[0].time, first=window[0].time, last=window[-1].time,
-                      key=", ".join(map(str, self.key(window[0], ctx) or ())), rule=self.name)
+                      key=", ".join(map(str, _key_parts(self.key(window[0], ctx)))), rule=self.name)
         hosts = {r.host for r in window if r.host is not None}
         return Verdict(self.verdict.format_map(values), self.kind, self.priority, blamed,
                        hosts.pop() if len(hosts) == 1 else None)
@@ -1363,7 +1373,7 @@ class RuleBase:
         want = _needed_probe(rec)
         reason = f"{rec.type} reported by rank {rec.src}"
         if rec.dst is not None and rec.type in HANG_TYPES and want in (None, PING):
-            for rule, fired, size in joined:
+            for rule, fired, _size in joined:
                 if fired and rule.probe is not None:
                     want, reason = rule.probe, f"rule {rule.name} fired on rank {rec.dst}"
                     break
@@ -1372,11 +1382,11 @@ class RuleBase:
         if want is not None and rec.dst is not None:
             entry = self._covered(rec.dst, want, now)
             if entry is not None:
-                waiting = entry.finished is None
-                return Decision("duplicate", subject, wait_for=entry.kind if waiting else None,
-                                result=None if waiting else dict(entry.outcome or {}), rules=rules,
-                                reason=(f"a {entry.kind} probe of rank {rec.dst} is in progress" if waiting
-                                        else f"rank {rec.dst} was probed ({entry.kind}) {now - entry.finished:.1f} s ago"))
+                done = entry.finished
+                return Decision("duplicate", subject, wait_for=entry.kind if done is None else None,
+                                result=None if done is None else dict(entry.outcome or {}), rules=rules,
+                                reason=(f"a {entry.kind} probe of rank {rec.dst} is in progress" if done is None
+                                        else f"rank {rec.dst} was probed ({entry.kind}) {now - done:.1f} s ago"))
         probe = self._start(want, rec.dst, now, reason) if want is not None and rec.dst is not None else None
         if rules:
             return Decision("merged", subject, probe=probe, rules=rules,
@@ -1391,7 +1401,7 @@ class RuleBase:
         w = self.cause_window
 
         def near_in(times: list[float] | None) -> bool:
-            return bool(times) and any(abs(t - rec.time) <= w for t in times)
+            return times is not None and any(abs(t - rec.time) <= w for t in times)
 
         d = rec.dst
         if d is None:
@@ -1427,7 +1437,7 @@ class RuleBase:
         entry.finished, entry.outcome = now, dict(outcome)
         self._version += 1
         follow: list[tuple[str, int, str]] = []
-        base = dict(src=self.rank, dst=dst, time=now, host=outcome.get("host") or self.host_of(dst))
+        base: dict[str, Any] = dict(src=self.rank, dst=dst, time=now, host=outcome.get("host") or self.host_of(dst))
         lost = kind == PING and not outcome.get("ok") or kind == STATUS and outcome.get("ok") is False
         if lost:
             entry.finding = True
@@ -1544,7 +1554,7 @@ class RuleBase:
         recs = sorted((self._recs[i] for i in ids), key=ErrorRecord.sort_key)
         verdicts = [(1, v) for v in _type_verdicts(recs)]
         names = []
-        for ri, rule, window in sorted(fired, key=lambda f: (f[0], f[2][0].sort_key())):
+        for _ri, rule, window in sorted(fired, key=lambda f: (f[0], f[2][0].sort_key())):
             if rule.name not in names:
                 names.append(rule.name)
             v = rule.decide(window, self)
@@ -1618,7 +1628,8 @@ class RuleBase:
             while v is not None and state[v] == 0:
                 state[v] = 1
                 path.append(v)
-                v = parent[v][0] if parent[v] else None
+                link = parent[v]
+                v = link[0] if link else None
             if v is not None and state[v] == 1:
                 cycle = path[path.index(v):]
                 parent[min(cycle)] = None
@@ -1626,17 +1637,18 @@ class RuleBase:
                 state[x] = 2
 
         def root_of(x: int) -> int:
-            while parent[x] is not None:
-                x = parent[x][0]
+            while (up := parent[x]) is not None:
+                x = up[0]
             return x
 
         roots = [i for i in range(len(incs)) if parent[i] is None]
         extra: dict[int, list[str]] = defaultdict(list)
         for j in range(len(incs)):
-            if parent[j] is not None:
+            link = parent[j]
+            if link is not None:
                 top = root_of(j)
-                incs[top].consequences.append((parent[j][1], incs[j]))
-                extra[top].append(parent[j][1])
+                incs[top].consequences.append((link[1], incs[j]))
+                extra[top].append(link[1])
                 extra[top].extend(incs[j].rules)
         order = {r.name: k for k, r in enumerate(self.rules)}
         for i in roots:
