@@ -152,13 +152,13 @@ def test_merge_subtrees_invariants(stacks: list, threads: list, cuts: list, miss
                                                 for i in th]} for r, th in enumerate(threads)]
     bounds = sorted({0, len(recs), *[min(c, len(recs)) for c in cuts]})
     parts = []
-    for k, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+    for k, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
         table, part_recs = intern_stacks(recs[lo:hi])
         parts.append({"stacks": table, "ranks": part_recs, "missing": missing[k::2]})
     merged = merge_subtrees(parts)
     # ranks concatenated in order, every thread resolves to the same frames, the table has no duplicates
     assert [r["rank"] for r in merged["ranks"]] == [r["rank"] for r in recs]
-    for orig, got in zip(recs, merged["ranks"]):
+    for orig, got in zip(recs, merged["ranks"], strict=True):
         assert [merged["stacks"][th["stack"]] for th in got["threads"]] == [th["stack"] for th in orig["threads"]]
     keys = [tuple(map(tuple, s)) for s in merged["stacks"]]
     assert len(keys) == len(set(keys))

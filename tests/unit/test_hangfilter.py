@@ -74,7 +74,7 @@ def test_rank_ranges_round_trip(ranks: list[int]) -> None:
     assert rank_ranges(parse_rank_ranges(text)) == text
     # canonical: no two items touch or overlap
     items = [list(map(int, p.split("-"))) for p in text.split(",")] if text else []
-    for a, b in zip(items, items[1:]):
+    for a, b in zip(items, items[1:], strict=False):
         assert b[0] > a[-1] + 1
 
 
@@ -108,7 +108,7 @@ def _inputs(draw: st.DrawFn, big_ranks: bool = False) -> tuple[np.ndarray, np.nd
     flips = draw(st.lists(st.booleans(), min_size=n * s, max_size=n * s))
     noise = draw(st.lists(st.integers(-2, hi + 3), min_size=n * s, max_size=n * s))
     samples = np.array(base, dtype=np.int32).reshape(n, 1).repeat(s, axis=1)
-    for idx, (f, v) in enumerate(zip(flips, noise)):
+    for idx, (f, v) in enumerate(zip(flips, noise, strict=True)):
         if f and idx % s:                          # column 0 stays the base id; later rounds may change
             samples[idx // s, idx % s] = v
     rank_pool = st.integers(0, 3 * 10 ** 9) if big_ranks else st.integers(0, 12)

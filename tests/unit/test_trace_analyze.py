@@ -173,7 +173,7 @@ def test_index_ranges_cover_exactly(ix):
     rngs = index_ranges([[i] for i in ix])
     covered = [i for lo, hi in rngs for i in range(lo[0], hi[0] + 1)]
     assert sorted(covered) == sorted(ix)                 # nothing lost, nothing invented
-    assert all(b[0][0] > a[1][0] + 1 for a, b in zip(rngs, rngs[1:]))   # maximal runs
+    assert all(b[0][0] > a[1][0] + 1 for a, b in zip(rngs, rngs[1:], strict=False))   # maximal runs
 
 
 @fr.atomic
