@@ -98,7 +98,7 @@ def ask_children(ctx: zmq.Context, ranks: Sequence[int], eps: Sequence[str | Non
     Chunks whose head has no endpoint are re-headed by their next rank; a chunk that does not
     answer in time comes back as ``{"missing": chunk}``.
     """
-    ep_of = dict(zip(ranks, eps))
+    ep_of = dict(zip(ranks, eps, strict=False))    # a short eps list: the rest have no endpoint (re-headed)
     parts: list[dict[str, Any]] = []
     pending: dict[str, tuple[zmq.Socket, list[int]]] = {}
     child_budget = budget - hop
@@ -111,10 +111,11 @@ def ask_children(ctx: zmq.Context, ranks: Sequence[int], eps: Sequence[str | Non
         if child_budget <= 0:
             parts.append({"missing": chunk})
             continue
+        head_ep = str(ep_of[chunk[0]])     # not None: heads without an endpoint were dropped above
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
-        curve.client(sock, secret, ep_of[chunk[0]])
-        sock.connect(ep_of[chunk[0]])
+        curve.client(sock, secret, head_ep)
+        sock.connect(head_ep)
         rid = uuid.uuid4().hex
         msg = {"type": "collect", "tok": secret, "id": rid, "ranks": chunk,
                "eps": [ep_of.get(r) for r in chunk], "k": k, "hop": hop, "budget": child_budget,

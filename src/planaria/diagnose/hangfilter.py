@@ -135,7 +135,7 @@ def rank_ranges(ranks: Any) -> str:
     brk = np.flatnonzero(np.diff(r) != 1)
     starts = r[np.concatenate(([0], brk + 1))].tolist()
     ends = r[np.concatenate((brk, [r.size - 1]))].tolist()
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in zip(starts, ends))
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in zip(starts, ends, strict=True))
 
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from planaria.diagnose.findings import SITE_RE, ran_past, short_site
+
 #: native MPI function -> (kind, the mpi4py methods that block in it)
 _NATIVE = {
     "MPI_Send": ("send", ("Send", "send")), "MPI_Ssend": ("send", ("Ssend", "ssend")),
@@ -178,7 +180,7 @@ def _signature(a: ast.arguments) -> inspect.Signature:
     if a.vararg is not None:
         params.append(P(a.vararg.arg, P.VAR_POSITIONAL))
     params += [P(x.arg, P.KEYWORD_ONLY, default=P.empty if d is None else None)
-               for x, d in zip(a.kwonlyargs, a.kw_defaults)]
+               for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
     if a.kwarg is not None:
         params.append(P(a.kwarg.arg, P.VAR_KEYWORD))
     return inspect.Signature(params)
@@ -227,7 +229,10 @@ def _eval(e: ast.expr, comm: ast.expr | None, rank: int, size: int, env: dict[st
         raise LookupError
     if isinstance(e, ast.Name) and env and e.id in env:
         return _eval(env[e.id], comm, rank, size, env, depth + 1)
-    ev = (lambda x: _eval(x, comm, rank, size, env, depth + 1))
+
+    def ev(x: ast.expr) -> Any:
+        return _eval(x, comm, rank, size, env, depth + 1)
+
     if isinstance(e, ast.Constant) and isinstance(e.value, int):
         return e.value
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
@@ -414,8 +419,8 @@ def _lines(path: str, version: tuple[int, int]) -> tuple[Line, ...]:
             out.append(Line(node.lineno, func, node.func.attr, node, conds, *looped))
         elif isinstance(node, ast.Call) and _exits(node.func):
             out.append(Line(node.lineno, func, "exit", node, conds, *looped))
-        for child in ast.iter_child_nodes(node):
-            walk(child, func, conds, looped)
+        for sub in ast.iter_child_nodes(node):
+            walk(sub, func, conds, looped)
 
     walk(tree, "<module>", (), (0, 0))
     return tuple(dataclasses.replace(ln, env=envs.get(ln.func)) for ln in out)
@@ -476,7 +481,6 @@ def finished(ended: list[int], where: dict[int, tuple[str, str]], size: int) -> 
     source line names one of them, or collectives that every other rank waits in. Where the file
     has a call that ends the program (``sys.exit``...) on the ended rank's branch, before the wait,
     that is the site; else the wait."""
-    from planaria.diagnose.offline import _short
 
     out: list[dict[str, Any]] = []
     gone = set(ended)
@@ -486,7 +490,7 @@ def finished(ended: list[int], where: dict[int, tuple[str, str]], size: int) -> 
             f, end = c.peer, _exit_site(c.peer, site, size)
             out.append({"kind": "finished", "ranks": [f], "op": c.method, "site": end or site,
                         "reason": f"rank {f} has finished{_ended(end)} while rank {r} waits for it in {c.method} at "
-                                  f"{_short(site)}"})
+                                  f"{short_site(site)}"})
             gone.discard(f)
     colls = {(call, site) for call, site in where.values() if not native_p2p(call)}
     if gone and len(colls) == 1 and len(where) + len(ended) == size:
@@ -495,18 +499,16 @@ def finished(ended: list[int], where: dict[int, tuple[str, str]], size: int) -> 
             end = _exit_site(f, site, size)
             out.append({"kind": "finished", "ranks": [f], "op": call, "site": end or site,
                         "reason": f"rank {f} has finished{_ended(end)} while every other rank waits for it in "
-                                  f"{call.replace('MPI_', '')} at {_short(site)}"})
+                                  f"{call.replace('MPI_', '')} at {short_site(site)}"})
     return out
 
 
 def _ended(end: str | None) -> str:
-    from planaria.diagnose.offline import _short
-    return f" (the program-ending call on its branch: {_short(end)})" if end else ""
+    return f" (the program-ending call on its branch: {short_site(end)})" if end else ""
 
 
 def _exit_site(rank: int, wait: str, size: int) -> str | None:
     """The program-ending call on ``rank``'s branch of ``wait``'s file, before ``wait`` in its function."""
-    from planaria.diagnose.offline import ran_past
     path = wait.partition(":")[0]
     ends = [ln for ln in lines(path) if ln.method == "exit" and ln.runs(rank, size) is True
             and ran_past(wait, _at(path, ln))]
@@ -527,7 +529,6 @@ def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]
     message its peer sent with another tag (tag-mismatch), or another rank sent with its tag
     (source-mismatch), or that an earlier ANY_SOURCE receive of its own took (source-mismatch at
     that receive); then a wait cycle (deadlock), with collectives waiting for every rank not in them."""
-    from planaria.diagnose.offline import _short, ran_past
 
     p2p = {r: got for r, (call, site) in where.items() if native_p2p(call)
            and (got := read(site, call, r, size)) is not None}
@@ -536,83 +537,101 @@ def causes(where: dict[int, tuple[str, str]], size: int) -> list[dict[str, Any]]
         if c.peer == r:
             what = "sends to itself with no receive posted" if c.kind == "send" else "waits for a message from itself"
             out.append({"kind": "self-wait", "ranks": [r], "op": c.method, "site": where[r][1],
-                        "reason": f"rank {r} {what} ({c.method} at {_short(where[r][1])})"})
+                        "reason": f"rank {r} {what} ({c.method} at {short_site(where[r][1])})"})
     for r, c in sorted(p2p.items()):
         if c.kind != "recv" or c.peer is None or c.peer < 0 or c.peer == r or c.peer not in where:
             continue
-        site = where[r][1]
-        path = site.partition(":")[0]
-        calls = lines(path)
+        found = _receive_cause(r, c, where, size)
+        if found is not None:
+            out.append(found)
+    deadlock = _deadlock(where, p2p)
+    if deadlock is not None:
+        out.append(deadlock)
+    return out
 
-        def sent(q: int) -> list[tuple[Line, int | None]]:
-            """(line, tag) of the sends to ``r`` rank ``q`` made (its branch, and it has run past them)."""
-            found = []
-            for ln in calls:
-                if (ln.method in _SENDS and ln.runs(q, size) is True and q in where
-                        and ran_past(where[q][1], _at(path, ln))):
-                    dest, tag = ln.args(q, size, "send")
-                    if dest == r:
-                        found.append((ln, tag))
-            return found
 
-        got = [ln for ln in calls if ln.method in _RECVS and ln.runs(r, size) is True and ran_past(site, _at(path, ln))]
-        sends = {q: sent(q) for q in where if q != r}
-        skipped = _skipped(r, c, where, calls, sends.get(c.peer, []), path)
-        if skipped is not None:
-            out.append(skipped)
-            continue
-        if any(ln.looped for ln in got) or any(ln.looped for v in sends.values() for ln, _ in v):
-            continue                    # counts of messages are not known: only the wait cycle below
-        wild = [ln for ln in got if ln.args(r, size, "recv")[0] == -1]
+def _receive_cause(r: int, c: P2P, where: dict[int, tuple[str, str]], size: int) -> dict[str, Any] | None:
+    """Why rank ``r``'s receive from ``c.peer`` (a rank that answered) does not match, from the
+    sends of the file the ranks have run past: a skipped collective, a message an earlier
+    ANY_SOURCE receive took, another tag, another source; None when none of these is sure."""
+    if c.peer is None:
+        return None
+    site = where[r][1]
+    path = site.partition(":")[0]
+    calls = lines(path)
 
-        def received(q: int) -> int:    # receives rank r has run past that name rank q
-            return sum(1 for ln in got if ln.args(r, size, "recv")[0] == q)
+    def sent(q: int) -> list[tuple[Line, int | None]]:
+        """(line, tag) of the sends to ``r`` rank ``q`` made (its branch, and it has run past them)."""
+        found = []
+        for ln in calls:
+            if (ln.method in _SENDS and ln.runs(q, size) is True and q in where
+                    and ran_past(where[q][1], _at(path, ln))):
+                dest, tag = ln.args(q, size, "send")
+                if dest == r:
+                    found.append((ln, tag))
+        return found
 
-        def fitting(q: int) -> list[tuple[Line, int | None]]:
-            return [(ln, tag) for ln, tag in sends.get(q, []) if c.tag in (-1, tag)]
+    got = [ln for ln in calls if ln.method in _RECVS and ln.runs(r, size) is True and ran_past(site, _at(path, ln))]
+    sends = {q: sent(q) for q in where if q != r}
+    skipped = _skipped(r, c, where, calls, sends.get(c.peer, []), path)
+    if skipped is not None:
+        return skipped
+    if any(ln.looped for ln in got) or any(ln.looped for v in sends.values() for ln, _ in v):
+        return None                     # counts of messages are not known: only the wait cycle
+    wild = [ln for ln in got if ln.args(r, size, "recv")[0] == -1]
 
-        extra = {q: len(fitting(q)) - received(q) for q in sends}   # fitting messages not taken by name
-        if extra.get(c.peer, 0) > 0:
-            late = [q for q in sends if q != c.peer and extra[q] > 0]
-            if wild and late:           # an earlier wildcard receive took the peer's message
-                ln = wild[0]
-                out.append({"kind": "source-mismatch", "ranks": [r], "op": ln.method, "site": _at(path, ln),
-                            "reason": f"receive from any source took the wrong message: rank {r}'s ANY_SOURCE "
-                                      f"receive at {_short(_at(path, ln))} took rank {c.peer}'s message (tag "
-                                      f"{c.tag}), so its receive from rank {c.peer} at {_short(site)} waits while "
-                                      f"rank {late[0]}'s (sent at {_short(_at(path, fitting(late[0])[0][0]))}) "
-                                      "is left over"})
-            continue
-        other = [(ln, tag) for ln, tag in sends.get(c.peer, []) if c.tag not in (-1, tag)]
-        if len(other) > received(c.peer) + len(wild):
-            ln, tag = other[0]
-            out.append({"kind": "tag-mismatch", "ranks": sorted({r, c.peer}), "op": c.method, "site": site,
-                        "reason": f"unmatched tag: rank {c.peer} sent tag {tag} to rank {r} at "
-                                  f"{_short(_at(path, ln))}, rank {r} waits for tag {c.tag} from rank {c.peer} "
-                                  f"at {_short(site)}"})
-            continue
-        for q in sorted(sends):
-            if q != c.peer and extra[q] > len(wild):
-                ln, tag = fitting(q)[0]
-                out.append({"kind": "source-mismatch", "ranks": sorted({r, q}), "op": c.method, "site": site,
-                            "reason": f"unmatched source: rank {q} sent to rank {r} (tag {tag}) at "
-                                      f"{_short(_at(path, ln))}, rank {r} waits for a message from rank {c.peer} "
-                                      f"at {_short(site)}"})
-                break
+    def received(q: int) -> int:    # receives rank r has run past that name rank q
+        return sum(1 for ln in got if ln.args(r, size, "recv")[0] == q)
+
+    def fitting(q: int) -> list[tuple[Line, int | None]]:
+        return [(ln, tag) for ln, tag in sends.get(q, []) if c.tag in (-1, tag)]
+
+    extra = {q: len(fitting(q)) - received(q) for q in sends}   # fitting messages not taken by name
+    if extra.get(c.peer, 0) > 0:
+        late = [q for q in sends if q != c.peer and extra[q] > 0]
+        if not (wild and late):
+            return None
+        ln = wild[0]                    # an earlier wildcard receive took the peer's message
+        return {"kind": "source-mismatch", "ranks": [r], "op": ln.method, "site": _at(path, ln),
+                "reason": f"receive from any source took the wrong message: rank {r}'s ANY_SOURCE "
+                          f"receive at {short_site(_at(path, ln))} took rank {c.peer}'s message (tag "
+                          f"{c.tag}), so its receive from rank {c.peer} at {short_site(site)} waits while "
+                          f"rank {late[0]}'s (sent at {short_site(_at(path, fitting(late[0])[0][0]))}) "
+                          "is left over"}
+    other = [(ln, tag) for ln, tag in sends.get(c.peer, []) if c.tag not in (-1, tag)]
+    if len(other) > received(c.peer) + len(wild):
+        ln, tag = other[0]
+        return {"kind": "tag-mismatch", "ranks": sorted({r, c.peer}), "op": c.method, "site": site,
+                "reason": f"unmatched tag: rank {c.peer} sent tag {tag} to rank {r} at "
+                          f"{short_site(_at(path, ln))}, rank {r} waits for tag {c.tag} from rank {c.peer} "
+                          f"at {short_site(site)}"}
+    for q in sorted(sends):
+        if q != c.peer and extra[q] > len(wild):
+            ln, tag = fitting(q)[0]
+            return {"kind": "source-mismatch", "ranks": sorted({r, q}), "op": c.method, "site": site,
+                    "reason": f"unmatched source: rank {q} sent to rank {r} (tag {tag}) at "
+                              f"{short_site(_at(path, ln))}, rank {r} waits for a message from rank {c.peer} "
+                              f"at {short_site(site)}"}
+    return None
+
+
+def _deadlock(where: dict[int, tuple[str, str]], p2p: dict[int, P2P]) -> dict[str, Any] | None:
+    """A wait cycle (collectives waiting for every rank not in them), or, peers unknown, every rank
+    in a blocking point-to-point call; None otherwise."""
     cycle = _cycle(where, p2p)
     if cycle:
         first = min(r for r in cycle if r in p2p)
         ring = " -> ".join(map(str, [*cycle, cycle[0]]))
-        out.append({"kind": "deadlock", "ranks": sorted(cycle), "op": p2p[first].method, "site": where[first][1],
-                    "reason": f"wait cycle {ring}: each waits for the next (deadlock); rank {first} in "
-                              f"{p2p[first].method} at {_short(where[first][1])}"})
-    elif where and all(native_p2p(call) for call, _ in where.values()):
+        return {"kind": "deadlock", "ranks": sorted(cycle), "op": p2p[first].method, "site": where[first][1],
+                "reason": f"wait cycle {ring}: each waits for the next (deadlock); rank {first} in "
+                          f"{p2p[first].method} at {short_site(where[first][1])}"}
+    if where and all(native_p2p(call) for call, _ in where.values()):
         ranks = sorted(where)
         sites = sorted({s for _, s in where.values()}, key=lambda s: -sum(1 for _, t in where.values() if t == s))
-        out.append({"kind": "deadlock", "ranks": ranks, "op": where[ranks[0]][0].replace("MPI_", ""),
-                    "site": sites[0], "reason": f"every rank waits in a blocking point-to-point call (mostly at "
-                                                f"{_short(sites[0])}): none can go on (deadlock)"})
-    return out
+        return {"kind": "deadlock", "ranks": ranks, "op": where[ranks[0]][0].replace("MPI_", ""),
+                "site": sites[0], "reason": f"every rank waits in a blocking point-to-point call (mostly at "
+                                            f"{short_site(sites[0])}): none can go on (deadlock)"}
+    return None
 
 
 def _skipped(r: int, c: P2P, where: dict[int, tuple[str, str]], calls: list[Line],
@@ -620,10 +639,11 @@ def _skipped(r: int, c: P2P, where: dict[int, tuple[str, str]], calls: list[Line
     """Rank ``r`` waits in a loop for its peer's message, the peer waits in a collective further
     down the same loop, having sent that message this step: had ``r`` been in the same step its
     receive would have matched. ``r`` went round the loop without the collective: it skipped it."""
-    from planaria.diagnose.offline import _SITE, _short, ran_past
+    if c.peer is None:
+        return None
     pcall, psite = where[c.peer]
     site = where[r][1]
-    m, pm = _SITE.match(site), _SITE.match(psite)
+    m, pm = SITE_RE.match(site), SITE_RE.match(psite)
     if native_p2p(pcall) or m is None or pm is None:
         return None
     own = [ln for ln in calls if ln.line == int(m[2]) and ln.method == c.method and ln.looped]
@@ -636,9 +656,9 @@ def _skipped(r: int, c: P2P, where: dict[int, tuple[str, str]], calls: list[Line
     others = sorted(q for q, w in where.items() if w == (pcall, psite))
     coll = pcall.replace("MPI_", "")
     return {"kind": "collective-mismatch", "ranks": [r], "op": coll, "site": psite,
-            "reason": f"rank {r} skipped {coll} at {_short(psite)}, which rank(s) {_ranges(others)} wait in: it is "
-                      f"already in the next step's {c.method} at {_short(site)}, waiting for rank {c.peer}, which "
-                      f"sent it this step's message at {_short(_at(path, fits[0]))}"}
+            "reason": f"rank {r} skipped {coll} at {short_site(psite)}, which rank(s) {_ranges(others)} wait in: it is "
+                      f"already in the next step's {c.method} at {short_site(site)}, waiting for rank {c.peer}, which "
+                      f"sent it this step's message at {short_site(_at(path, fits[0]))}"}
 
 
 def _ranges(ranks: list[int]) -> str:

@@ -29,92 +29,19 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
     gives the root causes. ``flight`` (``comm.flight.read_dir`` of the job directory: each rank's
     last count-checked collective per communicator, which outlives a crash) names a count
     mismatch as the root cause of the failures inside that call."""
-    first: dict[int, dict[str, Any]] = {}
-    for ev in sorted(events, key=lambda e: float(e.get("t_recv") or e.get("t") or 0.0)):
-        if ev.get("type") in ("fail", "lost") and isinstance(ev.get("rank"), int):
-            first.setdefault(ev["rank"], ev)
-    for row in summary or []:
-        r = row.get("rank")
-        if isinstance(r, int) and r not in first and row.get("state") in ("failed", "lost"):
-            first[r] = {"type": "summary", "rank": r, "reason": row.get("how") or row["state"], "t": row.get("t"),
-                        "ended_by": row.get("ended_by") or _ended_by(str(row.get("how") or ""))}
-    crashed_at = {row["rank"]: row["site"] for row in summary or [] if isinstance(row.get("rank"), int) and row.get("site")}
-    for r, ev in first.items():          # a crashed rank's site, from its fatal-error trace (the launcher read it)
-        if not ev.get("site") and r in crashed_at:
-            first[r] = dict(ev, site=crashed_at[r])
-    by_ctl = {r for e in events if e.get("type") == "ctl" and e.get("action") == "kill" for r in e.get("ranks") or ()}
-    injected = {e.get("rank"): e for e in events if e.get("type") == "inject" and e.get("kind") == "kill"}
-    io_planned = {e.get("rank"): e for e in events if e.get("type") == "inject" and e.get("kind") == "ioerror"}
-    incidents = [dict(e["incident"], by=e.get("by")) for e in events
-                 if e.get("type") == "incident" and isinstance(e.get("incident"), dict)]
-    # ranks that ended normally: under ULFM a rank that has left counts as failed for the others,
-    # so a survivor's ProcFailedError naming one is a consequence of that rank leaving early
+    first = _first_failures(events, summary)
     finished = {int(row["rank"]): row for row in summary or []
                 if isinstance(row.get("rank"), int) and row.get("state") == "finished"}
     consequences: dict[int, dict[str, Any]] = {}
-    roots: list[dict[str, Any]] = []
-    left_early: dict[int, list[int]] = {}
-    for rank, ev in sorted(first.items()):
-        saw = ev.get("saw_failure") or {}
-        blamed = [r for r in saw.get("ranks") or [] if (r in first or r in finished) and r != rank]
-        for r in blamed:
-            if r not in first:
-                left_early.setdefault(r, []).append(rank)
-        if blamed:
-            consequences[rank] = {"blames": blamed, "op": saw.get("op"), "comm": saw.get("comm"),
-                                  "site": saw.get("site")}
-            continue
-        if ev.get("type") == "lost":
-            how = f"lost: {ev['reason']}" if ev.get("reason") else "lost (killed or crashed, no report)"
-        else:
-            how = str(ev.get("reason") or "failed")
-        if rank in injected:
-            how = f"killed by injection ({injected[rank].get('detail')})"
-        elif rank in by_ctl and "planaria ctl" not in how:
-            how = f"killed by command (planaria ctl): {how}"
-        kind = "no-state"
-        if rank in io_planned and "OSError" in how:    # the plan's I/O error ended it
-            kind, how = "io-fault", f"{how} (injected: {io_planned[rank].get('detail')}; planaria --inject)"
-        roots.append({"kind": kind, "ranks": rank_ranges([rank]), "rank_list": [rank], "reason": how,
-                      "site": ev.get("site"), "op": (ev.get("op") or {}).get("name"),
-                      "step": ev.get("step"), "t": ev.get("t")})
-    for r, waiters in sorted(left_early.items()):
-        row = finished[r]
-        code = row.get("exit_code")
-        # where it left (its sys.exit), else where the others waited for it (the call it never matched)
-        site = row.get("site") or next((consequences[w]["site"] for w in waiters if consequences[w].get("site")), None)
-        roots.append({"kind": "finished", "ranks": rank_ranges([r]), "rank_list": [r],
-                      "reason": f"ended (exit {0 if code is None else code}) while rank(s) {rank_ranges(waiters)} "
-                                f"still communicated with it", "site": site, "op": None,
-                      "step": row.get("step"), "t": row.get("t")})
+    roots = _failed_roots(first, events, finished, consequences) + _left_early_roots(first, finished, consequences)
     # ranks the launcher ended (timeout, Ctrl-C, a detected hang) are victims, never causes
     stopped = {int(row["rank"]) for row in summary or []
                if isinstance(row.get("rank"), int) and _by_launcher(str(row.get("ended_by") or ""))}
     victims = [rc for rc in roots if rc["rank_list"][0] in stopped]
     roots = [rc for rc in roots if rc not in victims]
-    # ranks the MPI runtime took down (SIGTERM) after another rank crashed or was killed
-    teardown = _torn_down(roots)
     notes: list[str] = []
-    if teardown:
-        roots = [rc for rc in roots if rc not in teardown]
-        crashed = [rc["rank_list"][0] for rc in _crashes(roots)]
-        for rc in teardown:
-            consequences[rc["rank_list"][0]] = {"blames": crashed, "op": None, "comm": None, "site": None,
-                                                "by": "job abort"}
-        signalled = any(sig in str(rc.get("reason")) for rc in _crashes(roots) for sig in _CRASH_SIGNALS)
-        notes.append(f"ranks {rank_ranges([rc['rank_list'][0] for rc in teardown])} were ended by the MPI "
-                     f"runtime (SIGTERM) after rank(s) {rank_ranges(crashed)} "
-                     f"{'crashed' if signalled else 'were killed'}")
-    # ranks the job abort took down are not failures of their own when some other rank failed
-    aborted = [rc for rc in roots if str(first.get(rc["rank_list"][0], {}).get("ended_by") or "").startswith(_ABORT)]
-    others = [rc["rank_list"][0] for rc in roots if rc not in aborted]
-    if aborted and others:
-        roots = [rc for rc in roots if rc not in aborted]
-        gone = [rc["rank_list"][0] for rc in aborted]
-        for r in gone:
-            consequences[r] = {"blames": others, "op": None, "comm": None, "site": None, "by": "job abort"}
-        notes.append(f"ranks {rank_ranges(gone)} were ended by the job abort (default handler) after "
-                     f"rank(s) {rank_ranges(others)} had failed")
+    roots = _without_torn_down(roots, consequences, notes)
+    roots = _without_aborted(roots, first, consequences, notes)
     nranks = max([r + 1 for r in first] + [int(row["rank"]) + 1 for row in summary or []
                                            if isinstance(row.get("rank"), int)], default=0)
     mismatch = _count_mismatch(flight, roots, consequences, nranks) if (roots or consequences) else None
@@ -122,7 +49,6 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         rc, absorbed, note = mismatch
         roots = [rc] + [r for r in roots if r not in absorbed]
         notes.append(note)
-    abort_note: str | None = "; ".join(notes) or None
     evidence: list[str] = []
     if victims:
         ended = str(next(row.get("ended_by") for row in summary or [] if row.get("rank") == victims[0]["rank_list"][0]))
@@ -133,16 +59,11 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         roots = [dict(rc, source=name) for rc in live.get("root_causes") or []]
         live_text = [f"the launcher's last diagnosis while the ranks ran ({name}):"] + \
             ["  " + ln for ln in str(live.get("text") or "").rstrip().splitlines()]
-    if abort_note:
-        evidence.append(abort_note)
-    by_site: dict[tuple, list[int]] = {}
-    for rank, c in sorted(consequences.items()):
-        if c.get("by") in ("job abort", "count mismatch"):
-            continue
-        by_site.setdefault((c["op"], c["comm"], c["site"], tuple(c["blames"])), []).append(rank)
-    for (op, comm, site, blames), ranks in by_site.items():
-        evidence.append(f"ranks {rank_ranges(ranks)} failed in {op} on {comm} at {site}: "
-                        f"rank(s) {rank_ranges(list(blames))} had failed")
+    if notes:
+        evidence.append("; ".join(notes))
+    evidence += _consequence_lines(consequences)
+    incidents = [dict(e["incident"], by=e.get("by")) for e in events
+                 if e.get("type") == "incident" and isinstance(e.get("incident"), dict)]
     for inc in incidents[-10:]:
         evidence.append(f"incident from rank {inc.get('by')}: {inc.get('verdict') or inc.get('kind')}")
     verdict = "dead-ranks" if roots else ("no-failure" if not first else "failures")
@@ -164,6 +85,126 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         lines.append(f"  {line}")
     return {"verdict": verdict, "root_causes": roots, "consequences": {str(k): v for k, v in consequences.items()},
             "evidence": evidence, "text": "\n".join(lines) + "\n", "postmortem": True}
+
+
+def _first_failures(events: list[dict[str, Any]], summary: list[dict[str, Any]] | None) -> dict[int, dict[str, Any]]:
+    """Each failed or lost rank's first report: its ``fail``/``lost`` event, else its summary row
+    (a program without the runtime), with the crash site the launcher read when the event has none."""
+    first: dict[int, dict[str, Any]] = {}
+    for ev in sorted(events, key=lambda e: float(e.get("t_recv") or e.get("t") or 0.0)):
+        if ev.get("type") in ("fail", "lost") and isinstance(ev.get("rank"), int):
+            first.setdefault(ev["rank"], ev)
+    for row in summary or []:
+        r = row.get("rank")
+        if isinstance(r, int) and r not in first and row.get("state") in ("failed", "lost"):
+            first[r] = {"type": "summary", "rank": r, "reason": row.get("how") or row["state"], "t": row.get("t"),
+                        "ended_by": row.get("ended_by") or _ended_by(str(row.get("how") or ""))}
+    crashed_at = {row["rank"]: row["site"] for row in summary or []
+                  if isinstance(row.get("rank"), int) and row.get("site")}
+    for r, ev in first.items():          # a crashed rank's site, from its fatal-error trace (the launcher read it)
+        if not ev.get("site") and r in crashed_at:
+            first[r] = dict(ev, site=crashed_at[r])
+    return first
+
+
+def _failed_roots(first: dict[int, dict[str, Any]], events: list[dict[str, Any]], finished: dict[int, Any],
+                  consequences: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The failed ranks no other failure explains, with how they ended; a rank whose failure names
+    another failed (or finished: under ULFM a rank that has left counts as failed for the others)
+    rank goes into ``consequences`` instead."""
+    by_ctl = {r for e in events if e.get("type") == "ctl" and e.get("action") == "kill" for r in e.get("ranks") or ()}
+    injected = {e.get("rank"): e for e in events if e.get("type") == "inject" and e.get("kind") == "kill"}
+    io_planned = {e.get("rank"): e for e in events if e.get("type") == "inject" and e.get("kind") == "ioerror"}
+    roots: list[dict[str, Any]] = []
+    for rank, ev in sorted(first.items()):
+        saw = ev.get("saw_failure") or {}
+        blamed = [r for r in saw.get("ranks") or [] if (r in first or r in finished) and r != rank]
+        if blamed:
+            consequences[rank] = {"blames": blamed, "op": saw.get("op"), "comm": saw.get("comm"),
+                                  "site": saw.get("site")}
+            continue
+        if ev.get("type") == "lost":
+            how = f"lost: {ev['reason']}" if ev.get("reason") else "lost (killed or crashed, no report)"
+        else:
+            how = str(ev.get("reason") or "failed")
+        if rank in injected:
+            how = f"killed by injection ({injected[rank].get('detail')})"
+        elif rank in by_ctl and "planaria ctl" not in how:
+            how = f"killed by command (planaria ctl): {how}"
+        kind = "no-state"
+        if rank in io_planned and "OSError" in how:    # the plan's I/O error ended it
+            kind, how = "io-fault", f"{how} (injected: {io_planned[rank].get('detail')}; planaria --inject)"
+        roots.append({"kind": kind, "ranks": rank_ranges([rank]), "rank_list": [rank], "reason": how,
+                      "site": ev.get("site"), "op": (ev.get("op") or {}).get("name"),
+                      "step": ev.get("step"), "t": ev.get("t")})
+    return roots
+
+
+def _left_early_roots(first: dict[int, dict[str, Any]], finished: dict[int, Any],
+                      consequences: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ranks that ended normally while others still communicated with them (their failures name them)."""
+    left_early: dict[int, list[int]] = {}
+    for rank, c in sorted(consequences.items()):
+        for r in c["blames"]:
+            if r not in first:
+                left_early.setdefault(r, []).append(rank)
+    roots = []
+    for r, waiters in sorted(left_early.items()):
+        row = finished[r]
+        code = row.get("exit_code")
+        # where it left (its sys.exit), else where the others waited for it (the call it never matched)
+        site = row.get("site") or next((consequences[w]["site"] for w in waiters if consequences[w].get("site")), None)
+        roots.append({"kind": "finished", "ranks": rank_ranges([r]), "rank_list": [r],
+                      "reason": f"ended (exit {0 if code is None else code}) while rank(s) {rank_ranges(waiters)} "
+                                f"still communicated with it", "site": site, "op": None,
+                      "step": row.get("step"), "t": row.get("t")})
+    return roots
+
+
+def _without_torn_down(roots: list[dict[str, Any]], consequences: dict[int, dict[str, Any]],
+                       notes: list[str]) -> list[dict[str, Any]]:
+    """``roots`` without the ranks the MPI runtime took down (SIGTERM) after another rank crashed or
+    was killed; those become consequences, with a note."""
+    teardown = _torn_down(roots)
+    if not teardown:
+        return roots
+    roots = [rc for rc in roots if rc not in teardown]
+    crashed = [rc["rank_list"][0] for rc in _crashes(roots)]
+    for rc in teardown:
+        consequences[rc["rank_list"][0]] = {"blames": crashed, "op": None, "comm": None, "site": None,
+                                            "by": "job abort"}
+    signalled = any(sig in str(rc.get("reason")) for rc in _crashes(roots) for sig in _CRASH_SIGNALS)
+    notes.append(f"ranks {rank_ranges([rc['rank_list'][0] for rc in teardown])} were ended by the MPI "
+                 f"runtime (SIGTERM) after rank(s) {rank_ranges(crashed)} "
+                 f"{'crashed' if signalled else 'were killed'}")
+    return roots
+
+
+def _without_aborted(roots: list[dict[str, Any]], first: dict[int, dict[str, Any]],
+                     consequences: dict[int, dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
+    """``roots`` without the ranks the job abort took down when some other rank failed: not failures
+    of their own; they become consequences, with a note."""
+    aborted = [rc for rc in roots if str(first.get(rc["rank_list"][0], {}).get("ended_by") or "").startswith(_ABORT)]
+    others = [rc["rank_list"][0] for rc in roots if rc not in aborted]
+    if not (aborted and others):
+        return roots
+    gone = [rc["rank_list"][0] for rc in aborted]
+    for r in gone:
+        consequences[r] = {"blames": others, "op": None, "comm": None, "site": None, "by": "job abort"}
+    notes.append(f"ranks {rank_ranges(gone)} were ended by the job abort (default handler) after "
+                 f"rank(s) {rank_ranges(others)} had failed")
+    return [rc for rc in roots if rc not in aborted]
+
+
+def _consequence_lines(consequences: dict[int, dict[str, Any]]) -> list[str]:
+    """One evidence line per (op, communicator, site, blamed ranks) of the ranks that saw a failure."""
+    by_site: dict[tuple[Any, ...], list[int]] = {}
+    for rank, c in sorted(consequences.items()):
+        if c.get("by") in ("job abort", "count mismatch"):
+            continue
+        by_site.setdefault((c["op"], c["comm"], c["site"], tuple(c["blames"])), []).append(rank)
+    return [f"ranks {rank_ranges(ranks)} failed in {op} on {comm} at {site}: rank(s) {rank_ranges(list(blames))} "
+            f"had failed" for (op, comm, site, blames), ranks in by_site.items()]
 
 
 def _count_mismatch(flight: dict[int, list[dict[str, Any]]] | None, roots: list[dict[str, Any]],

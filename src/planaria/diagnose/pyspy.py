@@ -112,7 +112,7 @@ def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float,
         if got is None:
             return None
         if got is FINALIZING:
-            rec = {"rank": rank, "host": host, "pid": pid, "t": time.time(), "op": None, "threads": [],
+            rec: dict[str, Any] = {"rank": rank, "host": host, "pid": pid, "t": time.time(), "op": None, "threads": [],
                    "status": "finished", "finalizing": True, "source": "py-spy"}
             return {"stacks": [], "ranks": [rec], "missing": []}
         per_round.append(got)

@@ -9,6 +9,7 @@ JSON-able dict with a ``text`` rendering.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from planaria.diagnose import hangfilter, offline, pyspy, stacksonly, stacktree
 MAX_CLASSES_SHOWN = 12
 
 
-def app_site(stack: list[Any] | None) -> str | None:
+def app_site(stack: Sequence[Any] | None) -> str | None:
     """Innermost frame of ``stack`` outside planaria (the application's line), else the innermost frame."""
     if not stack:
         return None
@@ -47,10 +48,10 @@ def hang_filter(state: dict[str, Any]) -> dict[str, Any] | None:
     stacks = state.get("stacks") or []
     classes = hangfilter.group(samples, np.array(ranks), names, stacks=stacks)
     needed = hangfilter.samples_needed(max(len(rows), 2))
-    out_classes = []
-    for c in classes:
-        out_classes.append({"threads": c.count, "ranks": c.rank_ranges, "names": sorted(c.names),
-                            "site": app_site(c.stack), "innermost": c.site, "stack_id": c.stack_id})
+    out_classes: list[dict[str, Any]] = []
+    for hc in classes:
+        out_classes.append({"threads": hc.count, "ranks": hc.rank_ranges, "names": sorted(hc.names),
+                            "site": app_site(hc.stack), "innermost": hc.site, "stack_id": hc.stack_id})
     tree = stacktree.build_tree(classes) if classes else None
     lines = [f"hang filter: {len(rows)} threads sampled {s} times (s > 1 + ln n / ln k with k = 250 "
              f"needs s >= {needed}); {sum(c.count for c in classes)} never changed stack, "
@@ -227,12 +228,13 @@ MAX_INCIDENTS_SHOWN = 8
 def analyze(state: dict[str, Any]) -> dict[str, Any]:
     """Full report of a state file (see the module docstring)."""
     waits = [float((r.get("op") or {}).get("since") or 0.0) for r in state.get("ranks") or [] if r.get("op")]
+    out: dict[str, Any]
     if stacksonly.applies(state):        # a program without the runtime: its stacks are all there is
         rep = stacksonly.diagnose(state)
         out = rep.to_dict()
         parts = [rep.to_text().rstrip()]
     elif waits and max(waits) < HUNG_AFTER:
-        out: dict[str, Any] = {"verdict": "progressing", "root_causes": [], "evidence": [
+        out = {"verdict": "progressing", "root_causes": [], "evidence": [
             f"{len(waits)} rank(s) in MPI, the longest wait {max(waits):.3f} s: the job is progressing"]}
         parts = [f"job {state.get('job')}: {len(state.get('ranks') or [])} ranks answered; verdict: progressing "
                  f"(no rank waits longer than {HUNG_AFTER:g} s; longest {max(waits):.3f} s)"]

@@ -42,7 +42,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeGuard
 
 import msgpack
 import numpy as np
@@ -127,10 +127,10 @@ class RankTable:
                 op = {k: op_cols[k][j] for k in ("name", "kind", "comm", "peer", "tag", "size", "seq", "since",
                                                  "site")}
             a, b = int(coff[row]), int(coff[row + 1])
-            colls = {s[k]: v for k, v in zip(cc[a:b].tolist(), cn[a:b].tolist())}
+            colls = {s[k]: v for k, v in zip(cc[a:b].tolist(), cn[a:b].tolist(), strict=True)}
             a, b = int(toff[row]), int(toff[row + 1])
             threads = [{"name": None if nm < 0 else s[nm], "ident": None if ident == NULL else ident, "stack": st}
-                       for nm, ident, st in zip(tn[a:b].tolist(), ti[a:b].tolist(), ts[a:b].tolist())]
+                       for nm, ident, st in zip(tn[a:b].tolist(), ti[a:b].tolist(), ts[a:b].tolist(), strict=True)]
             rec: dict[str, Any] = {"rank": rank[j], "host": host[j], "pid": pid[j], "t": t[j], "step": step[j],
                                    "op": op, "colls": colls, "threads": threads,
                                    "status": status[j]}
@@ -140,7 +140,7 @@ class RankTable:
                     if k == "op" and op is not None and isinstance(v, dict):
                         op.update(v)
                     elif k == "threads" and isinstance(v, list) and len(v) == len(threads):
-                        for th, more in zip(threads, v):
+                        for th, more in zip(threads, v, strict=True):
                             th.update(more)
                     else:
                         rec[k] = v
@@ -170,147 +170,11 @@ class RankTable:
     @classmethod
     def from_records(cls, records: Iterable[dict[str, Any]], n_stacks: int | None = None) -> "RankTable":
         """Columns from row-form records (stacks must already be table indices; see :func:`intern_stacks`)."""
-        strings: list[str] = []
-        pool: dict[str, int] = {}
-        nst = -1 if n_stacks is None else n_stacks
-
-        def code(v: Any, w: Any, what: str) -> int:   # slow path of the string pool
-            if v is None:
-                return -1
-            if not isinstance(v, str):
-                raise ValueError(f"rank {w}: {what} must be a string, got {v!r}"[:200])
-            k = pool[v] = len(strings)
-            strings.append(v)
-            return k
-
-        def num(v: Any, w: Any, what: str) -> int:     # slow path of integers
-            if v is None:
-                return NULL
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise ValueError(f"rank {w}: {what} must be an integer, got {v!r}"[:200])
-            return int(v)
-
-        def real(v: Any, w: Any, what: str) -> float:
-            if v is None:
-                return float("nan")
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-                raise ValueError(f"rank {w}: {what} must be a number, got {v!r}"[:200])
-            return float(v)
-
-        L: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
-        L["colls_off"].append(0)
-        L["th_off"].append(0)
-        a_rank, a_pid, a_step, a_t, a_host, a_status = (L[k].append for k in ("rank", "pid", "step", "t", "host",
-                                                                                "status"))
-        a_op_s = [L["op_" + k].append for k in _OP_STR]
-        a_op_i = [L["op_" + k].append for k in _OP_INT]
-        a_since = L["op_since"].append
-        a_cc, a_cn, a_coff = L["colls_comm"].append, L["colls_n"].append, L["colls_off"].append
-        a_tn, a_ti, a_ts, a_toff = L["th_name"].append, L["th_ident"].append, L["th_stack"].append, L["th_off"].append
-        ncolls = nth = 0
-        get = pool.get
-        nan = float("nan")
-        extra: dict[int, dict[str, Any]] = {}
-        comms: dict[str, Any] = {}
+        build = _ColumnBuilder(n_stacks)
+        add = build.add
         for i, rec in enumerate(records):
-            if type(rec) is not dict:
-                raise ValueError(f"record {i} is not a map")
-            r = rec.get("rank")
-            if type(r) is not int or r < 0:
-                if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 0:
-                    raise ValueError(f"record {i}: rank must be an integer >= 0, got {r!r}"[:200])
-                r = int(r)
-            a_rank(r)
-            v = rec.get("pid")
-            a_pid(v if type(v) is int else num(v, r, "pid"))
-            v = rec.get("step")
-            a_step(v if type(v) is int else num(v, r, "step"))
-            v = rec.get("t")
-            a_t(v if type(v) is float else real(v, r, "t"))
-            v = rec.get("host")
-            k = get(v) if type(v) is str else None
-            a_host(k if k is not None else code(v, r, "host"))
-            v = rec.get("status")
-            k = get(v) if type(v) is str else None
-            a_status(k if k is not None else code(v, r, "status"))
-            ex = None
-            if not rec.keys() <= _REC_KEYS:
-                ex = {k2: v2 for k2, v2 in rec.items() if k2 not in _REC_KEYS} or None
-            op = rec.get("op")
-            if op is None:
-                for a in a_op_s:
-                    a(-1)
-                for a in a_op_i:
-                    a(NULL)
-                a_since(nan)
-            else:
-                if type(op) is not dict or type(op.get("name")) is not str:
-                    raise ValueError(f"rank {r}: op must be None or a map with a string 'name'")
-                for a, kk in zip(a_op_s, _OP_STR):
-                    v = op.get(kk)
-                    k = get(v) if type(v) is str else None
-                    a(k if k is not None else code(v, r, "op." + kk))
-                for a, kk in zip(a_op_i, _OP_INT):
-                    v = op.get(kk)
-                    a(v if type(v) is int else num(v, r, "op." + kk))
-                v = op.get("since")
-                a_since(v if type(v) is float else real(v, r, "op.since"))
-                if not op.keys() <= _OP_KEYS:
-                    ex = ex or {}
-                    ex["op"] = {k2: v2 for k2, v2 in op.items() if k2 not in _OP_KEYS}
-            colls = rec.get("colls")
-            if colls:
-                if type(colls) is not dict:
-                    raise ValueError(f"rank {r}: colls must be a map")
-                for kk, v in colls.items():
-                    k = get(kk) if type(kk) is str else None
-                    a_cc(k if k is not None else code(kk, r, "colls key"))
-                    a_cn(v if type(v) is int else num(v, r, f"colls[{kk!r}]"))
-                ncolls += len(colls)
-            a_coff(ncolls)
-            threads = rec.get("threads")
-            if threads:
-                if type(threads) is not list:
-                    raise ValueError(f"rank {r}: threads must be a list")
-                tmore = None
-                for j, th in enumerate(threads):
-                    if type(th) is not dict:
-                        raise ValueError(f"rank {r}: a thread entry is not a map")
-                    st = th.get("stack")
-                    if type(st) is not int or st < 0 or (nst >= 0 and st >= nst):
-                        if isinstance(st, bool) or not isinstance(st, (int, np.integer)) or st < 0 or (
-                                nst >= 0 and st >= nst):
-                            raise ValueError(f"rank {r}: thread stack must be an index into the stack table, "
-                                             f"got {st!r}"[:200])
-                        st = int(st)
-                    v = th.get("name")
-                    k = get(v) if type(v) is str else None
-                    a_tn(k if k is not None else code(v, r, "thread name"))
-                    v = th.get("ident")
-                    a_ti(v if type(v) is int else num(v, r, "thread ident"))
-                    a_ts(st)
-                    if not th.keys() <= _TH_KEYS:
-                        tmore = tmore or [{} for _ in threads]
-                        tmore[j] = {k2: v2 for k2, v2 in th.items() if k2 not in _TH_KEYS}
-                nth += len(threads)
-                if tmore:
-                    ex = ex or {}
-                    ex["threads"] = tmore
-            a_toff(nth)
-            if ex:
-                extra[i] = ex
-            rc = rec.get("comms")
-            if rc:
-                if type(rc) is not dict:
-                    raise ValueError(f"rank {r}: comms must be a map")
-                merge_comms(comms, rc)
-        cols = {}
-        for k, (dt, _) in _COLUMNS.items():
-            try:
-                cols[k] = np.array(L[k], dtype=dt)
-            except OverflowError:
-                raise ValueError(f"column {k}: value out of range") from None
-        return cls(strings, cols, extra, comms)
+            add(i, rec)
+        return cls(build.strings, build.arrays(), build.extra, build.comms)
 
     def to_wire(self) -> dict[str, Any]:
         """The columns encoding (a msgpack-able map)."""
@@ -377,6 +241,184 @@ class RankTable:
             extra[item[0]] = item[1]
         return cls(strings, cols, extra)
 
+
+
+_NAN = float("nan")
+
+
+def _num(v: Any, w: Any, what: str) -> int:
+    """An integer column's value (the slow path: None, numpy integers, or an error)."""
+    if v is None:
+        return NULL
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"rank {w}: {what} must be an integer, got {v!r}"[:200])
+    return int(v)
+
+
+def _real(v: Any, w: Any, what: str) -> float:
+    """A float column's value (the slow path: None, ints, numpy numbers, or an error)."""
+    if v is None:
+        return float("nan")
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ValueError(f"rank {w}: {what} must be a number, got {v!r}"[:200])
+    return float(v)
+
+
+class _ColumnBuilder:
+    """Row-form records appended column by column (validated), strings interned in one pool.
+
+    The fast paths (an int that is an int, a string already pooled) stay inline: a state of a
+    large job has one record per rank."""
+
+    def __init__(self, n_stacks: int | None) -> None:
+        self.strings: list[str] = []
+        self.pool: dict[str, int] = {}
+        self.n_stacks = -1 if n_stacks is None else n_stacks
+        self.lists: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
+        self.lists["colls_off"].append(0)
+        self.lists["th_off"].append(0)
+        self.ncolls = self.nth = 0
+        L = self.lists
+        self.a_rank, self.a_pid, self.a_step, self.a_t, self.a_host, self.a_status = (
+            L[k].append for k in ("rank", "pid", "step", "t", "host", "status"))
+        self.a_op_s = [(L["op_" + k].append, k) for k in _OP_STR]
+        self.a_op_i = [(L["op_" + k].append, k) for k in _OP_INT]
+        self.a_since = L["op_since"].append
+        self.extra: dict[int, dict[str, Any]] = {}
+        self.comms: dict[str, Any] = {}
+
+    def code(self, v: Any, w: Any, what: str) -> int:
+        """A string column's value (the slow path: a new string, None, or an error)."""
+        if v is None:
+            return -1
+        if not isinstance(v, str):
+            raise ValueError(f"rank {w}: {what} must be a string, got {v!r}"[:200])
+        k = self.pool[v] = len(self.strings)
+        self.strings.append(v)
+        return k
+
+    def add(self, i: int, rec: Any) -> None:
+        """Append record ``i``."""
+        if type(rec) is not dict:
+            raise ValueError(f"record {i} is not a map")
+        r = rec.get("rank")
+        if type(r) is not int or r < 0:
+            if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 0:
+                raise ValueError(f"record {i}: rank must be an integer >= 0, got {r!r}"[:200])
+            r = int(r)
+        get = self.pool.get
+        self.a_rank(r)
+        v = rec.get("pid")
+        self.a_pid(v if type(v) is int else _num(v, r, "pid"))
+        v = rec.get("step")
+        self.a_step(v if type(v) is int else _num(v, r, "step"))
+        v = rec.get("t")
+        self.a_t(v if type(v) is float else _real(v, r, "t"))
+        v = rec.get("host")
+        k = get(v) if type(v) is str else None
+        self.a_host(k if k is not None else self.code(v, r, "host"))
+        v = rec.get("status")
+        k = get(v) if type(v) is str else None
+        self.a_status(k if k is not None else self.code(v, r, "status"))
+        ex = None
+        if not rec.keys() <= _REC_KEYS:
+            ex = {k2: v2 for k2, v2 in rec.items() if k2 not in _REC_KEYS} or None
+        op_more = self._op(r, rec.get("op"))
+        if op_more is not None:
+            ex = ex or {}
+            ex["op"] = op_more
+        self._colls(r, rec.get("colls"))
+        th_more = self._threads(r, rec.get("threads"))
+        if th_more:
+            ex = ex or {}
+            ex["threads"] = th_more
+        if ex:
+            self.extra[i] = ex
+        rc = rec.get("comms")
+        if rc:
+            if type(rc) is not dict:
+                raise ValueError(f"rank {r}: comms must be a map")
+            merge_comms(self.comms, rc)
+
+    def _op(self, r: int, op: Any) -> dict[str, Any] | None:
+        """Append the op columns; the op's keys no column holds, if any."""
+        if op is None:
+            for a, _ in self.a_op_s:
+                a(-1)
+            for a, _ in self.a_op_i:
+                a(NULL)
+            self.a_since(_NAN)
+            return None
+        if type(op) is not dict or type(op.get("name")) is not str:
+            raise ValueError(f"rank {r}: op must be None or a map with a string 'name'")
+        get = self.pool.get
+        for a, kk in self.a_op_s:
+            v = op.get(kk)
+            k = get(v) if type(v) is str else None
+            a(k if k is not None else self.code(v, r, "op." + kk))
+        for a, kk in self.a_op_i:
+            v = op.get(kk)
+            a(v if type(v) is int else _num(v, r, "op." + kk))
+        v = op.get("since")
+        self.a_since(v if type(v) is float else _real(v, r, "op.since"))
+        if not op.keys() <= _OP_KEYS:
+            return {k2: v2 for k2, v2 in op.items() if k2 not in _OP_KEYS}
+        return None
+
+    def _colls(self, r: int, colls: Any) -> None:
+        """Append the collectives entered per communicator."""
+        L = self.lists
+        if colls:
+            if type(colls) is not dict:
+                raise ValueError(f"rank {r}: colls must be a map")
+            get, a_cc, a_cn = self.pool.get, L["colls_comm"].append, L["colls_n"].append
+            for kk, v in colls.items():
+                k = get(kk) if type(kk) is str else None
+                a_cc(k if k is not None else self.code(kk, r, "colls key"))
+                a_cn(v if type(v) is int else _num(v, r, f"colls[{kk!r}]"))
+            self.ncolls += len(colls)
+        L["colls_off"].append(self.ncolls)
+
+    def _threads(self, r: int, threads: Any) -> list[dict[str, Any]] | None:
+        """Append the threads; per thread the keys no column holds, if any thread has some."""
+        L = self.lists
+        tmore: list[dict[str, Any]] | None = None
+        if threads:
+            if type(threads) is not list:
+                raise ValueError(f"rank {r}: threads must be a list")
+            get, nst = self.pool.get, self.n_stacks
+            for j, th in enumerate(threads):
+                if type(th) is not dict:
+                    raise ValueError(f"rank {r}: a thread entry is not a map")
+                st = th.get("stack")
+                if type(st) is not int or st < 0 or (nst >= 0 and st >= nst):
+                    if isinstance(st, bool) or not isinstance(st, (int, np.integer)) or st < 0 or (
+                            nst >= 0 and st >= nst):
+                        raise ValueError(f"rank {r}: thread stack must be an index into the stack table, "
+                                         f"got {st!r}"[:200])
+                    st = int(st)
+                v = th.get("name")
+                k = get(v) if type(v) is str else None
+                L["th_name"].append(k if k is not None else self.code(v, r, "thread name"))
+                v = th.get("ident")
+                L["th_ident"].append(v if type(v) is int else _num(v, r, "thread ident"))
+                L["th_stack"].append(st)
+                if not th.keys() <= _TH_KEYS:
+                    tmore = tmore or [{} for _ in threads]
+                    tmore[j] = {k2: v2 for k2, v2 in th.items() if k2 not in _TH_KEYS}
+            self.nth += len(threads)
+        L["th_off"].append(self.nth)
+        return tmore
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The columns as typed arrays."""
+        cols = {}
+        for k, (dt, _) in _COLUMNS.items():
+            try:
+                cols[k] = np.array(self.lists[k], dtype=dt)
+            except OverflowError:
+                raise ValueError(f"column {k}: value out of range") from None
+        return cols
 
 class ListTable(Mapping):
     """A ``{name: [ints] | None}`` map ("hosts", "comms") held as packed arrays; reads like a dict of lists."""
@@ -452,7 +494,7 @@ class ListTable(Mapping):
         return cls(names, o, f, mask)
 
 
-def _is_columns(v: Any) -> bool:
+def _is_columns(v: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(v, dict) and v.get("encoding") == ENCODING
 
 
@@ -577,10 +619,10 @@ def merge_subtrees(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def columns(state: dict[str, Any]) -> tuple[RankTable, list[Any], dict[str, Any]]:
+def columns(state: dict[str, Any]) -> tuple[RankTable, list[Any], Mapping[str, Any]]:
     """``(ranks as a RankTable, stack table, comms table)`` of an in-memory state in either form."""
     ranks = state.get("ranks")
-    stacks = state.get("stacks") or []
+    stacks: list[Any] = state.get("stacks") or []
     if ranks is None:
         ranks = []
     if isinstance(ranks, list):

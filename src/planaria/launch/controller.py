@@ -487,7 +487,7 @@ class Controller:
         ``rounds`` = 0 picks the hang filter's sample count from the number of threads. Returns
         paths and the report; one collection at a time (a second request waits for the first).
         """
-        from planaria.diagnose.run import collect_and_analyze
+        from planaria.diagnose.online import collect_and_analyze
         with self._diagnosing:          # the routes as they are once this collection's turn has come
             where = {r: (d.node, d.lid) for r, d in list(self.idents.items()) if isinstance(d, Routed)}
 

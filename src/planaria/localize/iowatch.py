@@ -50,8 +50,8 @@ def install() -> None:
         _mine.add(id(opener))
         return opener
     if id(builtins.open) not in _mine:
-        builtins.open = wrap(builtins.open)  # type: ignore[assignment]
+        builtins.open = wrap(builtins.open)
     if id(io.open) not in _mine:
-        io.open = wrap(io.open)  # type: ignore[assignment]
+        io.open = wrap(io.open)
     if id(os.open) not in _mine:
-        os.open = wrap(os.open)  # type: ignore[assignment]
+        os.open = wrap(os.open)

@@ -275,7 +275,8 @@ class ErrorRecord:
                     raise ValueError(f"error record cannot be trimmed to {limit} bytes")
                 break
             keep = max(_MIN_STR, len(value) // 2)
-            rec = replace(rec, **{name: "…" + value[-(keep - 1):]})
+            shorter: dict[str, Any] = {name: "…" + value[-(keep - 1):]}
+            rec = replace(rec, **shorter)
         return rec
 
     def pack(self, limit: int = MAX_PROBE_PAYLOAD) -> bytes:

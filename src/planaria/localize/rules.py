@@ -183,7 +183,7 @@ import math
 import re
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -358,7 +358,7 @@ class Incident:
 # --------------------------------------------------------------------------- rule interfaces
 
 
-class Rule(ABC):
+class Rule(ABC):  # noqa: B024 -- no abstract method of its own: ABC gives the rule kinds below ABCMeta
     """A named rule with a one-line ``doc``."""
 
     name: str = ""
@@ -478,6 +478,8 @@ class ManyToOneRule(MergeRule):
         if len(srcs) < self.min_sources:
             return None
         d = window[0].dst
+        if d is None:                   # not keyed: every record of the window names its dst
+            return None
         if all(r.type == SLOW_MESSAGE for r in window):
             return Verdict(f"rank {d} slow: {_who(srcs)} see its messages far above threshold",
                            "slow", PRIORITY["slow"] + 2, (d,), window[0].host)
@@ -512,6 +514,11 @@ class CollectiveHangRule(MergeRule):
                            "collective-hang", PRIORITY["collective-hang"] - 2)
         return Verdict(f"rank {d} holds up collectives: {_who(srcs)} hang in {ops} on {comms}",
                        "collective-hang", PRIORITY["collective-hang"] + 2, (d,), window[0].host)
+
+
+def _key_parts(key: Hashable | None) -> tuple[Any, ...]:
+    """The parts of a rule's grouping key (a tuple), or none."""
+    return tuple(key) if isinstance(key, tuple) else ()
 
 
 def _wait_edge(rec: ErrorRecord) -> tuple[int, int] | None:
@@ -566,7 +573,10 @@ class DeadlockRule(MergeRule):
             for a, b in edges:
                 adj[a].add(b)
             return bool(_cycle_nodes(edges))
-        u, v = _wait_edge(added)
+        edge = _wait_edge(added)
+        if edge is None:                # not keyed: every record of the cluster is a wait edge
+            return False
+        u, v = edge
         if v in adj[u]:
             return False
         adj[u].add(v)
@@ -782,7 +792,7 @@ class FieldMergeRule(MergeRule):
         values = _Fields({f: _join(getattr(r, f) for r in window) for f in _FIELDS})
         values.update(count=len(window), sources=_who(srcs), ranks=fmt_ranks(blamed),
                       span=window[-1].time - window[0].time, first=window[0].time, last=window[-1].time,
-                      key=", ".join(map(str, self.key(window[0], ctx) or ())), rule=self.name)
+                      key=", ".join(map(str, _key_parts(self.key(window[0], ctx)))), rule=self.name)
         hosts = {r.host for r in window if r.host is not None}
         return Verdict(self.verdict.format_map(values), self.kind, self.priority, blamed,
                        hosts.pop() if len(hosts) == 1 else None)
@@ -893,113 +903,154 @@ def default_rules(*, window: float = 10.0, dedup_window: float = 30.0, min_sourc
 
 def _type_verdicts(records: Sequence[ErrorRecord]) -> list[Verdict]:
     """The verdict each group of same-type records about one rank supports on its own."""
-    groups: dict[tuple, list[ErrorRecord]] = defaultdict(list)
+    groups: dict[tuple[Any, ...], list[ErrorRecord]] = defaultdict(list)
     for r in records:
         # a timed-out collective or a failure error that names no rank is about no rank (not its reporter)
         about = r.dst if r.dst is not None else (None if r.type in (COLL_TIMEOUT, PROC_FAILED) else r.src)
         groups[(r.type, -1 if about is None else about, (r.comm or "") if about is None else "")].append(r)
     out = []
     for (typ, about, _), rs in sorted(groups.items()):
-        first, last = rs[0], rs[-1]
-        srcs = sorted({r.src for r in rs})
-        host = first.host
-        n = len(rs)
-        if typ == PROC_FAILED and about == -1:
-            out.append(Verdict(f"a process failure seen on {_join(r.comm for r in rs)} by {_who(srcs)}, "
-                               "failed rank not known (a revoked communicator, or a failure not yet acknowledged)",
-                               "rank-failed", PRIORITY["rank-failed"] - 2))
-        elif typ == PROC_FAILED:
-            out.append(Verdict(f"rank {about} failed (reported by {_who(srcs)})", "rank-failed",
-                               PRIORITY["rank-failed"], (about,), host))
-        elif typ == PING_TIMEOUT:
-            conf = [r for r in rs if r.status == CONFIRMED]
-            if conf:
-                votes = conf[-1].evidence.get("votes") or {}
-                tally = (f" ({votes.get('unreachable', '?')} of "
-                         f"{votes.get('unreachable', 0) + votes.get('reachable', 0)} voters cannot reach it)"
-                         if isinstance(votes, dict) and votes else "")
-                out.append(Verdict(f"rank {about} failed: unreachable from its group{tally}", "rank-failed",
-                                   PRIORITY["rank-failed"], (about,), host))
-            else:
-                out.append(Verdict(f"rank {about} does not answer pings from {_who(srcs)}", "unreachable",
-                                   PRIORITY["unreachable"], (about,), host))
-        elif typ == MSG_TIMEOUT:
-            where = f" in {first.op}" if first.op else ""
-            where += f" at {first.site}" if first.site else ""
-            out.append(Verdict(f"rank {about}: {n} message timeout{'s' if n > 1 else ''}, "
-                               f"{_who(srcs)} waiting{where}", "timeout", PRIORITY["timeout"], (about,), host))
-        elif typ == COLL_TIMEOUT:
-            ops, comms = _join((r.op for r in rs), "a collective"), _join(r.comm for r in rs)
-            if about == -1:
-                out.append(Verdict(f"{ops} on {comms} hangs: {_who(srcs)} waiting, suspect unknown",
-                                   "collective-hang", PRIORITY["collective-hang"] - 2))
-            else:
-                out.append(Verdict(f"rank {about} holds up {ops} on {comms} ({_who(srcs)} waiting)",
-                                   "collective-hang", PRIORITY["collective-hang"], (about,), host))
-        elif typ == SLOW_MESSAGE:
-            out.append(Verdict(f"rank {about}: slow messages reported by {_who(srcs)}", "slow",
-                               PRIORITY["slow"], (about,), host))
-        elif typ == NO_SEND:
-            ev = last.evidence
-            what = f"blocked in {last.op or ev.get('op') or 'an MPI call'}"
-            w = ev.get("waiting_on")
-            if isinstance(w, int) and not isinstance(w, bool):
-                what += f" waiting for rank {w}"
-            elif last.comm:
-                what += f" on {last.comm}"
-            if last.site:
-                what += f" at {last.site}"
-            out.append(Verdict(f"rank {about} not sending: {what}", "not-sending",
-                               PRIORITY["not-sending"], (about,), host))
-        elif typ == PEER_COMPUTING and last.evidence.get("injected"):
-            out.append(Verdict(f"rank {about} hangs as the fault plan asked ({last.evidence['injected']}; "
-                               f"planaria --inject), not by a fault of the program", "injected",
-                               PRIORITY["injected"], (about,), host))
-        elif typ == PEER_COMPUTING:
-            idle = last.evidence.get("idle")
-            text = f"rank {about} not sending: computing at {last.site or 'an unknown place'}"
-            if isinstance(idle, (int, float)) and not isinstance(idle, bool):
-                text += f" (outside MPI for {idle:.0f} s)"
-            out.append(Verdict(text, "not-sending", PRIORITY["not-sending"] + 2, (about,), host))
-        elif typ == IO_ERROR:
-            out.append(Verdict(f"rank {about}: {n} I/O error{'s' if n > 1 else ''} on host {host or '?'}",
-                               "io-error", PRIORITY["io-error"], (about,), host))
-        elif typ == EXTERNAL:
-            out.append(_external_verdict(rs, about))
-        elif typ == UNMATCHED:
-            ev = last.evidence
-            want = "any tag" if ev.get("want") is None else f"tag {ev.get('want')}"
-            where = f" at {last.site}" if last.site else ""
-            # blamed: the sender of the unmatched message and the rank whose receive does not match
-            # it (a rank the receive names but that sent nothing has no part in it)
-            pair = tuple(sorted({r for r in (ev.get("source"), ev.get("waiting")) if isinstance(r, int)})) or (about,)
-            w = ev.get("waiting")
-            if ev.get("wildcard_site") and isinstance(w, int):
-                out.append(Verdict(f"receive from any source took the wrong message: rank {w}'s ANY_SOURCE receive "
-                                   f"at {ev['wildcard_site']} took rank {about}'s message (tag {ev.get('tag')}), so "
-                                   f"its receive from rank {about}{where} waits while rank {ev.get('source')}'s is "
-                                   f"left unmatched", "source-mismatch", PRIORITY["source-mismatch"],
-                                   tuple(sorted({w, about})), host))     # one incident with the wait for it
-            elif ev.get("source") == about:
-                out.append(Verdict(f"unmatched tag: rank {about} sent tag {ev.get('tag')}, rank {ev.get('waiting')} "
-                                   f"waits for {want} from rank {about}{where}", "tag-mismatch",
-                                   PRIORITY["tag-mismatch"], pair, host))
-            else:
-                out.append(Verdict(f"unmatched source: rank {ev.get('source')} sent to rank {ev.get('waiting')} "
-                                   f"(tag {ev.get('tag')}), rank {ev.get('waiting')} waits for a message from rank "
-                                   f"{about}{where}", "source-mismatch", PRIORITY["source-mismatch"], pair, host))
-        elif typ == NETWORK:
-            ev = last.evidence
-            if isinstance(ev.get("sent_to"), int):
-                text = f"network: rank {about} sent the message rank {ev['sent_to']} waits for, it never arrived"
-            else:
-                lost = ev.get("unreachable_from") or srcs
-                text = f"network: rank {about} answers its group but not {_who(lost)}"
-            out.append(Verdict(text, "network", PRIORITY["network"], (about,), host))
-        else:
-            out.append(Verdict(f"rank {about}: {typ} ({n} report{'s' if n > 1 else ''})", typ,
-                               PRIORITY["other"], (about,) if about != -1 else (), host))
+        verdict = _TYPE_VERDICT.get(typ, _other_verdict)
+        if typ == PEER_COMPUTING and rs[-1].evidence.get("injected"):
+            verdict = _injected_verdict
+        out.append(verdict(typ, about, rs))
     return out
+
+
+def _srcs(rs: Sequence[ErrorRecord]) -> list[int]:
+    return sorted({r.src for r in rs})
+
+
+def _failed_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    if about == -1:
+        return Verdict(f"a process failure seen on {_join(r.comm for r in rs)} by {_who(_srcs(rs))}, "
+                       "failed rank not known (a revoked communicator, or a failure not yet acknowledged)",
+                       "rank-failed", PRIORITY["rank-failed"] - 2)
+    return Verdict(f"rank {about} failed (reported by {_who(_srcs(rs))})", "rank-failed",
+                   PRIORITY["rank-failed"], (about,), rs[0].host)
+
+
+def _ping_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    conf = [r for r in rs if r.status == CONFIRMED]
+    if conf:
+        votes = conf[-1].evidence.get("votes") or {}
+        tally = (f" ({votes.get('unreachable', '?')} of "
+                 f"{votes.get('unreachable', 0) + votes.get('reachable', 0)} voters cannot reach it)"
+                 if isinstance(votes, dict) and votes else "")
+        return Verdict(f"rank {about} failed: unreachable from its group{tally}", "rank-failed",
+                       PRIORITY["rank-failed"], (about,), rs[0].host)
+    return Verdict(f"rank {about} does not answer pings from {_who(_srcs(rs))}", "unreachable",
+                   PRIORITY["unreachable"], (about,), rs[0].host)
+
+
+def _msg_timeout_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    first, n = rs[0], len(rs)
+    where = f" in {first.op}" if first.op else ""
+    where += f" at {first.site}" if first.site else ""
+    return Verdict(f"rank {about}: {n} message timeout{'s' if n > 1 else ''}, "
+                   f"{_who(_srcs(rs))} waiting{where}", "timeout", PRIORITY["timeout"], (about,), first.host)
+
+
+def _coll_timeout_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    ops, comms = _join((r.op for r in rs), "a collective"), _join(r.comm for r in rs)
+    if about == -1:
+        return Verdict(f"{ops} on {comms} hangs: {_who(_srcs(rs))} waiting, suspect unknown",
+                       "collective-hang", PRIORITY["collective-hang"] - 2)
+    return Verdict(f"rank {about} holds up {ops} on {comms} ({_who(_srcs(rs))} waiting)",
+                   "collective-hang", PRIORITY["collective-hang"], (about,), rs[0].host)
+
+
+def _slow_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    return Verdict(f"rank {about}: slow messages reported by {_who(_srcs(rs))}", "slow",
+                   PRIORITY["slow"], (about,), rs[0].host)
+
+
+def _no_send_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    last = rs[-1]
+    ev = last.evidence
+    what = f"blocked in {last.op or ev.get('op') or 'an MPI call'}"
+    w = ev.get("waiting_on")
+    if isinstance(w, int) and not isinstance(w, bool):
+        what += f" waiting for rank {w}"
+    elif last.comm:
+        what += f" on {last.comm}"
+    if last.site:
+        what += f" at {last.site}"
+    return Verdict(f"rank {about} not sending: {what}", "not-sending", PRIORITY["not-sending"], (about,), rs[0].host)
+
+
+def _injected_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    return Verdict(f"rank {about} hangs as the fault plan asked ({rs[-1].evidence['injected']}; "
+                   f"planaria --inject), not by a fault of the program", "injected",
+                   PRIORITY["injected"], (about,), rs[0].host)
+
+
+def _computing_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    last = rs[-1]
+    idle = last.evidence.get("idle")
+    text = f"rank {about} not sending: computing at {last.site or 'an unknown place'}"
+    if isinstance(idle, (int, float)) and not isinstance(idle, bool):
+        text += f" (outside MPI for {idle:.0f} s)"
+    return Verdict(text, "not-sending", PRIORITY["not-sending"] + 2, (about,), rs[0].host)
+
+
+def _io_error_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    n, host = len(rs), rs[0].host
+    return Verdict(f"rank {about}: {n} I/O error{'s' if n > 1 else ''} on host {host or '?'}",
+                   "io-error", PRIORITY["io-error"], (about,), host)
+
+
+def _external_type_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    return _external_verdict(rs, about)
+
+
+def _unmatched_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    last, host = rs[-1], rs[0].host
+    ev = last.evidence
+    want = "any tag" if ev.get("want") is None else f"tag {ev.get('want')}"
+    where = f" at {last.site}" if last.site else ""
+    # blamed: the sender of the unmatched message and the rank whose receive does not match
+    # it (a rank the receive names but that sent nothing has no part in it)
+    pair = tuple(sorted({r for r in (ev.get("source"), ev.get("waiting")) if isinstance(r, int)})) or (about,)
+    w = ev.get("waiting")
+    if ev.get("wildcard_site") and isinstance(w, int):
+        return Verdict(f"receive from any source took the wrong message: rank {w}'s ANY_SOURCE receive "
+                       f"at {ev['wildcard_site']} took rank {about}'s message (tag {ev.get('tag')}), so "
+                       f"its receive from rank {about}{where} waits while rank {ev.get('source')}'s is "
+                       f"left unmatched", "source-mismatch", PRIORITY["source-mismatch"],
+                       tuple(sorted({w, about})), host)     # one incident with the wait for it
+    if ev.get("source") == about:
+        return Verdict(f"unmatched tag: rank {about} sent tag {ev.get('tag')}, rank {ev.get('waiting')} "
+                       f"waits for {want} from rank {about}{where}", "tag-mismatch",
+                       PRIORITY["tag-mismatch"], pair, host)
+    return Verdict(f"unmatched source: rank {ev.get('source')} sent to rank {ev.get('waiting')} "
+                   f"(tag {ev.get('tag')}), rank {ev.get('waiting')} waits for a message from rank "
+                   f"{about}{where}", "source-mismatch", PRIORITY["source-mismatch"], pair, host)
+
+
+def _network_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    ev = rs[-1].evidence
+    if isinstance(ev.get("sent_to"), int):
+        text = f"network: rank {about} sent the message rank {ev['sent_to']} waits for, it never arrived"
+    else:
+        lost = ev.get("unreachable_from") or _srcs(rs)
+        text = f"network: rank {about} answers its group but not {_who(lost)}"
+    return Verdict(text, "network", PRIORITY["network"], (about,), rs[0].host)
+
+
+def _other_verdict(typ: str, about: int, rs: Sequence[ErrorRecord]) -> Verdict:
+    n = len(rs)
+    return Verdict(f"rank {about}: {typ} ({n} report{'s' if n > 1 else ''})", typ,
+                   PRIORITY["other"], (about,) if about != -1 else (), rs[0].host)
+
+
+#: record type -> the verdict its records about one rank support (other types: ``_other_verdict``)
+_TYPE_VERDICT: dict[str, Callable[[str, int, Sequence[ErrorRecord]], Verdict]] = {
+    PROC_FAILED: _failed_verdict, PING_TIMEOUT: _ping_verdict, MSG_TIMEOUT: _msg_timeout_verdict,
+    COLL_TIMEOUT: _coll_timeout_verdict, SLOW_MESSAGE: _slow_verdict, NO_SEND: _no_send_verdict,
+    PEER_COMPUTING: _computing_verdict, IO_ERROR: _io_error_verdict, EXTERNAL: _external_type_verdict,
+    UNMATCHED: _unmatched_verdict, NETWORK: _network_verdict,
+}
 
 
 # --------------------------------------------------------------------------- the rule base
@@ -1322,7 +1373,7 @@ class RuleBase:
         want = _needed_probe(rec)
         reason = f"{rec.type} reported by rank {rec.src}"
         if rec.dst is not None and rec.type in HANG_TYPES and want in (None, PING):
-            for rule, fired, size in joined:
+            for rule, fired, _size in joined:
                 if fired and rule.probe is not None:
                     want, reason = rule.probe, f"rule {rule.name} fired on rank {rec.dst}"
                     break
@@ -1331,11 +1382,11 @@ class RuleBase:
         if want is not None and rec.dst is not None:
             entry = self._covered(rec.dst, want, now)
             if entry is not None:
-                waiting = entry.finished is None
-                return Decision("duplicate", subject, wait_for=entry.kind if waiting else None,
-                                result=None if waiting else dict(entry.outcome or {}), rules=rules,
-                                reason=(f"a {entry.kind} probe of rank {rec.dst} is in progress" if waiting
-                                        else f"rank {rec.dst} was probed ({entry.kind}) {now - entry.finished:.1f} s ago"))
+                done = entry.finished
+                return Decision("duplicate", subject, wait_for=entry.kind if done is None else None,
+                                result=None if done is None else dict(entry.outcome or {}), rules=rules,
+                                reason=(f"a {entry.kind} probe of rank {rec.dst} is in progress" if done is None
+                                        else f"rank {rec.dst} was probed ({entry.kind}) {now - done:.1f} s ago"))
         probe = self._start(want, rec.dst, now, reason) if want is not None and rec.dst is not None else None
         if rules:
             return Decision("merged", subject, probe=probe, rules=rules,
@@ -1350,7 +1401,7 @@ class RuleBase:
         w = self.cause_window
 
         def near_in(times: list[float] | None) -> bool:
-            return bool(times) and any(abs(t - rec.time) <= w for t in times)
+            return times is not None and any(abs(t - rec.time) <= w for t in times)
 
         d = rec.dst
         if d is None:
@@ -1386,7 +1437,7 @@ class RuleBase:
         entry.finished, entry.outcome = now, dict(outcome)
         self._version += 1
         follow: list[tuple[str, int, str]] = []
-        base = dict(src=self.rank, dst=dst, time=now, host=outcome.get("host") or self.host_of(dst))
+        base: dict[str, Any] = dict(src=self.rank, dst=dst, time=now, host=outcome.get("host") or self.host_of(dst))
         lost = kind == PING and not outcome.get("ok") or kind == STATUS and outcome.get("ok") is False
         if lost:
             entry.finding = True
@@ -1503,7 +1554,7 @@ class RuleBase:
         recs = sorted((self._recs[i] for i in ids), key=ErrorRecord.sort_key)
         verdicts = [(1, v) for v in _type_verdicts(recs)]
         names = []
-        for ri, rule, window in sorted(fired, key=lambda f: (f[0], f[2][0].sort_key())):
+        for _ri, rule, window in sorted(fired, key=lambda f: (f[0], f[2][0].sort_key())):
             if rule.name not in names:
                 names.append(rule.name)
             v = rule.decide(window, self)
@@ -1577,7 +1628,8 @@ class RuleBase:
             while v is not None and state[v] == 0:
                 state[v] = 1
                 path.append(v)
-                v = parent[v][0] if parent[v] else None
+                link = parent[v]
+                v = link[0] if link else None
             if v is not None and state[v] == 1:
                 cycle = path[path.index(v):]
                 parent[min(cycle)] = None
@@ -1585,17 +1637,18 @@ class RuleBase:
                 state[x] = 2
 
         def root_of(x: int) -> int:
-            while parent[x] is not None:
-                x = parent[x][0]
+            while (up := parent[x]) is not None:
+                x = up[0]
             return x
 
         roots = [i for i in range(len(incs)) if parent[i] is None]
         extra: dict[int, list[str]] = defaultdict(list)
         for j in range(len(incs)):
-            if parent[j] is not None:
+            link = parent[j]
+            if link is not None:
                 top = root_of(j)
-                incs[top].consequences.append((parent[j][1], incs[j]))
-                extra[top].append(parent[j][1])
+                incs[top].consequences.append((link[1], incs[j]))
+                extra[top].append(link[1])
                 extra[top].extend(incs[j].rules)
         order = {r.name: k for k, r in enumerate(self.rules)}
         for i in roots:

@@ -397,12 +397,11 @@ class Service:
         self._nudge.clear()
 
     # -- detection (as the rank that waits) ------------------------------------------
-    def _track(self) -> msglog.Call | None:
+    def _track(self, lg: msglog.MsgLog) -> msglog.Call | None:
         """Follow the application's current call from tick to tick: when it was last in MPI, and
         receives that lasted longer than ``slow_after`` (message-performance anomalies, found here
         rather than on the hot path). A call is timed from half-way between the tick that first saw
         it and the one before; it ended half-way between the last tick that saw it and this one."""
-        lg = self.log
         call = lg.look()
         now = time.monotonic()
         w = self._watch
@@ -428,7 +427,7 @@ class Service:
         lg = self.log
         if lg is None:
             return
-        call = self._track()
+        call = self._track(lg)
         if call is None or time.monotonic() - call.start < min(self.th.p2p, self.th.coll):
             return                          # the common case, decided without building the op map
         op = msglog.describe(call)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from planaria.graphs import cyclic_components
@@ -40,16 +41,16 @@ def _stack_key(cf: dict[str, Any]) -> tuple[Any, ...]:
 
 def index_ranges(indices: list[list[Any]]) -> list[tuple[list[Any], list[Any]]]:
     """Compress index tuples into runs that differ by one in the last position: [[8],[9],[11]] -> [([8],[9]), ([11],[11])]."""
-    ints, other = [], []
+    ints: list[list[Any]] = []
+    other: list[list[Any]] = []
     for ix in indices:
         (ints if ix and all(isinstance(i, int) and not isinstance(i, bool) for i in ix) else other).append(list(ix))
-    ints = sorted({tuple(i) for i in ints})
     out: list[tuple[list[Any], list[Any]]] = []
-    for ix in ints:
-        if out and len(out[-1][1]) == len(ix) and tuple(out[-1][1][:-1]) == ix[:-1] and out[-1][1][-1] + 1 == ix[-1]:
-            out[-1] = (out[-1][0], list(ix))
+    for tx in sorted({tuple(i) for i in ints}):
+        if out and len(out[-1][1]) == len(tx) and tuple(out[-1][1][:-1]) == tx[:-1] and out[-1][1][-1] + 1 == tx[-1]:
+            out[-1] = (out[-1][0], list(tx))
         else:
-            out.append((list(ix), list(ix)))
+            out.append((list(tx), list(tx)))
     out.extend((ix, ix) for ix in other)
     return out
 
@@ -71,163 +72,212 @@ def _covers(out: dict[str, Any], df_id: str, base: str, index: list[Any]) -> boo
 
 
 # -- the analysis ---------------------------------------------------------------------------------
-def analyze(records: list[dict[str, Any]], all_hung: bool = False) -> dict[str, Any]:
-    """The report as a dict (``text`` is added by :func:`render_text`)."""
-    cfs: dict[str, dict[str, Any]] = {}
-    dfdecl: dict[str, dict[str, Any]] = {}
-    sets: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    set_by_base: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    ended: dict[str, dict[str, Any]] = {}
-    started: dict[str, float] = {}                # CF -> start time
-    unfinished: dict[str, dict[str, Any]] = {}
-    errors: list[dict[str, Any]] = []
-    exits: list[dict[str, Any]] = []
-    ranks: set[int] = set()
-    deletes: dict[str, list[dict[str, Any]]] = defaultdict(list)
+@dataclass(frozen=True)
+class _Trace:
+    """The merged records sorted by kind."""
+
+    cfs: dict[str, dict[str, Any]] = field(default_factory=dict)            # CF id -> its record
+    dfdecl: dict[str, dict[str, Any]] = field(default_factory=dict)         # DF id -> its declaration
+    sets: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))          # DF -> sets
+    set_by_base: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))   # base -> sets
+    ended: dict[str, dict[str, Any]] = field(default_factory=dict)
+    started: dict[str, float] = field(default_factory=dict)                 # CF -> start time
+    unfinished: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    exits: list[dict[str, Any]] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+    deletes: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+
+
+def _read(records: list[dict[str, Any]]) -> _Trace:
+    """The records sorted by kind (``k``)."""
+    t = _Trace()
     for r in records:
         k = r.get("k")
         if "rank" in r:
-            ranks.add(r["rank"])
+            t.ranks.add(r["rank"])
         if k == "cf":
-            cfs[r["id"]] = r
+            t.cfs[r["id"]] = r
         elif k == "df":
-            dfdecl[r["id"]] = r
+            t.dfdecl[r["id"]] = r
         elif k == "set":
-            sets[r["df"]].append(r)
-            set_by_base[r.get("base", r["df"])].append(r)
+            t.sets[r["df"]].append(r)
+            t.set_by_base[r.get("base", r["df"])].append(r)
         elif k == "start":
-            started[r["cf"]] = r.get("t", 0.0)
+            t.started[r["cf"]] = r.get("t", 0.0)
         elif k == "end":
-            ended[r["cf"]] = r
+            t.ended[r["cf"]] = r
         elif k == "unfinished":
-            unfinished[r["cf"]] = r
+            t.unfinished[r["cf"]] = r
         elif k == "error":
-            errors.append(r)
+            t.errors.append(r)
         elif k == "exit":
-            exits.append(r)
+            t.exits.append(r)
         elif k == "delete":
-            deletes[r["df"]].append(r)
+            t.deletes[r["df"]].append(r)
+    return t
 
-    # hung CFs: created and never ended (dumped at exit, or lost with a killed rank)
-    hung_ids = [c for c in cfs if c not in ended]
+
+@dataclass(frozen=True)
+class _Hung:
+    """CFs created and never ended (dumped at exit, or lost with a killed rank), what each awaits,
+    and which hung CF would write it."""
+
+    ids: list[str]
+    awaits: dict[str, list[str]]                         # CF -> awaited DF ids
+    in_info: dict[str, dict[str, dict[str, Any]]]        # CF -> DF id -> its input description
+    edges: dict[str, set[str]]                           # A -> B: A awaits a DF that B would write
+
+
+def _hung(t: _Trace) -> _Hung:
+    """The hung CFs and their dependency graph: A -> B when A awaits a DF that B would write."""
+    ids = [c for c in t.cfs if c not in t.ended]
     awaits: dict[str, list[str]] = {}
-    for c in hung_ids:
-        if c in unfinished:
-            awaits[c] = list(unfinished[c].get("awaits") or [])
+    for c in ids:
+        if c in t.unfinished:
+            awaits[c] = list(t.unfinished[c].get("awaits") or [])
         else:
-            awaits[c] = [i["id"] for i in cfs[c].get("in", []) if i["id"] not in sets]
-    in_info: dict[str, dict[str, dict[str, Any]]] = {c: {i["id"]: i for i in cfs[c].get("in", [])} for c in hung_ids}
-
-    # dependency graph among hung CFs: A -> B when A awaits a DF that B would write
-    edges: dict[str, set[str]] = {c: set() for c in hung_ids}
+            awaits[c] = [i["id"] for i in t.cfs[c].get("in", []) if i["id"] not in t.sets]
+    in_info = {c: {i["id"]: i for i in t.cfs[c].get("in", [])} for c in ids}
+    edges: dict[str, set[str]] = {c: set() for c in ids}
     by_base: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    for c in hung_ids:
-        for o in cfs[c].get("out", []):
+    for c in ids:
+        for o in t.cfs[c].get("out", []):
             by_base[o.get("base", o["id"])].append((c, o))
-    for a in hung_ids:
+    for a in ids:
         for d in awaits[a]:
             info = in_info[a].get(d, {})
             base, ix = info.get("base", d), info.get("index", [])
             for b, o in by_base.get(base, []):
                 if b != a and _covers(o, d, base, ix):
                     edges[a].add(b)
-    roots = [c for c in hung_ids if not edges[c]]
-    cycles = cyclic_components({c: edges[c] for c in hung_ids})    # edges never loop on a CF itself
-    no_root_cycle = bool(hung_ids) and not roots and len(hung_ids) >= 2
+    return _Hung(ids, awaits, in_info, edges)
 
-    def frames(cf: dict[str, Any]) -> list[dict[str, Any]]:
-        return list(cf.get("stack") or [])
 
-    def writer_sites(base: str, exclude: set[str]) -> list[dict[str, Any]]:
-        groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-        for s in set_by_base.get(base, []):
-            w = cfs.get(s["cf"])
-            if w is None:
-                continue
-            key = (w.get("file"), w.get("line")) + _stack_key(w)
-            g = groups.setdefault(key, {"expr": w.get("expr"), "file": w.get("file"), "line": w.get("line"),
-                                        "stack": frames(w), "dfs": []})
-            g["dfs"].append(s["df"])
-        return list(groups.values())
-
-    def describe(group_ids: list[str]) -> dict[str, Any]:
-        cf = cfs[group_ids[0]]
-        aw: dict[tuple[str, str, str, str], list[list[Any]]] = defaultdict(list)
-        for c in group_ids:
-            for d in awaits[c]:
-                info = in_info[c].get(d) or {"id": d, "base": d, "decl": d, "decl_in": "?", "local": d, "index": []}
-                aw[(info.get("base", d), info.get("local", d), info.get("decl", d), info.get("decl_in", "?"))].append(
-                    info.get("index", []))
-        awaited = []
-        for (base, local, decl, decl_in), ixs in aw.items():
-            rngs = index_ranges(ixs)
-            decl_rec = dfdecl.get(base, {})
-            awaited.append({
-                "base": base, "local": local, "decl": decl, "decl_in": decl_in,
-                "decl_file": decl_rec.get("file"), "decl_line": decl_rec.get("line"),
-                "ranges": [{"from": lo, "to": hi, "local": _fmt_range(local, lo, hi), "decl": _fmt_range(decl, lo, hi)}
-                           for lo, hi in rngs],
-                "deleted": sorted(d for d in deletes if d == base or d.startswith(base + "[")),
-                "maybe_set_at": writer_sites(base, set(group_ids)),
-            })
-        return {"cfs": group_ids, "instances": len(group_ids), "code": cf.get("code"), "expr": cf.get("expr"),
-                "loops": [{"loop": h, "line": ln} for h, ln in enclosing_loops(cf.get("file"), cf.get("line"))],
-                "file": cf.get("file"), "line": cf.get("line"), "kind": cf.get("kind"),
-                "stack": frames(cf), "awaited": awaited,
-                "state": (unfinished.get(group_ids[0]) or {}).get(
-                    "state", "running when its rank died" if group_ids[0] in started else "lost with its rank"),
-                "running_s": _running_for(unfinished.get(group_ids[0]), started.get(group_ids[0])),
-                "rank": cf.get("rank")}
-
-    def grouped(ids: list[str]) -> list[dict[str, Any]]:
-        groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
-        for c in ids:
-            cf = cfs[c]
-            groups[(cf.get("file"), cf.get("line"), cf.get("code")) + _stack_key(cf)].append(c)
-        return [describe(sorted(v, key=_cf_order)) for v in groups.values()]
-
-    multi = []
-    for d, ss in sets.items():
-        writers = sorted({s["cf"] for s in ss}, key=_cf_order)
-        if len(writers) >= 2:
-            multi.append({"df": d, "name": ss[0].get("name", d) + d[len(ss[0].get("base", d)):],
-                          "deleted_between": bool(deletes.get(d)),
-                          "writers": [{"cf": w, "expr": cfs.get(w, {}).get("expr"), "file": cfs.get(w, {}).get("file"),
-                                       "line": cfs.get(w, {}).get("line"), "stack": frames(cfs.get(w, {}))}
-                                      for w in writers]})
-
-    mismatches, exceptions = [], []
-    for e in errors:
-        cf = cfs.get(e.get("cf"), {})
-        base = {"cf": e.get("cf"), "expr": cf.get("expr"), "file": cf.get("file"), "line": cf.get("line"),
-                "stack": frames(cf), "message": e.get("message")}
-        if e.get("kind") == "type_mismatch":
-            dfs = []
-            for info in e.get("df") or []:
-                ws = [{"cf": s["cf"], "expr": cfs.get(s["cf"], {}).get("expr"), "file": cfs.get(s["cf"], {}).get("file"),
-                       "line": cfs.get(s["cf"], {}).get("line"), "type": s.get("type")} for s in sets.get(info["id"], [])]
-                dfs.append({**info, "set_by": ws})
-            mismatches.append({**base, "param": e.get("param"), "expected": e.get("expected"), "got": e.get("got"),
-                               "value": e.get("value"), "dfs": dfs})
-        elif e.get("kind") == "exception":
-            exceptions.append({**base, "exc": e.get("exc"), "at_file": e.get("file"), "at_line": e.get("line")})
-    statuses = sorted({x.get("status") for x in exits if x.get("status")})
-    missing_exit = sorted(ranks - {x.get("rank") for x in exits})
+def analyze(records: list[dict[str, Any]], all_hung: bool = False) -> dict[str, Any]:
+    """The report as a dict (``text`` is added by :func:`render_text`)."""
+    t = _read(records)
+    hung = _hung(t)
+    roots = [c for c in hung.ids if not hung.edges[c]]
+    # edges never loop on a CF itself; the graph helper takes any sortable node (typed for ranks)
+    adj: dict[Any, set[Any]] = {c: hung.edges[c] for c in hung.ids}
+    cycles: list[list[Any]] = cyclic_components(adj)
+    mismatches, exceptions = _errors(t)
+    statuses = sorted({x["status"] for x in t.exits if x.get("status")})
     report = {
         "status": statuses[0] if len(statuses) == 1 else ("/".join(statuses) or "unknown"),
-        "ranks": sorted(ranks), "ranks_without_exit": missing_exit,
-        "cfs": len(cfs), "finished": len(ended), "hung": len(hung_ids),
-        "root_causes": grouped(roots),
-        "all_hung": grouped(hung_ids) if all_hung else None,
-        "cycles": [[{"cf": c, "expr": cfs[c].get("expr"), "file": cfs[c].get("file"), "line": cfs[c].get("line")}
-                    for c in comp] for comp in cycles],
-        "cycle_without_root": no_root_cycle,
-        "multiple_init": multi,
+        "ranks": sorted(t.ranks), "ranks_without_exit": sorted(t.ranks - {x.get("rank") for x in t.exits}),
+        "cfs": len(t.cfs), "finished": len(t.ended), "hung": len(hung.ids),
+        "root_causes": _grouped(t, hung, roots),
+        "all_hung": _grouped(t, hung, hung.ids) if all_hung else None,
+        "cycles": [[{"cf": c, "expr": t.cfs[c].get("expr"), "file": t.cfs[c].get("file"),
+                     "line": t.cfs[c].get("line")} for c in comp] for comp in cycles],
+        "cycle_without_root": bool(hung.ids) and not roots and len(hung.ids) >= 2,
+        "multiple_init": _multiple_init(t),
         "type_mismatches": mismatches,
         "exceptions": exceptions,
     }
     report["text"] = render_text(report)
     return report
+
+
+def _frames(cf: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(cf.get("stack") or [])
+
+
+def _writer_sites(t: _Trace, base: str) -> list[dict[str, Any]]:
+    """The code that set other elements of DF ``base``, one entry per call site and history."""
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for s in t.set_by_base.get(base, []):
+        w = t.cfs.get(s["cf"])
+        if w is None:
+            continue
+        key = (w.get("file"), w.get("line")) + _stack_key(w)
+        g = groups.setdefault(key, {"expr": w.get("expr"), "file": w.get("file"), "line": w.get("line"),
+                                    "stack": _frames(w), "dfs": []})
+        g["dfs"].append(s["df"])
+    return list(groups.values())
+
+
+def _awaited(t: _Trace, hung: _Hung, group_ids: list[str]) -> list[dict[str, Any]]:
+    """The DFs the CFs ``group_ids`` await, as index ranges per declared DF."""
+    aw: dict[tuple[str, str, str, str], list[list[Any]]] = defaultdict(list)
+    for c in group_ids:
+        for d in hung.awaits[c]:
+            info = hung.in_info[c].get(d) or {"id": d, "base": d, "decl": d, "decl_in": "?", "local": d, "index": []}
+            aw[(info.get("base", d), info.get("local", d), info.get("decl", d), info.get("decl_in", "?"))].append(
+                info.get("index", []))
+    awaited = []
+    for (base, local, decl, decl_in), ixs in aw.items():
+        rngs = index_ranges(ixs)
+        decl_rec = t.dfdecl.get(base, {})
+        awaited.append({
+            "base": base, "local": local, "decl": decl, "decl_in": decl_in,
+            "decl_file": decl_rec.get("file"), "decl_line": decl_rec.get("line"),
+            "ranges": [{"from": lo, "to": hi, "local": _fmt_range(local, lo, hi), "decl": _fmt_range(decl, lo, hi)}
+                       for lo, hi in rngs],
+            "deleted": sorted(d for d in t.deletes if d == base or d.startswith(base + "[")),
+            "maybe_set_at": _writer_sites(t, base),
+        })
+    return awaited
+
+
+def _describe(t: _Trace, hung: _Hung, group_ids: list[str]) -> dict[str, Any]:
+    """One entry for hung CFs of the same call site and history."""
+    cf = t.cfs[group_ids[0]]
+    return {"cfs": group_ids, "instances": len(group_ids), "code": cf.get("code"), "expr": cf.get("expr"),
+            "loops": [{"loop": h, "line": ln} for h, ln in enclosing_loops(cf.get("file"), cf.get("line"))],
+            "file": cf.get("file"), "line": cf.get("line"), "kind": cf.get("kind"),
+            "stack": _frames(cf), "awaited": _awaited(t, hung, group_ids),
+            "state": (t.unfinished.get(group_ids[0]) or {}).get(
+                "state", "running when its rank died" if group_ids[0] in t.started else "lost with its rank"),
+            "running_s": _running_for(t.unfinished.get(group_ids[0]), t.started.get(group_ids[0])),
+            "rank": cf.get("rank")}
+
+
+def _grouped(t: _Trace, hung: _Hung, ids: list[str]) -> list[dict[str, Any]]:
+    """The CFs ``ids`` grouped by call site, code and history."""
+    groups: dict[tuple[Any, ...], list[str]] = defaultdict(list)
+    for c in ids:
+        cf = t.cfs[c]
+        groups[(cf.get("file"), cf.get("line"), cf.get("code")) + _stack_key(cf)].append(c)
+    return [_describe(t, hung, sorted(v, key=_cf_order)) for v in groups.values()]
+
+
+def _multiple_init(t: _Trace) -> list[dict[str, Any]]:
+    """DFs set by two CFs or more, with every writer."""
+    multi = []
+    for d, ss in t.sets.items():
+        writers = sorted({s["cf"] for s in ss}, key=_cf_order)
+        if len(writers) >= 2:
+            multi.append({"df": d, "name": ss[0].get("name", d) + d[len(ss[0].get("base", d)):],
+                          "deleted_between": bool(t.deletes.get(d)),
+                          "writers": [{"cf": w, "expr": t.cfs.get(w, {}).get("expr"),
+                                       "file": t.cfs.get(w, {}).get("file"), "line": t.cfs.get(w, {}).get("line"),
+                                       "stack": _frames(t.cfs.get(w, {}))}
+                                      for w in writers]})
+    return multi
+
+
+def _errors(t: _Trace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(type mismatches with the CFs that set the DFs, CFs that raised)."""
+    mismatches, exceptions = [], []
+    for e in t.errors:
+        cf = t.cfs.get(e.get("cf", ""), {})
+        base = {"cf": e.get("cf"), "expr": cf.get("expr"), "file": cf.get("file"), "line": cf.get("line"),
+                "stack": _frames(cf), "message": e.get("message")}
+        if e.get("kind") == "type_mismatch":
+            dfs = []
+            for info in e.get("df") or []:
+                ws = [{"cf": s["cf"], "expr": t.cfs.get(s["cf"], {}).get("expr"),
+                       "file": t.cfs.get(s["cf"], {}).get("file"), "line": t.cfs.get(s["cf"], {}).get("line"),
+                       "type": s.get("type")} for s in t.sets.get(info["id"], [])]
+                dfs.append({**info, "set_by": ws})
+            mismatches.append({**base, "param": e.get("param"), "expected": e.get("expected"), "got": e.get("got"),
+                               "value": e.get("value"), "dfs": dfs})
+        elif e.get("kind") == "exception":
+            exceptions.append({**base, "exc": e.get("exc"), "at_file": e.get("file"), "at_line": e.get("line")})
+    return mismatches, exceptions
 
 
 def _running_for(unf: dict[str, Any] | None, start: float | None) -> float | None:
@@ -290,65 +340,24 @@ def _stack_lines(stack: list[dict[str, Any]], indent: str) -> list[str]:
 
 
 def render_text(rep: dict[str, Any]) -> str:
-    lines: list[str] = [f"run status: {rep['status']}; {rep['cfs']} CFs, {rep['finished']} finished, {rep['hung']} never finished"]
+    """The report as text: hung CFs with their awaited DFs, cycles, DFs set twice, type mismatches, exceptions."""
+    lines: list[str] = [f"run status: {rep['status']}; {rep['cfs']} CFs, {rep['finished']} finished, "
+                        f"{rep['hung']} never finished"]
     if rep.get("ranks_without_exit"):
         lines.append(f"ranks whose trace has no exit record (killed?): {rep['ranks_without_exit']}")
-
-    def hung_block(title: str, items: list[dict[str, Any]]) -> None:
-        lines.append("")
-        lines.append(title)
-        for h in items:
-            lines.append("")
-            inst = f" ({h['instances']} instances)" if h["instances"] > 1 else ""
-            state = h["state"] + (f" for {h['running_s']:.1f} s" if h.get("running_s") is not None else "")
-            lines.append(f"{h['expr']} {_where(h['file'], h['line'])} never finished{inst} [{state}]")
-            lines.extend(_stack_lines(h["stack"], "    "))
-            for a in h["awaited"]:
-                rngs = ", ".join(r["local"] for r in a["ranges"])
-                decl = ", ".join(r["decl"] for r in a["ranges"])
-                alias = f"where {a['local']} is {a['decl']}, " if a["local"] != a["decl"] else ""
-                lines.append(f"  Awaited DFs {a['local']} ({alias}{a['decl']} declared in sub {a['decl_in']} "
-                             f"{_where(a.get('decl_file'), a.get('decl_line'))}): {rngs}"
-                             + (f" ({decl})" if alias else ""))
-                if a["deleted"]:
-                    lines.append(f"  note: {a['decl']} was deleted by a delete recommendation before this CF read it "
-                                 f"({', '.join(a['deleted'][:4])})")
-                for w in a["maybe_set_at"][:3]:
-                    lines.append(f"  Maybe it should have been initialized here: {w['expr']} {_where(w['file'], w['line'])}"
-                                 f" (it set {len(w['dfs'])} other element(s))")
-                    lines.extend(_stack_lines(w["stack"], "      "))
-            if not h["awaited"]:
-                lines.append("  awaits no DF: it was running or ready when the run stopped")
-
     if rep["root_causes"]:
         title = ("Following CFs appear to be the root cause of the system hang:" if rep["status"] == "hung"
                  else f"Following CFs never finished (run {rep['status']}); root causes:")
-        hung_block(title, rep["root_causes"])
+        lines += _hung_block(title, rep["root_causes"])
     if rep.get("cycle_without_root") or rep["cycles"]:
         lines.append("")
         lines.append("Dependency cycle(s) among hung CFs (each waits for a DF another one would set):")
         for comp in rep["cycles"]:
             lines.append("  " + " -> ".join(f"{c['expr']} {_where(c['file'], c['line'])}" for c in comp))
     if rep.get("all_hung"):
-        hung_block("All hung CFs:", rep["all_hung"])
-    if rep["multiple_init"]:
-        lines.append("")
-        lines.append("Following DFs are initialized multiple times:")
-        for m in rep["multiple_init"]:
-            note = " (deleted in between, so the runtime did not notice)" if m["deleted_between"] else ""
-            lines.append(f"  {m['name']}{note} in")
-            for w in m["writers"]:
-                lines.append(f"    {w['expr']} {_where(w['file'], w['line'])}")
-    if rep["type_mismatches"]:
-        lines.append("")
-        lines.append("Type mismatches:")
-        for t in rep["type_mismatches"]:
-            lines.append(f"  {t['expr']} {_where(t['file'], t['line'])}: parameter {t['param']} expects {t['expected']}, "
-                         f"got {t['got']} {t['value']}")
-            for d in t["dfs"]:
-                for w in d["set_by"]:
-                    lines.append(f"    DF {d['local']} (declared {d['decl']} in sub {d['decl_in']}) was set as {w['type']} "
-                                 f"by {w['expr']} {_where(w['file'], w['line'])}")
+        lines += _hung_block("All hung CFs:", rep["all_hung"])
+    lines += _multiple_init_lines(rep["multiple_init"])
+    lines += _mismatch_lines(rep["type_mismatches"])
     if rep["exceptions"]:
         lines.append("")
         lines.append("CFs that raised:")
@@ -358,6 +367,65 @@ def render_text(rep: dict[str, Any]) -> str:
     if not found_problems(rep):
         lines.append("no hung CFs, no multiply initialized DFs, no type mismatches")
     return "\n".join(lines) + "\n"
+
+
+def _hung_block(title: str, items: list[dict[str, Any]]) -> list[str]:
+    """Hung CFs under ``title``: call site, state, call history, awaited DFs and where they might be set."""
+    lines = ["", title]
+    for h in items:
+        lines.append("")
+        inst = f" ({h['instances']} instances)" if h["instances"] > 1 else ""
+        state = h["state"] + (f" for {h['running_s']:.1f} s" if h.get("running_s") is not None else "")
+        lines.append(f"{h['expr']} {_where(h['file'], h['line'])} never finished{inst} [{state}]")
+        lines.extend(_stack_lines(h["stack"], "    "))
+        for a in h["awaited"]:
+            lines += _awaited_lines(a)
+        if not h["awaited"]:
+            lines.append("  awaits no DF: it was running or ready when the run stopped")
+    return lines
+
+
+def _awaited_lines(a: dict[str, Any]) -> list[str]:
+    """One awaited DF: its ranges and names, a delete that removed it, the code that set its other elements."""
+    rngs = ", ".join(r["local"] for r in a["ranges"])
+    decl = ", ".join(r["decl"] for r in a["ranges"])
+    alias = f"where {a['local']} is {a['decl']}, " if a["local"] != a["decl"] else ""
+    lines = [f"  Awaited DFs {a['local']} ({alias}{a['decl']} declared in sub {a['decl_in']} "
+             f"{_where(a.get('decl_file'), a.get('decl_line'))}): {rngs}" + (f" ({decl})" if alias else "")]
+    if a["deleted"]:
+        lines.append(f"  note: {a['decl']} was deleted by a delete recommendation before this CF read it "
+                     f"({', '.join(a['deleted'][:4])})")
+    for w in a["maybe_set_at"][:3]:
+        lines.append(f"  Maybe it should have been initialized here: {w['expr']} {_where(w['file'], w['line'])}"
+                     f" (it set {len(w['dfs'])} other element(s))")
+        lines.extend(_stack_lines(w["stack"], "      "))
+    return lines
+
+
+def _multiple_init_lines(multi: list[dict[str, Any]]) -> list[str]:
+    if not multi:
+        return []
+    lines = ["", "Following DFs are initialized multiple times:"]
+    for m in multi:
+        note = " (deleted in between, so the runtime did not notice)" if m["deleted_between"] else ""
+        lines.append(f"  {m['name']}{note} in")
+        for w in m["writers"]:
+            lines.append(f"    {w['expr']} {_where(w['file'], w['line'])}")
+    return lines
+
+
+def _mismatch_lines(mismatches: list[dict[str, Any]]) -> list[str]:
+    if not mismatches:
+        return []
+    lines = ["", "Type mismatches:"]
+    for t in mismatches:
+        lines.append(f"  {t['expr']} {_where(t['file'], t['line'])}: parameter {t['param']} expects {t['expected']}, "
+                     f"got {t['got']} {t['value']}")
+        for d in t["dfs"]:
+            for w in d["set_by"]:
+                lines.append(f"    DF {d['local']} (declared {d['decl']} in sub {d['decl_in']}) was set as {w['type']} "
+                             f"by {w['expr']} {_where(w['file'], w['line'])}")
+    return lines
 
 
 def found_problems(rep: dict[str, Any]) -> bool:

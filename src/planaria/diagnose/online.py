@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from typing import Any
 
 from planaria.diagnose import collect as _collect
@@ -97,7 +97,7 @@ def _read_unresponsive(part: dict[str, Any], table: dict[int, dict[str, Any]], r
 
 
 def gather(ask: dict[int, str | None], secret: str, k: int, hop: float, rounds: int, interval: float,
-           behind: set[int], via_nodes: NodeCollect | None) -> dict[str, Any]:
+           behind: Set[int], via_nodes: NodeCollect | None) -> dict[str, Any]:
     """The merged part of the ranks in ``ask``: those in ``behind`` through their node agents, the
     others through the k-ary tree of their own endpoints, both at once."""
     routed = sorted(r for r in ask if r in behind) if via_nodes is not None else []
@@ -110,12 +110,13 @@ def gather(ask: dict[int, str | None], secret: str, k: int, hop: float, rounds: 
         th = threading.Thread(target=lambda: got.__setitem__("nodes", via_nodes(routed, rounds, interval, hop)),
                               name="planaria-collect-nodes", daemon=True)
         th.start()
-    part = _collect.collect(direct, secret, k=k, hop=hop, rounds=rounds, interval=interval) if direct else \
+    part: dict[str, Any] = \
+        _collect.collect(direct, secret, k=k, hop=hop, rounds=rounds, interval=interval) if direct else \
         {"stacks": [], "ranks": [], "missing": [], "collect": {"k": k, "hop": hop, "seconds": 0.0}}
     if routed:
         th.join(_collect.budget_for(len(routed), 2, hop, rounds, interval) + 2 * hop)   # bounded in any case
         coll = part["collect"]
-        nodes = got.get("nodes") or {"missing": routed}
+        nodes: dict[str, Any] = got.get("nodes") or {"missing": routed}
         part = _collect.merge_parts([part, nodes])
         part["collect"] = dict(coll, direct=len(direct), behind_nodes=len(routed), nodes=nodes.get("collect"),
                                seconds=round(time.monotonic() - t0, 4))
@@ -124,7 +125,7 @@ def gather(ask: dict[int, str | None], secret: str, k: int, hop: float, rounds: 
 
 def collect_and_analyze(jobdir: Any, table: dict[int, dict[str, Any]], secret: str, k: int = 8,
                         hop: float = 1.0, rounds: int = 0, interval: float = 0.2,
-                        behind: set[int] = frozenset(), via_nodes: NodeCollect | None = None) -> dict[str, Any]:
+                        behind: Set[int] = frozenset(), via_nodes: NodeCollect | None = None) -> dict[str, Any]:
     """Run one collection over the ranks in ``table`` and write the state file and the report.
 
     ``behind``: ranks served by node agents, collected through them by ``via_nodes`` when given."""
