@@ -1,6 +1,6 @@
 """Offline diagnosis scaling ([Gao 2024] §3.3, Fig. 7): read a state file of a job hung by one faulty node and name it.
 
-For each job size a synthetic state (``planaria.diagnose.synth``: one host's ranks without state, everyone
+For each job size a synthetic state (``benchmarks.synth``: one host's ranks without state, everyone
 else waiting in the world Allreduce or in Recv chains toward it) is written to a temporary file (not timed);
 then ``read_state`` + ``diagnose`` are timed together, ``repeat`` times, and the report must name exactly the
 faulty host's ranks as the first root cause -- a wrong answer fails the benchmark (exit 1).
