@@ -8,6 +8,18 @@ from typing import Optional
 
 import typer
 
+from planaria.util.env import (
+    PLANARIA_BALANCER,
+    PLANARIA_BALANCER_CAP,
+    PLANARIA_FRAGMENT_THREADS,
+    PLANARIA_JOBS_DIFFERENCE_RATIO,
+    PLANARIA_JOBS_LEFT_THRESHOLD,
+    PLANARIA_TERMINATION,
+    PLANARIA_TRACE,
+    PLANARIA_TRACE_DIR,
+    PLANARIA_TRACE_FLUSH_BYTES,
+)
+
 app = typer.Typer(help="Run fragmented programs (planaria.fragments) on MPI ranks.", no_args_is_help=True)
 _SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -76,17 +88,17 @@ def run(
         print(f"planaria fragments run: {problem}", file=sys.stderr)
         raise typer.Exit(2)
     os.environ.update({
-        "PLANARIA_BALANCER": "1" if balancer else "0",
-        "PLANARIA_JOBS_LEFT_THRESHOLD": str(jobs_left),
-        "PLANARIA_JOBS_DIFFERENCE_RATIO": repr(ratio),
-        "PLANARIA_BALANCER_CAP": cap,
-        "PLANARIA_FRAGMENT_THREADS": str(threads),
-        "PLANARIA_TERMINATION": termination,
-        "PLANARIA_TRACE": "1" if trace else "0",
-        "PLANARIA_TRACE_FLUSH_BYTES": str(flush_bytes),
+        PLANARIA_BALANCER: "1" if balancer else "0",
+        PLANARIA_JOBS_LEFT_THRESHOLD: str(jobs_left),
+        PLANARIA_JOBS_DIFFERENCE_RATIO: repr(ratio),
+        PLANARIA_BALANCER_CAP: cap,
+        PLANARIA_FRAGMENT_THREADS: str(threads),
+        PLANARIA_TERMINATION: termination,
+        PLANARIA_TRACE: "1" if trace else "0",
+        PLANARIA_TRACE_FLUSH_BYTES: str(flush_bytes),
     })
     if trace_dir:
-        os.environ["PLANARIA_TRACE_DIR"] = os.path.abspath(trace_dir)
+        os.environ[PLANARIA_TRACE_DIR] = os.path.abspath(trace_dir)
     from planaria.launch.runner import RunOptions, run_job
     jobdirs: list[Path] = []
     opts = RunOptions(command=command, nprocs=workers + (1 if balancer else 0), timeout=timeout, json=json_out,

@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from planaria.launch import netns
+from planaria.util.env import PLANARIA_HOSTS_DIR
 
 app = typer.Typer(
     name="hosts",
@@ -27,7 +28,7 @@ _NAMES_HELP = "The two host names, comma-separated."
 
 
 def _state_root() -> Path:
-    return Path(os.environ.get("PLANARIA_HOSTS_DIR", "/run/planaria-hosts"))
+    return Path(os.environ.get(PLANARIA_HOSTS_DIR, "/run/planaria-hosts"))
 
 
 def _parse_names(names: str) -> tuple[str, str]:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Union
+from planaria.util.env import PLANARIA_INJECT
 
 __all__ = [
     "ENV_VAR",
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 #: Environment variable through which a plan is handed to every rank.
-ENV_VAR = "PLANARIA_INJECT"
+ENV_VAR = PLANARIA_INJECT
 
 
 PHASES = ("checkpoint", "recover", "finish")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from planaria.launch.fsutil import atomic_write
+from planaria.util.env import PLANARIA_HOME
 
 MANIFEST = "manifest.json"
 SECRET = "secret"
@@ -23,7 +24,7 @@ SUMMARY = "summary.json"
 
 def jobs_root(cwd: str | os.PathLike[str] | None = None) -> Path:
     """Directory holding all job dirs: ``$PLANARIA_HOME/jobs`` or ``./.planaria/jobs``."""
-    home = os.environ.get("PLANARIA_HOME")
+    home = os.environ.get(PLANARIA_HOME)
     if home:
         return Path(home) / "jobs"
     return Path(cwd if cwd is not None else os.getcwd()) / ".planaria" / "jobs"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from planaria.util.env import PREFIX
 
 BACKENDS = ("ulfm", "sim", "auto")
 
@@ -230,7 +231,7 @@ def build_mpiexec_cmd(
         argv += single_host_transport_args(env, mpiexec_args, exe)
     if ssh_agent:
         argv += ["--prtemca", "plm_ssh_agent", ssh_agent]
-    for name in sorted(k for k in env if k.startswith("PLANARIA_") or k == "PYTHONFAULTHANDLER"):
+    for name in sorted(k for k in env if k.startswith(PREFIX) or k == "PYTHONFAULTHANDLER"):
         argv += ["-x", name]
     argv += list(mpiexec_args)
     argv += list(rank_prefix) + list(command)

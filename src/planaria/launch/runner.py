@@ -35,6 +35,22 @@ from planaria.launch.mpiexec import (
     parse_hosts,
     resolve_backend,
 )
+from planaria.util.env import (
+    PLANARIA_BACKEND,
+    PLANARIA_CONTROL_URI,
+    PLANARIA_DETECT,
+    PLANARIA_DETECT_TIMEOUTS,
+    PLANARIA_EVENTS_DEFAULT,
+    PLANARIA_HOSTS_DIR,
+    PLANARIA_INJECT,
+    PLANARIA_JOB_DIR,
+    PLANARIA_NODE_AGENTS,
+    PLANARIA_NRANKS,
+    PLANARIA_RESTART,
+    PLANARIA_SECRET_FILE,
+    PLANARIA_SPARES,
+    PLANARIA_T0,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -422,7 +438,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 def hosts_state_root() -> Path:
     """Where ``planaria hosts up`` keeps its host sets (``$PLANARIA_HOSTS_DIR``)."""
-    return Path(os.environ.get("PLANARIA_HOSTS_DIR", "/run/planaria-hosts"))
+    return Path(os.environ.get(PLANARIA_HOSTS_DIR, "/run/planaria-hosts"))
 
 
 def load_netns_hosts(spec: str) -> Any:
@@ -965,19 +981,19 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
         return EXIT_USAGE
     out.crashes.notify = controller.note_crash     # a rank's traceback says where it failed
     penv = {
-        "PLANARIA_JOB_DIR": str(jobdir.path),
-        "PLANARIA_CONTROL_URI": uri,
-        "PLANARIA_SECRET_FILE": str(jobdir.secret_path),
-        "PLANARIA_BACKEND": backend,
-        "PLANARIA_INJECT": inject,
-        "PLANARIA_SPARES": str(opts.spares),
-        "PLANARIA_NRANKS": str(opts.nprocs),
-        "PLANARIA_T0": repr(t0),
-        "PLANARIA_RESTART": str(number - 1),
-        "PLANARIA_DETECT": "1" if opts.detect else "0",
-        "PLANARIA_DETECT_TIMEOUTS": opts.detect_timeouts or "",
-        "PLANARIA_EVENTS_DEFAULT": opts.default_handler,
-        "PLANARIA_NODE_AGENTS": "1" if layout.node_agents(opts) else "0",
+        PLANARIA_JOB_DIR: str(jobdir.path),
+        PLANARIA_CONTROL_URI: uri,
+        PLANARIA_SECRET_FILE: str(jobdir.secret_path),
+        PLANARIA_BACKEND: backend,
+        PLANARIA_INJECT: inject,
+        PLANARIA_SPARES: str(opts.spares),
+        PLANARIA_NRANKS: str(opts.nprocs),
+        PLANARIA_T0: repr(t0),
+        PLANARIA_RESTART: str(number - 1),
+        PLANARIA_DETECT: "1" if opts.detect else "0",
+        PLANARIA_DETECT_TIMEOUTS: opts.detect_timeouts or "",
+        PLANARIA_EVENTS_DEFAULT: opts.default_handler,
+        PLANARIA_NODE_AGENTS: "1" if layout.node_agents(opts) else "0",
     }
     if "PYTHONFAULTHANDLER" not in os.environ:  # a crashing rank prints its stack (CrashSites reads it)
         penv["PYTHONFAULTHANDLER"] = "1"
@@ -1016,13 +1032,13 @@ def _run_attempt(opts: RunOptions, jobdir: JobDir, out: _Output, number: int, t0
             "launcher_pid": os.getpid(), "restart": opts.restart, "reinject": opts.reinject,
             "netns": list(layout.hostset.names) if layout.hostset is not None else None,
             "attempt": 1,
-            "env": {k: v for k, v in penv.items() if k != "PLANARIA_SECRET_FILE"},
+            "env": {k: v for k, v in penv.items() if k != PLANARIA_SECRET_FILE},
         }
         jobdir.write_manifest(manifest)
     else:
         jobdir.update_manifest(status="restarting", attempt=number, argv=argv, control_uri=uri,
                                attempt_hosts=att.hosts,
-                               env={k: v for k, v in penv.items() if k != "PLANARIA_SECRET_FILE"})
+                               env={k: v for k, v in penv.items() if k != PLANARIA_SECRET_FILE})
     out.watch = _RuntimeWatch()
     out.sink = controller.io
     # a killed mpiexec's session directory makes the next mpiexec with its pid fail at start

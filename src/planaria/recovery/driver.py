@@ -27,6 +27,7 @@ from planaria.checkpoint.store import WARM
 from planaria.comm.base import Comm
 from planaria.comm.errors import FailureError
 from planaria.runtime.bootstrap import spare_waker, wake_spares
+from planaria.util.env import PLANARIA_SPARES
 
 State = dict[str, np.ndarray]
 SPARE_TAG = 31001
@@ -133,7 +134,7 @@ class Resilient:
         self.failure_events: list[Any] = []       # process-failure events the resilient handler completed
         _claim_failure_events(self)               # before pl.world(): a failure may strike at once
         self.world = world if world is not None else pl.world()
-        self.spares = int(os.environ.get("PLANARIA_SPARES", "0") or 0) if spares is None else spares
+        self.spares = int(os.environ.get(PLANARIA_SPARES, "0") or 0) if spares is None else spares
         if not 0 <= self.spares < self.world.size:
             raise ValueError(f"spares must be in [0, {self.world.size - 1}], got {self.spares}")
         self.store = checkpoint

@@ -31,6 +31,7 @@ import zmq
 from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
 from planaria.runtime import nodelink
 from planaria.events.local import deliver as _deliver
+from planaria.util.env import PLANARIA_CONTROL_URI, PLANARIA_ORPHAN_TIMEOUT, PLANARIA_SECRET_FILE
 
 HEARTBEAT_INTERVAL = 0.5
 DEFAULT_ORPHAN_TIMEOUT = 15.0
@@ -100,10 +101,10 @@ class Agent:
     @classmethod
     def from_env(cls, rank: int, size: int, role: str = "worker", backend: str = "ulfm") -> "Agent | None":
         """Agent configured from ``PLANARIA_*`` variables, or None when not under ``planaria run``."""
-        uri = os.environ.get("PLANARIA_CONTROL_URI")
+        uri = os.environ.get(PLANARIA_CONTROL_URI)
         if not uri:
             return None
-        secret_file = os.environ.get("PLANARIA_SECRET_FILE")
+        secret_file = os.environ.get(PLANARIA_SECRET_FILE)
         if not secret_file:
             return None
         try:
@@ -112,7 +113,7 @@ class Agent:
         except OSError:
             return None
         try:
-            orphan = float(os.environ.get("PLANARIA_ORPHAN_TIMEOUT", DEFAULT_ORPHAN_TIMEOUT))
+            orphan = float(os.environ.get(PLANARIA_ORPHAN_TIMEOUT, DEFAULT_ORPHAN_TIMEOUT))
         except ValueError:
             orphan = DEFAULT_ORPHAN_TIMEOUT
         return cls(uri, secret, rank, size, role=role, backend=backend, orphan_timeout=orphan)

@@ -20,6 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from planaria.comm.base import Comm, rehook
+from planaria.util.env import (
+    PLANARIA_BACKEND,
+    PLANARIA_DETECT,
+    PLANARIA_FINALIZE_TIMEOUT,
+    PLANARIA_INJECT,
+    PLANARIA_SPARES,
+)
 
 
 class _Runtime:
@@ -47,7 +54,7 @@ def _resolve_backend(backend: str) -> str:
     if backend not in ("auto", "ulfm", "sim"):
         raise ValueError(f"unknown backend {backend!r} (expected auto, ulfm or sim)")
     if backend == "auto":
-        backend = os.environ.get("PLANARIA_BACKEND", "auto") or "auto"
+        backend = os.environ.get(PLANARIA_BACKEND, "auto") or "auto"
     if backend == "auto":
         from planaria.comm.ulfm import ulfm_available
         backend = "ulfm" if ulfm_available() else "sim"
@@ -108,7 +115,7 @@ def _exit_recorder(real_exit: Callable[..., Any]) -> Callable[..., Any]:
 
 def detection_enabled() -> bool:
     """Run-time error detection (message log, timers, probes) is on: ``PLANARIA_DETECT=1`` (set by ``planaria run``)."""
-    return os.environ.get("PLANARIA_DETECT", "0").strip().lower() not in ("0", "", "false", "no", "off")
+    return os.environ.get(PLANARIA_DETECT, "0").strip().lower() not in ("0", "", "false", "no", "off")
 
 
 def set_detection(active: bool) -> None:
@@ -137,7 +144,7 @@ def _start_services(comm: Comm) -> None:
         _RT.agent = None
     if _RT.agent is not None:
         _connect_events(_RT.agent)
-    if not os.environ.get("PLANARIA_INJECT"):      # no plan: the injector is not even imported
+    if not os.environ.get(PLANARIA_INJECT):      # no plan: the injector is not even imported
         return
     from planaria.inject.plan import Plan
     plan = Plan.from_env()
@@ -226,7 +233,7 @@ def _start_localizer(comm: Comm, thresholds: Any, svc: Any) -> None:
 
 
 def _nworking(size: int) -> int:
-    spares = int(os.environ.get("PLANARIA_SPARES", "0") or 0)
+    spares = int(os.environ.get(PLANARIA_SPARES, "0") or 0)
     return max(size - spares, 1)
 
 
@@ -481,7 +488,7 @@ def _finalize_mpi(code: int) -> None:
     # has said bye by then, so waiting the full default only delays the job's end. That holds
     # for a rank that never communicated with the failed one too: the controller's answer to
     # its bye says whether the job had a failure.
-    env = os.environ.get("PLANARIA_FINALIZE_TIMEOUT")
+    env = os.environ.get(PLANARIA_FINALIZE_TIMEOUT)
     after_failure = failures_seen() or _RT.job_failures
     limit = float(env) if env else (FINALIZE_AFTER_FAILURE if after_failure else FINALIZE_TIMEOUT)
     done = threading.Event()
