@@ -21,6 +21,7 @@ from pathlib import Path
 import typer
 
 from planaria.abft.names import KINDS, MODES
+from planaria.cli._common import launch_job
 from planaria.cli.terrain import DTYPE_HELP
 
 app = typer.Typer(name="abft", help="Fault-tolerant terrain analysis (N-ABFT, two masters verify N workers).",
@@ -45,7 +46,7 @@ def _same_file(dem: str, out: str) -> bool:
 def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, backend: str,
          timeout: float, as_json: bool, force: list[str], inject: list[str], mode: str = "abft",
          dtype: str = "auto") -> None:
-    from planaria.launch.runner import RunOptions, run_job
+    from planaria.launch.options import RunOptions
 
     if n < 1:
         _usage(f"-n must be at least 1 (got {n})")
@@ -95,7 +96,7 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
         cmd += ["--dtype", out_dtype]
     opts = RunOptions(command=cmd, nprocs=n + 2, backend=backend, inject=list(inject), timeout=timeout,
                       json=as_json, emit_summary=False, detect=False, diagnose_on_timeout=False)
-    code = run_job(opts)
+    code = launch_job(opts)
     report = None
     if report_p.is_file():
         report = json.loads(report_p.read_text())

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from planaria.cli.main import app
+from planaria.cli._common import app, launch_job
 
 DEFAULT_INJECT = ["kill:rank=2,iter=120", "kill:rank=4,iter=290"]
 
@@ -57,7 +57,7 @@ def demo(
 
       planaria demo --spares 1 --when-exhausted continue
     """
-    from planaria.launch.runner import EXIT_USAGE, RunOptions, run_job
+    from planaria.launch.options import EXIT_USAGE, RunOptions
 
     for name, value, least in (("-n", np_, 1), ("--spares", spares, 0), ("--steps", steps, 1),
                                ("--every", every, 1), ("--file-every", file_every, 1),
@@ -85,7 +85,7 @@ def demo(
                       json=json_out, emit_summary=False, prog="planaria demo")
     jobdirs: list[Path] = []
     opts.on_jobdir = jobdirs.append
-    code = run_job(opts)
+    code = launch_job(opts)
     report = _report(jobdirs[0]) if jobdirs else None
     if report is None:
         if code == EXIT_USAGE:                       # the run already named the problem in one line

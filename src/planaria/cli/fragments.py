@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from planaria.cli._common import launch_job
 from planaria.util.env import (
     PLANARIA_BALANCER,
     PLANARIA_BALANCER_CAP,
@@ -99,11 +100,11 @@ def run(
     })
     if trace_dir:
         os.environ[PLANARIA_TRACE_DIR] = os.path.abspath(trace_dir)
-    from planaria.launch.runner import RunOptions, run_job
+    from planaria.launch.options import RunOptions
     jobdirs: list[Path] = []
     opts = RunOptions(command=command, nprocs=workers + (1 if balancer else 0), timeout=timeout, json=json_out,
                       prog="planaria fragments run", on_jobdir=jobdirs.append)
-    code = run_job(opts)
+    code = launch_job(opts)
     # the traces of this run: the directory given, else the job directory's trace/
     trace_dir = trace_dir or (str(jobdirs[0] / "trace") if jobdirs else None)
     if code == 0 and trace:

@@ -5,15 +5,10 @@ import sys
 
 import typer
 
+from planaria.cli._common import app
 from planaria.cli.helptext import reflow_app
 
-app = typer.Typer(
-    name="planaria",
-    help="Keep MPI jobs alive through process failures, inject failures, and explain failed or hung runs.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+__all__ = ["app", "main", "usage_line"]
 
 
 _registered = False
@@ -99,5 +94,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from planaria.cli.main import main as _main  # the module's single copy, where verbs register
-    _main()
+    main()

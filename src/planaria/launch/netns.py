@@ -264,7 +264,7 @@ class HostSet:
             slots = slots * len(self.names)
         if len(slots) != len(self.names) or any(int(s) < 1 for s in slots):
             raise ValueError(f"need one positive slot count per host, got {slots!r}")
-        hosts = ",".join(f"{n}:{int(s)}" for n, s in zip(self.names, slots))
+        hosts = ",".join(f"{n}:{int(s)}" for n, s in zip(self.names, slots, strict=True))
         return [
             "--prtemca", "plm_ssh_agent", str(self.agent_path),
             "--host", hosts,
@@ -584,7 +584,7 @@ def create_hosts(
             _run([ip, "netns", "add", n])
         _run([ip, "link", "add", veth[0], "netns", names[0], "type", "veth",
               "peer", "name", veth[1], "netns", names[1]])
-        for n, dev in zip(names, veth):
+        for n, dev in zip(names, veth, strict=True):
             _run([ip, "-n", n, "link", "set", "lo", "up"])
             _run([ip, "-n", n, "addr", "add", f"{addrs[n]}/{net.prefixlen}", "dev", dev])
             _run([ip, "-n", n, "link", "set", dev, "up"])

@@ -275,7 +275,7 @@ class RankTable:
             return out
         table = self.ranks
         with self.lock:
-            for rank, step in zip(ranks, steps):
+            for rank, step in zip(ranks, steps, strict=True):
                 info = table.get(rank)
                 if info is None:
                     continue
