@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planaria.comm.base import Comm, rehook
+from planaria.runtime.state import RT, current_step
 from planaria.util.env import (
     PLANARIA_BACKEND,
     PLANARIA_DETECT,
@@ -29,25 +30,7 @@ from planaria.util.env import (
 )
 
 
-class _Runtime:
-    """What one rank knows about its job (one instance per process)."""
-
-    def __init__(self) -> None:
-        self.comm: Comm | None = None
-        self.backend = "?"
-        self.agent: Any = None
-        self.injector: Any = None
-        self.step = -1
-        self.finalized = False
-        self.exit_code = 0
-        self.exit_reason = ""          # why this rank ends with a non-zero status, told in its bye
-        self.exit_site = ""            # where the program called sys.exit, told in its bye
-        self.dead = False
-        self.localizer: Any = None
-        self.job_failures = False      # the controller knew of a failed rank when this one said bye
-
-
-_RT = _Runtime()
+_RT = RT      # this process's record (runtime/state.py), filled here
 
 
 def _resolve_backend(backend: str) -> str:
@@ -235,11 +218,6 @@ def _start_localizer(comm: Comm, thresholds: Any, svc: Any) -> None:
 def _nworking(size: int) -> int:
     spares = int(os.environ.get(PLANARIA_SPARES, "0") or 0)
     return max(size - spares, 1)
-
-
-def current_step() -> int | None:
-    """The last value passed to ``step`` (None before the first)."""
-    return None if _RT.step < 0 else _RT.step
 
 
 def step(i: int) -> None:
