@@ -157,7 +157,9 @@ def _start_services(comm: Comm) -> None:
         rehook(comm)
     if _RT.backend == "sim":
         from planaria.comm.sim import sim_state
-        sim_state().check = inj.check
+        world = sim_state()
+        if world is not None:               # always, once world() made the sim communicator
+            world.check = inj.check
     inj.start_timers()
 
 
@@ -204,9 +206,11 @@ def _start_localizer(comm: Comm, thresholds: Any, svc: Any) -> None:
     gone: Callable[[], set[int]] = set
     if _RT.backend == "sim":
         from planaria.comm.sim import sim_state
-        world = sim_state()
-        if world is not None:
-            gone = (lambda: world.bye | world.failed)       # said goodbye or failed: not there to analyse
+        sim = sim_state()
+        if sim is not None:
+            def gone() -> set[int]:             # said goodbye or failed: not there to analyse
+                assert sim is not None
+                return sim.bye | sim.failed
     service = Service(comm.rank, comm.size, thresholds, report, svc[0], svc[1], is_dead=lambda: _RT.dead,
                       step=current_step, knock=knock if agent is not None else None, gone=gone)
     if agent is not None:

@@ -48,7 +48,7 @@ def take(rank: int, rounds: int = 1, interval: float = 0.0, status: dict[str, An
     stacks = [[list(f) for f in st] for st in table]
     main = threading.main_thread().ident
     tinfo = [{"name": name, "ident": ident, "stack": int(row[0]), "samples": [int(x) for x in row],
-              "main": ident == main} for ident, name, row in zip(idents, names, samples)]
+              "main": ident == main} for ident, name, row in zip(idents, names, samples, strict=True)]
     rec: dict[str, Any] = {"rank": rank, "host": _HOST, "pid": os.getpid(), "t": time.time(),
                            "step": current_step(), "op": op, "colls": colls or {},
                            "comms": comms or {}, "threads": tinfo, "detect": lg is not None}
