@@ -156,7 +156,7 @@ class RankSet:
         out: list[str] = []
         rs = sorted(self.ranks)
         start = prev = rs[0]
-        for r in rs[1:] + [None]:  # type: ignore[list-item]
+        for r in rs[1:] + [None]:
             if r is not None and r == prev + 1:
                 prev = r
                 continue
@@ -721,9 +721,11 @@ class Plan:
                 kind = "kill"
             elif isinstance(f, (Delay, Drop)):
                 continue
-            else:
-                planned = [(r, "") for r in getattr(f, "rank").expand(size)]
+            elif isinstance(f, (Kill, Hang, BitFlip, IOErrorFault)):
+                planned = [(r, "") for r in f.rank.expand(size)]
                 kind = f.kind
+            else:
+                continue
             for r, when in planned:
                 if seen.get((r, kind), 0) > 0:
                     seen[(r, kind)] -= 1
@@ -741,7 +743,7 @@ class Plan:
             elif isinstance(f, (Delay, Drop)):
                 if rank in f.src:
                     keep.append(f)
-            elif rank in getattr(f, "rank"):
+            elif isinstance(f, (Kill, Hang, BitFlip, IOErrorFault)) and rank in f.rank:
                 keep.append(f)
         return Plan(keep)
 
