@@ -101,7 +101,7 @@ def pack(state: dict[str, np.ndarray], extra: int = 0,
     buf = pool.take(meta.nbytes + extra) if pool is not None else np.empty(meta.nbytes + extra, dtype=np.uint8)
     if extra:
         buf[meta.nbytes:] = 0
-    for off, arr in zip(meta.offsets, state.values()):
+    for off, arr in zip(meta.offsets, state.values(), strict=True):
         n = arr.nbytes
         if n:
             src = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
@@ -194,7 +194,7 @@ def unpack(meta: Meta, buf: np.ndarray | memoryview | bytes | bytearray,
     out: dict[str, np.ndarray] = {}
     if copy and into:
         fresh_names = []
-        for name, dt, shape, off in zip(meta.names, meta.dtypes(), meta.shapes, meta.offsets):
+        for name, dt, shape, off in zip(meta.names, meta.dtypes(), meta.shapes, meta.offsets, strict=True):
             old = into.get(name)
             if (isinstance(old, np.ndarray) and old.dtype == dt and old.shape == tuple(shape)
                     and old.flags.c_contiguous and old.flags.writeable):
@@ -212,7 +212,7 @@ def unpack(meta: Meta, buf: np.ndarray | memoryview | bytes | bytearray,
         dest = pool.take(meta.nbytes)
         np.copyto(dest, raw[:meta.nbytes])
         return unpack(meta, dest, copy=False)
-    for name, dt, shape, off in zip(meta.names, meta.dtypes(), meta.shapes, meta.offsets):
+    for name, dt, shape, off in zip(meta.names, meta.dtypes(), meta.shapes, meta.offsets, strict=True):
         if not copy:
             count = int(np.prod(shape, dtype=np.int64))
             arr = raw[off:off + count * dt.itemsize].view(dt).reshape(shape) if dt.itemsize else \

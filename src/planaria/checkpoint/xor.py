@@ -376,7 +376,7 @@ class XorStore(CheckpointStore):
         return np.concatenate(self._parts(e, g, me, f))
 
     def _lost_usable(self, inv: list[dict[int, int]], logical: list[int | None], old_size: int) -> set[int]:
-        live = [d for d, lg in zip(inv, logical) if lg is not None]
+        live = [d for d, lg in zip(inv, logical, strict=True) if lg is not None]
         if not live:
             return set()
         candidates = set(live[0])
@@ -425,7 +425,7 @@ class XorStore(CheckpointStore):
                     bufs = {x: np.empty_like(vec) for x in members[1:]}
                     self._inflight.append(bufs)
                     reqs = [comm.Irecv(bufs[x], source=x, tag=TAG_RESEED) for x in members[1:]]
-                    for req, x in zip(reqs, members[1:]):
+                    for req, x in zip(reqs, members[1:], strict=True):
                         req.Wait()
                         _xor_into(vec, bufs.pop(x))
                     found[f] = unpack(e.metas[g.index(f)], vec[:(len(g) - 1) * e.c])
