@@ -10,6 +10,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -32,10 +33,10 @@ def _state_root() -> Path:
 
 
 def _parse_names(names: str) -> tuple[str, str]:
-    parts = tuple(p.strip() for p in names.split(",") if p.strip())
+    parts = [p.strip() for p in names.split(",") if p.strip()]
     if len(parts) != 2:
         raise typer.BadParameter(f"need exactly two names, got {names!r}", param_hint="--names")
-    return parts  # type: ignore[return-value]
+    return parts[0], parts[1]
 
 
 def _load(names: tuple[str, str]) -> netns.HostSet | None:
@@ -134,6 +135,7 @@ def status(
     present = set(netns.list_namespaces())
     hs = _load(pair)
     ok, reason = netns.available() if not (present & set(pair)) else (True, "ok")
+    info: dict[str, Any]
     if hs is None:
         info = {"names": list(pair), "up": all(n in present for n in pair),
                 "namespaces": {n: n in present for n in pair}, "state": None,

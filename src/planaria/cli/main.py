@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -56,8 +57,9 @@ def _command_path(args: list[str]) -> str:
     return " ".join(path)
 
 
-def usage_line(exc: Exception, args: list[str]) -> str:
-    """One line for an error the command-line parser raised: ``planaria VERB: MESSAGE (try ...)``."""
+def usage_line(exc: Any, args: list[str]) -> str:
+    """One line for an error the command-line parser raised (a click exception, of click's or typer's
+    copy of it): ``planaria VERB: MESSAGE (try ...)``."""
     ctx = getattr(exc, "ctx", None)        # some errors (an option without its value) carry none
     where = ctx.command_path if ctx is not None else _command_path(args)
     message = " ".join(exc.format_message().split()).rstrip(".")
