@@ -70,9 +70,9 @@ def expand_nodelist(nodelist: str, use_scontrol: bool = True) -> list[str]:
         try:
             res = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True,
                                  text=True, timeout=10, check=True)
-            hosts = res.stdout.split()
-            if hosts:
-                return hosts
+            found = res.stdout.split()
+            if found:
+                return found
         except (OSError, subprocess.SubprocessError):
             pass
     hosts: list[str] = []

@@ -308,7 +308,7 @@ class HostSet:
         try:
             port_line = _readline_timeout(srv, timeout)
             if not port_line.strip().isdigit():
-                err = srv.stderr.read() if srv.poll() is not None else ""
+                err = srv.stderr.read() if srv.poll() is not None and srv.stderr is not None else ""
                 raise HostSetError(f"listener on {b} did not start: {port_line!r} {err.strip()}")
             # connect by name: also checks the per-namespace hosts file
             cp = self.run(a, [python, "-c", connector, b, port_line.strip(), str(timeout)],
@@ -347,10 +347,10 @@ class HostSet:
     def from_dict(cls, d: dict) -> "HostSet":
         ip, unshare = _require_tools()
         hs = cls(
-            names=tuple(d["names"]),  # type: ignore[arg-type]
+            names=(d["names"][0], d["names"][1]),
             subnet=d["subnet"],
             addresses=dict(d["addresses"]),
-            veth=tuple(d["veth"]),  # type: ignore[arg-type]
+            veth=(d["veth"][0], d["veth"][1]),
             workdir=Path(d["workdir"]),
             agent_path=Path(d["agent_path"]),
             bindir=d["bindir"],
@@ -384,6 +384,7 @@ class HostSet:
 def _readline_timeout(proc: subprocess.Popen, timeout: float) -> str:
     import selectors
 
+    assert proc.stdout is not None          # started with stdout=PIPE
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     try:

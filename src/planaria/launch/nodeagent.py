@@ -442,11 +442,11 @@ class NodeAgent:
                     except OSError:
                         pass                          # already gone: its connection's end says so
         for child, lids in down.items():
-            peer = peers.get(child)
-            if peer is not None:
+            below = peers.get(child)
+            if below is not None:
                 out = {"type": msg["type"], "l": lids}
                 out.update({"p": data} if msg["type"] == "to" else {"sig": msg.get("sig")})
-                self.server.send(peer, frame(self._pack(out)))
+                self.server.send(below, frame(self._pack(out)))
 
 
 def clean_host() -> list[str]:
