@@ -590,11 +590,11 @@ def test_an_unmatched_message_is_named_as_the_mismatch(tmp_path, backend, mode):
     line = next((ln for ln in res.stderr.splitlines() if "incident (" in ln), "")
     recv = f"{script}:{_line_of(script, 'comm.Recv(')} in <module>"
     if mode == "tag":
-        assert f"incident (tag-mismatch, found by rank" in line, res.stderr[-3000:]
+        assert "incident (tag-mismatch, found by rank" in line, res.stderr[-3000:]
         assert f"unmatched tag: rank 0 sent tag 8, rank 1 waits for tag 7 from rank 0 at {recv}" in line
         first = "unmatched tag: rank 0 sent tag 8, rank 1 waits for tag 7 from rank 0 at mismatch.py:"
     else:
-        assert f"incident (source-mismatch, found by rank" in line, res.stderr[-3000:]
+        assert "incident (source-mismatch, found by rank" in line, res.stderr[-3000:]
         assert (f"unmatched source: rank 0 sent to rank 1 (tag 7), rank 1 waits for a message from rank 2 "
                 f"at {recv}") in line
         first = "unmatched source: rank 0 sent to rank 1 (tag 7), rank 1 waits for a message from rank 2 at mismatch.py:"
