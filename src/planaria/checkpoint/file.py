@@ -277,7 +277,9 @@ class FileStore(CheckpointStore):
         meta = describe(state)
         hdr = _header(meta)
         parts = [memoryview(MAGIC + len(hdr).to_bytes(8, "little") + hdr)]
-        parts += [memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8)) for a in state.values() if a.nbytes]
+        # ndarrays export the buffer protocol; numpy's stubs do not declare it
+        parts += [memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+                  for a in state.values() if a.nbytes]
         ph.mark("prepare")
         reuse = self.directory / vdir_name(old) / rank_file_name(r) if old is not None else None
         entry, finish, problem = self._write_own(vdir, r, meta, parts, ph, reuse)
@@ -474,9 +476,10 @@ class FileStore(CheckpointStore):
             mine = _matching(meta, into) if into else None
             if mine is None:                     # into memory a waiting spare faulted in (``footprint``), else new
                 buf = WARM.take(meta.nbytes)
-                views = [memoryview(buf)]
+                views = [memoryview(buf)]  # type: ignore[arg-type]  # an ndarray: a buffer, unknown to numpy's stubs
             else:                                # straight into the arrays the rank holds
-                views = [memoryview(a.reshape(-1).view(np.uint8)) for a in mine.values() if a.nbytes]
+                views = [memoryview(a.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # as above
+                         for a in mine.values() if a.nbytes]
             ph.mark("read")
             got = read_into(fd, views, h, ph)
         except OSError as e:

@@ -10,7 +10,9 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +70,7 @@ def _dtype_to_descr(dt: np.dtype) -> object:
     return np.lib.format.dtype_to_descr(dt)
 
 
-def _descr_to_dtype(descr: object) -> np.dtype:
+def _descr_to_dtype(descr: Any) -> np.dtype:
     return np.lib.format.descr_to_dtype(descr)
 
 
@@ -235,11 +237,11 @@ def unpack(meta: Meta, buf: np.ndarray | memoryview | bytes | bytearray,
 _ORPHANS: list[object] = []
 
 
-def _test_quietly(req: object) -> bool:
+def _test_quietly(req: Any) -> bool:
     """Whether a request has completed (successfully or not) without raising."""
     from planaria.comm.errors import FailureError
     try:
-        return bool(req.Test())           # type: ignore[attr-defined]
+        return bool(req.Test())
     except FailureError:
         return True                       # completed with an error: nothing left to hold
     except Exception:                     # noqa: BLE001 - a freed communicator's request, etc.
@@ -265,14 +267,15 @@ class Completion:
     """
 
     def __init__(self) -> None:
-        self._req: object | None = None
+        self._req: Any = None
         self._comm: object | None = None
         self.settled = True               # nothing held yet: nothing to protect
 
-    def start(self, comm: Comm) -> object:
+    def start(self, comm: Comm) -> Any:
         """Post the barrier that completes the version this rank has just saved."""
         self.forget(False)
-        self._req = comm.Ibarrier()
+        mc: Any = comm                    # Ibarrier: one of mpi4py's calls Comm passes through
+        self._req = mc.Ibarrier()
         self._comm = comm
         return self._req
 
@@ -280,7 +283,7 @@ class Completion:
         """Wait for the barrier posted by ``start`` (the safe path); raises FailureError."""
         req, self._req, self._comm = self._req, None, None
         if req is not None:
-            req.Wait()                    # type: ignore[attr-defined]
+            req.Wait()
         self.settled = True
 
     def settle(self, comm: Comm) -> bool:
@@ -296,7 +299,7 @@ class Completion:
         self._req = self._comm = None
         if c is comm:
             try:
-                req.Wait()                # type: ignore[attr-defined]
+                req.Wait()
             except BaseException:
                 self.settled = False
                 raise
@@ -313,15 +316,15 @@ class Completion:
         self.settled = settled
 
     @staticmethod
-    def _drop(req: object) -> bool:
+    def _drop(req: Any) -> bool:
         """Whether ``req`` completed without error; if it is still active, keep it among the orphans."""
         from planaria.comm.errors import FailureError
         try:
-            if req.Test():                # type: ignore[attr-defined]
+            if req.Test():
                 return True
         except FailureError:
             return False
-        except Exception:                 # noqa: BLE001
+        except Exception:                 # noqa: BLE001 - a request of a freed communicator
             return False
         _ORPHANS.append(req)
         return False
@@ -460,7 +463,7 @@ def check_logical(comm: Comm, logical: list[int | None], old_size: int) -> list[
     return sorted(set(range(old_size)) - set(seen))
 
 
-def newest(versions: set[int] | list[int], keep: int = KEEP) -> list[int]:
+def newest(versions: Iterable[int], keep: int = KEEP) -> list[int]:
     """The ``keep`` newest of ``versions``, ascending."""
     return sorted(versions)[-keep:] if keep > 0 else []
 
@@ -508,7 +511,7 @@ class Verdict:
         self._bufs: list[np.ndarray] = []     # kept alive until every request completed
 
     # -- on a non-fresh rank ---------------------------------------------------------------------
-    def tell(self, status: int) -> list[object]:
+    def tell(self, status: int) -> list[Any]:
         """Send this rank's status to every fresh rank (requests to wait for)."""
         buf = np.array([status], dtype=np.int64)
         self._bufs.append(buf)
@@ -523,7 +526,7 @@ class Verdict:
         return bool(got.all())
 
     # -- on a fresh rank --------------------------------------------------------------------------
-    def listen(self) -> tuple[np.ndarray, list[object]]:
+    def listen(self) -> tuple[np.ndarray, list[Any]]:
         """Post the receives of every non-fresh rank's status: (statuses, requests), in ``others`` order."""
         st = np.full(len(self.others), -1, dtype=np.int64)
         self._bufs.append(st)
@@ -537,16 +540,16 @@ class Verdict:
         wait_sends(reqs)
 
 
-def wait_sends(reqs: list[object]) -> None:
+def wait_sends(reqs: list[Any]) -> None:
     """Wait for send requests: one ``Testall`` when they are all done already (small sends
     normally are), else each request's own (failure-safe) ``Wait``. Not for receives: a receive
     completed by ``Testall`` skips the message log's count."""
     from mpi4py import MPI
     try:
-        if MPI.Request.Testall(reqs):             # type: ignore[arg-type]
+        if MPI.Request.Testall(reqs):
             return
     except MPI.Exception:
         pass                                      # the failure is raised by the request's own Wait
     for q in reqs:
         if q:
-            q.Wait()                              # type: ignore[attr-defined]
+            q.Wait()

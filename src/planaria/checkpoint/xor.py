@@ -21,6 +21,8 @@ i.e. ``f``'s data and its parity chunk, so redundancy is whole again after one r
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from planaria.checkpoint.store import (
@@ -232,6 +234,7 @@ class XorStore(CheckpointStore):
         if not fresh:                                   # a roll-back: every rank has its own data
             if not all_true(comm, e is not None):
                 raise CheckpointError(f"xor checkpoint version {version} is not held by every rank")
+            assert e is not None                        # held everywhere (above)
             return self._keep(version, r, n, e, into)
         verdict = Verdict(comm, fresh)
         if r in fresh:
@@ -281,7 +284,7 @@ class XorStore(CheckpointStore):
         # posted as soon as it is in, whichever member enters the restore first
         cs: dict[int, int] = {}
         bufs: dict[int, np.ndarray] = {}
-        reqs: list[tuple[int, list[object]]] = []
+        reqs: list[tuple[int, list[Any]]] = []
         self._inflight.append(bufs)
         waiting, idle = list(survivors), 0
         while waiting:
@@ -313,7 +316,7 @@ class XorStore(CheckpointStore):
         acc = None
         for x, rs in reqs:
             for req in rs:
-                req.Wait()                       # type: ignore[attr-defined]
+                req.Wait()
             ph.mark("receive")
             if problem:
                 continue

@@ -63,7 +63,7 @@ class _MsgRule:
 class _IORule:
     glob: str | None
     remaining: int | None  # None = unlimited
-    fault: IOErrorFault = field(repr=False, default=None)  # type: ignore[assignment]
+    fault: IOErrorFault = field(repr=False, default=None)  # type: ignore[assignment]  # set for every rule made
 
     def matches(self, path: str) -> bool:
         if self.glob is None:
@@ -273,7 +273,7 @@ class Injector:
 
     def _refresh(self) -> None:
         self._next_iter = self._iter_events[0].iteration if self._iter_events else None
-        self._next_time = (self.clock_start + self._time_events[0].time  # type: ignore[operator]
+        self._next_time = (self.clock_start + self._time_events[0].time  # type: ignore[operator]  # time events have a time
                            if self._time_events else None)
 
     def _fire_iter(self, i: int) -> None:
@@ -300,7 +300,7 @@ class Injector:
             with self._lock:
                 ev = None
                 for k, cand in enumerate(self._time_events):
-                    if self.clock_start + cand.time > now:  # type: ignore[operator]
+                    if self.clock_start + cand.time > now:  # type: ignore[operator]  # time events have a time
                         break
                     if thread and not self._thread_ok(cand):
                         continue
@@ -314,7 +314,7 @@ class Injector:
     def _timer_loop(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                due = [self.clock_start + e.time for e in self._time_events  # type: ignore[operator]
+                due = [self.clock_start + e.time for e in self._time_events  # type: ignore[operator]  # time events have a time
                        if self._thread_ok(e)]
             if not due:
                 return

@@ -243,7 +243,7 @@ class Agent:
     def _on_reply(self, payload: bytes) -> None:
         try:
             msg = msgpack.unpackb(payload, raw=False)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - an undecodable reply is dropped
             return
         if not isinstance(msg, dict) or msg.get("tok") != self._secret:
             return
@@ -342,7 +342,7 @@ class Agent:
                 return
             try:
                 msg = msgpack.unpackb(frames[-1], raw=False)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - an undecodable request is skipped
                 continue
             if not isinstance(msg, dict) or msg.get("tok") != self._secret or msg.get("type") != "collect":
                 continue

@@ -91,7 +91,7 @@ def _exit_recorder(real_exit: Callable[..., Any]) -> Callable[..., Any]:
             from planaria.comm.msglog import call_site
             _RT.exit_site = call_site(sys._getframe(1)) or ""
         real_exit(status)
-    exit.__wrapped__ = real_exit               # type: ignore[attr-defined]
+    exit.__wrapped__ = real_exit               # type: ignore[attr-defined]  # functools' marker, set by hand
     exit.__doc__ = real_exit.__doc__
     return exit
 
