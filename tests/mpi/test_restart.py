@@ -181,25 +181,27 @@ def test_usage_errors(tmp_path):
 
 
 def test_runtime_watch_and_restart_rule():
-    from planaria.launch.runner import EXIT_OK, _Attempt, _RuntimeWatch, node_failure
+    from planaria.launch.attempt import AttemptResult
+    from planaria.launch.output import RuntimeWatch
+    from planaria.launch.runner import EXIT_OK, node_failure
 
-    w = _RuntimeWatch()
+    w = RuntimeWatch()
     for line in ["PRTE has lost communication with a remote daemon.", "",
                  "  HNP daemon   : [prterun-a-1@0,0] on node a",
                  "  Remote daemon: [prterun-a-1@0,1] on node b", ""]:
         w.feed(line)
     assert w.daemon_loss and w.lost_hosts == ["b"]
-    w = _RuntimeWatch()
+    w = RuntimeWatch()
     for line in ["A daemon failed to report back after being spawned. This could", "",
                  "  Local host:    a", "  Remote host:   c"]:
         w.feed(line)
     assert w.daemon_loss and w.lost_hosts == ["c"]
-    w = _RuntimeWatch()
+    w = RuntimeWatch()
     w.feed("  Remote host:   c")          # not after a daemon-loss report
     assert not w.daemon_loss and w.lost_hosts == []
 
     def att(**kw):
-        a = _Attempt(number=1, argv=[], hosts=None, inject="", t_start=0.0)
+        a = AttemptResult(number=1, argv=[], hosts=None, inject="", t_start=0.0)
         for k, v in kw.items():
             setattr(a, k, v)
         return a

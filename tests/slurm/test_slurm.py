@@ -51,7 +51,7 @@ def test_tcp_control_between_hosts_is_encrypted_and_works(cluster: Cluster) -> N
 
 
 def test_probe_names_both_nodes_alive_from_inside_the_allocation(cluster: Cluster) -> None:
-    code = ("from planaria.launch.runner import probe_host as p; "
+    code = ("from planaria.launch.layout import probe_host as p; "
             f"print('probe', sorted(h for h in {list(NODES)!r} if p(h)))")
     out = cluster.login("salloc", "-N2", "-n4", str(cluster.bin / "python"), "-c", code, timeout=90)
     assert f"probe {sorted(NODES)!r}" in out.stdout, out.stdout + out.stderr

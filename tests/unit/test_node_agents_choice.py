@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from planaria.launch.runner import RunOptions, _initial_layout
+from planaria.launch.layout import initial_layout
+from planaria.launch.options import RunOptions
 
 
 @pytest.mark.parametrize("hosts, asked, env, want", [
@@ -21,4 +22,4 @@ def test_node_agents_go_with_other_hosts(monkeypatch: pytest.MonkeyPatch, hosts:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     opts = RunOptions(command=["python", "x.py"], nprocs=4, hosts=hosts, node_agents=asked)
-    assert _initial_layout(opts, 4, None).node_agents(opts) is want
+    assert initial_layout(opts, 4, None).node_agents(opts) is want

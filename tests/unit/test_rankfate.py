@@ -173,7 +173,8 @@ def test_recorder_imports_only_what_it_needs():
 
 
 def test_status_and_rows_of_a_program_without_the_runtime():
-    from planaria.launch.runner import exit_status, fate_table
+    from planaria.launch.attempt import exit_status
+    from planaria.launch.runner import fate_table
 
     fates = {0: {"rank": 0, "host": "h", "pid": 5, "start": 0.0, "end": 2.0, "exit_code": 0},
              1: {"rank": 1, "host": "h", "pid": 6, "start": 0.0, "end": 1.5, "signal": 11},
@@ -236,7 +237,7 @@ def test_the_controller_shows_recorded_ranks_that_never_said_hello(tmp_path):
 
 
 def test_mpiexec_outliving_every_rank_is_noticed_after_its_grace():
-    from planaria.launch.runner import MpiexecOutlived
+    from planaria.launch.supervise import MpiexecOutlived
 
     records = {0: {"start": 0.0, "end": 10.0}, 1: {"start": 0.0}}
     watch = MpiexecOutlived(2, grace=5.0)

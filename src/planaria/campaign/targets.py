@@ -36,6 +36,7 @@ from planaria.campaign import plans
 from planaria.campaign.classify import (
     BAD, CANNOT_CORRECT, EXIT_TIMEOUT, SPARES_EXHAUSTED, UNEXPLAINED, UNRECOVERABLE, Observation, classify, combine,
 )
+from planaria.util.env import PLANARIA_HOME, PREFIX
 
 GRACE = 30.0                 # the campaign's own bound: --timeout plus this
 _RESULT = re.compile(r"^\[(\d+)\] RESULT (\{.*\})\s*$", re.M)
@@ -114,8 +115,8 @@ def execute(plan: plans.RunPlan, ctx: Context) -> RunRecord:
 # -- launching -------------------------------------------------------------------------------------
 def _env(rundir: Path) -> dict[str, str]:
     """The environment of a launched command: this one without planaria's job variables, jobs under ``rundir``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANARIA_")}
-    env["PLANARIA_HOME"] = str(rundir)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+    env[PLANARIA_HOME] = str(rundir)
     return env
 
 

@@ -35,6 +35,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,7 @@ def _matching(meta: Meta, into: dict[str, np.ndarray]) -> dict[str, np.ndarray] 
     not overlapping each other), in ``meta``'s order; None unless all of them qualify."""
     out: dict[str, np.ndarray] = {}
     spans = []
-    for name, dt, shape in zip(meta.names, meta.dtypes(), meta.shapes):
+    for name, dt, shape in zip(meta.names, meta.dtypes(), meta.shapes, strict=True):
         a = into.get(name)
         if not (isinstance(a, np.ndarray) and a.dtype == dt and a.shape == tuple(shape)
                 and a.flags.c_contiguous and a.flags.writeable):
@@ -153,7 +154,7 @@ def _matching(meta: Meta, into: dict[str, np.ndarray]) -> dict[str, np.ndarray] 
             start = a.__array_interface__["data"][0]
             spans.append((start, start + a.nbytes))
     spans.sort()
-    if any(b[0] < a[1] for a, b in zip(spans, spans[1:])):
+    if any(b[0] < a[1] for a, b in pairwise(spans)):
         return None
     return out
 
@@ -213,7 +214,20 @@ def _usable_everywhere(comm: Comm, cands: list[int], flags: np.ndarray) -> set[i
     from mpi4py import MPI
     out = np.zeros_like(flags)
     comm.Allreduce(flags, out, op=MPI.MIN)
-    return {v for v, ok in zip(cands, out.tolist()) if ok}
+    return {v for v, ok in zip(cands, out.tolist(), strict=True) if ok}
+
+
+def _write_root_manifest(vdir: Path, version: int, nranks: int,
+                         entries: list[dict[str, Any] | None]) -> tuple[int, OSError | None]:
+    """Rank 0: the version's manifest, when every rank wrote its file; (1 if written, the error)."""
+    if not all(e is not None for e in entries):
+        return 0, None
+    manifest = {"format": 2, "version": version, "nranks": nranks, "ranks": entries}
+    try:
+        _write_manifest(vdir / MANIFEST, json.dumps(manifest, indent=1).encode())
+    except OSError as e:
+        return 0, e
+    return 1, None
 
 class FileStore(CheckpointStore):
     """Checkpoints as per-rank files plus a manifest written last (see the module docstring).
@@ -259,59 +273,29 @@ class FileStore(CheckpointStore):
         r = comm.rank
         self._join_prune()                       # the previous save's deletions, normally long done
         ph.mark("prune")
-        self._saved = [v for v in self._saved if v < version]
-        old = self._saved[0] if self.keep >= 2 and len(self._saved) >= self.keep else None
-        vdir = self.directory / vdir_name(version)
-        if r == 0:
-            # a manifest from an abandoned future of this version, and the one of the version
-            # whose files are about to be overwritten: neither may count any more
-            for v in [version] + ([old] if old is not None else []):
-                try:
-                    (self.directory / vdir_name(v) / MANIFEST).unlink()
-                except FileNotFoundError:
-                    pass
+        old, vdir = self._begin(version, r)
         meta = describe(state)
         hdr = _header(meta)
         parts = [memoryview(MAGIC + len(hdr).to_bytes(8, "little") + hdr)]
-        parts += [memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8)) for a in state.values() if a.nbytes]
+        # ndarrays export the buffer protocol; numpy's stubs do not declare it
+        parts += [memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+                  for a in state.values() if a.nbytes]
         ph.mark("prepare")
-        path = vdir / rank_file_name(r)
         reuse = self.directory / vdir_name(old) / rank_file_name(r) if old is not None else None
-        problem: BaseException | None = None
-        entry, finish = None, None
-        try:
-            vdir.mkdir(parents=True, exist_ok=True)
-            size, digest, finish = _write_rank(path, parts, self.fsync, ph, reuse)
-            # not remembered: its ctime is now, so a change in the same clock tick would go unseen
-            entry = {"rank": r, "file": path.name, "size": size, DIGEST: digest,
-                     "arrays": [{"name": nm, "dtype": str(np.dtype(dt)), "shape": list(sh)}
-                                for nm, dt, sh in zip(meta.names, meta.dtypes(), meta.shapes)]}
-        except OSError as e:
-            problem = e
+        entry, finish, problem = self._write_own(vdir, r, meta, parts, ph, reuse)
         entries = comm.gather(entry, root=0)
         ph.mark("gather")
         written = 0
         if r == 0 and problem is None:
             assert entries is not None
-            if all(e is not None for e in entries):
-                manifest = {"format": 2, "version": version, "nranks": comm.size, "ranks": entries}
-                try:
-                    _write_manifest(vdir / MANIFEST, json.dumps(manifest, indent=1).encode())
-                    written = 1
-                except OSError as e:
-                    problem = e
+            written, problem = _write_root_manifest(vdir, version, comm.size, entries)
             ph.mark("manifest")
         # every rank fsyncs once the manifest is written: one journal commit takes them all
         written = comm.bcast(written, root=0)
         ph.mark("gather")
         if finish is not None:
-            try:
-                finish()                         # this rank's file is on disk
-                if r == 0 and written and self.fsync:
-                    _fsync_path(vdir / MANIFEST)
-                    _fsync_dir(vdir)             # the manifest's name, and the rank files' beside it
-            except OSError as e:
-                problem = problem or e
+            synced = self._commit(finish, r == 0 and bool(written), vdir)
+            problem = problem or synced
         ok = all_true(comm, problem is None)
         ph.mark("agree")
         if not ok:
@@ -327,6 +311,48 @@ class FileStore(CheckpointStore):
         if r == 0:
             self._prune_later(keep_from=None)
         self.last_save = ph.out
+
+    def _begin(self, version: int, r: int) -> tuple[int | None, Path]:
+        """The version whose files this save overwrites (None: new files) and the version's directory;
+        rank 0 removes the manifests that may no longer count."""
+        self._saved = [v for v in self._saved if v < version]
+        old = self._saved[0] if self.keep >= 2 and len(self._saved) >= self.keep else None
+        if r == 0:
+            # a manifest from an abandoned future of this version, and the one of the version
+            # whose files are about to be overwritten: neither may count any more
+            for v in [version] + ([old] if old is not None else []):
+                try:
+                    (self.directory / vdir_name(v) / MANIFEST).unlink()
+                except FileNotFoundError:
+                    pass
+        return old, self.directory / vdir_name(version)
+
+    def _write_own(self, vdir: Path, r: int, meta: Any, parts: list[memoryview], ph: Phases,
+                   reuse: Path | None) -> tuple[dict[str, Any] | None, Callable[[], None] | None, OSError | None]:
+        """Write this rank's file: its manifest entry, what puts it on disk, or the error."""
+        path = vdir / rank_file_name(r)
+        try:
+            vdir.mkdir(parents=True, exist_ok=True)
+            size, digest, finish = _write_rank(path, parts, self.fsync, ph, reuse)
+        except OSError as e:
+            return None, None, e
+        # not remembered: its ctime is now, so a change in the same clock tick would go unseen
+        entry = {"rank": r, "file": path.name, "size": size, DIGEST: digest,
+                 "arrays": [{"name": nm, "dtype": str(np.dtype(dt)), "shape": list(sh)}
+                            for nm, dt, sh in zip(meta.names, meta.dtypes(), meta.shapes, strict=True)]}
+        return entry, finish, None
+
+    def _commit(self, finish: Callable[[], None], manifest: bool, vdir: Path) -> OSError | None:
+        """Put this rank's file on disk (and, at rank 0 once it is written, the manifest and the
+        directory); the error, if any."""
+        try:
+            finish()                         # this rank's file is on disk
+            if manifest and self.fsync:
+                _fsync_path(vdir / MANIFEST)
+                _fsync_dir(vdir)             # the manifest's name, and the rank files' beside it
+        except OSError as e:
+            return e
+        return None
 
     def footprint(self) -> list[int]:
         """The data size of this rank's last save: a fresh rank reads its file into a buffer of it."""
@@ -450,9 +476,10 @@ class FileStore(CheckpointStore):
             mine = _matching(meta, into) if into else None
             if mine is None:                     # into memory a waiting spare faulted in (``footprint``), else new
                 buf = WARM.take(meta.nbytes)
-                views = [memoryview(buf)]
+                views = [memoryview(buf)]  # type: ignore[arg-type]  # an ndarray: a buffer, unknown to numpy's stubs
             else:                                # straight into the arrays the rank holds
-                views = [memoryview(a.reshape(-1).view(np.uint8)) for a in mine.values() if a.nbytes]
+                views = [memoryview(a.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # as above
+                         for a in mine.values() if a.nbytes]
             ph.mark("read")
             got = read_into(fd, views, h, ph)
         except OSError as e:

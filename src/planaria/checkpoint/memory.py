@@ -7,6 +7,8 @@ memory, so the copies on other ranks are what brings its state back.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from planaria.checkpoint.store import (
@@ -199,12 +201,13 @@ class MemoryStore(CheckpointStore):
             held = self._held(version, r, n)
             if not all_true(comm, held is not None):
                 raise CheckpointError(f"memory checkpoint version {version} is not held by every rank")
+            assert held is not None                     # held everywhere (above)
             return self._keep(version, r, held, into)
         verdict = Verdict(comm, fresh)
         if r in fresh:
             return self._restore_fresh(comm, version, verdict, sources)
         held = self._held(version, r, n)
-        reqs: list[object] = []
+        reqs: list[Any] = []
         for f in verdict.fresh:              # the data first, then its description, then the status
             for o in self._standard(f, n):
                 if sources[o] != r:
@@ -252,15 +255,16 @@ class MemoryStore(CheckpointStore):
         due: dict[int, list[int]] = {}              # source -> owners it sends, in the order it sends them
         for o in self._standard(r, n):
             due.setdefault(sources[o], []).append(o)
-        posted: list[tuple[int, int, np.ndarray, object]] = []     # (source, owner, buffer, receive)
+        posted: list[tuple[int, int, np.ndarray, Any]] = []     # (source, owner, buffer, receive)
         self._inflight.append(posted)
         st = MPI.Status()
+        mc: Any = comm                  # Probe and Iprobe: mpi4py's calls that Comm passes through
         idle = 0
         while due:
             for s in list(due):
                 if idle > 200:                       # nothing for a while: block on one source
-                    comm.Probe(source=s, tag=TAG_RESEED, status=st)
-                elif not comm.Iprobe(source=s, tag=TAG_RESEED, status=st):
+                    mc.Probe(source=s, tag=TAG_RESEED, status=st)
+                elif not mc.Iprobe(source=s, tag=TAG_RESEED, status=st):
                     continue
                 idle = -1
                 ph.mark("wait")                      # for the source to enter the restore and send
@@ -274,7 +278,7 @@ class MemoryStore(CheckpointStore):
         out: dict[str, np.ndarray] | None = None
         problem = ""
         for s, o, buf, q in posted:
-            q.Wait()                                 # type: ignore[attr-defined]
+            q.Wait()
             ph.mark("receive")
             o2, meta = comm.recv(source=s, tag=TAG_REBUILD)
             if meta is None:

@@ -10,7 +10,9 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +71,7 @@ def _dtype_to_descr(dt: np.dtype) -> object:
     return np.lib.format.dtype_to_descr(dt)
 
 
-def _descr_to_dtype(descr: object) -> np.dtype:
+def _descr_to_dtype(descr: Any) -> np.dtype:
     return np.lib.format.descr_to_dtype(descr)
 
 
@@ -102,7 +104,7 @@ def pack(state: dict[str, np.ndarray], extra: int = 0,
     buf = pool.take(meta.nbytes + extra) if pool is not None else np.empty(meta.nbytes + extra, dtype=np.uint8)
     if extra:
         buf[meta.nbytes:] = 0
-    for off, arr in zip(meta.offsets, state.values()):
+    for off, arr in zip(meta.offsets, state.values(), strict=True):
         n = arr.nbytes
         if n:
             src = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
@@ -195,7 +197,7 @@ def unpack(meta: Meta, buf: np.ndarray | memoryview | bytes | bytearray,
     out: dict[str, np.ndarray] = {}
     if copy and into:
         fresh_names = []
-        for name, dt, shape, off in zip(meta.names, meta.dtypes(), meta.shapes, meta.offsets):
+        for name, dt, shape, off in zip(meta.names, meta.dtypes(), meta.shapes, meta.offsets, strict=True):
             old = into.get(name)
             if (isinstance(old, np.ndarray) and old.dtype == dt and old.shape == tuple(shape)
                     and old.flags.c_contiguous and old.flags.writeable):
@@ -213,7 +215,7 @@ def unpack(meta: Meta, buf: np.ndarray | memoryview | bytes | bytearray,
         dest = pool.take(meta.nbytes)
         np.copyto(dest, raw[:meta.nbytes])
         return unpack(meta, dest, copy=False)
-    for name, dt, shape, off in zip(meta.names, meta.dtypes(), meta.shapes, meta.offsets):
+    for name, dt, shape, off in zip(meta.names, meta.dtypes(), meta.shapes, meta.offsets, strict=True):
         if not copy:
             count = int(np.prod(shape, dtype=np.int64))
             arr = raw[off:off + count * dt.itemsize].view(dt).reshape(shape) if dt.itemsize else \
@@ -236,11 +238,11 @@ def unpack(meta: Meta, buf: np.ndarray | memoryview | bytes | bytearray,
 _ORPHANS: list[object] = []
 
 
-def _test_quietly(req: object) -> bool:
+def _test_quietly(req: Any) -> bool:
     """Whether a request has completed (successfully or not) without raising."""
     from planaria.comm.errors import FailureError
     try:
-        return bool(req.Test())           # type: ignore[attr-defined]
+        return bool(req.Test())
     except FailureError:
         return True                       # completed with an error: nothing left to hold
     except Exception:                     # noqa: BLE001 - a freed communicator's request, etc.
@@ -266,14 +268,15 @@ class Completion:
     """
 
     def __init__(self) -> None:
-        self._req: object | None = None
+        self._req: Any = None
         self._comm: object | None = None
         self.settled = True               # nothing held yet: nothing to protect
 
-    def start(self, comm: Comm) -> object:
+    def start(self, comm: Comm) -> Any:
         """Post the barrier that completes the version this rank has just saved."""
         self.forget(False)
-        self._req = comm.Ibarrier()
+        mc: Any = comm                    # Ibarrier: one of mpi4py's calls Comm passes through
+        self._req = mc.Ibarrier()
         self._comm = comm
         return self._req
 
@@ -281,7 +284,7 @@ class Completion:
         """Wait for the barrier posted by ``start`` (the safe path); raises FailureError."""
         req, self._req, self._comm = self._req, None, None
         if req is not None:
-            req.Wait()                    # type: ignore[attr-defined]
+            req.Wait()
         self.settled = True
 
     def settle(self, comm: Comm) -> bool:
@@ -297,7 +300,7 @@ class Completion:
         self._req = self._comm = None
         if c is comm:
             try:
-                req.Wait()                # type: ignore[attr-defined]
+                req.Wait()
             except BaseException:
                 self.settled = False
                 raise
@@ -314,15 +317,15 @@ class Completion:
         self.settled = settled
 
     @staticmethod
-    def _drop(req: object) -> bool:
+    def _drop(req: Any) -> bool:
         """Whether ``req`` completed without error; if it is still active, keep it among the orphans."""
         from planaria.comm.errors import FailureError
         try:
-            if req.Test():                # type: ignore[attr-defined]
+            if req.Test():
                 return True
         except FailureError:
             return False
-        except Exception:                 # noqa: BLE001
+        except Exception:                 # noqa: BLE001 - a request of a freed communicator
             return False
         _ORPHANS.append(req)
         return False
@@ -461,7 +464,7 @@ def check_logical(comm: Comm, logical: list[int | None], old_size: int) -> list[
     return sorted(set(range(old_size)) - set(seen))
 
 
-def newest(versions: set[int] | list[int], keep: int = KEEP) -> list[int]:
+def newest(versions: Iterable[int], keep: int = KEEP) -> list[int]:
     """The ``keep`` newest of ``versions``, ascending."""
     return sorted(versions)[-keep:] if keep > 0 else []
 
@@ -509,7 +512,7 @@ class Verdict:
         self._bufs: list[np.ndarray] = []     # kept alive until every request completed
 
     # -- on a non-fresh rank ---------------------------------------------------------------------
-    def tell(self, status: int) -> list[object]:
+    def tell(self, status: int) -> list[Any]:
         """Send this rank's status to every fresh rank (requests to wait for)."""
         buf = np.array([status], dtype=np.int64)
         self._bufs.append(buf)
@@ -524,7 +527,7 @@ class Verdict:
         return bool(got.all())
 
     # -- on a fresh rank --------------------------------------------------------------------------
-    def listen(self) -> tuple[np.ndarray, list[object]]:
+    def listen(self) -> tuple[np.ndarray, list[Any]]:
         """Post the receives of every non-fresh rank's status: (statuses, requests), in ``others`` order."""
         st = np.full(len(self.others), -1, dtype=np.int64)
         self._bufs.append(st)
@@ -538,16 +541,16 @@ class Verdict:
         wait_sends(reqs)
 
 
-def wait_sends(reqs: list[object]) -> None:
+def wait_sends(reqs: list[Any]) -> None:
     """Wait for send requests: one ``Testall`` when they are all done already (small sends
     normally are), else each request's own (failure-safe) ``Wait``. Not for receives: a receive
     completed by ``Testall`` skips the message log's count."""
     from mpi4py import MPI
     try:
-        if MPI.Request.Testall(reqs):             # type: ignore[arg-type]
+        if MPI.Request.Testall(reqs):
             return
     except MPI.Exception:
         pass                                      # the failure is raised by the request's own Wait
     for q in reqs:
         if q:
-            q.Wait()                              # type: ignore[attr-defined]
+            q.Wait()

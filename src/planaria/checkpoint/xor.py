@@ -21,6 +21,8 @@ i.e. ``f``'s data and its parity chunk, so redundancy is whole again after one r
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from planaria.checkpoint.store import (
@@ -232,6 +234,7 @@ class XorStore(CheckpointStore):
         if not fresh:                                   # a roll-back: every rank has its own data
             if not all_true(comm, e is not None):
                 raise CheckpointError(f"xor checkpoint version {version} is not held by every rank")
+            assert e is not None                        # held everywhere (above)
             return self._keep(version, r, n, e, into)
         verdict = Verdict(comm, fresh)
         if r in fresh:
@@ -281,7 +284,7 @@ class XorStore(CheckpointStore):
         # posted as soon as it is in, whichever member enters the restore first
         cs: dict[int, int] = {}
         bufs: dict[int, np.ndarray] = {}
-        reqs: list[tuple[int, list[object]]] = []
+        reqs: list[tuple[int, list[Any]]] = []
         self._inflight.append(bufs)
         waiting, idle = list(survivors), 0
         while waiting:
@@ -313,7 +316,7 @@ class XorStore(CheckpointStore):
         acc = None
         for x, rs in reqs:
             for req in rs:
-                req.Wait()                       # type: ignore[attr-defined]
+                req.Wait()
             ph.mark("receive")
             if problem:
                 continue
@@ -376,7 +379,7 @@ class XorStore(CheckpointStore):
         return np.concatenate(self._parts(e, g, me, f))
 
     def _lost_usable(self, inv: list[dict[int, int]], logical: list[int | None], old_size: int) -> set[int]:
-        live = [d for d, lg in zip(inv, logical) if lg is not None]
+        live = [d for d, lg in zip(inv, logical, strict=True) if lg is not None]
         if not live:
             return set()
         candidates = set(live[0])
@@ -425,7 +428,7 @@ class XorStore(CheckpointStore):
                     bufs = {x: np.empty_like(vec) for x in members[1:]}
                     self._inflight.append(bufs)
                     reqs = [comm.Irecv(bufs[x], source=x, tag=TAG_RESEED) for x in members[1:]]
-                    for req, x in zip(reqs, members[1:]):
+                    for req, x in zip(reqs, members[1:], strict=True):
                         req.Wait()
                         _xor_into(vec, bufs.pop(x))
                     found[f] = unpack(e.metas[g.index(f)], vec[:(len(g) - 1) * e.c])

@@ -17,17 +17,23 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
 from planaria.abft.names import KINDS, MODES
+from planaria.cli._common import launch_job
 from planaria.cli.terrain import DTYPE_HELP
 
 app = typer.Typer(name="abft", help="Fault-tolerant terrain analysis (N-ABFT, two masters verify N workers).",
                   no_args_is_help=True, add_completion=False)
 
 
-def _usage(msg: str) -> None:
+_FORCE_HELP = (f"Force a fault KIND:WORKER ({', '.join(KINDS)}) on the first task of worker WORKER, a worker "
+               "index 0..N-1 (MPI rank WORKER+2). Repeatable.")
+
+
+def _usage(msg: str) -> NoReturn:
     typer.echo(f"planaria abft: {msg}", err=True)
     raise typer.Exit(2)
 
@@ -42,11 +48,9 @@ def _same_file(dem: str, out: str) -> bool:
     return Path(out).resolve() == Path(dem).resolve()
 
 
-def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, backend: str,
-         timeout: float, as_json: bool, force: list[str], inject: list[str], mode: str = "abft",
-         dtype: str = "auto") -> None:
-    from planaria.launch.runner import RunOptions, run_job
-
+def _check(dem: str, n: int, out: str, error_rate: float, backend: str, timeout: float, force: list[str],
+           inject: list[str], mode: str, dtype: str) -> str | None:
+    """Exit 2 with one line on a wrong option; the output's dtype (None: the input's)."""
     if n < 1:
         _usage(f"-n must be at least 1 (got {n})")
     if not 0.0 <= error_rate <= 1.0:
@@ -84,6 +88,15 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
         _usage(str(exc))
     if rows < n:
         _usage(f"{rows} rows cannot be split over {n} workers")
+    return out_dtype
+
+
+def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, backend: str,
+         timeout: float, as_json: bool, force: list[str], inject: list[str], mode: str = "abft",
+         dtype: str = "auto") -> None:
+    from planaria.launch.options import RunOptions
+
+    out_dtype = _check(dem, n, out, error_rate, backend, timeout, force, inject, mode, dtype)
     out_p = Path(out).resolve()
     report_p = Path(str(out_p) + ".abft.json")
     report_p.unlink(missing_ok=True)
@@ -95,7 +108,7 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
         cmd += ["--dtype", out_dtype]
     opts = RunOptions(command=cmd, nprocs=n + 2, backend=backend, inject=list(inject), timeout=timeout,
                       json=as_json, emit_summary=False, detect=False, diagnose_on_timeout=False)
-    code = run_job(opts)
+    code = launch_job(opts)
     report = None
     if report_p.is_file():
         report = json.loads(report_p.read_text())
@@ -162,8 +175,7 @@ def _command(kernel: str):
         backend: str = typer.Option("ulfm", "--backend", help="Failure backend: ulfm or sim."),
         timeout: float = typer.Option(600.0, "--timeout", help="Stop the job after S seconds."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-        force: list[str] = typer.Option([], "--force", help=f"Force a fault KIND:WORKER ({', '.join(KINDS)}) on the "
-                                        "first task of worker WORKER, a worker index 0..N-1 (MPI rank WORKER+2). Repeatable."),
+        force: list[str] = typer.Option([], "--force", help=_FORCE_HELP),
         inject: list[str] = typer.Option([], "--inject", help="planaria run fault plan, e.g. 'kill:rank=3,iter=1'."),
         mode: str = typer.Option("abft", "--mode", help="abft (redundant rows, default), plain (no check) or "
                                  "duplicate (every block computed twice and compared)."),

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from planaria.cli.main import app
+from planaria.cli._common import app, launch_job
 
 DEFAULT_INJECT = ["kill:rank=2,iter=120", "kill:rank=4,iter=290"]
 
@@ -57,21 +57,10 @@ def demo(
 
       planaria demo --spares 1 --when-exhausted continue
     """
-    from planaria.launch.runner import EXIT_USAGE, RunOptions, run_job
+    from planaria.launch.options import RunOptions
 
-    for name, value, least in (("-n", np_, 1), ("--spares", spares, 0), ("--steps", steps, 1),
-                               ("--every", every, 1), ("--file-every", file_every, 1),
-                               ("--cells-per-rank", cells_per_rank, 1)):
-        if value < least:
-            typer.echo(f"planaria demo: {name} must be at least {least} (got {value})", err=True)
-            raise typer.Exit(2)
-    if checkpoint not in ("memory", "xor", "file", "multi"):
-        typer.echo(f"planaria demo: unknown --checkpoint {checkpoint!r} (expected memory, xor, file or multi)", err=True)
-        raise typer.Exit(2)
-    if when_exhausted not in ("stop", "continue"):
-        typer.echo(f"planaria demo: unknown --when-exhausted {when_exhausted!r} (expected stop or continue)",
-                   err=True)
-        raise typer.Exit(2)
+    _check((("-n", np_, 1), ("--spares", spares, 0), ("--steps", steps, 1), ("--every", every, 1),
+            ("--file-every", file_every, 1), ("--cells-per-rank", cells_per_rank, 1)), checkpoint, when_exhausted)
     from planaria.util.fsutil import output_problem
     problem = output_problem(plot) if plot is not None else None
     if plot is not None and not problem:
@@ -88,8 +77,30 @@ def demo(
                       json=json_out, emit_summary=False, prog="planaria demo")
     jobdirs: list[Path] = []
     opts.on_jobdir = jobdirs.append
-    code = run_job(opts)
-    report = _report(jobdirs[0]) if jobdirs else None
+    code = launch_job(opts)
+    _tell(code, _report(jobdirs[0]) if jobdirs else None, plot, json_out)
+
+
+def _check(least: tuple[tuple[str, int, int], ...], checkpoint: str, when_exhausted: str) -> None:
+    """Exit 2 with one line when a number is below its least value (``(option, value, least)``) or
+    a choice is unknown."""
+    for name, value, low in least:
+        if value < low:
+            typer.echo(f"planaria demo: {name} must be at least {low} (got {value})", err=True)
+            raise typer.Exit(2)
+    if checkpoint not in ("memory", "xor", "file", "multi"):
+        typer.echo(f"planaria demo: unknown --checkpoint {checkpoint!r} (expected memory, xor, file or multi)", err=True)
+        raise typer.Exit(2)
+    if when_exhausted not in ("stop", "continue"):
+        typer.echo(f"planaria demo: unknown --when-exhausted {when_exhausted!r} (expected stop or continue)",
+                   err=True)
+        raise typer.Exit(2)
+
+
+def _tell(code: int, report: dict[str, Any] | None, plot: Path | None, json_out: bool) -> None:
+    """The demo's table (or JSON) and plot; exits with its status (0 only for a bit-identical result)."""
+    from planaria.launch.options import EXIT_USAGE
+
     if report is None:
         if code == EXIT_USAGE:                       # the run already named the problem in one line
             raise typer.Exit(code)

@@ -8,6 +8,19 @@ from typing import Optional
 
 import typer
 
+from planaria.cli._common import launch_job
+from planaria.util.env import (
+    PLANARIA_BALANCER,
+    PLANARIA_BALANCER_CAP,
+    PLANARIA_FRAGMENT_THREADS,
+    PLANARIA_JOBS_DIFFERENCE_RATIO,
+    PLANARIA_JOBS_LEFT_THRESHOLD,
+    PLANARIA_TERMINATION,
+    PLANARIA_TRACE,
+    PLANARIA_TRACE_DIR,
+    PLANARIA_TRACE_FLUSH_BYTES,
+)
+
 app = typer.Typer(help="Run fragmented programs (planaria.fragments) on MPI ranks.", no_args_is_help=True)
 _SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -53,57 +66,68 @@ def run(
     command = list(ctx.args)
     if command and command[0] == "--":
         command = command[1:]
-    problem = None
-    if not command:
-        problem = "give the program after --, e.g. -- python prog.py"
-    elif command[0].startswith("-"):
-        # options unknown here are passed on as the command's first words
-        problem = (f"no such option: {command[0]} (the program goes after --; "
-                   f"try 'planaria fragments run --help')")
-    elif workers < 1:
-        problem = "-n must be at least 1"
-    elif balancer and workers < 2:
-        problem = "--balancer needs at least 2 workers (-n 2)"
-    elif not 0.0 <= ratio <= 1.0:
-        problem = f"--jobs-difference-ratio must be in [0, 1], got {ratio}"
-    elif cap not in ("mean", "donor"):
-        problem = f"--receiver-cap must be mean or donor, got {cap!r}"
-    elif termination not in ("safra", "paper"):
-        problem = f"--termination must be safra or paper, got {termination!r}"
-    elif jobs_left < 0 or threads < 1 or flush_bytes < 0:
-        problem = "--jobs-left-threshold and --trace-flush-bytes must be >= 0, --threads >= 1"
+    problem = _problem(command, workers, balancer, ratio, cap, termination, jobs_left, threads, flush_bytes)
     if problem:
         print(f"planaria fragments run: {problem}", file=sys.stderr)
         raise typer.Exit(2)
     os.environ.update({
-        "PLANARIA_BALANCER": "1" if balancer else "0",
-        "PLANARIA_JOBS_LEFT_THRESHOLD": str(jobs_left),
-        "PLANARIA_JOBS_DIFFERENCE_RATIO": repr(ratio),
-        "PLANARIA_BALANCER_CAP": cap,
-        "PLANARIA_FRAGMENT_THREADS": str(threads),
-        "PLANARIA_TERMINATION": termination,
-        "PLANARIA_TRACE": "1" if trace else "0",
-        "PLANARIA_TRACE_FLUSH_BYTES": str(flush_bytes),
+        PLANARIA_BALANCER: "1" if balancer else "0",
+        PLANARIA_JOBS_LEFT_THRESHOLD: str(jobs_left),
+        PLANARIA_JOBS_DIFFERENCE_RATIO: repr(ratio),
+        PLANARIA_BALANCER_CAP: cap,
+        PLANARIA_FRAGMENT_THREADS: str(threads),
+        PLANARIA_TERMINATION: termination,
+        PLANARIA_TRACE: "1" if trace else "0",
+        PLANARIA_TRACE_FLUSH_BYTES: str(flush_bytes),
     })
     if trace_dir:
-        os.environ["PLANARIA_TRACE_DIR"] = os.path.abspath(trace_dir)
-    from planaria.launch.runner import RunOptions, run_job
+        os.environ[PLANARIA_TRACE_DIR] = os.path.abspath(trace_dir)
+    from planaria.launch.options import RunOptions
     jobdirs: list[Path] = []
     opts = RunOptions(command=command, nprocs=workers + (1 if balancer else 0), timeout=timeout, json=json_out,
                       prog="planaria fragments run", on_jobdir=jobdirs.append)
-    code = run_job(opts)
+    code = launch_job(opts)
     # the traces of this run: the directory given, else the job directory's trace/
     trace_dir = trace_dir or (str(jobdirs[0] / "trace") if jobdirs else None)
+    raise typer.Exit(_traced_status(code, trace, trace_dir))
+
+
+def _problem(command: list[str], workers: int, balancer: bool, ratio: float, cap: str, termination: str,
+             jobs_left: int, threads: int, flush_bytes: int) -> str | None:
+    """What is wrong with the options of ``fragments run`` (None: nothing)."""
+    if not command:
+        return "give the program after --, e.g. -- python prog.py"
+    if command[0].startswith("-"):
+        # options unknown here are passed on as the command's first words
+        return (f"no such option: {command[0]} (the program goes after --; "
+                f"try 'planaria fragments run --help')")
+    if workers < 1:
+        return "-n must be at least 1"
+    if balancer and workers < 2:
+        return "--balancer needs at least 2 workers (-n 2)"
+    if not 0.0 <= ratio <= 1.0:
+        return f"--jobs-difference-ratio must be in [0, 1], got {ratio}"
+    if cap not in ("mean", "donor"):
+        return f"--receiver-cap must be mean or donor, got {cap!r}"
+    if termination not in ("safra", "paper"):
+        return f"--termination must be safra or paper, got {termination!r}"
+    if jobs_left < 0 or threads < 1 or flush_bytes < 0:
+        return "--jobs-left-threshold and --trace-flush-bytes must be >= 0, --threads >= 1"
+    return None
+
+
+def _traced_status(code: int, trace: bool, trace_dir: str | None) -> int:
+    """The job's exit status, made 1 when the ranks' traces say the program hung or failed."""
     if code == 0 and trace:
         status = _run_status(trace_dir)
         if status not in (None, "finished"):
             print(f"planaria fragments run: the program {status} (report above; "
                   f"'planaria trace analyze' explains it again)", file=sys.stderr)
-            code = 1
+            return 1
     elif code != 0 and trace and _run_status(trace_dir) == "killed":
         print("planaria fragments run: the ranks were ended by a signal; 'planaria trace analyze' shows the "
               "CFs that never finished and what they awaited", file=sys.stderr)
-    raise typer.Exit(code)
+    return code
 
 
 def _run_status(trace_dir: str | None) -> str | None:

@@ -10,10 +10,12 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from planaria.launch import netns
+from planaria.util.env import PLANARIA_HOSTS_DIR
 
 app = typer.Typer(
     name="hosts",
@@ -27,14 +29,14 @@ _NAMES_HELP = "The two host names, comma-separated."
 
 
 def _state_root() -> Path:
-    return Path(os.environ.get("PLANARIA_HOSTS_DIR", "/run/planaria-hosts"))
+    return Path(os.environ.get(PLANARIA_HOSTS_DIR, "/run/planaria-hosts"))
 
 
 def _parse_names(names: str) -> tuple[str, str]:
-    parts = tuple(p.strip() for p in names.split(",") if p.strip())
+    parts = [p.strip() for p in names.split(",") if p.strip()]
     if len(parts) != 2:
         raise typer.BadParameter(f"need exactly two names, got {names!r}", param_hint="--names")
-    return parts  # type: ignore[return-value]
+    return parts[0], parts[1]
 
 
 def _load(names: tuple[str, str]) -> netns.HostSet | None:
@@ -133,6 +135,7 @@ def status(
     present = set(netns.list_namespaces())
     hs = _load(pair)
     ok, reason = netns.available() if not (present & set(pair)) else (True, "ok")
+    info: dict[str, Any]
     if hs is None:
         info = {"names": list(pair), "up": all(n in present for n in pair),
                 "namespaces": {n: n in present for n in pair}, "state": None,

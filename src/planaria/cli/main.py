@@ -2,18 +2,14 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
+from planaria.cli._common import app
 from planaria.cli.helptext import reflow_app
 
-app = typer.Typer(
-    name="planaria",
-    help="Keep MPI jobs alive through process failures, inject failures, and explain failed or hung runs.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+__all__ = ["app", "main", "usage_line"]
 
 
 _registered = False
@@ -60,8 +56,9 @@ def _command_path(args: list[str]) -> str:
     return " ".join(path)
 
 
-def usage_line(exc: Exception, args: list[str]) -> str:
-    """One line for an error the command-line parser raised: ``planaria VERB: MESSAGE (try ...)``."""
+def usage_line(exc: Any, args: list[str]) -> str:
+    """One line for an error the command-line parser raised (a click exception, of click's or typer's
+    copy of it): ``planaria VERB: MESSAGE (try ...)``."""
     ctx = getattr(exc, "ctx", None)        # some errors (an option without its value) carry none
     where = ctx.command_path if ctx is not None else _command_path(args)
     message = " ".join(exc.format_message().split()).rstrip(".")
@@ -98,5 +95,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from planaria.cli.main import main as _main  # the module's single copy, where verbs register
-    _main()
+    main()

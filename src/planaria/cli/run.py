@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from planaria.cli import main as _main
+from planaria.cli._common import app, launch_job
 
 _SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -71,7 +71,7 @@ def run(
     130 interrupted (Ctrl-C); 143 / 129 ended by SIGTERM / SIGHUP (the job is torn down as for Ctrl-C). A program without planaria's runtime (plain mpi4py): the lowest rank
     that ended badly decides, 128 + its signal or its exit code, as mpiexec without ULFM would.
     """
-    from planaria.launch.runner import RunOptions, run_job
+    from planaria.launch.options import RunOptions
 
     command = list(ctx.args)
     if command and command[0] == "--":
@@ -90,7 +90,7 @@ def run(
                       diagnose_on_timeout=diagnose_on_timeout, default_handler=default_handler,
                       rank_fates=rank_fates, launcher_kills=launcher_kills, stdin=stdin, on_hang=on_hang,
                       node_agents=node_agents)
-    raise typer.Exit(run_job(opts))
+    raise typer.Exit(launch_job(opts))
 
 
 def _as_world(command: list[str]) -> list[str]:
@@ -105,22 +105,11 @@ def _as_world(command: list[str]) -> list[str]:
     return [command[0], "-m", "planaria", *command[1:]]
 
 
-def _apps() -> list[typer.Typer]:
-    """The CLI app, plus its twin when ``python -m planaria.cli.main`` runs it as ``__main__``."""
-    apps = [_main.app]
-    top = sys.modules.get("__main__")
-    spec = getattr(top, "__spec__", None)
-    if spec is not None and spec.name == "planaria.cli.main" and getattr(top, "app", None) is not _main.app:
-        apps.append(top.app)  # type: ignore[union-attr]
-    return apps
-
-
 def _group() -> None:
     pass
 
 
-for _app in _apps():
-    _app.command("run", context_settings=_SETTINGS)(run)
-    if _app.registered_callback is None:
-        # keep ``planaria run`` a sub-command even while it is the only verb
-        _app.callback()(_group)
+app.command("run", context_settings=_SETTINGS)(run)
+if app.registered_callback is None:
+    # keep ``planaria run`` a sub-command even while it is the only verb
+    app.callback()(_group)

@@ -7,6 +7,7 @@ atomically; the output is in the DEM's float type unless ``--dtype`` says otherw
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import typer
 
@@ -25,7 +26,7 @@ def parse_dtype(value: str) -> str | None:
     return None if value == "auto" else value
 
 
-def _command(kernel: str):  # type: ignore[no-untyped-def]
+def _command(kernel: str) -> Callable[..., None]:
     def cmd(
         dem: str = typer.Option(..., "--dem", help="Input DEM (.npy, .npz, GeoTIFF)."),
         out: str = typer.Option(..., "--out", help="Output raster (same formats), written atomically."),
@@ -37,7 +38,7 @@ def _command(kernel: str):  # type: ignore[no-untyped-def]
             res = run_file(kernel, dem, out, parse_dtype(dtype))
         except ValueError as exc:
             typer.echo(f"planaria terrain {kernel}: {' '.join(str(exc).split())}", err=True)
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
         if as_json:
             typer.echo(json.dumps(res))
         else:

@@ -47,7 +47,7 @@ def analyze(
         rep = analyze_dir(_resolve(directory), all_hung=all_hung, problems=problems)
     except (FileNotFoundError, ValueError) as e:
         print(f"planaria trace analyze: {e}", file=sys.stderr)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     for p in problems:
         print(f"planaria trace analyze: warning: {p}", file=sys.stderr)
     if json_out:
@@ -78,7 +78,7 @@ def export(
         recs = read_traces(_resolve(directory), problems)
     except (FileNotFoundError, ValueError) as e:
         print(f"planaria trace export: {e}", file=sys.stderr)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     for p in problems:
         print(f"planaria trace export: warning: {p}", file=sys.stderr)
     from planaria.util.fsutil import output_problem

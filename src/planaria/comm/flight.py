@@ -24,6 +24,7 @@ import struct
 import sys
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
+from planaria.util.env import PLANARIA_JOB_DIR, PLANARIA_RESTART
 
 if TYPE_CHECKING:       # pathlib is imported by the functions that use it, out of a rank's start
     from pathlib import Path
@@ -67,12 +68,12 @@ def open_here() -> bool:
     False when there is none or it cannot be made (the record is best effort)."""
     if _MV is not None:
         return True
-    job = os.environ.get("PLANARIA_JOB_DIR")
+    job = os.environ.get(PLANARIA_JOB_DIR)
     if not job:
         return False
     from mpi4py import MPI              # not at the top: readers of the records are no MPI processes
     rank = MPI.COMM_WORLD.Get_rank()
-    attempt = int(os.environ.get("PLANARIA_RESTART", "0") or 0) + 1
+    attempt = int(os.environ.get(PLANARIA_RESTART, "0") or 0) + 1
     return open_file(_path_str(job, attempt, rank), rank)
 
 

@@ -29,6 +29,7 @@ import planaria as pl
 from planaria.checkpoint import FileStore, MemoryStore, MultiLevel, XorStore
 from planaria import events
 from planaria.recovery.driver import RESILIENT_HANDLER, Resilient, SparesExhausted, Unrecoverable
+from planaria.util.env import PLANARIA_JOB_DIR, PLANARIA_RESTART
 
 REPORT_DONE_TAG = 4711      # rank 0 -> the others: the report is written
 
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     # exists (its handler replaces this one by name) must not let the default handler stop the job.
     events.handle_failures(RESILIENT_HANDLER, action="ulfm-recovery")
     world = pl.world(args.backend)
-    jobdir = os.environ.get("PLANARIA_JOB_DIR") or tempfile.mkdtemp(prefix="planaria-demo-")
+    jobdir = os.environ.get(PLANARIA_JOB_DIR) or tempfile.mkdtemp(prefix="planaria-demo-")
     store = make_store(args.checkpoint, args.every, args.file_every, os.path.join(jobdir, "checkpoints"))
     every = args.every if args.checkpoint != "multi" else min(args.every, args.file_every)
 
@@ -242,7 +243,7 @@ def _report(jobdir: str, args: argparse.Namespace, comm: pl.Comm, final: list, e
                                "t_detect": min(x["t_detect"] for x in same)})
     cks = [t for m in everyone for t in m["checkpoints"]]
     report = {"outcome": "finished", "resumed_from": res.resumed_from,
-              "restart": int(os.environ.get("PLANARIA_RESTART", "0") or 0), "cells": cells, "steps": args.steps, "every": every,
+              "restart": int(os.environ.get(PLANARIA_RESTART, "0") or 0), "cells": cells, "steps": args.steps, "every": every,
               "checkpoint": args.checkpoint, "ranks": nwork, "ranks_end": comm.size, "spares": res.spares,
               "when_exhausted": args.when_exhausted,
               "backend": backend, "elapsed_s": elapsed, "t_start": t_start,

@@ -27,10 +27,11 @@ from planaria.events.registry import (
     Result,
 )
 from planaria.errors import PlanariaError
+from planaria.util.env import PLANARIA_EVENTS_CACHE, PLANARIA_EVENTS_DEFAULT
 
 DEFAULT_HANDLER = "planaria-default"
-POLICY_ENV = "PLANARIA_EVENTS_DEFAULT"        # abort | none
-CACHE_ENV = "PLANARIA_EVENTS_CACHE"
+POLICY_ENV = PLANARIA_EVENTS_DEFAULT        # abort | none
+CACHE_ENV = PLANARIA_EVENTS_CACHE
 
 
 class EventsUnavailable(PlanariaError, RuntimeError):

@@ -28,21 +28,31 @@ from planaria.fragments.model import (CFSpec, Code, DFRef, Expr, FragmentError, 
                                       workers)
 from planaria.fragments.settings import SettingError
 from planaria.fragments.termination import RULES
+from planaria.util.env import (
+    PLANARIA_BALANCER,
+    PLANARIA_FRAGMENT_THREADS,
+    PLANARIA_FRAGMENT_TIMEOUT,
+    PLANARIA_JOB_DIR,
+    PLANARIA_TERMINATION,
+    PLANARIA_TRACE,
+    PLANARIA_TRACE_DIR,
+    PLANARIA_TRACE_FLUSH_BYTES,
+)
 
 __all__ = ["atomic", "sub", "Name", "df", "dfs", "workers", "run", "RunResult", "BalancerConfig", "LoadModel",
            "Executor", "Code", "CFSpec", "DFRef", "Expr", "Out", "FragmentError", "ProgramError", "SettingError", "default_trace_dir"]
 
 
 def _under_mpi() -> bool:
-    return any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PLANARIA_JOB_DIR"))
+    return any(k in os.environ for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", PLANARIA_JOB_DIR))
 
 
 def default_trace_dir() -> str | None:
     """$PLANARIA_TRACE_DIR, else <job dir>/trace under ``planaria run``, else None (no trace)."""
-    if os.environ.get("PLANARIA_TRACE_DIR"):
-        return os.environ["PLANARIA_TRACE_DIR"]
-    if os.environ.get("PLANARIA_JOB_DIR"):
-        return os.path.join(os.environ["PLANARIA_JOB_DIR"], "trace")
+    if os.environ.get(PLANARIA_TRACE_DIR):
+        return os.environ[PLANARIA_TRACE_DIR]
+    if os.environ.get(PLANARIA_JOB_DIR):
+        return os.path.join(os.environ[PLANARIA_JOB_DIR], "trace")
     return None
 
 
@@ -74,18 +84,18 @@ def run(main: Code, *args: Any, comm: Any = "auto", threads: int | None = None,
         else:
             comm = None
     env = os.environ
-    threads = threads if threads is not None else settings.number("PLANARIA_FRAGMENT_THREADS", int, 2, minimum=1)
+    threads = threads if threads is not None else settings.number(PLANARIA_FRAGMENT_THREADS, int, 2, minimum=1)
     trace_dir = trace_dir or default_trace_dir()
     if trace is None:
-        trace = env.get("PLANARIA_TRACE", "1").strip().lower() not in ("0", "off", "no", "false")
+        trace = env.get(PLANARIA_TRACE, "1").strip().lower() not in ("0", "off", "no", "false")
     if flush_bytes is None:
         from planaria.trace.writer import DEFAULT_FLUSH_BYTES
-        flush_bytes = settings.number("PLANARIA_TRACE_FLUSH_BYTES", int, DEFAULT_FLUSH_BYTES, minimum=0)
-    if balancer is None and env.get("PLANARIA_BALANCER", "0").strip().lower() in ("1", "on", "yes", "true"):
+        flush_bytes = settings.number(PLANARIA_TRACE_FLUSH_BYTES, int, DEFAULT_FLUSH_BYTES, minimum=0)
+    if balancer is None and env.get(PLANARIA_BALANCER, "0").strip().lower() in ("1", "on", "yes", "true"):
         balancer = True
-    if timeout is None and env.get("PLANARIA_FRAGMENT_TIMEOUT", "").strip():
-        timeout = settings.number("PLANARIA_FRAGMENT_TIMEOUT", float, 0.0, minimum=0.0)
-    termination = termination or settings.choice("PLANARIA_TERMINATION", RULES, "safra")
+    if timeout is None and env.get(PLANARIA_FRAGMENT_TIMEOUT, "").strip():
+        timeout = settings.number(PLANARIA_FRAGMENT_TIMEOUT, float, 0.0, minimum=0.0)
+    termination = termination or settings.choice(PLANARIA_TERMINATION, RULES, "safra")
     ex = Executor(comm, threads=threads, trace_dir=trace_dir, trace=bool(trace), flush_bytes=flush_bytes,
                   balancer=balancer, timeout=timeout, termination=termination)
     caller = sys._getframe(1)

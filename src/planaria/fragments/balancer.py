@@ -22,6 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planaria.fragments import settings
+from planaria.util.env import (
+    PLANARIA_BALANCER_CAP,
+    PLANARIA_JOBS_DIFFERENCE_RATIO,
+    PLANARIA_JOBS_LEFT_THRESHOLD,
+)
 
 
 @dataclass
@@ -44,9 +49,9 @@ class BalancerConfig:
     def from_env(cls) -> BalancerConfig:
         """Read PLANARIA_JOBS_LEFT_THRESHOLD / PLANARIA_JOBS_DIFFERENCE_RATIO (set by the CLI)."""
         d = cls()
-        return cls(settings.number("PLANARIA_JOBS_LEFT_THRESHOLD", int, d.jobs_left_threshold, minimum=0),
-                   settings.number("PLANARIA_JOBS_DIFFERENCE_RATIO", float, d.jobs_difference_ratio, minimum=0.0),
-                   settings.choice("PLANARIA_BALANCER_CAP", ("mean", "donor"), d.receiver_cap))
+        return cls(settings.number(PLANARIA_JOBS_LEFT_THRESHOLD, int, d.jobs_left_threshold, minimum=0),
+                   settings.number(PLANARIA_JOBS_DIFFERENCE_RATIO, float, d.jobs_difference_ratio, minimum=0.0),
+                   settings.choice(PLANARIA_BALANCER_CAP, ("mean", "donor"), d.receiver_cap))
 
 
 @dataclass

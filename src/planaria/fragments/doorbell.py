@@ -29,11 +29,12 @@ import threading
 from collections.abc import Sequence
 
 from planaria.fragments import settings
+from planaria.util.env import PLANARIA_FRAGMENT_WAKEUPS, PLANARIA_JOB_ID
 
 
 def _namespace() -> str | None:
     """A name the launcher gives every rank of one job alike (PMIx namespace, else a job id)."""
-    for k in ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PMI_KVSNAME", "PLANARIA_JOB_ID"):
+    for k in ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PMI_KVSNAME", PLANARIA_JOB_ID):
         v = os.environ.get(k)
         if v:
             return v
@@ -67,7 +68,7 @@ class Doorbell:
         self.fallback = short
         if size < 2:
             return
-        mode = settings.choice("PLANARIA_FRAGMENT_WAKEUPS", ("doorbell", "poll"), "doorbell")
+        mode = settings.choice(PLANARIA_FRAGMENT_WAKEUPS, ("doorbell", "poll"), "doorbell")
         ns = _namespace()
         if mode == "poll" or ns is None or not sys.platform.startswith("linux"):
             return

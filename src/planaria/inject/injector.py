@@ -63,7 +63,7 @@ class _MsgRule:
 class _IORule:
     glob: str | None
     remaining: int | None  # None = unlimited
-    fault: IOErrorFault = field(repr=False, default=None)  # type: ignore[assignment]
+    fault: IOErrorFault = field(repr=False, default=None)  # type: ignore[assignment]  # set for every rule made
 
     def matches(self, path: str) -> bool:
         if self.glob is None:
@@ -83,6 +83,23 @@ def _path_text(file: Any) -> str | None:
     if isinstance(p, bytes):
         return os.fsdecode(p)
     return p
+
+
+def _rank_event(f: Hang | BitFlip | IOErrorFault, n: int) -> Event | None:
+    """The event of a hang, bit flip or I/O-error fault ``f`` (number ``n`` of the plan) on its rank;
+    I/O errors without an iteration or a time start at once."""
+    if isinstance(f, Hang):
+        when = f"iteration {f.iteration}" if f.iteration is not None else f"t={f.time:.2f}s"
+        return Event("hang", f.iteration, f.time, f"injected hang at {when}", f, n)
+    if isinstance(f, BitFlip):
+        return Event("bitflip", f.iteration, None,
+                     f"injected bit flip in {f.array!r} at iteration {f.iteration}", f, n)
+    if isinstance(f, IOErrorFault):
+        if f.iteration is None and f.time is None:
+            return Event("ioerror", None, None, "injected I/O errors", f, n)
+        when = f"iteration {f.iteration}" if f.iteration is not None else f"t={f.time:.2f}s"
+        return Event("ioerror", f.iteration, f.time, f"injected I/O errors from {when}", f, n)
+    return None
 
 
 class Injector:
@@ -117,43 +134,26 @@ class Injector:
         self._thread: threading.Thread | None = None
         self._closed = False
 
-        events: list[Event] = []
+        events: list[Event] = [Event("kill", it, t, reason, None, order)
+                               for order, (t, it, r, reason) in enumerate(plan.kill_schedule(size)) if r == rank]
         immediate: list[Event] = []
         msg_rules: list[_MsgRule] = []
-        for order, (t, it, r, reason) in enumerate(plan.kill_schedule(size)):
-            if r == rank:
-                events.append(Event("kill", it, t, reason, None, order))
-        base = len(events)
         phase_kills: list[tuple[Kill, int]] = []
-        for n, f in enumerate(plan.faults, start=base):
+        for n, f in enumerate(plan.faults, start=len(events)):
             if isinstance(f, Kill) and f.phase is not None and rank in f.rank:
                 phase_kills.append((f, n))
+            elif isinstance(f, (Kill, RandomKill)):
                 continue
-            if isinstance(f, (Kill, RandomKill)):
-                continue
-            if isinstance(f, (Delay, Drop)):
+            elif isinstance(f, (Delay, Drop)):
                 if rank in f.src:
                     rng = random.Random(derive_seed(f.seed, f.kind, rank))
                     delay_s = f.ms / 1000.0 if isinstance(f, Delay) else 0.0
                     msg_rules.append(_MsgRule(isinstance(f, Drop), delay_s, f.dst, f.p, rng))
-                continue
-            if rank not in f.rank:
-                continue
-            if isinstance(f, Hang):
-                when = (f"iteration {f.iteration}" if f.iteration is not None
-                        else f"t={f.time:.2f}s")
-                events.append(Event("hang", f.iteration, f.time, f"injected hang at {when}", f, n))
-            elif isinstance(f, BitFlip):
-                events.append(Event("bitflip", f.iteration, None,
-                                    f"injected bit flip in {f.array!r} at iteration {f.iteration}", f, n))
-            elif isinstance(f, IOErrorFault):
-                if f.iteration is None and f.time is None:
-                    immediate.append(Event("ioerror", None, None, "injected I/O errors", f, n))
-                else:
-                    when = (f"iteration {f.iteration}" if f.iteration is not None
-                            else f"t={f.time:.2f}s")
-                    events.append(Event("ioerror", f.iteration, f.time,
-                                        f"injected I/O errors from {when}", f, n))
+            elif isinstance(f, (Hang, BitFlip, IOErrorFault)) and rank in f.rank:
+                ev = _rank_event(f, n)
+                if ev is not None:
+                    (immediate if ev.action == "ioerror" and ev.iteration is None and ev.time is None
+                     else events).append(ev)
 
         self._iter_events = sorted((e for e in events if e.iteration is not None),
                                    key=lambda e: (e.iteration, e.order))
@@ -273,7 +273,7 @@ class Injector:
 
     def _refresh(self) -> None:
         self._next_iter = self._iter_events[0].iteration if self._iter_events else None
-        self._next_time = (self.clock_start + self._time_events[0].time  # type: ignore[operator]
+        self._next_time = (self.clock_start + self._time_events[0].time  # type: ignore[operator]  # time events have a time
                            if self._time_events else None)
 
     def _fire_iter(self, i: int) -> None:
@@ -300,7 +300,7 @@ class Injector:
             with self._lock:
                 ev = None
                 for k, cand in enumerate(self._time_events):
-                    if self.clock_start + cand.time > now:  # type: ignore[operator]
+                    if self.clock_start + cand.time > now:  # type: ignore[operator]  # time events have a time
                         break
                     if thread and not self._thread_ok(cand):
                         continue
@@ -314,7 +314,7 @@ class Injector:
     def _timer_loop(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                due = [self.clock_start + e.time for e in self._time_events  # type: ignore[operator]
+                due = [self.clock_start + e.time for e in self._time_events  # type: ignore[operator]  # time events have a time
                        if self._thread_ok(e)]
             if not due:
                 return
@@ -427,9 +427,9 @@ class Injector:
 
         self._orig_open, self._orig_io_open, self._orig_os_open = orig_open, orig_io_open, orig_os_open
         self._open_wrappers = (open_, io_open, os_open)
-        builtins.open = open_  # type: ignore[assignment]
-        io.open = io_open  # type: ignore[assignment]
-        os.open = os_open  # type: ignore[assignment]
+        builtins.open = open_
+        io.open = io_open
+        os.open = os_open
         self._io_installed = True
 
     def _uninstall_io(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Union
 from planaria.errors import BadInput
+from planaria.util.env import PLANARIA_INJECT
 
 __all__ = [
     "ENV_VAR",
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 #: Environment variable through which a plan is handed to every rank.
-ENV_VAR = "PLANARIA_INJECT"
+ENV_VAR = PLANARIA_INJECT
 
 
 PHASES = ("checkpoint", "recover", "finish")
@@ -156,7 +157,7 @@ class RankSet:
         out: list[str] = []
         rs = sorted(self.ranks)
         start = prev = rs[0]
-        for r in rs[1:] + [None]:  # type: ignore[list-item]
+        for r in rs[1:] + [None]:
             if r is not None and r == prev + 1:
                 prev = r
                 continue
@@ -231,7 +232,7 @@ class Fault:
 
     def rank_sets(self) -> Iterator[tuple[str, RankSet]]:
         """(key, rank set) pairs of this fault, for validation."""
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass; Fault is not
             v = getattr(self, f.name)
             if isinstance(v, RankSet):
                 yield f.name, v
@@ -721,9 +722,11 @@ class Plan:
                 kind = "kill"
             elif isinstance(f, (Delay, Drop)):
                 continue
-            else:
-                planned = [(r, "") for r in getattr(f, "rank").expand(size)]
+            elif isinstance(f, (Kill, Hang, BitFlip, IOErrorFault)):
+                planned = [(r, "") for r in f.rank.expand(size)]
                 kind = f.kind
+            else:
+                continue
             for r, when in planned:
                 if seen.get((r, kind), 0) > 0:
                     seen[(r, kind)] -= 1
@@ -741,7 +744,7 @@ class Plan:
             elif isinstance(f, (Delay, Drop)):
                 if rank in f.src:
                     keep.append(f)
-            elif rank in getattr(f, "rank"):
+            elif isinstance(f, (Kill, Hang, BitFlip, IOErrorFault)) and rank in f.rank:
                 keep.append(f)
         return Plan(keep)
 
@@ -777,39 +780,39 @@ class Plan:
 
 def kill(rank: RankLike, iteration: int | None = None, time: float | None = None) -> Plan:
     """Plan that kills ``rank`` at ``iteration`` or at ``time`` seconds."""
-    return Plan([Kill(rank=rank, iteration=iteration, time=time)])  # type: ignore[arg-type]
+    return Plan([Kill(rank=rank, iteration=iteration, time=time)])  # type: ignore[arg-type]  # __post_init__ makes RankSets of the RankLikes
 
 
 def random_kill(mtbf: float, seed: int, count: int = 1, ranks: RankLike = None,
                 start: float = 0.0) -> Plan:
     """Plan that kills up to ``count`` random ranks, exponential gaps of mean ``mtbf``."""
-    return Plan([RandomKill(mtbf=mtbf, seed=seed, count=count, ranks=ranks, start=start)])  # type: ignore[arg-type]
+    return Plan([RandomKill(mtbf=mtbf, seed=seed, count=count, ranks=ranks, start=start)])  # type: ignore[arg-type]  # __post_init__ makes RankSets of the RankLikes
 
 
 def hang(rank: RankLike, iteration: int | None = None, time: float | None = None) -> Plan:
     """Plan that makes ``rank`` hang at ``iteration`` or at ``time`` seconds."""
-    return Plan([Hang(rank=rank, iteration=iteration, time=time)])  # type: ignore[arg-type]
+    return Plan([Hang(rank=rank, iteration=iteration, time=time)])  # type: ignore[arg-type]  # __post_init__ makes RankSets of the RankLikes
 
 
 def delay(p: float, ms: float, src: RankLike = None, dst: RankLike = None, seed: int = 0) -> Plan:
     """Plan that delays messages src->dst by ``ms`` with probability ``p``."""
-    return Plan([Delay(p=p, ms=ms, src=src, dst=dst, seed=seed)])  # type: ignore[arg-type]
+    return Plan([Delay(p=p, ms=ms, src=src, dst=dst, seed=seed)])  # type: ignore[arg-type]  # __post_init__ makes RankSets of the RankLikes
 
 
 def drop(p: float, src: RankLike = None, dst: RankLike = None, seed: int = 0) -> Plan:
     """Plan that drops messages src->dst with probability ``p``."""
-    return Plan([Drop(p=p, src=src, dst=dst, seed=seed)])  # type: ignore[arg-type]
+    return Plan([Drop(p=p, src=src, dst=dst, seed=seed)])  # type: ignore[arg-type]  # __post_init__ makes RankSets of the RankLikes
 
 
 def bitflip(rank: RankLike, array: str, iteration: int, index: int | None = None,
             bit: int | None = None, seed: int = 0) -> Plan:
     """Plan that flips one bit of a watched array on ``rank`` at ``iteration``."""
-    return Plan([BitFlip(rank=rank, array=array, iteration=iteration, index=index,  # type: ignore[arg-type]
+    return Plan([BitFlip(rank=rank, array=array, iteration=iteration, index=index,  # type: ignore[arg-type]  # __post_init__ makes RankSets of the RankLikes
                          bit=bit, seed=seed)])
 
 
 def ioerror(rank: RankLike, iteration: int | None = None, time: float | None = None,
             path: str | None = None, count: int | None = None) -> Plan:
     """Plan that makes file opens on ``rank`` fail with EIO after a trigger."""
-    return Plan([IOErrorFault(rank=rank, iteration=iteration, time=time, path=path,  # type: ignore[arg-type]
+    return Plan([IOErrorFault(rank=rank, iteration=iteration, time=time, path=path,  # type: ignore[arg-type]  # __post_init__ makes RankSets of the RankLikes
                               count=count)])

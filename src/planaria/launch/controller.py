@@ -386,7 +386,7 @@ class Controller:
             self.transport.refuse(ident, why, msg.get("type") if msg is not None else None)
             return False
         assert msg is not None
-        mtype = msg.get("type")
+        mtype: Any = msg.get("type")
         now = time.time()
         if mtype in protocol.NODE_TYPES:
             if not isinstance(ident, Routed):     # (a rank cannot speak for a node)
@@ -407,7 +407,7 @@ class Controller:
     def _from_rank(self, ident: Dest, msg: dict[str, Any], now: float) -> None:
         """A rank's report: the rank table, failure signals, incidents, an abort request; recorded
         (but heartbeats) and answered (``ack`` for an ``id``, ``hbok`` for a heartbeat)."""
-        mtype = msg.get("type")
+        mtype: Any = msg.get("type")
         if mtype in ("hello", "hb") and isinstance(msg.get("rank"), int):
             self.idents[msg["rank"]] = ident
             self.fanout.arrived(msg["rank"], ident)      # a knock came before this agent: deliver it now
@@ -428,7 +428,7 @@ class Controller:
 
     def _note_report(self, msg: dict[str, Any], now: float) -> None:
         """What a rank's report tells beyond its row: a failure signal, an incident, an abort request."""
-        mtype = msg.get("type")
+        mtype: Any = msg.get("type")
         if mtype == "fail" and isinstance(msg.get("rank"), int):
             self.rank_table.signal_fail(msg["rank"], str(msg.get("reason") or ""), now)
         elif mtype == "failed-seen":

@@ -48,7 +48,7 @@ class Fanout:
         now = time.time()
         live, live_src, source_host = self.table.in_reach(source, source_host, self.transport.idents)
         tg = targets(rng, source, live_src, source_host if source is not None else self.host) & set(live)
-        ev = {"code": int(code), "source": source, "range": rng.to_wire(), "info": info,
+        ev: dict[str, Any] = {"code": int(code), "source": source, "range": rng.to_wire(), "info": info,
               "affected": sorted(int(r) for r in affected or ()), "id": next(self._eids),
               "t": now if t is None else t, "source_host": source_host, "origin": origin,
               "cache": cache}

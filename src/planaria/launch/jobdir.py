@@ -10,6 +10,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from planaria.util.env import PLANARIA_HOME
 from planaria.util.fsutil import atomic_write
 
 MANIFEST = "manifest.json"
@@ -23,7 +24,7 @@ SUMMARY = "summary.json"
 
 def jobs_root(cwd: str | os.PathLike[str] | None = None) -> Path:
     """Directory holding all job dirs: ``$PLANARIA_HOME/jobs`` or ``./.planaria/jobs``."""
-    home = os.environ.get("PLANARIA_HOME")
+    home = os.environ.get(PLANARIA_HOME)
     if home:
         return Path(home) / "jobs"
     return Path(cwd if cwd is not None else os.getcwd()) / ".planaria" / "jobs"

@@ -7,14 +7,13 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from pathlib import Path
-from planaria.errors import PlanariaError
+
+from planaria.launch.errors import LaunchError
+from planaria.util.env import PREFIX
 
 BACKENDS = ("ulfm", "sim", "auto")
-
-
-class LaunchError(PlanariaError, RuntimeError):
-    """A problem that prevents launching the job (exit status 2)."""
 
 
 def find_mpiexec(environ: Mapping[str, str] | None = None) -> str | None:
@@ -71,9 +70,9 @@ def expand_nodelist(nodelist: str, use_scontrol: bool = True) -> list[str]:
         try:
             res = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True,
                                  text=True, timeout=10, check=True)
-            hosts = res.stdout.split()
-            if hosts:
-                return hosts
+            found = res.stdout.split()
+            if found:
+                return found
         except (OSError, subprocess.SubprocessError):
             pass
     hosts: list[str] = []
@@ -118,7 +117,7 @@ def allocation_hosts(environ: Mapping[str, str], use_scontrol: bool = True) -> l
         slots = parse_tasks_per_node(tpn) if tpn else []
         if len(slots) != len(hosts):
             slots = [slots[0] if slots else 1] * len(hosts)
-        return list(zip(hosts, slots))
+        return list(zip(hosts, slots, strict=True))
     nodefile = environ.get("PBS_NODEFILE")
     if nodefile:
         counts: dict[str, int] = {}
@@ -149,7 +148,7 @@ def btl_configured(env: Mapping[str, str], mpiexec_args: Sequence[str], exe: str
     args = list(mpiexec_args)
     if any(a in ("--tune", "-tune") or a.startswith("--tune=") for a in args):
         return True
-    if any(a in _MCA_OPTIONS and b == "btl" for a, b in zip(args, args[1:])):
+    if any(a in _MCA_OPTIONS and b == "btl" for a, b in pairwise(args)):
         return True
     home = env.get("HOME")
     files = [Path(exe).resolve().parent.parent / "etc" / "openmpi-mca-params.conf", *SYSTEM_PARAM_FILES]
@@ -231,7 +230,7 @@ def build_mpiexec_cmd(
         argv += single_host_transport_args(env, mpiexec_args, exe)
     if ssh_agent:
         argv += ["--prtemca", "plm_ssh_agent", ssh_agent]
-    for name in sorted(k for k in env if k.startswith("PLANARIA_") or k == "PYTHONFAULTHANDLER"):
+    for name in sorted(k for k in env if k.startswith(PREFIX) or k == "PYTHONFAULTHANDLER"):
         argv += ["-x", name]
     argv += list(mpiexec_args)
     argv += list(rank_prefix) + list(command)

@@ -265,7 +265,7 @@ class HostSet:
             slots = slots * len(self.names)
         if len(slots) != len(self.names) or any(int(s) < 1 for s in slots):
             raise ValueError(f"need one positive slot count per host, got {slots!r}")
-        hosts = ",".join(f"{n}:{int(s)}" for n, s in zip(self.names, slots))
+        hosts = ",".join(f"{n}:{int(s)}" for n, s in zip(self.names, slots, strict=True))
         return [
             "--prtemca", "plm_ssh_agent", str(self.agent_path),
             "--host", hosts,
@@ -309,7 +309,7 @@ class HostSet:
         try:
             port_line = _readline_timeout(srv, timeout)
             if not port_line.strip().isdigit():
-                err = srv.stderr.read() if srv.poll() is not None else ""
+                err = srv.stderr.read() if srv.poll() is not None and srv.stderr is not None else ""
                 raise HostSetError(f"listener on {b} did not start: {port_line!r} {err.strip()}")
             # connect by name: also checks the per-namespace hosts file
             cp = self.run(a, [python, "-c", connector, b, port_line.strip(), str(timeout)],
@@ -348,10 +348,10 @@ class HostSet:
     def from_dict(cls, d: dict) -> "HostSet":
         ip, unshare = _require_tools()
         hs = cls(
-            names=tuple(d["names"]),  # type: ignore[arg-type]
+            names=(d["names"][0], d["names"][1]),
             subnet=d["subnet"],
             addresses=dict(d["addresses"]),
-            veth=tuple(d["veth"]),  # type: ignore[arg-type]
+            veth=(d["veth"][0], d["veth"][1]),
             workdir=Path(d["workdir"]),
             agent_path=Path(d["agent_path"]),
             bindir=d["bindir"],
@@ -385,6 +385,7 @@ class HostSet:
 def _readline_timeout(proc: subprocess.Popen, timeout: float) -> str:
     import selectors
 
+    assert proc.stdout is not None          # started with stdout=PIPE
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     try:
@@ -545,67 +546,74 @@ def create_hosts(
     Raises:
         HostSetError: on any failure; whatever was created is removed again.
     """
-    names = tuple(names)  # type: ignore[assignment]
-    if len(names) != 2 or names[0] == names[1]:
-        raise ValueError(f"need two distinct host names, got {names!r}")
-    for n in names:
-        if not _NAME_RE.match(n):
-            raise ValueError(f"bad host name {n!r}: use 2-32 of a-z, 0-9, '-'")
-    net = ipaddress.ip_network(subnet, strict=True)
-    if net.version != 4 or not net.is_private or net.num_addresses < 4 or net.is_loopback:
-        raise ValueError(f"subnet must be a private IPv4 network with room for two hosts, got {subnet}")
+    pair, net = _check_request(names, subnet)
     ip, unshare = _require_tools()
     if os.geteuid() != 0:
         raise HostSetError("creating network namespaces needs root")
-
     existing = set(list_namespaces())
-    clash = [n for n in names if n in existing]
+    clash = [n for n in pair if n in existing]
     if clash:
         if not replace:
             raise HostSetError(f"namespace(s) already exist: {', '.join(clash)} (use replace=True or destroy them)")
         for n in clash:
             _destroy_namespace(ip, n)
-
     hosts = list(net.hosts())
-    addrs = {names[0]: str(hosts[0]), names[1]: str(hosts[1])}
-    veth = _veth_names(names)
+    addrs = {pair[0]: str(hosts[0]), pair[1]: str(hosts[1])}
     if workdir is None:
-        wd = Path(tempfile.mkdtemp(prefix=f"planaria-{names[0]}-"))
+        wd = Path(tempfile.mkdtemp(prefix=f"planaria-{pair[0]}-"))
     else:
         wd = Path(workdir)
         wd.mkdir(parents=True, exist_ok=True)
     bindir = bindir or os.path.dirname(sys.executable)
-    agent = wd / AGENT_NAME
-
-    hs = HostSet(names=names, subnet=str(net), addresses=addrs, veth=veth, workdir=wd,
-                 agent_path=agent, bindir=bindir, ip=ip, unshare=unshare)
-    hs.launch_prefix = hs.exec_prefix(names[0])
+    hs = HostSet(names=pair, subnet=str(net), addresses=addrs, veth=_veth_names(pair), workdir=wd,
+                 agent_path=wd / AGENT_NAME, bindir=bindir, ip=ip, unshare=unshare)
+    hs.launch_prefix = hs.exec_prefix(pair[0])
     try:
-        for n in names:
-            _run([ip, "netns", "add", n])
-        _run([ip, "link", "add", veth[0], "netns", names[0], "type", "veth",
-              "peer", "name", veth[1], "netns", names[1]])
-        for n, dev in zip(names, veth):
-            _run([ip, "-n", n, "link", "set", "lo", "up"])
-            _run([ip, "-n", n, "addr", "add", f"{addrs[n]}/{net.prefixlen}", "dev", dev])
-            _run([ip, "-n", n, "link", "set", dev, "up"])
-        hosts_text = "".join(
-            [_HOSTS_MARK, "127.0.0.1\tlocalhost\n", "::1\tlocalhost ip6-localhost ip6-loopback\n"]
-            + [f"{addrs[n]}\t{n}\n" for n in names]
-        )
-        for n in names:
-            etc = NETNS_ETC / n
-            etc.mkdir(parents=True, exist_ok=True)
-            (etc / "hosts").write_text(hosts_text)
-        agent.write_text(render_agent(addrs, ip=ip, unshare=unshare, bindir=bindir))
-        agent.chmod(0o755)
-        hs.save()
+        _build(hs, net.prefixlen)
         if check:
             hs.check_connectivity()
     except BaseException:
         hs.destroy()
         raise
     return hs
+
+
+def _check_request(names: tuple[str, str] | list[str],
+                   subnet: str) -> tuple[tuple[str, str], ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The two host names and the subnet, checked."""
+    if len(names) != 2 or names[0] == names[1]:
+        raise ValueError(f"need two distinct host names, got {tuple(names)!r}")
+    for n in names:
+        if not _NAME_RE.match(n):
+            raise ValueError(f"bad host name {n!r}: use 2-32 of a-z, 0-9, '-'")
+    net = ipaddress.ip_network(subnet, strict=True)
+    if net.version != 4 or not net.is_private or net.num_addresses < 4 or net.is_loopback:
+        raise ValueError(f"subnet must be a private IPv4 network with room for two hosts, got {subnet}")
+    return (names[0], names[1]), net
+
+
+def _build(hs: HostSet, prefixlen: int) -> None:
+    """The namespaces, their veth link and addresses, their /etc/hosts, the agent script, the saved state."""
+    ip, names, veth, addrs = hs.ip, hs.names, hs.veth, hs.addresses
+    for n in names:
+        _run([ip, "netns", "add", n])
+    _run([ip, "link", "add", veth[0], "netns", names[0], "type", "veth",
+          "peer", "name", veth[1], "netns", names[1]])
+    for n, dev in zip(names, veth, strict=True):
+        _run([ip, "-n", n, "link", "set", "lo", "up"])
+        _run([ip, "-n", n, "addr", "add", f"{addrs[n]}/{prefixlen}", "dev", dev])
+        _run([ip, "-n", n, "link", "set", dev, "up"])
+    hosts_text = "".join(
+        [_HOSTS_MARK, "127.0.0.1\tlocalhost\n", "::1\tlocalhost ip6-localhost ip6-loopback\n"]
+        + [f"{addrs[n]}\t{n}\n" for n in names]
+    )
+    for n in names:
+        etc = NETNS_ETC / n
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(hosts_text)
+    hs.agent_path.write_text(render_agent(addrs, ip=ip, unshare=hs.unshare, bindir=hs.bindir))
+    hs.agent_path.chmod(0o755)
+    hs.save()
 
 
 def load_hosts(workdir: str | os.PathLike) -> HostSet:

@@ -44,6 +44,7 @@ from planaria.launch import protocol, sessiondirs, shmfiles
 from planaria.launch.channels import ChannelServer, Peer
 from planaria.launch.fdlimit import raise_open_files
 from planaria.launch.procs import pid_alive
+from planaria.util.env import PLANARIA_ORPHAN_TIMEOUT
 
 BEAT = 0.5                 # seconds between the node's heartbeat summaries (a rank's heartbeat interval)
 CONNECT_TIMEOUT = 10.0     # seconds to reach the controller at start
@@ -441,11 +442,11 @@ class NodeAgent:
                     except OSError:
                         pass                          # already gone: its connection's end says so
         for child, lids in down.items():
-            peer = peers.get(child)
-            if peer is not None:
+            below = peers.get(child)
+            if below is not None:
                 out = {"type": msg["type"], "l": lids}
                 out.update({"p": data} if msg["type"] == "to" else {"sig": msg.get("sig")})
-                self.server.send(peer, frame(self._pack(out)))
+                self.server.send(below, frame(self._pack(out)))
 
 
 def clean_host() -> list[str]:
@@ -480,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--beat", type=float, default=BEAT, help="seconds between heartbeat summaries")
     p.add_argument("--parent", default=None, help="a parent node agent's socket (a branch of the routed tree)")
     try:                                        # the ranks' own bound, when the job sets one
-        orphan = float(os.environ.get("PLANARIA_ORPHAN_TIMEOUT") or ORPHAN)
+        orphan = float(os.environ.get(PLANARIA_ORPHAN_TIMEOUT) or ORPHAN)
     except ValueError:
         orphan = ORPHAN
     p.add_argument("--orphan", type=float, default=orphan,

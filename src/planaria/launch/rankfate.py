@@ -19,9 +19,9 @@ import sys
 import time
 
 try:    # the C module behind ``signal``: the same calls without the enum import (a third of the start)
-    import _signal as signal
+    import _signal as signal  # type: ignore[import-not-found]  # the C module has no stubs
 except ImportError:  # pragma: no cover - other interpreters
-    import signal  # type: ignore[no-redef]
+    import signal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:                       # typing, json and pathlib are left out of the recorder's start

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Container
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from planaria.launch import protocol, rankfate
 from planaria.launch.procs import pid_alive
@@ -194,7 +194,8 @@ class RankTable:
             return False
         if not self.pid_check:
             return True
-        return all(pid_alive(int(i["pid"])) is not False for i in infos
+        rows = cast("list[Row]", infos)     # none is None (above)
+        return all(pid_alive(int(i["pid"])) is not False for i in rows
                    if i["state"] in ACTIVE and i.get("pid") and i.get("host") in (None, self.host))
 
     def finished_note(self, ranks: list[int]) -> str | None:
@@ -265,7 +266,7 @@ class RankTable:
             info = self.ranks.get(rank)
             if info is None:
                 info = self.ranks[rank] = new_row(rank, now)
-            return _ROW_RULES.get(msg.get("type"), _on_other)(info, msg, now)
+            return _ROW_RULES.get(msg.get("type", ""), _on_other)(info, msg, now)
 
     def node_beats(self, ranks: Any, steps: Any, now: float) -> list[Row]:
         """A node agent's heartbeat summary (ranks and their steps, two columns); the ``recovered``
@@ -275,7 +276,7 @@ class RankTable:
             return out
         table = self.ranks
         with self.lock:
-            for rank, step in zip(ranks, steps):
+            for rank, step in zip(ranks, steps, strict=True):
                 info = table.get(rank)
                 if info is None:
                     continue
@@ -416,7 +417,7 @@ class RankTable:
     def _lose(self, info: Row, fate: dict[str, Any] | None, now: float, killed: bool, final: bool,
               by_silence: bool) -> Row:
         """Mark an active rank lost and signal its failure (lock held); the ``lost`` record."""
-        why = f"{rankfate.describe(fate)} (no report)" if killed else LOST_REASON
+        why = f"{rankfate.describe(fate or {})} (no report)" if killed else LOST_REASON
         if final and not killed and self.fates_dir is not None and (fate is None or "end" not in fate):
             # neither a goodbye nor a recorded end: still running where the launcher cannot
             # see it (a host cut off), or its host's record is out of reach; never success

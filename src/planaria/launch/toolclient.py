@@ -152,7 +152,7 @@ class Attach:
                 continue
             try:
                 msg = msgpack.unpackb(raw, raw=False, strict_map_key=False)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - an undecodable message is skipped
                 continue
             if not isinstance(msg, dict) or msg.get("tok") != self.secret:
                 continue

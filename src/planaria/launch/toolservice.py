@@ -90,7 +90,8 @@ class ToolService:
         """An event raised by a tool or a rank, relayed by range."""
         reply: dict[str, Any] = {}
         try:
-            code = ev_codes.parse_code(msg.get("code"))
+            raw: Any = msg.get("code")          # checked by parse_code (a bad one raises)
+            code = ev_codes.parse_code(raw)
             rng = Range.from_wire(msg.get("range"))
         except (ValueError, TypeError) as exc:
             reply["error"] = str(exc)

@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import zmq
 
@@ -160,7 +160,7 @@ class Transport:
             except zmq.Again:
                 break
             handle(frames[0], frames[-1])
-            if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if not cast(int, sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
                 break
 
     def _read_monitor(self) -> None:
@@ -169,7 +169,7 @@ class Transport:
         from zmq.utils.monitor import recv_monitor_message
         assert self.monitor is not None and self.guard is not None
         while self.monitor.poll(0):
-            self.guard.feed(recv_monitor_message(self.monitor, zmq.NOBLOCK))
+            self.guard.feed(dict(recv_monitor_message(self.monitor, zmq.NOBLOCK)))
         self.log.extend(self.guard.due())
 
     def _read_channels(self, handle: Handler) -> None:

@@ -25,8 +25,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields, replace
+from planaria.util.env import PLANARIA_DETECT_TIMEOUTS
 
-ENV_VAR = "PLANARIA_DETECT_TIMEOUTS"
+ENV_VAR = PLANARIA_DETECT_TIMEOUTS
 TICK_MAX = 1.0       # seconds: the longest interval between the service's wake-ups
 TICK_MIN = 0.005     # seconds: the shortest, whatever the thresholds (no busy loop)
 

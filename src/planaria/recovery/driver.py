@@ -28,6 +28,7 @@ from planaria.comm.base import Comm
 from planaria.comm.errors import FailureError, failure_raised
 from planaria.errors import RecoveryStopped, SparesExhausted, Unrecoverable
 from planaria.runtime.bootstrap import spare_waker, wake_spares
+from planaria.util.env import PLANARIA_SPARES
 
 State = dict[str, np.ndarray]
 SPARE_TAG = 31001
@@ -116,7 +117,7 @@ class Resilient:
         self.failure_events: list[Any] = []       # process-failure events the resilient handler completed
         _claim_failure_events(self)               # before pl.world(): a failure may strike at once
         self.world = world if world is not None else pl.world()
-        self.spares = int(os.environ.get("PLANARIA_SPARES", "0") or 0) if spares is None else spares
+        self.spares = int(os.environ.get(PLANARIA_SPARES, "0") or 0) if spares is None else spares
         if not 0 <= self.spares < self.world.size:
             raise ValueError(f"spares must be in [0, {self.world.size - 1}], got {self.spares}")
         self.store = checkpoint
@@ -185,7 +186,7 @@ class Resilient:
             else:
                 resumed = self._resume_from_store() if self.resume else None
                 if resumed is None:
-                    resumed = self._start(self.comm)
+                    resumed = self._start(self._working())
         except FailureError as err:
             resumed = self._recover(err, 0)
         if resumed is None:                   # a spare released without being needed
@@ -193,9 +194,10 @@ class Resilient:
         i, state = resumed
         while True:
             try:
+                comm = self._working()      # a recovery (below) makes a new one
                 while i < steps:
                     pl.step(i)
-                    step(self.comm, state, i)
+                    step(comm, state, i)
                     i += 1
                     if i % self.every == 0 or i == steps:
                         self._save(i, state)
@@ -214,6 +216,11 @@ class Resilient:
         return result
 
     # -- internals ---------------------------------------------------------------------------
+    def _working(self) -> Comm:
+        """The working communicator (a working rank always has one; a spare has none)."""
+        assert self.comm is not None
+        return self.comm
+
     def _finish(self, finish: Callable[[Comm, State], Any], state: State) -> Any:
         """Run the epilogue and leave it uniformly: every working rank ends in the same agreement.
 
@@ -223,7 +230,7 @@ class Resilient:
         the others wait in the agreement for it (agreements are not interrupted by a revoke).
         """
         pl.phase("finish")
-        comm = self.comm
+        comm = self._working()
         failed: FailureError | None = None
         result = None
         try:
@@ -240,8 +247,9 @@ class Resilient:
 
     def _resume_from_store(self) -> tuple[int, State] | None:
         """A restarted job: resume from the newest complete version the store still has (file levels)."""
-        everyone = set(range(self.comm.size))
-        version = self.store.restorable(self.comm, everyone)
+        comm = self._working()
+        everyone = set(range(comm.size))
+        version = self.store.restorable(comm, everyone)
         if version is None:
             return None
         state = self.store.restore(self.comm, version, everyone)
@@ -349,87 +357,109 @@ class Resilient:
 
         ``current``: this rank's state when the failure struck; a survivor's restore overwrites
         it in place (memory it already uses) instead of allocating new arrays."""
-        lay = self._lay
         t_detect = time.time()
         attempts = 0
         while True:
             attempts += 1
-            world = comm = None
+            made: list[Comm] = []           # this attempt's communicators (shrunk world, working comm)
             try:
-                t0 = time.perf_counter()
-                if self.comm is not None:
-                    self.comm.revoke()
-                    _leave(self.comm)
-                lay.world.revoke()
-                if attempts == 1 and lay.logical is not None and self._spare_world_ranks:
-                    wake_spares()          # the spares sleep: the revoke alone would wait for their next test
-                world = lay.world.shrink()
-                t1 = time.perf_counter()
-                pl.phase("recover")     # a failure may strike in the middle of recovery
-                # (logical rank, holds its state?): a spare that took a rank but was interrupted
-                # before its restore finished still holds nothing, and must be restored as fresh.
-                pairs = world.allgather((lay.logical, self._has_state))
-                info = [l for l, _ in pairs]
-                alive = {l for l in info if l is not None}
-                lost = sorted(set(range(lay.nwork)) - alive)
-                empty = {l for l, has in pairs if l is not None and not has}
-                spare_ranks = [r for r, l in enumerate(info) if l is None]
-                if len(spare_ranks) < len(lost):
-                    outcome = self._exhausted(world, info, lost, at_step, err, t_detect, attempts, t0, t1)
-                    return outcome
-                mine = lay.logical
-                was_spare = mine is None
-                if was_spare and world.rank in spare_ranks[:len(lost)]:
-                    mine = lost[spare_ranks.index(world.rank)]
-                comm = _split(world, 0 if mine is not None else None, mine or 0)
-                t2 = time.perf_counter()
-                self._spare_ranks = spare_ranks[len(lost):]
-                self._fp_sent = None          # the spares left learn footprints again on the new world
-                lay.world, lay.logical, self.comm = world, mine, comm
-                if mine is None:            # still a spare: back to waiting
-                    return self._spare_wait()
-                if was_spare:
-                    self._has_state = False
-                    if self._waker is not None:      # a working rank now: not woken as a spare
-                        self._waker.close()
-                fresh = set(lost) | empty
-                warm = WARM.held()
-                version = self.store.restorable(comm, fresh)
-                newest = max(self._newest_saved, -1 if self.resumed_from is None else self.resumed_from)
-                if version is None and comm.allreduce(newest, op=max) <= 0:
-                    # Nothing past the initial state was ever saved or resumed from (version 0
-                    # is init's output), so starting again from the beginning loses nothing.
-                    version, state = self._start(comm)
-                elif version is None:
-                    raise Unrecoverable(f"no checkpoint version can be restored after losing logical rank(s) {lost}")
-                else:
-                    keep = current if self._has_state and mine not in fresh else None
-                    state = self.store.restore(comm, version, fresh, into=keep)
-                self._has_state = True
-                t3 = time.perf_counter()
-                if was_spare:
-                    self.role = "recovered"
-                    WARM.reserve([])            # what the restore did not take (another rank's sizes)
-                elif self.role == "initial":
-                    self.role = "survivor"
-                _tell_role(self.role, mine)
-                self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost, bool(lost), version,
-                                                t1 - t0, t2 - t1, t3 - t2, attempts, comm.size, warm_bytes=warm))
-                return version, state
+                return self._recover_once(err, at_step, current, t_detect, attempts, made)
             except FailureError as again:
                 err = again
-                # This attempt's communicators are not yet the driver's: revoke them here, or a
-                # process still inside a collective on them (waiting for one that left it for the
-                # next attempt) would never return.
-                for c in (comm, world):
-                    if c is not None and c is not lay.world and c is not self.comm:
-                        try:
-                            c.revoke()
-                        except FailureError:
-                            pass
-                if world is not None and world is not lay.world:
-                    _leave(world)   # others may already wait in the agreement on it (_split)
-                continue
+                self._abandon(made)
+
+    def _abandon(self, made: list[Comm]) -> None:
+        """After a failure during an attempt: revoke the communicators it made and leave its world."""
+        lay = self._lay
+        # This attempt's communicators are not yet the driver's: revoke them here, or a
+        # process still inside a collective on them (waiting for one that left it for the
+        # next attempt) would never return.
+        for c in reversed(made):
+            if c is not lay.world and c is not self.comm:
+                try:
+                    c.revoke()
+                except FailureError:
+                    pass
+        world = made[0] if made else None
+        if world is not None and world is not lay.world:
+            _leave(world)   # others may already wait in the agreement on it (_split)
+
+    def _shrink(self, attempts: int) -> Comm:
+        """Revoke the working and world communicators, wake the spares, shrink the world."""
+        lay = self._lay
+        if self.comm is not None:
+            self.comm.revoke()
+            _leave(self.comm)
+        lay.world.revoke()
+        if attempts == 1 and lay.logical is not None and self._spare_world_ranks:
+            wake_spares()          # the spares sleep: the revoke alone would wait for their next test
+        return lay.world.shrink()
+
+    def _recover_once(self, err: BaseException, at_step: int, current: State | None, t_detect: float,
+                      attempts: int, made: list[Comm]) -> tuple[int, State] | None:
+        """One attempt of ``_recover``; a ``FailureError`` means another one is needed."""
+        lay = self._lay
+        t0 = time.perf_counter()
+        world = self._shrink(attempts)
+        made.append(world)
+        t1 = time.perf_counter()
+        pl.phase("recover")     # a failure may strike in the middle of recovery
+        # (logical rank, holds its state?): a spare that took a rank but was interrupted
+        # before its restore finished still holds nothing, and must be restored as fresh.
+        pairs = world.allgather((lay.logical, self._has_state))
+        info = [lg for lg, _ in pairs]
+        lost = sorted(set(range(lay.nwork)) - {lg for lg in info if lg is not None})
+        empty = {lg for lg, has in pairs if lg is not None and not has}
+        spare_ranks = [r for r, lg in enumerate(info) if lg is None]
+        if len(spare_ranks) < len(lost):
+            return self._exhausted(world, info, lost, at_step, err, t_detect, attempts, t0, t1)
+        mine = lay.logical
+        was_spare = mine is None
+        if was_spare and world.rank in spare_ranks[:len(lost)]:
+            mine = lost[spare_ranks.index(world.rank)]
+        comm = _split(world, 0 if mine is not None else None, mine or 0)
+        if comm is not None:
+            made.append(comm)
+        t2 = time.perf_counter()
+        self._spare_ranks = spare_ranks[len(lost):]
+        self._fp_sent = None          # the spares left learn footprints again on the new world
+        lay.world, lay.logical, self.comm = world, mine, comm
+        if mine is None:            # still a spare: back to waiting
+            return self._spare_wait()
+        assert comm is not None     # a working rank's split gives one
+        if was_spare:
+            self._has_state = False
+            if self._waker is not None:      # a working rank now: not woken as a spare
+                self._waker.close()
+        warm = WARM.held()
+        version, state = self._restore(comm, lost, set(lost) | empty, mine, current)
+        t3 = time.perf_counter()
+        if was_spare:
+            self.role = "recovered"
+            WARM.reserve([])            # what the restore did not take (another rank's sizes)
+        elif self.role == "initial":
+            self.role = "survivor"
+        _tell_role(self.role, mine)
+        self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost, bool(lost), version,
+                                        t1 - t0, t2 - t1, t3 - t2, attempts, comm.size, warm_bytes=warm))
+        return version, state
+
+    def _restore(self, comm: Comm, lost: list[int], fresh: set[int], mine: int,
+                 current: State | None) -> tuple[int, State]:
+        """Agree on the version to restore and restore it (from the start when nothing was ever saved)."""
+        version = self.store.restorable(comm, fresh)
+        newest = max(self._newest_saved, -1 if self.resumed_from is None else self.resumed_from)
+        if version is None and comm.allreduce(newest, op=max) <= 0:
+            # Nothing past the initial state was ever saved or resumed from (version 0
+            # is init's output), so starting again from the beginning loses nothing.
+            version, state = self._start(comm)
+        elif version is None:
+            raise Unrecoverable(f"no checkpoint version can be restored after losing logical rank(s) {lost}")
+        else:
+            keep = current if self._has_state and mine not in fresh else None
+            state = self.store.restore(comm, version, fresh, into=keep)
+        self._has_state = True
+        return version, state
 
     def _exhausted(self, world: Comm, info: list[int | None], lost: list[int], at_step: int,
                    err: BaseException, t_detect: float, attempts: int, t0: float, t1: float) -> tuple[int, State] | None:
@@ -437,12 +467,13 @@ class Resilient:
         lay = self._lay
         if self.on_exhausted == "stop" or not callable(self.on_exhausted):
             raise SparesExhausted(f"{len(lost)} working rank(s) lost ({lost}) and only "
-                                  f"{sum(1 for l in info if l is None)} spare(s) left; stopping as asked")
+                                  f"{sum(1 for lg in info if lg is None)} spare(s) left; stopping as asked")
         # Every living process works from now on: the survivors in their old logical order, then
         # the spares left (they hold no data; the application gives them a share of the work).
         old_size = lay.nwork
         key = lay.logical if lay.logical is not None else old_size + world.rank
         comm = _split(world, 0, key)
+        assert comm is not None     # every living process takes part
         try:
             logical = comm.allgather(lay.logical)
             t2 = time.perf_counter()
@@ -469,7 +500,7 @@ class Resilient:
         self.role = "recovered" if joined else ("survivor" if self.role == "initial" else self.role)
         _tell_role(self.role, comm.rank)
         self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost,
-                                        any(l is None for l in logical), version, t1 - t0, t2 - t1,
+                                        any(lg is None for lg in logical), version, t1 - t0, t2 - t1,
                                         time.perf_counter() - t2, attempts, comm.size, continued=True))
         return version, state
 

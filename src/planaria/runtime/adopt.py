@@ -87,7 +87,7 @@ def install(steps_by: str | None = None) -> Any:
     comm = pl.world()
     if steps_by:
         _count_steps(comm, steps_by)
-    MPI.COMM_WORLD = comm
+    MPI.COMM_WORLD = comm  # type: ignore[misc,assignment]  # the point of adopt: mpi4py's Final world becomes planaria's Comm
     return comm
 
 
@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = [module, *args]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:
+        assert path is not None            # parse gives a module or a path
         sys.argv = [path, *args]
         sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
         runpy.run_path(path, run_name="__main__")

@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 import zmq
@@ -31,6 +31,7 @@ import zmq
 from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
 from planaria.runtime import nodelink
 from planaria.events.local import deliver as _deliver
+from planaria.util.env import PLANARIA_CONTROL_URI, PLANARIA_ORPHAN_TIMEOUT, PLANARIA_SECRET_FILE
 
 HEARTBEAT_INTERVAL = 0.5
 DEFAULT_ORPHAN_TIMEOUT = 15.0
@@ -60,6 +61,8 @@ class Agent:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beat = False                    # set by the ticker: a heartbeat is due
+        self._chan_fd, self._chan_mask = -1, 0   # the agent channel's descriptor while polled, its events
+        self._last_turn = 0.0                 # when the loop last went round (a stopped process is not orphaned)
         self._closed = False
         self.dead: str | None = None          # set when this rank has failed (sim zombies keep their agent)
         self._replies: deque[tuple[bytes, dict[str, Any]]] = deque()
@@ -100,10 +103,10 @@ class Agent:
     @classmethod
     def from_env(cls, rank: int, size: int, role: str = "worker", backend: str = "ulfm") -> "Agent | None":
         """Agent configured from ``PLANARIA_*`` variables, or None when not under ``planaria run``."""
-        uri = os.environ.get("PLANARIA_CONTROL_URI")
+        uri = os.environ.get(PLANARIA_CONTROL_URI)
         if not uri:
             return None
-        secret_file = os.environ.get("PLANARIA_SECRET_FILE")
+        secret_file = os.environ.get(PLANARIA_SECRET_FILE)
         if not secret_file:
             return None
         try:
@@ -112,7 +115,7 @@ class Agent:
         except OSError:
             return None
         try:
-            orphan = float(os.environ.get("PLANARIA_ORPHAN_TIMEOUT", DEFAULT_ORPHAN_TIMEOUT))
+            orphan = float(os.environ.get(PLANARIA_ORPHAN_TIMEOUT, DEFAULT_ORPHAN_TIMEOUT))
         except ValueError:
             orphan = DEFAULT_ORPHAN_TIMEOUT
         return cls(uri, secret, rank, size, role=role, backend=backend, orphan_timeout=orphan)
@@ -240,7 +243,7 @@ class Agent:
     def _on_reply(self, payload: bytes) -> None:
         try:
             msg = msgpack.unpackb(payload, raw=False)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - an undecodable reply is dropped
             return
         if not isinstance(msg, dict) or msg.get("tok") != self._secret:
             return
@@ -339,7 +342,7 @@ class Agent:
                 return
             try:
                 msg = msgpack.unpackb(frames[-1], raw=False)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - an undecodable request is skipped
                 continue
             if not isinstance(msg, dict) or msg.get("tok") != self._secret or msg.get("type") != "collect":
                 continue
@@ -389,7 +392,9 @@ class Agent:
             rounds, interval = 1, 0.2
         self._submit({"type": "part", "id": req.get("id"), "part": self._own_part(rounds, interval)})
 
-    def _run(self) -> None:
+    def _open(self) -> tuple[zmq.Socket | None, zmq.Poller]:
+        """The poller over the agent channel (or the DEALER socket to the controller), the
+        collection tree's socket and the wake-up pipe."""
         chan, tree = self._chan, self._tree
         sock: zmq.Socket | None = None
         poller = zmq.Poller()
@@ -399,82 +404,107 @@ class Agent:
             sock.setsockopt(zmq.SNDHWM, 100000)
             sock.setsockopt(zmq.RCVHWM, 100000)
             poller.register(sock, zmq.POLLIN)
-        chan_fd, chan_mask = -1, 0
-        reader = Reader()
+        self._chan_fd, self._chan_mask = -1, 0
         if chan is not None:
-            chan_fd, chan_mask = chan.sock.fileno(), zmq.POLLIN
-            poller.register(chan_fd, chan_mask)
+            self._chan_fd, self._chan_mask = chan.sock.fileno(), zmq.POLLIN
+            poller.register(self._chan_fd, self._chan_mask)
         if tree is not None:
             poller.register(tree, zmq.POLLIN)
-        wake_r, queued, replies = self._wake_r, self._queue, self._replies
-        poller.register(wake_r, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        return sock, poller
+
+    def _run(self) -> None:
+        sock, poller = self._open()
+        reader = Reader()
         try:
             if sock is not None:
-                from planaria.events import curve
+                from planaria.events import curve   # CurveZMQ only on a TCP control address
                 curve.client(sock, self._secret, self.uri)
                 sock.connect(self.uri)
                 self._send(sock, self._hello())
             self.last_reply = time.monotonic()
-            last_turn = time.monotonic()
+            self._last_turn = time.monotonic()
             ticker = threading.Thread(target=self._ticker, name=f"planaria-heartbeat-{self.rank}", daemon=True)
             ticker.start()
             while not self._stop.is_set():
                 # block without a timeout (no timer armed per message): the ticker's wake-up
                 # every heartbeat interval brings the periodic work
                 for what, flags in poller.poll():
-                    if what == chan_fd:
-                        assert chan is not None
-                        if flags & zmq.POLLOUT:
-                            chan.flush()
-                        if flags & zmq.POLLIN and not self._read_chan(chan, reader):
-                            poller.unregister(chan_fd)         # the controller is gone
-                            chan_fd = -1
-                    elif what is sock:
-                        self._receive(sock)
-                    elif what == wake_r:
-                        try:
-                            os.read(wake_r, 4096)
-                        except OSError:
-                            pass
-                    elif what is tree:
-                        self._on_tree(tree)
-                if queued:
-                    self._drain(sock)
-                if replies and tree is not None:
-                    self._send_replies(tree)
-                if chan_fd >= 0:
-                    want = zmq.POLLIN | zmq.POLLOUT if chan.pending else zmq.POLLIN
-                    if want != chan_mask:
-                        chan_mask = want
-                        poller.register(chan_fd, want)
-                now = time.monotonic()
-                if now - last_turn > 2.0:
-                    # this process was stopped (SIGSTOP, a debugger): the controller was not silent
-                    self.last_reply = now
-                last_turn = now
-                if self._beat:
-                    self._beat = False
-                    hb: dict[str, Any] = {"type": "hb", "rank": self.rank, "step": self.step, "t": time.time()}
-                    if self._role_news:
-                        self._role_news = False
-                        hb.update(role=self.role, logical=self.logical)
-                    self._send(sock, hb)
-                    if self.orphan_timeout > 0 and now - self.last_reply > self.orphan_timeout:
-                        os.kill(os.getpid(), signal.SIGKILL)
+                    self._ready(what, flags, sock, poller, reader)
+                self._after_poll(sock, poller)
+                self._tick(sock)
             self._drain(sock)
         finally:
-            if sock is not None:
-                sock.close()
-            if chan is not None:
-                self._close_chan(chan)
-            if tree is not None:
-                tree.close(0)
-                if self.endpoint and self.endpoint.startswith("ipc://"):
-                    try:
-                        os.unlink(self.endpoint[len("ipc://"):])
-                    except OSError:
-                        pass
-            self._ctx.term()
+            self._close(sock)
+
+    def _ready(self, what: Any, flags: int, sock: zmq.Socket | None, poller: zmq.Poller, reader: Reader) -> None:
+        """Serve one ready socket or descriptor of the poll."""
+        chan, tree, wake_r = self._chan, self._tree, self._wake_r
+        if what == self._chan_fd:
+            assert chan is not None
+            if flags & zmq.POLLOUT:
+                chan.flush()
+            if flags & zmq.POLLIN and not self._read_chan(chan, reader):
+                poller.unregister(self._chan_fd)         # the controller is gone
+                self._chan_fd = -1
+        elif what is sock:
+            assert sock is not None
+            self._receive(sock)
+        elif what == wake_r:
+            try:
+                os.read(wake_r, 4096)
+            except OSError:
+                pass
+        elif what is tree:
+            assert tree is not None
+            self._on_tree(tree)
+
+    def _after_poll(self, sock: zmq.Socket | None, poller: zmq.Poller) -> None:
+        """Send what other threads queued, and watch the channel for writing while it has pending bytes."""
+        if self._queue:
+            self._drain(sock)
+        if self._replies and self._tree is not None:
+            self._send_replies(self._tree)
+        chan = self._chan
+        if self._chan_fd >= 0 and chan is not None:
+            want = zmq.POLLIN | zmq.POLLOUT if chan.pending else zmq.POLLIN
+            if want != self._chan_mask:
+                self._chan_mask = want
+                poller.register(self._chan_fd, want)
+
+    def _tick(self, sock: zmq.Socket | None) -> None:
+        """The periodic work: a heartbeat when the ticker asked for one, and the orphan check."""
+        now = time.monotonic()
+        if now - self._last_turn > 2.0:
+            # this process was stopped (SIGSTOP, a debugger): the controller was not silent
+            self.last_reply = now
+        self._last_turn = now
+        if not self._beat:
+            return
+        self._beat = False
+        hb: dict[str, Any] = {"type": "hb", "rank": self.rank, "step": self.step, "t": time.time()}
+        if self._role_news:
+            self._role_news = False
+            hb.update(role=self.role, logical=self.logical)
+        self._send(sock, hb)
+        if self.orphan_timeout > 0 and now - self.last_reply > self.orphan_timeout:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _close(self, sock: zmq.Socket | None) -> None:
+        """Close the sockets, the channel and the tree's endpoint; end the ZeroMQ context."""
+        chan, tree = self._chan, self._tree
+        if sock is not None:
+            sock.close()
+        if chan is not None:
+            self._close_chan(chan)
+        if tree is not None:
+            tree.close(0)
+            if self.endpoint and self.endpoint.startswith("ipc://"):
+                try:
+                    os.unlink(self.endpoint[len("ipc://"):])
+                except OSError:
+                    pass
+        self._ctx.term()
 
     def _read_chan(self, chan: Writer, reader: Reader) -> bool:
         """Handle what the controller wrote on the channel; False once the channel is closed."""
@@ -518,7 +548,7 @@ class Agent:
                 self._on_reply(sock.recv(zmq.NOBLOCK))
             except zmq.Again:
                 return
-            if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if not cast(int, sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
                 return
 
     def _send_replies(self, tree: zmq.Socket) -> None:

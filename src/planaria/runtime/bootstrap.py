@@ -20,34 +20,24 @@ from collections.abc import Callable
 from typing import Any
 
 from planaria.comm.base import Comm, rehook
+from planaria.runtime.state import RT, current_step
+from planaria.util.env import (
+    PLANARIA_BACKEND,
+    PLANARIA_DETECT,
+    PLANARIA_FINALIZE_TIMEOUT,
+    PLANARIA_INJECT,
+    PLANARIA_SPARES,
+)
 
 
-class _Runtime:
-    """What one rank knows about its job (one instance per process)."""
-
-    def __init__(self) -> None:
-        self.comm: Comm | None = None
-        self.backend = "?"
-        self.agent: Any = None
-        self.injector: Any = None
-        self.step = -1
-        self.finalized = False
-        self.exit_code = 0
-        self.exit_reason = ""          # why this rank ends with a non-zero status, told in its bye
-        self.exit_site = ""            # where the program called sys.exit, told in its bye
-        self.dead = False
-        self.localizer: Any = None
-        self.job_failures = False      # the controller knew of a failed rank when this one said bye
-
-
-_RT = _Runtime()
+_RT = RT      # this process's record (runtime/state.py), filled here
 
 
 def _resolve_backend(backend: str) -> str:
     if backend not in ("auto", "ulfm", "sim"):
         raise ValueError(f"unknown backend {backend!r} (expected auto, ulfm or sim)")
     if backend == "auto":
-        backend = os.environ.get("PLANARIA_BACKEND", "auto") or "auto"
+        backend = os.environ.get(PLANARIA_BACKEND, "auto") or "auto"
     if backend == "auto":
         from planaria.comm.ulfm import ulfm_available
         backend = "ulfm" if ulfm_available() else "sim"
@@ -101,14 +91,14 @@ def _exit_recorder(real_exit: Callable[..., Any]) -> Callable[..., Any]:
             from planaria.comm.msglog import call_site
             _RT.exit_site = call_site(sys._getframe(1)) or ""
         real_exit(status)
-    exit.__wrapped__ = real_exit               # type: ignore[attr-defined]
+    exit.__wrapped__ = real_exit               # type: ignore[attr-defined]  # functools' marker, set by hand
     exit.__doc__ = real_exit.__doc__
     return exit
 
 
 def detection_enabled() -> bool:
     """Run-time error detection (message log, timers, probes) is on: ``PLANARIA_DETECT=1`` (set by ``planaria run``)."""
-    return os.environ.get("PLANARIA_DETECT", "0").strip().lower() not in ("0", "", "false", "no", "off")
+    return os.environ.get(PLANARIA_DETECT, "0").strip().lower() not in ("0", "", "false", "no", "off")
 
 
 def set_detection(active: bool) -> None:
@@ -137,7 +127,7 @@ def _start_services(comm: Comm) -> None:
         _RT.agent = None
     if _RT.agent is not None:
         _connect_events(_RT.agent)
-    if not os.environ.get("PLANARIA_INJECT"):      # no plan: the injector is not even imported
+    if not os.environ.get(PLANARIA_INJECT):      # no plan: the injector is not even imported
         return
     from planaria.inject.plan import Plan
     plan = Plan.from_env()
@@ -167,7 +157,9 @@ def _start_services(comm: Comm) -> None:
         rehook(comm)
     if _RT.backend == "sim":
         from planaria.comm.sim import sim_state
-        sim_state().check = inj.check
+        world = sim_state()
+        if world is not None:               # always, once world() made the sim communicator
+            world.check = inj.check
     inj.start_timers()
 
 
@@ -214,9 +206,11 @@ def _start_localizer(comm: Comm, thresholds: Any, svc: Any) -> None:
     gone: Callable[[], set[int]] = set
     if _RT.backend == "sim":
         from planaria.comm.sim import sim_state
-        world = sim_state()
-        if world is not None:
-            gone = (lambda: world.bye | world.failed)       # said goodbye or failed: not there to analyse
+        sim = sim_state()
+        if sim is not None:
+            def gone() -> set[int]:             # said goodbye or failed: not there to analyse
+                assert sim is not None
+                return sim.bye | sim.failed
     service = Service(comm.rank, comm.size, thresholds, report, svc[0], svc[1], is_dead=lambda: _RT.dead,
                       step=current_step, knock=knock if agent is not None else None, gone=gone)
     if agent is not None:
@@ -226,13 +220,8 @@ def _start_localizer(comm: Comm, thresholds: Any, svc: Any) -> None:
 
 
 def _nworking(size: int) -> int:
-    spares = int(os.environ.get("PLANARIA_SPARES", "0") or 0)
+    spares = int(os.environ.get(PLANARIA_SPARES, "0") or 0)
     return max(size - spares, 1)
-
-
-def current_step() -> int | None:
-    """The last value passed to ``step`` (None before the first)."""
-    return None if _RT.step < 0 else _RT.step
 
 
 def step(i: int) -> None:
@@ -481,7 +470,7 @@ def _finalize_mpi(code: int) -> None:
     # has said bye by then, so waiting the full default only delays the job's end. That holds
     # for a rank that never communicated with the failed one too: the controller's answer to
     # its bye says whether the job had a failure.
-    env = os.environ.get("PLANARIA_FINALIZE_TIMEOUT")
+    env = os.environ.get(PLANARIA_FINALIZE_TIMEOUT)
     after_failure = failures_seen() or _RT.job_failures
     limit = float(env) if env else (FINALIZE_AFTER_FAILURE if after_failure else FINALIZE_TIMEOUT)
     done = threading.Event()

@@ -17,8 +17,9 @@ import sys
 import time
 
 from planaria.events.channel import connect
+from planaria.util.env import PLANARIA_JOB_DIR, PLANARIA_NODE_AGENTS, PLANARIA_SECRET_FILE
 
-ENV = "PLANARIA_NODE_AGENTS"           # "1": ranks reach the controller through their node's agent
+ENV = PLANARIA_NODE_AGENTS           # "1": ranks reach the controller through their node's agent
 START_TIMEOUT = 10.0                   # seconds to wait for a started node agent to listen
 _UNIX_PATH_MAX = 100
 
@@ -44,7 +45,7 @@ def connect_node(uri: str) -> socket.socket | None:
     """A connection to this host's node agent, started here if no rank has started it yet; None
     when the job does not use node agents or it cannot be reached (the agent then connects
     to the controller itself)."""
-    jobdir, secret_file = os.environ.get("PLANARIA_JOB_DIR"), os.environ.get("PLANARIA_SECRET_FILE")
+    jobdir, secret_file = os.environ.get(PLANARIA_JOB_DIR), os.environ.get(PLANARIA_SECRET_FILE)
     if not wanted() or not jobdir or not secret_file:
         return None
     host = socket.gethostname()

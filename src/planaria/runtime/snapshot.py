@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from planaria.diagnose.hangfilter import sample_threads
+from planaria.runtime.state import current_step
 
 _HOST = socket.gethostname()
 _PROVIDERS: dict[str, Any] = {}     # record key -> callable adding to this rank's state (e.g. running CFs)
@@ -31,7 +32,6 @@ _SKIP = ("planaria-",)   # planaria's own threads (agent, collection, localizati
 def take(rank: int, rounds: int = 1, interval: float = 0.0, status: dict[str, Any] | None = None) -> dict[str, Any]:
     """A one-rank *part* (see ``planaria.diagnose.collect``): this rank's record and its stack table."""
     from planaria.comm import msglog
-    from planaria.runtime import bootstrap
     lg = msglog.log()
     op = colls = comms = None
     if lg is not None:
@@ -48,9 +48,9 @@ def take(rank: int, rounds: int = 1, interval: float = 0.0, status: dict[str, An
     stacks = [[list(f) for f in st] for st in table]
     main = threading.main_thread().ident
     tinfo = [{"name": name, "ident": ident, "stack": int(row[0]), "samples": [int(x) for x in row],
-              "main": ident == main} for ident, name, row in zip(idents, names, samples)]
+              "main": ident == main} for ident, name, row in zip(idents, names, samples, strict=True)]
     rec: dict[str, Any] = {"rank": rank, "host": _HOST, "pid": os.getpid(), "t": time.time(),
-                           "step": bootstrap.current_step(), "op": op, "colls": colls or {},
+                           "step": current_step(), "op": op, "colls": colls or {},
                            "comms": comms or {}, "threads": tinfo, "detect": lg is not None}
     if lg is not None:
         rec["sent"], rec["recvd"] = lg.p2p_counts()

@@ -14,6 +14,7 @@ import contextlib
 import os
 import socket
 from typing import Any
+from planaria.util.env import PLANARIA_CONTROL_URI
 
 PREFIX, SUFFIX = "w", ".sock"
 UNIX_PATH_MAX = 107       # sun_path holds 108 bytes with the terminating NUL
@@ -22,7 +23,7 @@ UNIX_PATH_MAX = 107       # sun_path holds 108 bytes with the terminating NUL
 def wake_dir(environ: dict[str, str] | None = None) -> str | None:
     """The directory of this job's spare sockets on this host: the controller's, when it listens on
     a Unix socket (``PLANARIA_CONTROL_URI=ipc://...``); None otherwise."""
-    uri = (os.environ if environ is None else environ).get("PLANARIA_CONTROL_URI", "")
+    uri = (os.environ if environ is None else environ).get(PLANARIA_CONTROL_URI, "")
     return os.path.dirname(uri[len("ipc://"):]) if uri.startswith("ipc://") else None
 
 
