@@ -43,7 +43,7 @@ def test_every_exception_class_of_the_package_is_a_planaria_error() -> None:
     out = json.loads(res.stdout.splitlines()[-1])
     assert out["failed"] == {}
     names = {name for name, _ in out["found"]}
-    assert "planaria.errors.ProcFailedError" in names and "planaria.launch.mpiexec.LaunchError" in names
+    assert "planaria.errors.ProcFailedError" in names and "planaria.launch.errors.LaunchError" in names
     strays = [name for name, mro in out["found"]
               if "planaria.errors.PlanariaError" not in mro and name not in NOT_EXCEPTIONS]
     assert strays == []
