@@ -16,6 +16,7 @@ from typing import Any
 
 from planaria.launch import sessiondirs
 from planaria.launch.mpiexec import single_host_transport_args
+from planaria.util.env import PLANARIA_HOME, PREFIX
 
 RESULT_PREFIX = "RESULT "
 
@@ -46,7 +47,7 @@ def mpiexec_path(python: str | None = None) -> str:
 
 def job_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a benchmark job: no planaria controller, injection or agent; root allowed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANARIA_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.update(extra or {})
@@ -125,7 +126,7 @@ def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: floa
         rargs = [*args, "--out", str(out), "--scratch", tmp]
         if under_run:
             cmd = planaria_run_cmd(nprocs, module, rargs, ft=ft, timeout=timeout * 0.95, bind=bind, spares=spares)
-            env = {**(env or {}), "PLANARIA_HOME": str(Path(tmp) / "home")}
+            env = {**(env or {}), PLANARIA_HOME: str(Path(tmp) / "home")}
         else:
             cmd = mpiexec_cmd(nprocs, module, rargs, ft=ft, bind=bind)
         t0 = time.perf_counter()

@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 import typer
 
 from benchmarks import _launch

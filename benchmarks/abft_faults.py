@@ -75,8 +75,8 @@ def worker_output(z: np.ndarray, nodata: float | None, kernel: str, blk: Any, fa
 
 def judge(seed: int, t: int, n: int, outputs: list[np.ndarray]) -> dict[str, Any]:
     """Rank 0: the runtime's verdict on the gathered outputs of trial ``t``, scored against the truth."""
-    from planaria.abft.partition import partition
     from planaria.abft.masterworker import abft_verdict
+    from planaria.abft.partition import partition
     from planaria.abft.verify import CORRECT, compare, verification_rows
     from planaria.terrain import kernels
     from planaria.terrain.window import slab_bounds
@@ -135,10 +135,10 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def rank_main(argv: list[str] | None = None) -> int:
-    from planaria.abft.partition import partition
-    from benchmarks._launch import emit
-    from planaria.terrain import kernels
     import planaria
+    from benchmarks._launch import emit
+    from planaria.abft.partition import partition
+    from planaria.terrain import kernels
 
     p = argparse.ArgumentParser(prog="benchmarks.abft_faults")
     p.add_argument("--trials", type=int, required=True, help="trials in all (clean, covered, uncovered in turn)")

@@ -35,6 +35,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from planaria.util.env import PLANARIA_HOME
+
 NS = (2, 3, 4, 5, 6, 8)
 WAYS = ("shared", "same-bit", "independent")
 MAX_ROUNDS = 8
@@ -75,8 +77,8 @@ class _Trial:
     """One trial's DEM, blocks and worker outputs, with the referee rows the masters have computed."""
 
     def __init__(self, seed: int, t: int) -> None:
-        from planaria.abft.partition import partition
         from benchmarks.abft_faults import trial_dem
+        from planaria.abft.partition import partition
         from planaria.terrain import kernels
 
         self.z, self.nodata, self.kernel = trial_dem(seed, t)
@@ -234,7 +236,7 @@ def e2e(scratch: Path, timeout: float = 120.0, backend: str = "ulfm",
     dem = synthetic_dem(scratch / "pairs-dem.npy", 120, 80, 7)
     runs = []
     env = dict(os.environ)
-    env["PLANARIA_HOME"] = str(scratch / "home")
+    env[PLANARIA_HOME] = str(scratch / "home")
     for kernel in ("slope", "cutdepth"):
         serial = _serial(dem, kernel)
         for a, b in pairs_of(n):

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import planaria
+from benchmarks._launch import emit
 from planaria import events
 from planaria.abft import masterworker as runtime
-from benchmarks._launch import emit
 from planaria.terrain import dem_info
 
 T_GO = 99  # on the world communicator, which the runs themselves never use

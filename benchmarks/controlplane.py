@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-
 import typer
 
 from benchmarks import _launch

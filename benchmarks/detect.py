@@ -39,11 +39,11 @@ import time
 from typing import Any
 
 import numpy as np
-
 import typer
 
 from benchmarks import _launch, npb
 from benchmarks._launch import BenchError, command_line, launch, loadavg, median
+from planaria.util.env import PLANARIA_DETECT
 
 GOAL = 1.01
 LEVEL = 0.95                 # confidence level of the bootstrap intervals
@@ -266,7 +266,7 @@ def run_within(k: str, ranks: int, klass: str, pairs: int, backend: str, timeout
     got = launch(ranks, npb.MODULE, ["--kernel", k, "--class", klass, "--backend", backend,
                                      "--alternate", str(pairs), "--block-s", repr(block_s)],
                  ft=(backend == "ulfm"), timeout=timeout + 8 * pairs * block_s,
-                 env={"PLANARIA_DETECT": "1", **THREAD_ENV}, bind=bind, under_run=under_run)
+                 env={PLANARIA_DETECT: "1", **THREAD_ENV}, bind=bind, under_run=under_run)
     return within_blocks(got.result, k, klass, ranks, pairs), got
 
 
@@ -393,7 +393,7 @@ def _kernel_launches(k: str, order: list[tuple[int, str]], ranks: int, klass: st
     for n, (pair, mode) in enumerate(order, 1):
         got = launch(ranks, npb.MODULE, ["--kernel", k, "--class", klass, "--backend", backend],
                      ft=(backend == "ulfm"), timeout=timeout,
-                     env={"PLANARIA_DETECT": MODES[mode], **THREAD_ENV}, bind=bind)
+                     env={PLANARIA_DETECT: MODES[mode], **THREAD_ENV}, bind=bind)
         rec = check_launch(got.result, k, klass, ranks, mode)
         cmd = got.cmd
         ln = {"kernel": k, "pair": pair, "mode": mode, "time_s": rec["time_s"],

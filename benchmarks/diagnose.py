@@ -48,9 +48,9 @@ def answer_error(report: Any, truth: dict[str, Any]) -> str | None:
 def run(hosts_list: list[int] | None = None, per_host: int = 6, repeat: int = 3, scenario: str = "collective",
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Time read_state + diagnose per job size (median over ``repeat``); BenchError if any answer is wrong."""
+    from benchmarks.synth import SCENARIOS, synthetic_state
     from planaria.diagnose.offline import diagnose
     from planaria.diagnose.state import read_state, write_state
-    from benchmarks.synth import SCENARIOS, synthetic_state
 
     hosts_list = list(DEFAULT_HOSTS if hosts_list is None else hosts_list)
     if scenario not in SCENARIOS or scenario == "no-hang":

@@ -46,6 +46,7 @@ from typing import Any, Callable, Sequence
 import typer
 
 from benchmarks import _launch
+from planaria.util.env import PLANARIA_HOME, PREFIX
 
 MODES = ("ulfm", "sim", "plain")
 DETECT = "p2p=1,coll=1,probe=1"
@@ -173,8 +174,8 @@ def judge(case: Case, root: dict[str, Any] | None, n: int | None = None) -> tupl
 
 
 def _env(home: Path, mode: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANARIA_") and k != "CORPUS_MODE"}
-    env["PLANARIA_HOME"] = str(home)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX) and k != "CORPUS_MODE"}
+    env[PLANARIA_HOME] = str(home)
     if mode == "plain":
         env["CORPUS_MODE"] = "plain"
     if os.geteuid() == 0:

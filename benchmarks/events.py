@@ -27,6 +27,7 @@ import typer
 
 from benchmarks import _launch
 from benchmarks._launch import BenchError, command_line, emit, loadavg
+from planaria.util.env import PLANARIA_HOME, PREFIX
 
 GOAL_P50_MS = 1.0
 
@@ -145,8 +146,8 @@ def run(ranks: int = 8, count: int = 500, pace: float = 2.0, burst: int = 2000, 
                    "--timeout", f"{timeout:g}", "--", sys.executable, "-m", "benchmarks.events", "--rank",
                    "--count", str(count), "--pace", f"{pace:g}", "--burst", str(burst), "--local", str(local),
                    "--out", str(out)]
-            env = {k: v for k, v in os.environ.items() if not k.startswith("PLANARIA_")}
-            env["PLANARIA_HOME"] = tmp
+            env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+            env[PLANARIA_HOME] = tmp
             if os.geteuid() == 0:
                 env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
             try:

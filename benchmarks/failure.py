@@ -26,6 +26,7 @@ import typer
 
 from benchmarks import _launch
 from benchmarks._launch import command_line, emit, launch, loadavg, median
+from planaria.util.env import PLANARIA_FINALIZE_TIMEOUT
 
 MODULE = "benchmarks.failure"
 
@@ -110,7 +111,7 @@ def run(ranks: list[int], backend: str = "ulfm", repeat: int = 3, delay: float =
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in ranks}
     cmds: dict[int, list[str]] = {}
     # a failed job's MPI_Finalize can linger; planaria's finalize watchdog bounds it
-    env = {"PLANARIA_FINALIZE_TIMEOUT": "3"}
+    env = {PLANARIA_FINALIZE_TIMEOUT: "3"}
     for i in range(repeat):
         for n in ranks:
             if progress:

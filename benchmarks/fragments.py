@@ -23,10 +23,9 @@ import time
 from typing import Any, Callable
 
 import numpy as np
-
-import planaria.fragments as fr
 import typer
 
+import planaria.fragments as fr
 from benchmarks import _launch
 
 MODULE = "benchmarks.fragments"

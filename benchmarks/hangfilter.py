@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 import typer
 
 from benchmarks import _launch

@@ -25,8 +25,8 @@ from typing import Any
 
 import typer
 
-from benchmarks import _launch
-from benchmarks import faulty
+from benchmarks import _launch, faulty
+from planaria.util.env import PLANARIA_HOME, PLANARIA_HOSTS_DIR, PREFIX
 
 DETECT = "p2p=1,coll=1.5,probe=1,slow=0.1"
 
@@ -68,8 +68,8 @@ def site_line(marker: str) -> int:
 def run_env(home: Path, extra: dict[str, str]) -> dict[str, str]:
     """The environment of a ``planaria run`` job kept in ``home`` (PLANARIA_HOME): this one without its
     PLANARIA_ settings, Open MPI's run-as-root permission when root, then ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANARIA_")}
-    env["PLANARIA_HOME"] = str(home)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+    env[PLANARIA_HOME] = str(home)
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.update(extra)
@@ -140,7 +140,7 @@ def run_case(name: str, home: Path | None = None, backend: str = "ulfm", timeout
     if name == "ioerr":
         extra["FAULTY_DIR"] = str(home)
     if hosts_dir:
-        extra["PLANARIA_HOSTS_DIR"] = str(hosts_dir)
+        extra[PLANARIA_HOSTS_DIR] = str(hosts_dir)
     env = run_env(home, extra)
     cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", "4", "--backend", backend,
            "--timeout", str(timeout), "--detect-timeouts", detect, "--no-diagnose-on-timeout"]

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from planaria.runtime.bootstrap import step as _pl_step
+from planaria.util.env import PLANARIA_DETECT
 
 MODULE = "benchmarks.npb"
 KERNELS = ("cg", "mg", "ft", "ep", "is", "halo")
@@ -821,7 +822,7 @@ def rank_main(args: argparse.Namespace) -> int:
     results = [run_kernel(comm, k, args.klass, serial) for k in args.kernels]
     if comm.rank == 0:
         emit({"benchmark": "npb", "ranks": comm.size, "backend": args.backend, "class": args.klass,
-              "detect_env": os.environ.get("PLANARIA_DETECT"), "kernels": results}, args.out)
+              "detect_env": os.environ.get(PLANARIA_DETECT), "kernels": results}, args.out)
     return 0 if all(r["verified"] for r in results) else 1
 
 
@@ -946,7 +947,7 @@ def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
                     "runs": runs, "blocks": blocks})
     if comm.rank == 0:
         emit({"benchmark": "npb", "ranks": comm.size, "backend": args.backend, "class": args.klass,
-              "detect_env": os.environ.get("PLANARIA_DETECT"), "alternate": args.alternate,
+              "detect_env": os.environ.get(PLANARIA_DETECT), "alternate": args.alternate,
               "kernels": out}, args.out)
     return 0 if ok else 1
 

@@ -37,6 +37,7 @@ import typer
 
 from benchmarks import _launch
 from benchmarks._launch import command_line, emit, launch, loadavg, median
+from planaria.util.env import PLANARIA_DETECT
 
 MODULE = "benchmarks.overhead"
 MIB = 1 << 20
@@ -253,7 +254,7 @@ def run(ranks: list[int], backends: list[str], iters: int = 1000, sr_iters: int 
             extra = (["--calls", calls] if calls else []) + (["--only", only] if only else [])
             got = launch(n, MODULE, ["--backend", be, "--iters", str(iters), "--sr-iters", str(sr_iters),
                                      "--blocks", str(blocks), *extra], ft=(be == "ulfm"), timeout=timeout,
-                         env={"PLANARIA_DETECT": "1" if detect else "0"})
+                         env={PLANARIA_DETECT: "1" if detect else "0"})
             for case, c in got.result["cases"].items():
                 goal = GOALS.get(case) if (be == "ulfm" and not detect) else None
                 rows.append({"backend": be, "ranks": n, "case": case, **c, "goal": goal,

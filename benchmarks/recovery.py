@@ -40,6 +40,7 @@ import typer
 
 from benchmarks import _launch
 from benchmarks._launch import BenchError, command_line, emit, launch, loadavg, median
+from planaria.util.env import PLANARIA_FINALIZE_TIMEOUT
 
 MODULE = "benchmarks.recovery"
 STORES = ("memory", "xor", "file")
@@ -286,7 +287,7 @@ def run(ranks: int = 8, spares: int = 1, mb: float = 2.0, store: str = "memory",
             "--every", str(every), "--kill-step", str(kill_step), "--steps", str(steps),
             "--victim", str(victim), "--group-size", str(group_size)] + (["--cold-spares"] if cold_spares else [])
     # a failed job's MPI_Finalize can linger; planaria's finalize watchdog bounds it
-    env = {"PLANARIA_FINALIZE_TIMEOUT": "3"}
+    env = {PLANARIA_FINALIZE_TIMEOUT: "3"}
     load0 = loadavg()
     jobs: list[dict[str, Any]] = []
     cmd: list[str] = []

@@ -25,6 +25,7 @@ import typer
 
 from benchmarks import _launch
 from benchmarks._launch import BenchError, mpiexec_prefix, run_bounded
+from planaria.util.env import PLANARIA_HOME
 
 MODES = ("raw", "planaria")
 KEYS = ("ready_s", "wall_s", "rank_cpu_s", "first_line_s", "cpu_interpreter_s", "cpu_mpi_s", "cpu_after_mpi_s")
@@ -69,7 +70,7 @@ def launch_once(mode: str, nprocs: int, timeout: float) -> dict[str, float]:
         prog, out = Path(tmp, "start.py"), Path(tmp, "out")
         prog.write_text(PROGRAM)
         out.mkdir()
-        env = {"PLANARIA_HOME": str(Path(tmp) / "home")} if mode == "planaria" else None
+        env = {PLANARIA_HOME: str(Path(tmp) / "home")} if mode == "planaria" else None
         t0 = time.time()
         code, _, stderr = run_bounded(_command(mode, nprocs, str(prog), str(out), timeout * 0.9), env, timeout,
                                       f"{mode} start")
