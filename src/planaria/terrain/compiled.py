@@ -85,6 +85,18 @@ if numba is not None:
             out[j] = 1 if (not np.isfinite(v)) or (use_nd and v == nd) else 0
 
     @_jit
+    def _side(mid, first, last):
+        """One side of Horn's window as the reference adds it: ``(2 mid + first) + last``."""
+        s = mid * 2.0
+        s = s + first
+        return s + last
+
+    @_jit
+    def _lesser(a, b):
+        """``numpy.minimum(a, b)``: ``b`` unless ``a < b`` (also for -0.0 against 0.0)."""
+        return a if a < b else b
+
+    @_jit
     def _slope_hyp(z, i0, i1, d8x, d8y, nd, use_nd, hyp, badw, ring):
         """Slab rows ``i0..i1-1`` (each with its row above and below in ``z``): hyp[k, j] =
         sqrt(dzdx^2 + dzdy^2), badw[k, j] = 1 where the 3x3 window touches an invalid cell
@@ -116,21 +128,9 @@ if numba is not None:
                 h = np.float64(zc[j])
                 ii = np.float64(zc[j + 1])
                 # the reference's order: ((2F + C) + I) - ((2D + A) + G), then / (8 dx); likewise dz/dy
-                p = f * 2.0
-                p = p + c
-                p = p + ii
-                q = d * 2.0
-                q = q + a
-                q = q + g
-                p = p - q
+                p = _side(f, c, ii) - _side(d, a, g)
                 p = p / d8x
-                q = h * 2.0
-                q = q + g
-                q = q + ii
-                t = b * 2.0
-                t = t + a
-                t = t + c
-                q = q - t
+                q = _side(h, g, ii) - _side(b, a, c)
                 q = q / d8y
                 p = p * p
                 q = q * q
@@ -149,36 +149,38 @@ if numba is not None:
                 orow[j] = fill if bw[j] else hr[j] * DEG
 
     @_jit
-    def _vsum(z, top, w, c0, n, s, lo):
-        """Column sums (rows ``top..top+w-1`` added top to bottom) and minima of columns ``c0..c0+n-1``."""
-        zr = z[top, c0:c0 + n]
+    def _first_row(zr, n, s, lo):
+        """Start column sums ``s`` and minima ``lo`` with the row ``zr`` (its first ``n`` columns)."""
         for j in range(n):
             v = np.float64(zr[j])
             s[j] = v
             lo[j] = v
+
+    @_jit
+    def _next_row(zr, n, s, lo):
+        """Add the row ``zr`` to the column sums ``s`` and take it into the minima ``lo``."""
+        for j in range(n):
+            v = np.float64(zr[j])
+            s[j] = s[j] + v
+            lo[j] = _lesser(lo[j], v)
+
+    @_jit
+    def _vsum(z, top, w, c0, n, s, lo):
+        """Column sums (rows ``top..top+w-1`` added top to bottom) and minima of columns ``c0..c0+n-1``."""
+        _first_row(z[top, c0:c0 + n], n, s, lo)
         for dk in range(1, w):
-            zr = z[top + dk, c0:c0 + n]
-            for j in range(n):
-                v = np.float64(zr[j])
-                s[j] = s[j] + v
-                a = lo[j]
-                lo[j] = a if a < v else v  # numpy.minimum(a, v): v unless a < v
+            _next_row(z[top + dk, c0:c0 + n], n, s, lo)
 
     @_jit
     def _vsum2(z, top, w, c0, n, s, lo, s2, lo2):
-        """:func:`_vsum` for the windows starting at rows ``top`` and ``top + 1`` at once: each input row is
-        loaded once for both (each sum still adds its own rows top to bottom)."""
-        zr = z[top, c0:c0 + n]
-        for j in range(n):
-            v = np.float64(zr[j])
-            s[j] = v
-            lo[j] = v
+        """:func:`_vsum` for the windows starting at rows ``top`` and ``top + 1`` at once: each input row the
+        two share is loaded once for both (each sum still adds its own rows top to bottom)."""
+        _first_row(z[top, c0:c0 + n], n, s, lo)
         zr = z[top + 1, c0:c0 + n]
         for j in range(n):
             v = np.float64(zr[j])
             s[j] = s[j] + v
-            a = lo[j]
-            lo[j] = a if a < v else v
+            lo[j] = _lesser(lo[j], v)
             s2[j] = v
             lo2[j] = v
         for dk in range(2, w):
@@ -186,17 +188,10 @@ if numba is not None:
             for j in range(n):
                 v = np.float64(zr[j])
                 s[j] = s[j] + v
-                a = lo[j]
-                lo[j] = a if a < v else v
+                lo[j] = _lesser(lo[j], v)
                 s2[j] = s2[j] + v
-                b = lo2[j]
-                lo2[j] = b if b < v else v
-        zr = z[top + w, c0:c0 + n]
-        for j in range(n):
-            v = np.float64(zr[j])
-            s2[j] = s2[j] + v
-            b = lo2[j]
-            lo2[j] = b if b < v else v
+                lo2[j] = _lesser(lo2[j], v)
+        _next_row(z[top + w, c0:c0 + n], n, s2, lo2)
 
     @_jit
     def _hpass(s, lo, vr, w, n_out, count, fill, oc, t, mn, hb):
@@ -209,9 +204,7 @@ if numba is not None:
         for dk in range(1, w):
             for j in range(n_out):
                 t[j] = t[j] + s[j + dk]
-                a = mn[j]
-                b = lo[j + dk]
-                mn[j] = a if a < b else b
+                mn[j] = _lesser(mn[j], lo[j + dk])
                 hb[j] |= vr[j + dk]
         for j in range(n_out):
             oc[j] = fill if hb[j] else t[j] / count - mn[j]
@@ -328,21 +321,34 @@ def cut_depth_rows(z: np.ndarray, h: int, nd: object, use_nd: bool, count: float
                     t, mn)
 
 
+def _warm_slope(zc: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
+                fill: float) -> None:
+    slope_rows(zc, 8.0, 8.0, nd, use_nd, out, a, b, s0, r0, fill)
+
+
+def _warm_cut_depth(zc: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
+                    fill: float) -> None:
+    cut_depth_rows(zc, halo(11), nd, use_nd, 121.0, out, a, b, s0, r0, fill)
+
+
+#: the kernels' names (as in ``planaria.terrain.kernels``) -> (window, the rows function their kernel runs)
+_LOOPS: dict[str, tuple[int, Callable[..., None]]] = {"slope": (3, _warm_slope), "cutdepth": (11, _warm_cut_depth)}
+
+
 def warm_up(kernel: str | None = None, z_dtype: np.dtype | str | None = None,
             out_dtype: np.dtype | str | None = None) -> None:
     """Compile, or load from numba's cache, the loops of ``kernel`` (default: both) for DEMs of
     ``z_dtype`` and outputs of ``out_dtype`` (default: float32 and float64 each), so that the first
     real call does not pay for it."""
-    from planaria.terrain import kernels
-    names = [kernel] if kernel else sorted(kernels)
+    names = [kernel] if kernel else sorted(_LOOPS)
     zs: list[np.dtype] = [np.dtype(z_dtype)] if z_dtype is not None else list(_FLOATS)
     outs: list[np.dtype] = [np.dtype(out_dtype)] if out_dtype is not None else list(_FLOATS)
     for name in names:
-        fn, window = kernels[name]
+        window, rows_fn = _LOOPS[name]
         for zt in zs:
             z = np.arange((window + 2) * (window + 3), dtype=zt).reshape(window + 2, window + 3)
             for ot in outs:
-                fn(z, nodata=-1.0, dtype=ot)
+                run(z, window, -1.0, None, ot, rows_fn)
 
 
 def run(z: np.ndarray, window: int, nodata: float | None, rows: tuple[int, int] | None, dtype: np.dtype | type | None,
