@@ -47,7 +47,7 @@ _FAILED_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING)
 _SEND, _RECV, _SENDRECV, _ALLREDUCE = MPI.Comm.Send, MPI.Comm.Recv, MPI.Comm.Sendrecv, MPI.Comm.Allreduce
 _IS_REVOKED = MPI.Comm.Is_revoked
 _NEW_REQUEST = MPI.Request.__new__
-_ISEND, _IRECV = MPI.Comm.Isend, MPI.Comm.Irecv
+_ISEND, _IRECV, _ISEND_OBJ = MPI.Comm.Isend, MPI.Comm.Irecv, MPI.Comm.isend
 
 
 def ulfm_available() -> bool:
@@ -618,7 +618,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> _Req | _Done:
         if self._hooks:                         # the message log or message faults
-            return self._isend_hooked(buf, dest, tag)
+            return self._send_posted(_ISEND, self, "Isend", buf, dest, tag, buf)
         if _IS_REVOKED(self):                   # Open MPI 5.0.11 would post it and complete it locally
             raise self._convert_revoked()
         try:
@@ -628,7 +628,10 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         req._comm = self
         return req
 
-    def _isend_hooked(self, buf: Any, dest: int, tag: int) -> _Req | _Done:
+    def _send_posted(self, post: Callable[..., Any], on: Any, name: str, buf: Any, dest: int, tag: int,
+                     logged: Any) -> _Req | _Done:
+        """A nonblocking send ``post(on, buf, dest, tag)`` (mpi4py's ``name``) with the message log
+        and message faults: a dropped message is not posted; the log keeps ``logged`` as its buffer."""
         if self._msgfault is not None and not self._outgoing(dest):
             if self._ml_on and dest >= 0:       # a dropped message counts as sent
                 self._ml_sent[dest] += 1
@@ -636,13 +639,13 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         if _IS_REVOKED(self):
             raise self._convert_revoked()
         try:
-            req = _ISEND(self, buf, dest, tag)
+            req = post(on, buf, dest, tag)
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on:
             if dest >= 0:                       # counted when posted
                 self._ml_sent[dest] += 1
-            return _LReq(req, self, "Isend", dest, tag, buf, -1)
+            return _LReq(req, self, name, dest, tag, logged, -1)
         return _Req(req, self)
 
     def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> _Req:
@@ -698,21 +701,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         return obj
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> _Req | _Done:
-        if self._msgfault is not None and not self._outgoing(dest):
-            if self._ml_on and dest >= 0:       # a dropped message counts as sent
-                self._ml_sent[dest] += 1
-            return _Done()
-        if _IS_REVOKED(self):
-            raise self._convert_revoked()
-        try:
-            req = self._c.isend(obj, dest, tag)
-        except MPI.Exception as e:
-            raise self._convert(e) from e
-        if self._ml_on:
-            if dest >= 0:
-                self._ml_sent[dest] += 1
-            return _LReq(req, self, "isend", dest, tag, None, -1)
-        return _Req(req, self)
+        return self._send_posted(_ISEND_OBJ, self._c, "isend", obj, dest, tag, None)
 
     def irecv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> _Req:
         """mpi4py's ``irecv``: a receive posted at once, into ``buf`` (a writable buffer, or a size in
