@@ -288,8 +288,8 @@ def prepare(z: np.ndarray, nodata: float | None, dtype: np.dtype | type) -> tupl
     return np.ascontiguousarray(z), nd, use_nd
 
 
-def slope_rows(z: np.ndarray, d8x: float, d8y: float, nd: object, use_nd: bool, out: np.ndarray,
-               a: int, b: int, s0: int, r0: int, fill: float) -> None:
+def slope_rows(z: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
+               fill: float, d8x: float, d8y: float) -> None:
     """Fill ``out`` rows for absolute rows ``[a, b)`` (columns 1..m-2) from the slab ``z`` starting at row ``s0``."""
     m = z.shape[1]
     band = max(1, min(b - a, BAND_CELLS // m))
@@ -306,8 +306,8 @@ def slope_rows(z: np.ndarray, d8x: float, d8y: float, nd: object, use_nd: bool, 
             _slope_finish(hv, badw, k, fill, out, ra - r0)
 
 
-def cut_depth_rows(z: np.ndarray, h: int, nd: object, use_nd: bool, count: float, out: np.ndarray,
-                   a: int, b: int, s0: int, r0: int, fill: float) -> None:
+def cut_depth_rows(z: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
+                   fill: float, h: int, count: float) -> None:
     """Fill ``out`` rows for absolute rows ``[a, b)`` (columns h..m-h-1) from the slab ``z`` starting at row ``s0``."""
     m = z.shape[1]
     w = 2 * h + 1
@@ -321,18 +321,12 @@ def cut_depth_rows(z: np.ndarray, h: int, nd: object, use_nd: bool, count: float
                     t, mn)
 
 
-def _warm_slope(zc: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
-                fill: float) -> None:
-    slope_rows(zc, 8.0, 8.0, nd, use_nd, out, a, b, s0, r0, fill)
-
-
-def _warm_cut_depth(zc: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
-                    fill: float) -> None:
-    cut_depth_rows(zc, halo(11), nd, use_nd, 121.0, out, a, b, s0, r0, fill)
-
-
-#: the kernels' names (as in ``planaria.terrain.kernels``) -> (window, the rows function their kernel runs)
-_LOOPS: dict[str, tuple[int, Callable[..., None]]] = {"slope": (3, _warm_slope), "cutdepth": (11, _warm_cut_depth)}
+#: the kernels' names (as in ``planaria.terrain.kernels``) -> (window, their rows loop, its parameters: 8 dx and
+#: 8 dy for slope, the halo and the window's cell count for cut depth)
+_LOOPS: dict[str, tuple[int, Callable[..., None], tuple[float, ...]]] = {
+    "slope": (3, slope_rows, (8.0, 8.0)),
+    "cutdepth": (11, cut_depth_rows, (halo(11), 121.0)),
+}
 
 
 def warm_up(kernel: str | None = None, z_dtype: np.dtype | str | None = None,
@@ -344,18 +338,18 @@ def warm_up(kernel: str | None = None, z_dtype: np.dtype | str | None = None,
     zs: list[np.dtype] = [np.dtype(z_dtype)] if z_dtype is not None else list(_FLOATS)
     outs: list[np.dtype] = [np.dtype(out_dtype)] if out_dtype is not None else list(_FLOATS)
     for name in names:
-        window, rows_fn = _LOOPS[name]
+        window, loop, params = _LOOPS[name]
         for zt in zs:
             z = np.arange((window + 2) * (window + 3), dtype=zt).reshape(window + 2, window + 3)
             for ot in outs:
-                run(z, window, -1.0, None, ot, rows_fn)
+                run(z, window, -1.0, None, ot, loop, *params)
 
 
 def run(z: np.ndarray, window: int, nodata: float | None, rows: tuple[int, int] | None, dtype: np.dtype | type | None,
-        fill_rows: Callable[..., None]) -> np.ndarray | None:
+        fill_rows: Callable[..., None], *params: Any) -> np.ndarray | None:
     """The slab contract of :mod:`planaria.terrain.window` around a compiled loop: the border rows and
-    columns get the fill value, ``fill_rows(z, nd, use_nd, out, a, b, s0, r0, fill)`` the others.
-    None when the compiled loops do not take this input or output dtype."""
+    columns get the fill value, ``fill_rows(z, nd, use_nd, out, a, b, s0, r0, fill, *params)`` the others
+    (``slope_rows``, ``cut_depth_rows``). None when the compiled loops do not take this input or output dtype."""
     z = check_elevations(z)
     dtype = output_dtype(z.dtype, dtype)
     prep = prepare(z, nodata, dtype)
@@ -374,5 +368,5 @@ def run(z: np.ndarray, window: int, nodata: float | None, rows: tuple[int, int] 
         out[b - r0:] = fill
         out[:, :h] = fill
         out[:, m - h:] = fill
-    fill_rows(zc, nd, use_nd, out, a, b, s0, r0, fill)
+    fill_rows(zc, nd, use_nd, out, a, b, s0, r0, fill, *params)
     return out
