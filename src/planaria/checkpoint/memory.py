@@ -12,12 +12,10 @@ from typing import Any
 import numpy as np
 
 from planaria.checkpoint.store import (
-    KEEP, TAG_DATA, TAG_META, TAG_REBUILD, TAG_RESEED, WARM, BufferPool, CheckpointError, CheckpointStore,
-    Completion, Meta, Phases, Verdict, all_true, check_fresh, check_logical, check_version, newest, pack,
-    revoke_quietly, unpack,
+    TAG_DATA, TAG_META, TAG_REBUILD, TAG_RESEED, WARM, CheckpointError, Completion, Meta, PeerStore, Phases, Verdict,
+    all_true, check_fresh, check_version, pack, unpack,
 )
 from planaria.comm.base import Comm
-from planaria.comm.errors import FailureError
 
 
 #: what a restore source that lacks the version sends in place of a state
@@ -39,7 +37,7 @@ def owners_held_by(rank: int, n: int, copies: int, distance: int) -> list[int]:
     return [o for o in range(n) if o != rank and rank in holders(o, n, copies, distance)]
 
 
-class MemoryStore(CheckpointStore):
+class MemoryStore(PeerStore):
     """Checkpoints in memory, duplicated on ``copies`` partner ranks ``distance`` apart.
 
     Survives, per version, the loss of any ``copies`` of the ``copies + 1`` processes that
@@ -67,33 +65,18 @@ class MemoryStore(CheckpointStore):
         return f"MemoryStore(copies={self.copies}, distance={self.distance})"
 
     # -- save ----------------------------------------------------------------------------------
-    def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+    def _save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
         """Copy, send it to the holders and take the owners' copies; no closing barrier (``Completion``).
 
         Every send (the small description, then the data) is posted before this rank waits for
         anything, so no rank's data waits for its partner's description to arrive first.
         """
-        try:
-            self._save(comm, version, state)
-        except FailureError:
-            revoke_quietly(comm)                 # partners may be waiting for this rank's messages
-            raise
-
-    def _save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
         ph = Phases()
         version = check_version(version)
         n, r = comm.size, comm.rank
         settled = self._done.settle(comm)        # raises FailureError before anything changed
         ph.mark("settle")
-        # Double buffering: once the newest version is known complete everywhere, the buffers of
-        # the version before it are reused for this one; the newest stays untouched, so a failure
-        # during this save leaves it usable. Not known complete: keep both, allocate.
-        pool = BufferPool()
-        self._data = {v: d for v, d in self._data.items() if v < version}
-        while settled and len(self._data) >= KEEP:
-            old = min(self._data)
-            for _, b in self._data.pop(old)[1].values():
-                pool.give(b)
+        pool = self._pool(version, settled, lambda entry: [b for _, b in entry[1].values()])
         meta, buf = pack(state, pool=pool)
         ph.mark("copy")
         dests = holders(r, n, self.copies, self.distance)
@@ -116,27 +99,11 @@ class MemoryStore(CheckpointStore):
         ph.mark("exchange")
         held = {s: (metas[s], got[s]) for s in srcs}
         held[r] = (meta, buf)
-        if settled:
-            self._commit(r, version, n, held)
-            self._done.start(comm)               # waited for by the next save
-        else:
-            self._done.start(comm)
-            self._done.finish()                  # complete everywhere before anything is dropped
-            self._commit(r, version, n, held)
-        self._inflight = []
-        ph.mark("complete")
-        self.last_save = ph.out
+        self._complete(comm, settled, lambda: self._commit(r, version, n, held), ph)
 
     def _commit(self, rank: int, version: int, n: int, held: dict[int, tuple[Meta, np.ndarray]]) -> None:
         self._rank = rank
-        self._data = {v: d for v, d in self._data.items() if v < version}
-        self._data[version] = (n, held)
-        for v in list(self._data):
-            if v not in newest(self._data, KEEP):
-                del self._data[v]
-
-    def versions(self) -> set[int]:
-        return set(self._data)
+        self._add_version(version, (n, held))
 
     # -- restore ---------------------------------------------------------------------------------
     def _standard(self, rank: int, n: int) -> list[int]:
@@ -165,20 +132,11 @@ class MemoryStore(CheckpointStore):
 
     def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:
         fresh = check_fresh(comm, fresh)
-        n, r = comm.size, comm.rank
-        # One fixed-size buffer Allgather: (version, ranks at save) of each version held in full.
-        mine = np.full(2 * KEEP, -1, dtype=np.int64)
-        if r not in fresh:
-            for i, (v, (ns, _)) in enumerate(sorted(self._data.items())[-KEEP:]):
-                if self._held(v, r, ns) is not None:
-                    mine[2 * i:2 * i + 2] = (v, ns)
-        inv = np.empty((n, 2 * KEEP), dtype=np.int64)
-        comm.Allgather(mine, inv)
-        if self._sources(n, fresh) is None:
-            return set()
-        live = [{int(row[2 * i]) for i in range(KEEP) if row[2 * i] >= 0 and row[2 * i + 1] == n}
-                for rank, row in enumerate(inv) if rank not in fresh]
-        return set.intersection(*live) if live else set()
+        r = comm.rank
+
+        def held(v: int, entry: tuple[int, Any]) -> int | None:      # the versions held in full
+            return entry[0] if self._held(v, r, entry[0]) is not None else None
+        return self._common_versions(comm, fresh, held, lambda n: self._sources(n, fresh) is not None)
 
     def restore(self, comm: Comm, version: int, fresh: set[int],
                 into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -290,21 +248,8 @@ class MemoryStore(CheckpointStore):
                 if o == r:
                     out = unpack(meta, buf, pool=WARM)
                     ph.mark("copy")
-        for q in sreqs:
-            q.Wait()
-        ph.mark("statuses")                          # every other rank's, sent as it entered the restore
-        if not problem and (status < 0).any():
-            problem = "not every rank holds it"
-        verdict.announce(not problem)
-        self._inflight = []
-        if problem:
-            raise CheckpointError(f"memory checkpoint version {version} cannot be restored: {problem}")
+        self._announce(version, verdict, status, sreqs, problem, ph, lambda: self._commit(r, version, n, got))
         assert out is not None
-        self._data = {}
-        self._commit(r, version, n, got)
-        self._done.settled = True
-        ph.mark("verdict")
-        self.last_restore = ph.out
         return out
 
     def footprint(self) -> list[int]:
@@ -321,8 +266,7 @@ class MemoryStore(CheckpointStore):
             mine = {v: (n, sorted(held)) for v, (n, held) in self._data.items()}
         return comm.allgather(mine)
 
-    @staticmethod
-    def _lost_usable(inv: list[dict[int, tuple[int, list[int]]]], logical: list[int | None],
+    def _lost_usable(self, inv: list[dict[int, tuple[int, list[int]]]], logical: list[int | None],
                      old_size: int) -> set[int]:
         survivors = [rank for rank, lg in enumerate(logical) if lg is not None]
         if not survivors:
@@ -341,20 +285,10 @@ class MemoryStore(CheckpointStore):
                 out.add(v)
         return out
 
-    def recoverable_lost_versions(self, comm: Comm, logical: list[int | None], old_size: int) -> set[int]:
-        check_logical(comm, logical, old_size)
-        return self._lost_usable(self._lost_inventory(comm, logical), logical, old_size)
-
     def recover_lost(self, comm: Comm, version: int, logical: list[int | None],
                      old_size: int) -> tuple[dict[str, np.ndarray] | None, dict[int, dict[str, np.ndarray]]]:
         """The lowest-ranked survivor holding a copy of a lost rank returns its state (no messages)."""
-        version = check_version(version)
-        lost = check_logical(comm, logical, old_size)
-        self._done.forget(False)
-        inv = self._lost_inventory(comm, logical)
-        if version not in self._lost_usable(inv, logical, old_size):
-            raise CheckpointError(f"memory checkpoint version {version} cannot rebuild lost rank(s) {lost} "
-                                  f"of {old_size}")
+        version, lost, inv = self._recovering(comm, version, logical, old_size)
         me = logical[comm.rank]
         mine: dict[str, np.ndarray] | None = None
         found: dict[int, dict[str, np.ndarray]] = {}

@@ -10,7 +10,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -449,6 +449,135 @@ class CheckpointStore(ABC):
         check_version(version)
         check_logical(comm, logical, old_size)
         raise CheckpointError(f"{self.name} checkpoints cannot rebuild lost ranks without a replacement")
+
+
+class PeerStore(CheckpointStore):
+    """A store whose versions live in process memory, copies or parity on other ranks
+    (``MemoryStore``, ``XorStore``): ``_data`` maps a version to what this rank holds of it; a
+    save is completed by a nonblocking barrier (``_done``) that the next save waits for."""
+
+    _data: dict[int, Any]
+    _inflight: list[object]      # buffers of an interrupted exchange (kept alive)
+    _done: Completion
+
+    def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+        """Coordinated checkpoint of this rank's state (``_save``); after a failure during it, the
+        communicator is revoked, since partners may be waiting for this rank's messages."""
+        from planaria.errors import FailureError      # made on first use of its name (it imports mpi4py)
+        try:
+            self._save(comm, version, state)
+        except FailureError:
+            revoke_quietly(comm)
+            raise
+
+    @abstractmethod
+    def _save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+        """The save itself (see the store's class)."""
+
+    def _pool(self, version: int, settled: bool, buffers: Callable[[Any], Iterable[np.ndarray]]) -> BufferPool:
+        """Double buffering for a save of ``version`` (versions from it on are dropped): once the
+        newest version is known complete everywhere (``settled``), the buffers (``buffers(entry)``)
+        of the versions before it are reused for this one; the newest stays untouched, so a failure
+        during this save leaves it usable. Not known complete: keep both, allocate."""
+        pool = BufferPool()
+        self._data = {v: d for v, d in self._data.items() if v < version}
+        while settled and len(self._data) >= KEEP:
+            for b in buffers(self._data.pop(min(self._data))):
+                pool.give(b)
+        return pool
+
+    def _complete(self, comm: Comm, settled: bool, commit: Callable[[], None], ph: Phases) -> None:
+        """The end of a save: ``commit()`` (which adds the version) and the completing barrier
+        started; when the previous version was not known complete, that barrier is waited for
+        first (complete everywhere before anything is dropped)."""
+        if settled:
+            commit()
+            self._done.start(comm)               # waited for by the next save
+        else:
+            self._done.start(comm)
+            self._done.finish()
+            commit()
+        self._inflight = []
+        ph.mark("complete")
+        self.last_save = ph.out
+
+    def _add_version(self, version: int, entry: Any) -> None:
+        """``entry`` becomes ``version``; newer versions and all but the ``KEEP`` newest are dropped."""
+        self._data = {v: d for v, d in self._data.items() if v < version}
+        self._data[version] = entry
+        for v in list(self._data):
+            if v not in newest(self._data, KEEP):
+                del self._data[v]
+
+    def versions(self) -> set[int]:
+        return set(self._data)
+
+    def _announce(self, version: int, verdict: Verdict, status: np.ndarray, sreqs: list[Any], problem: str,
+                  ph: Phases, commit: Callable[[], None]) -> None:
+        """A fresh rank's end of a restore: every other rank's status (``verdict.listen``) in, the
+        verdict announced; raises ``CheckpointError`` when there is a ``problem`` or a rank lacks the
+        version, else this rank holds only what ``commit()`` adds."""
+        for q in sreqs:
+            q.Wait()
+        ph.mark("statuses")                          # every other rank's, sent as it entered the restore
+        if not problem and (status < 0).any():
+            problem = "not every rank holds it"
+        verdict.announce(not problem)
+        self._inflight = []
+        if problem:
+            raise CheckpointError(f"{self.name} checkpoint version {version} cannot be restored: {problem}")
+        self._data = {}
+        commit()
+        self._done.settled = True
+        ph.mark("verdict")
+        self.last_restore = ph.out
+
+    # -- continuing on fewer ranks ---------------------------------------------------------------
+    @abstractmethod
+    def _lost_inventory(self, comm: Comm, logical: list[int | None]) -> list[Any]:
+        """Collective: what each rank holds that ``_lost_usable`` reads, one entry per rank of ``comm``."""
+
+    @abstractmethod
+    def _lost_usable(self, inv: list[Any], logical: list[int | None], old_size: int) -> set[int]:
+        """The versions the survivors can bring back, from the inventory ``inv`` (local)."""
+
+    def recoverable_lost_versions(self, comm: Comm, logical: list[int | None], old_size: int) -> set[int]:
+        check_logical(comm, logical, old_size)
+        return self._lost_usable(self._lost_inventory(comm, logical), logical, old_size)
+
+    def _recovering(self, comm: Comm, version: int, logical: list[int | None],
+                    old_size: int) -> tuple[int, list[int], list[Any]]:
+        """The start of ``recover_lost``: (version, the lost logical ranks, the inventory); raises
+        ``CheckpointError`` when ``version`` cannot be brought back."""
+        version = check_version(version)
+        lost = check_logical(comm, logical, old_size)
+        self._done.forget(False)
+        inv = self._lost_inventory(comm, logical)
+        if version not in self._lost_usable(inv, logical, old_size):
+            raise CheckpointError(f"{self.name} checkpoint version {version} cannot rebuild lost rank(s) {lost} "
+                                  f"of {old_size}")
+        return version, lost, inv
+
+    def _common_versions(self, comm: Comm, fresh: set[int], held: Callable[[int, Any], int | None],
+                         possible: Callable[[int], bool]) -> set[int]:
+        """``restorable_versions`` from one fixed-size buffer Allgather of (version, ranks at save)
+        of the ``KEEP`` newest versions each non-fresh rank holds (``held(version, entry)``: the
+        ranks at save, or None when this rank does not hold it in full); none when
+        ``possible(n)`` says that the fresh ranks cannot be rebuilt."""
+        n, r = comm.size, comm.rank
+        mine = np.full(2 * KEEP, -1, dtype=np.int64)
+        if r not in fresh:
+            for i, (v, e) in enumerate(sorted(self._data.items())[-KEEP:]):
+                ns = held(v, e)
+                if ns is not None:
+                    mine[2 * i:2 * i + 2] = (v, ns)
+        inv = np.empty((n, 2 * KEEP), dtype=np.int64)
+        comm.Allgather(mine, inv)
+        if not possible(n):
+            return set()
+        live = [{int(row[2 * i]) for i in range(KEEP) if row[2 * i] >= 0 and row[2 * i + 1] == n}
+                for rank, row in enumerate(inv) if rank not in fresh]
+        return set.intersection(*live) if live else set()
 
 
 def check_logical(comm: Comm, logical: list[int | None], old_size: int) -> list[int]:

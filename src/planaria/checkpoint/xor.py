@@ -26,12 +26,10 @@ from typing import Any
 import numpy as np
 
 from planaria.checkpoint.store import (
-    KEEP, TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, WARM, BufferPool, CheckpointError, CheckpointStore,
-    Completion, Meta, Phases, Verdict, all_true, check_fresh, check_logical, check_version, describe, newest,
-    pack, revoke_quietly, unpack,
+    TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, WARM, CheckpointError, Completion, Meta, PeerStore, Phases,
+    Verdict, all_true, check_fresh, check_version, describe, pack, unpack,
 )
 from planaria.comm.base import Comm
-from planaria.comm.errors import FailureError
 
 _ALIGN = 8
 
@@ -73,7 +71,7 @@ class _Entry:
         self.n, self.metas, self.buf, self.parity, self.c = n, metas, buf, parity, c
 
 
-class XorStore(CheckpointStore):
+class XorStore(PeerStore):
     """Checkpoints in memory protected by XOR parity over groups of ``group_size`` ranks.
 
     Survives the loss of one rank per group (per version); two lost ranks in one group make
@@ -97,19 +95,12 @@ class XorStore(CheckpointStore):
         return f"XorStore(group_size={self.group_size})"
 
     # -- save ----------------------------------------------------------------------------------
-    def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+    def _save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
         """Descriptions to the group, then the chunks: each member's parity is XORed as they arrive.
 
         No closing barrier: the version is completed by a nonblocking barrier the next save
         waits for (``Completion``), as in ``MemoryStore``.
         """
-        try:
-            self._save(comm, version, state)
-        except FailureError:
-            revoke_quietly(comm)                 # partners may be waiting for this rank's messages
-            raise
-
-    def _save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
         ph = Phases()
         version = check_version(version)
         n, r = comm.size, comm.rank
@@ -119,7 +110,7 @@ class XorStore(CheckpointStore):
         ph.mark("settle")
         if m < 2:               # a job of one rank: nothing to protect against
             meta, buf = pack(state)
-            self._commit(version, _Entry(n, [meta], buf, np.zeros(0, np.uint8), 0))
+            self._add_version(version, _Entry(n, [meta], buf, np.zeros(0, np.uint8), 0))
             self._done.start(comm)
             if not settled:
                 self._done.finish()
@@ -133,15 +124,7 @@ class XorStore(CheckpointStore):
             q.Wait()
         ph.mark("metadata")
         c = chunk_len(max(mt.nbytes for mt in metas), m)
-        # Double buffering: once the newest version is known complete everywhere, the buffers of
-        # the version before it are reused (the newest stays untouched, so a failure during this
-        # save leaves it usable); not known complete: keep both, allocate.
-        pool = BufferPool()
-        self._data = {v: e for v, e in self._data.items() if v < version}
-        while settled and len(self._data) >= KEEP:
-            e = self._data.pop(min(self._data))
-            pool.give(e.buf)
-            pool.give(e.parity)
+        pool = self._pool(version, settled, lambda e: (e.buf, e.parity))
         _, buf = pack(state, extra=(m - 1) * c - pack_meta.nbytes, pool=pool)
         parity = pool.take(c)
         pool.clear()
@@ -167,26 +150,7 @@ class XorStore(CheckpointStore):
             q.Wait()
         ph.mark("exchange")
         entry = _Entry(n, metas, buf, parity, c)
-        if settled:
-            self._commit(version, entry)
-            self._done.start(comm)               # waited for by the next save
-        else:
-            self._done.start(comm)
-            self._done.finish()                  # complete everywhere before anything is dropped
-            self._commit(version, entry)
-        self._inflight = []
-        ph.mark("complete")
-        self.last_save = ph.out
-
-    def _commit(self, version: int, entry: _Entry) -> None:
-        self._data = {v: e for v, e in self._data.items() if v < version}
-        self._data[version] = entry
-        for v in list(self._data):
-            if v not in newest(self._data, KEEP):
-                del self._data[v]
-
-    def versions(self) -> set[int]:
-        return set(self._data)
+        self._complete(comm, settled, lambda: self._add_version(version, entry), ph)
 
     # -- restore ---------------------------------------------------------------------------------
     def _restorable_groups(self, n: int, fresh: set[int]) -> bool:
@@ -199,19 +163,7 @@ class XorStore(CheckpointStore):
 
     def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:
         fresh = check_fresh(comm, fresh)
-        n, r = comm.size, comm.rank
-        # One fixed-size buffer Allgather: (version, ranks at save) of each version held.
-        mine = np.full(2 * KEEP, -1, dtype=np.int64)
-        if r not in fresh:
-            for i, (v, e) in enumerate(sorted(self._data.items())[-KEEP:]):
-                mine[2 * i:2 * i + 2] = (v, e.n)
-        inv = np.empty((n, 2 * KEEP), dtype=np.int64)
-        comm.Allgather(mine, inv)
-        if not self._restorable_groups(n, fresh):
-            return set()
-        live = [{int(row[2 * i]) for i in range(KEEP) if row[2 * i] >= 0 and row[2 * i + 1] == n}
-                for rank, row in enumerate(inv) if rank not in fresh]
-        return set.intersection(*live) if live else set()
+        return self._common_versions(comm, fresh, lambda v, e: e.n, lambda n: self._restorable_groups(n, fresh))
 
     def restore(self, comm: Comm, version: int, fresh: set[int],
                 into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -332,22 +284,12 @@ class XorStore(CheckpointStore):
             entry = _Entry(n_saved, metas, acc[:(m - 1) * c], acc[(m - 1) * c:], c)
             out = unpack(metas[g.index(r)], entry.buf, pool=WARM)
             ph.mark("copy")
-        for q in sreqs:
-            q.Wait()
-        ph.mark("statuses")                          # every other rank's, sent as it entered the restore
-        if not problem and (status < 0).any():
-            problem = "not every rank holds it"
-        verdict.announce(not problem)
-        self._inflight = []
-        if problem:
-            raise CheckpointError(f"xor checkpoint version {version} cannot be restored: {problem}")
-        assert entry is not None and out is not None
-        self._data = {}
-        self._commit(version, entry)
-        self._me = g.index(r)
-        self._done.settled = True
-        ph.mark("verdict")
-        self.last_restore = ph.out
+        def commit() -> None:
+            assert entry is not None
+            self._add_version(version, entry)
+            self._me = g.index(r)
+        self._announce(version, verdict, status, sreqs, problem, ph, commit)
+        assert out is not None
         return out
 
     def footprint(self) -> list[int]:
@@ -397,19 +339,10 @@ class XorStore(CheckpointStore):
         mine = {} if logical[comm.rank] is None else {v: e.n for v, e in self._data.items()}
         return comm.allgather(mine)
 
-    def recoverable_lost_versions(self, comm: Comm, logical: list[int | None], old_size: int) -> set[int]:
-        check_logical(comm, logical, old_size)
-        return self._lost_usable(self._lost_inventory(comm, logical), logical, old_size)
-
     def recover_lost(self, comm: Comm, version: int, logical: list[int | None],
                      old_size: int) -> tuple[dict[str, np.ndarray] | None, dict[int, dict[str, np.ndarray]]]:
         """A lost member's state is XORed together on the lowest surviving member of its group."""
-        version = check_version(version)
-        lost = check_logical(comm, logical, old_size)
-        self._done.forget(False)
-        if version not in self._lost_usable(self._lost_inventory(comm, logical), logical, old_size):
-            raise CheckpointError(f"xor checkpoint version {version} cannot rebuild lost rank(s) {lost} "
-                                  f"of {old_size}")
+        version, _, _ = self._recovering(comm, version, logical, old_size)
         me = logical[comm.rank]
         mine: dict[str, np.ndarray] | None = None
         found: dict[int, dict[str, np.ndarray]] = {}

@@ -26,6 +26,9 @@ app = typer.Typer(
 )
 
 _NAMES_HELP = "The two host names, comma-separated."
+# the options every command here takes
+_NAMES_OPTION = typer.Option(",".join(netns.DEFAULT_NAMES), "--names", help=_NAMES_HELP)
+_JSON_OPTION = typer.Option(False, "--json", help="Print JSON.")
 
 
 def _state_root() -> Path:
@@ -37,6 +40,13 @@ def _parse_names(names: str) -> tuple[str, str]:
     if len(parts) != 2:
         raise typer.BadParameter(f"need exactly two names, got {names!r}", param_hint="--names")
     return parts[0], parts[1]
+
+
+def _found(names: str) -> tuple[tuple[str, str], netns.HostSet | None, set[str]]:
+    """The two names of ``--names``, their saved host set (None: none saved) and the network
+    namespaces present."""
+    pair = _parse_names(names)
+    return pair, _load(pair), set(netns.list_namespaces())
 
 
 def _load(names: tuple[str, str]) -> netns.HostSet | None:
@@ -68,11 +78,11 @@ def _fail(msg: str, as_json: bool, code: int = 1) -> None:
 
 @app.command("up")
 def up(
-    names: str = typer.Option(",".join(netns.DEFAULT_NAMES), "--names", help=_NAMES_HELP),
+    names: str = _NAMES_OPTION,
     subnet: str = typer.Option(netns.DEFAULT_SUBNET, "--subnet", help="Private IPv4 subnet for the link."),
     slots: int = typer.Option(2, "--slots", min=1, help="Ranks per host in the printed example."),
     replace: bool = typer.Option(False, "--replace", help="Recreate hosts that already exist."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = _JSON_OPTION,
 ) -> None:
     """Create the two hosts and print how to launch mpiexec over them."""
     pair = _parse_names(names)
@@ -107,13 +117,11 @@ def up(
 
 @app.command("down")
 def down(
-    names: str = typer.Option(",".join(netns.DEFAULT_NAMES), "--names", help=_NAMES_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    names: str = _NAMES_OPTION,
+    as_json: bool = _JSON_OPTION,
 ) -> None:
     """Remove the two hosts (kills whatever still runs inside them)."""
-    pair = _parse_names(names)
-    hs = _load(pair)
-    present = set(netns.list_namespaces())
+    pair, hs, present = _found(names)
     removed = [n for n in pair if n in present]
     if hs is not None:
         hs.destroy()
@@ -127,13 +135,11 @@ def down(
 
 @app.command("status")
 def status(
-    names: str = typer.Option(",".join(netns.DEFAULT_NAMES), "--names", help=_NAMES_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    names: str = _NAMES_OPTION,
+    as_json: bool = _JSON_OPTION,
 ) -> None:
     """Show whether the hosts are up, their addresses and the mpiexec arguments."""
-    pair = _parse_names(names)
-    present = set(netns.list_namespaces())
-    hs = _load(pair)
+    pair, hs, present = _found(names)
     ok, reason = netns.available() if not (present & set(pair)) else (True, "ok")
     info: dict[str, Any]
     if hs is None:

@@ -23,7 +23,7 @@ import pickle
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, Literal, NoReturn, Protocol, TypeVar
 
 from planaria._lazy import np
 from planaria import errors as _errors
@@ -112,6 +112,35 @@ class Request(ABC):
     @abstractmethod
     def Cancel(self) -> None:
         """Cancel the request (receives only; best effort)."""
+
+
+def named(call: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """Name a method made by a factory ``name``, code object included: each gets its own, so the
+    message log's stack reading (``msglog._codes``) and tracebacks show the mpi4py call."""
+    call.__name__ = call.__qualname__ = name
+    call.__code__ = call.__code__.replace(co_name=name, co_qualname=name)
+    return call
+
+
+class Receiving(Request):
+    """A request whose completion is a received message: its own ``Test`` and ``Wait`` call
+    ``_received`` (which counts it in the message log) once the base class's call says it is done."""
+
+    __slots__ = ()
+
+    def _received(self) -> None:
+        raise NotImplementedError
+
+    def Test(self, status: Any = None) -> bool:
+        done = super().Test(status)  # type: ignore[safe-super]  # a concrete request class follows in the MRO
+        if done:
+            self._received()
+        return done
+
+    def Wait(self, status: Any = None) -> Literal[True]:
+        super().Wait(status)  # type: ignore[safe-super]  # a concrete request class follows in the MRO
+        self._received()
+        return True
 
 
 def rehook(comm: Any) -> None:

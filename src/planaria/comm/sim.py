@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from planaria._lazy import np
 from mpi4py import MPI
 
-from planaria.comm.base import Comm, Request, _dumps, _offsets, _split
+from planaria.comm.base import Comm, Receiving, Request, _dumps, _offsets, _split, named
 from planaria.comm.matched import Matched
 from planaria.comm import errors as _errors
 from planaria.comm import flight as _flight
@@ -297,7 +297,7 @@ class _SimLReq(_SimReq):
         return obj
 
 
-class _SimPreq(_SimReq, MPI.Prequest):
+class _SimPreq(Receiving, _SimReq, MPI.Prequest):
     """A persistent request (``Send_init``, ``Recv_init``, ``Allreduce_init``...): ``Start`` is a call
     entry (injection point and failure checks); the waits are ``_SimReq``'s (peer None: a
     collective). A recorded communicator counts a send when started, a receive when completed,
@@ -324,21 +324,10 @@ class _SimPreq(_SimReq, MPI.Prequest):
             else:
                 self._count = peer
 
-    def _counted(self) -> None:
+    def _received(self) -> None:
         if self._count >= 0:
             self._comm._ml_recvd[self._count] += 1
             self._count = -1
-
-    def Test(self, status: Any = None) -> bool:
-        done = _SimReq.Test(self, status)
-        if done:
-            self._counted()
-        return done
-
-    def Wait(self, status: Any = None) -> Literal[True]:
-        _SimReq.Wait(self, status)
-        self._counted()
-        return True
 
 
 class _SimDone(_SimReq):
@@ -469,11 +458,31 @@ class _SimObjRecv(Request):
         self._done = True
 
 
-def _named(call: Callable[..., Any], name: str) -> None:
-    """Name a method made by a factory ``name``, code object included: each gets its own, so the
-    message log's stack reading (``msglog._codes``) and tracebacks show the mpi4py call."""
-    call.__name__ = call.__qualname__ = name
-    call.__code__ = call.__code__.replace(co_name=name, co_qualname=name)
+def _rooted(name: str, post: Callable[..., Any], kind: int = 0, noted_recv: bool = False) -> Callable[..., None]:
+    """A ``SimComm`` method for mpi4py's rooted buffer collective whose nonblocking form is ``post``
+    (``MPI.Comm.Igather``...): the message log's sequence number, a flight-record note of kind
+    ``kind`` (none when 0) on the send buffer (``noted_recv``: the receive buffer), the call entry,
+    the nonblocking call waited for with failure checks."""
+    def method(self: SimComm, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
+            if kind:
+                _flight.note(self, kind, recvbuf if noted_recv else sendbuf)
+        self._enter(None)
+        self._coll(post(self._c, sendbuf, recvbuf, root), sendbuf, recvbuf)
+    return named(method, name)
+
+
+def _to_all(name: str, post: Callable[..., Any], kind: int = 0) -> Callable[..., None]:
+    """``_rooted`` for a collective without a root (``MPI.Comm.Iallgather``...), the send buffer noted."""
+    def method(self: SimComm, sendbuf: Any, recvbuf: Any) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
+            if kind:
+                _flight.note(self, kind, sendbuf)
+        self._enter(None)
+        self._coll(post(self._c, sendbuf, recvbuf), sendbuf, recvbuf)
+    return named(method, name)
 
 
 def _nonblocking(name: str) -> Callable[..., _SimReq]:
@@ -491,7 +500,7 @@ def _nonblocking(name: str) -> Callable[..., _SimReq]:
             r._keep = (args, kwargs)
             return r
         return _SimReq(req, self, None, keep=(args, kwargs))
-    _named(call, name)
+    named(call, name)
     call.__doc__ = f"mpi4py's ``{name}``, failure-safe: its request raises instead of waiting for a failed member."
     return call
 
@@ -511,7 +520,7 @@ def _persistent(name: str, send: bool) -> Callable[..., _SimPreq]:
         peer = got.get(key, MPI.ANY_SOURCE)
         tag = got.get("tag", 0 if send else MPI.ANY_TAG)
         return _SimPreq(getattr(self._c, name)(buf, peer, tag), self, peer, send, (buf,))
-    _named(call, name)
+    named(call, name)
     call.__doc__ = f"mpi4py's ``{name}``: a persistent request whose ``Start`` and waits are failure-safe."
     return call
 
@@ -524,7 +533,7 @@ def _persistent_collective(name: str) -> Callable[..., _SimPreq]:
     def call(self: SimComm, *args: Any, **kwargs: Any) -> _SimPreq:
         self._sync()
         return _SimPreq(getattr(self._c, name)(*args, **kwargs), self, None, False, (args, kwargs))
-    _named(call, name)
+    named(call, name)
     call.__doc__ = f"mpi4py's ``{name}``: a persistent collective request whose ``Start`` and waits are failure-safe."
     return call
 
@@ -538,7 +547,7 @@ def _blocking(iname: str) -> Callable[..., None]:
             self._ml_seq += 1
         self._enter(None)
         self._coll(getattr(self._c, iname)(*args, **kwargs), args, kwargs)
-    _named(call, name)
+    named(call, name)
     call.__doc__ = f"mpi4py's ``{name}``: ``{iname}`` waited for with failure checks."
     return call
 
@@ -854,57 +863,14 @@ class SimComm(Comm, MPI.Intracomm):
         self._enter(None)
         self._coll(self._c.Iallreduce(sendbuf, recvbuf, MPI.SUM if op is None else op), sendbuf, recvbuf)
 
-    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            _flight.note(self, _flight.GATHER, sendbuf)
-        self._enter(None)
-        self._coll(self._c.Igather(sendbuf, recvbuf, root), sendbuf, recvbuf)
-
-    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-        self._enter(None)
-        self._coll(self._c.Igatherv(sendbuf, recvbuf, root), sendbuf, recvbuf)
-
-    def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            _flight.note(self, _flight.ALLGATHER, sendbuf)
-        self._enter(None)
-        self._coll(self._c.Iallgather(sendbuf, recvbuf), sendbuf, recvbuf)
-
-    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-        self._enter(None)
-        self._coll(self._c.Iallgatherv(sendbuf, recvbuf), sendbuf, recvbuf)
-
-    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            _flight.note(self, _flight.SCATTER, recvbuf)
-        self._enter(None)
-        self._coll(self._c.Iscatter(sendbuf, recvbuf, root), sendbuf, recvbuf)
-
-    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-        self._enter(None)
-        self._coll(self._c.Iscatterv(sendbuf, recvbuf, root), sendbuf, recvbuf)
-
-    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            _flight.note(self, _flight.ALLTOALL, sendbuf)
-        self._enter(None)
-        self._coll(self._c.Ialltoall(sendbuf, recvbuf), sendbuf, recvbuf)
-
-    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-        self._enter(None)
-        self._coll(self._c.Ialltoallv(sendbuf, recvbuf), sendbuf, recvbuf)
+    Gather = _rooted("Gather", MPI.Comm.Igather, _flight.GATHER)
+    Gatherv = _rooted("Gatherv", MPI.Comm.Igatherv)
+    Allgather = _to_all("Allgather", MPI.Comm.Iallgather, _flight.ALLGATHER)
+    Allgatherv = _to_all("Allgatherv", MPI.Comm.Iallgatherv)
+    Scatter = _rooted("Scatter", MPI.Comm.Iscatter, _flight.SCATTER, noted_recv=True)
+    Scatterv = _rooted("Scatterv", MPI.Comm.Iscatterv)
+    Alltoall = _to_all("Alltoall", MPI.Comm.Ialltoall, _flight.ALLTOALL)
+    Alltoallv = _to_all("Alltoallv", MPI.Comm.Ialltoallv)
 
     # -- the rest of mpi4py's point-to-point calls -------------------------------------------
     # Each posts the nonblocking MPI call and, for the blocking forms, waits for it in the

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 from planaria._lazy import np
 from mpi4py import MPI
 
-from planaria.comm.base import E, Comm, Request, noted, rehook
+from planaria.comm.base import E, Comm, Receiving, Request, named, noted, rehook
 from planaria.comm.matched import Matched
 from planaria.comm import errors as _errors
 from planaria.comm import flight as _flight
@@ -47,7 +47,7 @@ _FAILED_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING)
 _SEND, _RECV, _SENDRECV, _ALLREDUCE = MPI.Comm.Send, MPI.Comm.Recv, MPI.Comm.Sendrecv, MPI.Comm.Allreduce
 _IS_REVOKED = MPI.Comm.Is_revoked
 _NEW_REQUEST = MPI.Request.__new__
-_ISEND, _IRECV = MPI.Comm.Isend, MPI.Comm.Irecv
+_ISEND, _IRECV, _ISEND_OBJ = MPI.Comm.Isend, MPI.Comm.Irecv, MPI.Comm.isend
 
 
 def ulfm_available() -> bool:
@@ -60,6 +60,36 @@ def ulfm_available() -> bool:
 
 
 _R_Wait, _R_Test, _R_wait, _R_test = MPI.Request.Wait, MPI.Request.Test, MPI.Request.wait, MPI.Request.test
+
+
+def _rooted(name: str, call: Callable[..., None], kind: int = 0, noted_recv: bool = False) -> Callable[..., None]:
+    """A ``UlfmComm`` method for mpi4py's rooted buffer collective ``call`` (``MPI.Comm.Gather``...):
+    the message log's sequence number, a flight-record note of kind ``kind`` (none when 0) on the
+    send buffer (``noted_recv``: the receive buffer), mpi4py's C method, ULFM's errors mapped."""
+    def method(self: UlfmComm, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
+            if kind:
+                _flight.note(self, kind, recvbuf if noted_recv else sendbuf)
+        try:
+            call(self._c, sendbuf, recvbuf, root)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+    return named(method, name)
+
+
+def _to_all(name: str, call: Callable[..., None], kind: int = 0) -> Callable[..., None]:
+    """``_rooted`` for a collective without a root (``MPI.Comm.Allgather``...), the send buffer noted."""
+    def method(self: UlfmComm, sendbuf: Any, recvbuf: Any) -> None:
+        if self._ml_on:
+            self._ml_seq += 1
+            if kind:
+                _flight.note(self, kind, sendbuf)
+        try:
+            call(self._c, sendbuf, recvbuf)
+        except MPI.Exception as e:
+            raise self._convert(e) from e
+    return named(method, name)
 
 
 class _Req(Request, MPI.Request):
@@ -122,22 +152,8 @@ class _PReq(_Req, MPI.Prequest):
             raise self._comm._convert(e) from e
 
 
-class _Receiving(_Req):
+class _Receiving(Receiving, _Req):
     """A request whose completion is a received message: ``_received`` counts it in the message log."""
-
-    def _received(self) -> None:
-        raise NotImplementedError
-
-    def Test(self, status: Any = None) -> bool:
-        done = _Req.Test(self, status)
-        if done:
-            self._received()
-        return done
-
-    def Wait(self, status: Any = None) -> Literal[True]:
-        _Req.Wait(self, status)
-        self._received()
-        return True
 
     def test(self, status: Any = None) -> tuple[bool, Any]:
         done, obj = _Req.test(self, status)
@@ -602,7 +618,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> _Req | _Done:
         if self._hooks:                         # the message log or message faults
-            return self._isend_hooked(buf, dest, tag)
+            return self._send_posted(_ISEND, self, "Isend", buf, dest, tag, buf)
         if _IS_REVOKED(self):                   # Open MPI 5.0.11 would post it and complete it locally
             raise self._convert_revoked()
         try:
@@ -612,7 +628,10 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         req._comm = self
         return req
 
-    def _isend_hooked(self, buf: Any, dest: int, tag: int) -> _Req | _Done:
+    def _send_posted(self, post: Callable[..., Any], on: Any, name: str, buf: Any, dest: int, tag: int,
+                     logged: Any) -> _Req | _Done:
+        """A nonblocking send ``post(on, buf, dest, tag)`` (mpi4py's ``name``) with the message log
+        and message faults: a dropped message is not posted; the log keeps ``logged`` as its buffer."""
         if self._msgfault is not None and not self._outgoing(dest):
             if self._ml_on and dest >= 0:       # a dropped message counts as sent
                 self._ml_sent[dest] += 1
@@ -620,13 +639,13 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         if _IS_REVOKED(self):
             raise self._convert_revoked()
         try:
-            req = _ISEND(self, buf, dest, tag)
+            req = post(on, buf, dest, tag)
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on:
             if dest >= 0:                       # counted when posted
                 self._ml_sent[dest] += 1
-            return _LReq(req, self, "Isend", dest, tag, buf, -1)
+            return _LReq(req, self, name, dest, tag, logged, -1)
         return _Req(req, self)
 
     def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> _Req:
@@ -682,21 +701,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         return obj
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> _Req | _Done:
-        if self._msgfault is not None and not self._outgoing(dest):
-            if self._ml_on and dest >= 0:       # a dropped message counts as sent
-                self._ml_sent[dest] += 1
-            return _Done()
-        if _IS_REVOKED(self):
-            raise self._convert_revoked()
-        try:
-            req = self._c.isend(obj, dest, tag)
-        except MPI.Exception as e:
-            raise self._convert(e) from e
-        if self._ml_on:
-            if dest >= 0:
-                self._ml_sent[dest] += 1
-            return _LReq(req, self, "isend", dest, tag, None, -1)
-        return _Req(req, self)
+        return self._send_posted(_ISEND_OBJ, self._c, "isend", obj, dest, tag, None)
 
     def irecv(self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> _Req:
         """mpi4py's ``irecv``: a receive posted at once, into ``buf`` (a writable buffer, or a size in
@@ -749,31 +754,9 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         except MPI.Exception as e:
             raise self._convert(e) from e
 
-    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            _flight.note(self, _flight.GATHER, sendbuf)
-        try:
-            self._c.Gather(sendbuf, recvbuf, root)
-        except MPI.Exception as e:
-            raise self._convert(e) from e
-
-    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-        try:
-            self._c.Gatherv(sendbuf, recvbuf, root)
-        except MPI.Exception as e:
-            raise self._convert(e) from e
-
-    def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            _flight.note(self, _flight.ALLGATHER, sendbuf)
-        try:
-            self._c.Allgather(sendbuf, recvbuf)
-        except MPI.Exception as e:
-            raise self._convert(e) from e
+    Gather = _rooted("Gather", MPI.Comm.Gather, _flight.GATHER)
+    Gatherv = _rooted("Gatherv", MPI.Comm.Gatherv)
+    Allgather = _to_all("Allgather", MPI.Comm.Allgather, _flight.ALLGATHER)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
         if self._ml_on:
@@ -785,39 +768,10 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         if _IS_REVOKED(self):     # Open MPI 5.0.11 returns success, nothing received, when revoked inside it
             raise self._convert_revoked()
 
-    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            _flight.note(self, _flight.SCATTER, recvbuf)
-        try:
-            self._c.Scatter(sendbuf, recvbuf, root)
-        except MPI.Exception as e:
-            raise self._convert(e) from e
-
-    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-        try:
-            self._c.Scatterv(sendbuf, recvbuf, root)
-        except MPI.Exception as e:
-            raise self._convert(e) from e
-
-    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            _flight.note(self, _flight.ALLTOALL, sendbuf)
-        try:
-            self._c.Alltoall(sendbuf, recvbuf)
-        except MPI.Exception as e:
-            raise self._convert(e) from e
-
-    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-        try:
-            self._c.Alltoallv(sendbuf, recvbuf)
-        except MPI.Exception as e:
-            raise self._convert(e) from e
+    Scatter = _rooted("Scatter", MPI.Comm.Scatter, _flight.SCATTER, noted_recv=True)
+    Scatterv = _rooted("Scatterv", MPI.Comm.Scatterv)
+    Alltoall = _to_all("Alltoall", MPI.Comm.Alltoall, _flight.ALLTOALL)
+    Alltoallv = _to_all("Alltoallv", MPI.Comm.Alltoallv)
 
     # -- fault tolerance -------------------------------------------------------------------
     def revoke(self) -> None:

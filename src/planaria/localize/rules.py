@@ -457,25 +457,40 @@ class DedupRule(MergeRule):
         return Verdict(f"{len(window)} identical reports", "duplicate", PRIORITY["duplicate"])
 
 
-class ManyToOneRule(MergeRule):
-    """Several ranks time out on (or report the failure of) the same rank."""
+class _ManySourcesRule(MergeRule):
+    """A merge rule whose incident needs records from ``min_sources`` ranks within ``window``,
+    confirmed by a vote probe (``NAME`` and ``DOC``: the subclass's default name and its description)."""
 
-    TYPES = frozenset({MSG_TIMEOUT, PING_TIMEOUT, SLOW_MESSAGE, PROC_FAILED})
+    NAME = ""
+    DOC = ""
 
-    def __init__(self, window: float = 10.0, min_sources: int = 2, name: str = "many-to-one") -> None:
-        self.name, self.window, self.min_sources = name, _positive(window, "window"), int(min_sources)
+    def __init__(self, window: float = 10.0, min_sources: int = 2, name: str | None = None) -> None:
+        self.name, self.window, self.min_sources = name or self.NAME, _positive(window, "window"), int(min_sources)
         self.probe = VOTE
-        self.doc = "many ranks time out on the same rank: one incident naming that rank, confirmed by a vote"
-
-    def key(self, rec: ErrorRecord, ctx: RuleBase) -> Hashable | None:
-        return rec.dst if rec.type in self.TYPES and rec.dst is not None else None
+        self.doc = self.DOC
 
     def fires(self, cluster: Cluster, added: ErrorRecord | None, ctx: RuleBase) -> bool:
         return _sources_reach(cluster, added, self.min_sources)
 
-    def decide(self, window: Sequence[ErrorRecord], ctx: RuleBase) -> Verdict | None:
+    def _sources(self, window: Sequence[ErrorRecord]) -> set[int] | None:
+        """The ranks that reported the records of ``window``; None when they are fewer than ``min_sources``."""
         srcs = {r.src for r in window}
-        if len(srcs) < self.min_sources:
+        return srcs if len(srcs) >= self.min_sources else None
+
+
+class ManyToOneRule(_ManySourcesRule):
+    """Several ranks time out on (or report the failure of) the same rank."""
+
+    TYPES = frozenset({MSG_TIMEOUT, PING_TIMEOUT, SLOW_MESSAGE, PROC_FAILED})
+    NAME = "many-to-one"
+    DOC = "many ranks time out on the same rank: one incident naming that rank, confirmed by a vote"
+
+    def key(self, rec: ErrorRecord, ctx: RuleBase) -> Hashable | None:
+        return rec.dst if rec.type in self.TYPES and rec.dst is not None else None
+
+    def decide(self, window: Sequence[ErrorRecord], ctx: RuleBase) -> Verdict | None:
+        srcs = self._sources(window)
+        if srcs is None:
             return None
         d = window[0].dst
         if d is None:                   # not keyed: every record of the window names its dst
@@ -487,25 +502,20 @@ class ManyToOneRule(MergeRule):
                        "timeout", PRIORITY["timeout"] + 5, (d,), window[0].host)
 
 
-class CollectiveHangRule(MergeRule):
+class CollectiveHangRule(_ManySourcesRule):
     """Several ranks hang in collectives on the same rank (or, with no suspect, the same communicator)."""
 
-    def __init__(self, window: float = 10.0, min_sources: int = 2, name: str = "collective-hang") -> None:
-        self.name, self.window, self.min_sources = name, _positive(window, "window"), int(min_sources)
-        self.probe = VOTE
-        self.doc = "many collectives hang on the same rank: one incident naming that rank"
+    NAME = "collective-hang"
+    DOC = "many collectives hang on the same rank: one incident naming that rank"
 
     def key(self, rec: ErrorRecord, ctx: RuleBase) -> Hashable | None:
         if rec.type != COLL_TIMEOUT:
             return None
         return ("rank", rec.dst) if rec.dst is not None else ("comm", rec.comm)
 
-    def fires(self, cluster: Cluster, added: ErrorRecord | None, ctx: RuleBase) -> bool:
-        return _sources_reach(cluster, added, self.min_sources)
-
     def decide(self, window: Sequence[ErrorRecord], ctx: RuleBase) -> Verdict | None:
-        srcs = {r.src for r in window}
-        if len(srcs) < self.min_sources:
+        srcs = self._sources(window)
+        if srcs is None:
             return None
         ops, comms = _join((r.op for r in window), "a collective"), _join(r.comm for r in window)
         d = window[0].dst

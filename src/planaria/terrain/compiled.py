@@ -85,6 +85,18 @@ if numba is not None:
             out[j] = 1 if (not np.isfinite(v)) or (use_nd and v == nd) else 0
 
     @_jit
+    def _side(mid, first, last):
+        """One side of Horn's window as the reference adds it: ``(2 mid + first) + last``."""
+        s = mid * 2.0
+        s = s + first
+        return s + last
+
+    @_jit
+    def _lesser(a, b):
+        """``numpy.minimum(a, b)``: ``b`` unless ``a < b`` (also for -0.0 against 0.0)."""
+        return a if a < b else b
+
+    @_jit
     def _slope_hyp(z, i0, i1, d8x, d8y, nd, use_nd, hyp, badw, ring):
         """Slab rows ``i0..i1-1`` (each with its row above and below in ``z``): hyp[k, j] =
         sqrt(dzdx^2 + dzdy^2), badw[k, j] = 1 where the 3x3 window touches an invalid cell
@@ -116,21 +128,9 @@ if numba is not None:
                 h = np.float64(zc[j])
                 ii = np.float64(zc[j + 1])
                 # the reference's order: ((2F + C) + I) - ((2D + A) + G), then / (8 dx); likewise dz/dy
-                p = f * 2.0
-                p = p + c
-                p = p + ii
-                q = d * 2.0
-                q = q + a
-                q = q + g
-                p = p - q
+                p = _side(f, c, ii) - _side(d, a, g)
                 p = p / d8x
-                q = h * 2.0
-                q = q + g
-                q = q + ii
-                t = b * 2.0
-                t = t + a
-                t = t + c
-                q = q - t
+                q = _side(h, g, ii) - _side(b, a, c)
                 q = q / d8y
                 p = p * p
                 q = q * q
@@ -149,36 +149,38 @@ if numba is not None:
                 orow[j] = fill if bw[j] else hr[j] * DEG
 
     @_jit
-    def _vsum(z, top, w, c0, n, s, lo):
-        """Column sums (rows ``top..top+w-1`` added top to bottom) and minima of columns ``c0..c0+n-1``."""
-        zr = z[top, c0:c0 + n]
+    def _first_row(zr, n, s, lo):
+        """Start column sums ``s`` and minima ``lo`` with the row ``zr`` (its first ``n`` columns)."""
         for j in range(n):
             v = np.float64(zr[j])
             s[j] = v
             lo[j] = v
+
+    @_jit
+    def _next_row(zr, n, s, lo):
+        """Add the row ``zr`` to the column sums ``s`` and take it into the minima ``lo``."""
+        for j in range(n):
+            v = np.float64(zr[j])
+            s[j] = s[j] + v
+            lo[j] = _lesser(lo[j], v)
+
+    @_jit
+    def _vsum(z, top, w, c0, n, s, lo):
+        """Column sums (rows ``top..top+w-1`` added top to bottom) and minima of columns ``c0..c0+n-1``."""
+        _first_row(z[top, c0:c0 + n], n, s, lo)
         for dk in range(1, w):
-            zr = z[top + dk, c0:c0 + n]
-            for j in range(n):
-                v = np.float64(zr[j])
-                s[j] = s[j] + v
-                a = lo[j]
-                lo[j] = a if a < v else v  # numpy.minimum(a, v): v unless a < v
+            _next_row(z[top + dk, c0:c0 + n], n, s, lo)
 
     @_jit
     def _vsum2(z, top, w, c0, n, s, lo, s2, lo2):
-        """:func:`_vsum` for the windows starting at rows ``top`` and ``top + 1`` at once: each input row is
-        loaded once for both (each sum still adds its own rows top to bottom)."""
-        zr = z[top, c0:c0 + n]
-        for j in range(n):
-            v = np.float64(zr[j])
-            s[j] = v
-            lo[j] = v
+        """:func:`_vsum` for the windows starting at rows ``top`` and ``top + 1`` at once: each input row the
+        two share is loaded once for both (each sum still adds its own rows top to bottom)."""
+        _first_row(z[top, c0:c0 + n], n, s, lo)
         zr = z[top + 1, c0:c0 + n]
         for j in range(n):
             v = np.float64(zr[j])
             s[j] = s[j] + v
-            a = lo[j]
-            lo[j] = a if a < v else v
+            lo[j] = _lesser(lo[j], v)
             s2[j] = v
             lo2[j] = v
         for dk in range(2, w):
@@ -186,17 +188,10 @@ if numba is not None:
             for j in range(n):
                 v = np.float64(zr[j])
                 s[j] = s[j] + v
-                a = lo[j]
-                lo[j] = a if a < v else v
+                lo[j] = _lesser(lo[j], v)
                 s2[j] = s2[j] + v
-                b = lo2[j]
-                lo2[j] = b if b < v else v
-        zr = z[top + w, c0:c0 + n]
-        for j in range(n):
-            v = np.float64(zr[j])
-            s2[j] = s2[j] + v
-            b = lo2[j]
-            lo2[j] = b if b < v else v
+                lo2[j] = _lesser(lo2[j], v)
+        _next_row(z[top + w, c0:c0 + n], n, s2, lo2)
 
     @_jit
     def _hpass(s, lo, vr, w, n_out, count, fill, oc, t, mn, hb):
@@ -209,9 +204,7 @@ if numba is not None:
         for dk in range(1, w):
             for j in range(n_out):
                 t[j] = t[j] + s[j + dk]
-                a = mn[j]
-                b = lo[j + dk]
-                mn[j] = a if a < b else b
+                mn[j] = _lesser(mn[j], lo[j + dk])
                 hb[j] |= vr[j + dk]
         for j in range(n_out):
             oc[j] = fill if hb[j] else t[j] / count - mn[j]
@@ -295,8 +288,8 @@ def prepare(z: np.ndarray, nodata: float | None, dtype: np.dtype | type) -> tupl
     return np.ascontiguousarray(z), nd, use_nd
 
 
-def slope_rows(z: np.ndarray, d8x: float, d8y: float, nd: object, use_nd: bool, out: np.ndarray,
-               a: int, b: int, s0: int, r0: int, fill: float) -> None:
+def slope_rows(z: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
+               fill: float, d8x: float, d8y: float) -> None:
     """Fill ``out`` rows for absolute rows ``[a, b)`` (columns 1..m-2) from the slab ``z`` starting at row ``s0``."""
     m = z.shape[1]
     band = max(1, min(b - a, BAND_CELLS // m))
@@ -313,8 +306,8 @@ def slope_rows(z: np.ndarray, d8x: float, d8y: float, nd: object, use_nd: bool, 
             _slope_finish(hv, badw, k, fill, out, ra - r0)
 
 
-def cut_depth_rows(z: np.ndarray, h: int, nd: object, use_nd: bool, count: float, out: np.ndarray,
-                   a: int, b: int, s0: int, r0: int, fill: float) -> None:
+def cut_depth_rows(z: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
+                   fill: float, h: int, count: float) -> None:
     """Fill ``out`` rows for absolute rows ``[a, b)`` (columns h..m-h-1) from the slab ``z`` starting at row ``s0``."""
     m = z.shape[1]
     w = 2 * h + 1
@@ -328,28 +321,35 @@ def cut_depth_rows(z: np.ndarray, h: int, nd: object, use_nd: bool, count: float
                     t, mn)
 
 
+#: the kernels' names (as in ``planaria.terrain.kernels``) -> (window, their rows loop, its parameters: 8 dx and
+#: 8 dy for slope, the halo and the window's cell count for cut depth)
+_LOOPS: dict[str, tuple[int, Callable[..., None], tuple[float, ...]]] = {
+    "slope": (3, slope_rows, (8.0, 8.0)),
+    "cutdepth": (11, cut_depth_rows, (halo(11), 121.0)),
+}
+
+
 def warm_up(kernel: str | None = None, z_dtype: np.dtype | str | None = None,
             out_dtype: np.dtype | str | None = None) -> None:
     """Compile, or load from numba's cache, the loops of ``kernel`` (default: both) for DEMs of
     ``z_dtype`` and outputs of ``out_dtype`` (default: float32 and float64 each), so that the first
     real call does not pay for it."""
-    from planaria.terrain import kernels
-    names = [kernel] if kernel else sorted(kernels)
+    names = [kernel] if kernel else sorted(_LOOPS)
     zs: list[np.dtype] = [np.dtype(z_dtype)] if z_dtype is not None else list(_FLOATS)
     outs: list[np.dtype] = [np.dtype(out_dtype)] if out_dtype is not None else list(_FLOATS)
     for name in names:
-        fn, window = kernels[name]
+        window, loop, params = _LOOPS[name]
         for zt in zs:
             z = np.arange((window + 2) * (window + 3), dtype=zt).reshape(window + 2, window + 3)
             for ot in outs:
-                fn(z, nodata=-1.0, dtype=ot)
+                run(z, window, -1.0, None, ot, loop, *params)
 
 
 def run(z: np.ndarray, window: int, nodata: float | None, rows: tuple[int, int] | None, dtype: np.dtype | type | None,
-        fill_rows: Callable[..., None]) -> np.ndarray | None:
+        fill_rows: Callable[..., None], *params: Any) -> np.ndarray | None:
     """The slab contract of :mod:`planaria.terrain.window` around a compiled loop: the border rows and
-    columns get the fill value, ``fill_rows(z, nd, use_nd, out, a, b, s0, r0, fill)`` the others.
-    None when the compiled loops do not take this input or output dtype."""
+    columns get the fill value, ``fill_rows(z, nd, use_nd, out, a, b, s0, r0, fill, *params)`` the others
+    (``slope_rows``, ``cut_depth_rows``). None when the compiled loops do not take this input or output dtype."""
     z = check_elevations(z)
     dtype = output_dtype(z.dtype, dtype)
     prep = prepare(z, nodata, dtype)
@@ -368,5 +368,5 @@ def run(z: np.ndarray, window: int, nodata: float | None, rows: tuple[int, int] 
         out[b - r0:] = fill
         out[:, :h] = fill
         out[:, m - h:] = fill
-    fill_rows(zc, nd, use_nd, out, a, b, s0, r0, fill)
+    fill_rows(zc, nd, use_nd, out, a, b, s0, r0, fill, *params)
     return out

@@ -28,6 +28,8 @@ exactly rounded mean by at most about ``window**2 * eps * max|z|``, i.e.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from planaria.terrain import compiled
@@ -43,36 +45,30 @@ def cut_depth(
     rows: tuple[int, int] | None = None,
     dtype: np.dtype | type | None = None,
     window: int = WINDOW,
+    *,
+    reference: bool = False,
 ) -> np.ndarray:
     """Cut depth of ``z``; ``cell_size`` is accepted for a uniform kernel
     signature and not used.  ``rows`` as in :mod:`planaria.terrain.window`.
 
-    Compiled; bit-identical to :func:`cut_depth_reference` (which runs when the compiled loop does
-    not take the dtypes)."""
+    Compiled; bit-identical to the numpy kernel (``reference=True``, or
+    :func:`cut_depth_reference`), which runs when the compiled loop does not take the dtypes."""
     h = halo(window)
     count = float(window * window)
-
-    def rows_fn(zc: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
-                fill: float) -> None:
-        compiled.cut_depth_rows(zc, h, nd, use_nd, count, out, a, b, s0, r0, fill)
-    out = compiled.run(z, window, nodata, rows, dtype, rows_fn)
-    if out is None:
-        return cut_depth_reference(z, cell_size, nodata, rows, dtype, window)
-    return out
+    if not reference:
+        out = compiled.run(z, window, nodata, rows, dtype, compiled.cut_depth_rows, h, count)
+        if out is not None:
+            return out
+    return _cut_depth_reference(z, nodata, rows, dtype, window, count)
 
 
-def cut_depth_reference(
-    z: np.ndarray,
-    cell_size: tuple[float, float] = (1.0, 1.0),
-    nodata: float | None = None,
-    rows: tuple[int, int] | None = None,
-    dtype: np.dtype | type | None = None,
-    window: int = WINDOW,
-) -> np.ndarray:
-    """The numpy cut-depth kernel (tiles of separable passes): the reference for :func:`cut_depth`."""
-    halo(window)
-    count = float(window * window)
+#: the numpy cut-depth kernel (tiles of separable passes): the reference for :func:`cut_depth`
+cut_depth_reference = functools.partial(cut_depth, reference=True)
 
+
+def _cut_depth_reference(z: np.ndarray, nodata: float | None, rows: tuple[int, int] | None,
+                         dtype: np.dtype | type | None, window: int, count: float) -> np.ndarray:
+    """The numpy cut-depth kernel (tiles of separable passes)."""
     def core(w: np.ndarray, h: int) -> np.ndarray:
         n, m = w.shape
         r = n - 2 * h

@@ -33,6 +33,7 @@ See :mod:`planaria.terrain.window` for the ``rows``/halo contract.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -59,34 +60,37 @@ def slope_degrees(
     nodata: float | None = None,
     rows: tuple[int, int] | None = None,
     dtype: np.dtype | type | None = None,
+    *,
+    reference: bool = False,
 ) -> np.ndarray:
     """Slope (degrees) of ``z``; with ``rows=(r0, r1)``, ``z`` is the slab
     ``slab_bounds(r0, r1, H, 3)`` and only those output rows are returned.
 
-    Compiled; bit-identical to :func:`slope_degrees_reference` (which runs when the compiled
-    loop does not take the dtypes)."""
+    Compiled; bit-identical to the numpy kernel (``reference=True``, or
+    :func:`slope_degrees_reference`), which runs when the compiled loop does not take the dtypes."""
     dx, dy = _check_cell_size(cell_size)
-    d8x, d8y = 8.0 * dx, 8.0 * dy
-
-    def rows_fn(zc: np.ndarray, nd: object, use_nd: bool, out: np.ndarray, a: int, b: int, s0: int, r0: int,
-                fill: float) -> None:
-        compiled.slope_rows(zc, d8x, d8y, nd, use_nd, out, a, b, s0, r0, fill)
-    out = compiled.run(z, WINDOW, nodata, rows, dtype, rows_fn)
-    if out is None:
-        return slope_degrees_reference(z, cell_size, nodata, rows, dtype)
-    return out
+    if not reference:
+        out = compiled.run(z, WINDOW, nodata, rows, dtype, compiled.slope_rows, 8.0 * dx, 8.0 * dy)
+        if out is not None:
+            return out
+    return _slope_reference(z, dx, dy, nodata, rows, dtype)
 
 
-def slope_degrees_reference(
-    z: np.ndarray,
-    cell_size: tuple[float, float] = (1.0, 1.0),
-    nodata: float | None = None,
-    rows: tuple[int, int] | None = None,
-    dtype: np.dtype | type | None = None,
-) -> np.ndarray:
-    """The numpy slope kernel (tiles of in-place elementwise passes): the reference for :func:`slope_degrees`."""
-    dx, dy = _check_cell_size(cell_size)
+#: the numpy slope kernel (tiles of in-place elementwise passes): the reference for :func:`slope_degrees`
+slope_degrees_reference = functools.partial(slope_degrees, reference=True)
 
+
+def _side(mid: np.ndarray, first: np.ndarray, last: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """One side of Horn's window, ``(2 mid + first) + last``, in place in a new array (or ``out``)."""
+    s = np.multiply(mid, 2.0, out=out)
+    s += first
+    s += last
+    return s
+
+
+def _slope_reference(z: np.ndarray, dx: float, dy: float, nodata: float | None, rows: tuple[int, int] | None,
+                     dtype: np.dtype | type | None) -> np.ndarray:
+    """The numpy slope kernel (tiles of in-place elementwise passes)."""
     def core(w: np.ndarray, h: int) -> np.ndarray:
         n, m = w.shape
         r = n - 2
@@ -103,21 +107,12 @@ def slope_degrees_reference(
         #   dzdx = ((C + 2F + I) - (A + 2D + G)) / (8 dx),  dzdy likewise,
         #   degrees(arctan(sqrt(dzdx^2 + dzdy^2)))
         # but in place (addition and multiplication are commutative bit for bit)
-        p = np.multiply(F, 2.0)
-        p += C
-        p += I
-        q = np.multiply(D, 2.0)
-        q += A
-        q += G
+        p = _side(F, C, I)
+        q = _side(D, A, G)
         p -= q
         p /= 8.0 * dx
-        np.multiply(H, 2.0, out=q)
-        q += G
-        q += I
-        t = np.multiply(B, 2.0)
-        t += A
-        t += C
-        q -= t
+        _side(H, G, I, out=q)
+        q -= _side(B, A, C)
         q /= 8.0 * dy
         p *= p
         q *= q

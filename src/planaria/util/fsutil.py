@@ -9,6 +9,22 @@ from pathlib import Path
 
 
 @contextmanager
+def _replacing(target: Path, suffix: str) -> Iterator[tuple[int, str]]:
+    """A temporary file beside ``target`` (its descriptor and path) for the body to write and rename
+    onto ``target``; on an error it is removed, after the body the directory is fsynced."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=str(target.parent))
+    try:
+        yield fd, tmp
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(target.parent)
+
+
+@contextmanager
 def atomic_output(path: str | os.PathLike[str], suffix: str = ".tmp", mode: int = 0o644) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` to write; on a clean exit it is fsynced, given
     ``mode`` and renamed onto ``path`` (then the directory is fsynced), on an error removed.
@@ -16,42 +32,26 @@ def atomic_output(path: str | os.PathLike[str], suffix: str = ".tmp", mode: int 
     For writers that stream or need a file name (a raster library); ``atomic_write`` for bytes.
     """
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=str(target.parent))
-    os.close(fd)
-    try:
+    with _replacing(target, suffix) as (fd, tmp):
+        os.close(fd)
         yield Path(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(target.parent)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o644) -> Path:
     """Write ``data`` to ``path`` atomically (temp file in the same dir, fsync, rename)."""
     target = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
-    try:
+    with _replacing(target, ".tmp") as (fd, tmp):
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(target.parent)
     return target
 
 
