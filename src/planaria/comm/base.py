@@ -609,6 +609,20 @@ class Comm(ABC):
         """``exc``, a failure error about to be raised (``noted``)."""
         return noted(self, exc)
 
+    def _ml_exchanged(self, dest: int, source: int) -> None:
+        """Count a completed ``Sendrecv`` in the message log (a negative peer is ``PROC_NULL``)."""
+        if dest >= 0:
+            self._ml_sent[dest] += 1
+        if source >= 0:
+            self._ml_recvd[source] += 1
+
+    def _ml_received(self, source: int, status: Any) -> None:
+        """Count a completed receive from ``source``, or by its sender (``status``) when it took any."""
+        if source >= 0:
+            self._ml_recvd[source] += 1
+        else:
+            self._ml_wildcard(status)
+
     def _ml_wildcard(self, status: Any) -> None:
         """Count a completed receive from any source by its sender (``status``), and remember where
         the program made it: a later receive that waits for the sender it took names it."""

@@ -73,6 +73,7 @@ from planaria.comm.base import Comm, Receiving, Request, _dumps, _offsets, _spli
 from planaria.comm.matched import Matched
 from planaria.comm import errors as _errors
 from planaria.comm import flight as _flight
+from planaria.comm import recorded
 from planaria.comm.errors import ProcFailedError, RevokedError
 
 CTL_TAG = 32001
@@ -458,31 +459,21 @@ class _SimObjRecv(Request):
         self._done = True
 
 
-def _rooted(name: str, post: Callable[..., Any], kind: int = 0, noted_recv: bool = False) -> Callable[..., None]:
-    """A ``SimComm`` method for mpi4py's rooted buffer collective whose nonblocking form is ``post``
-    (``MPI.Comm.Igather``...): the message log's sequence number, a flight-record note of kind
-    ``kind`` (none when 0) on the send buffer (``noted_recv``: the receive buffer), the call entry,
-    the nonblocking call waited for with failure checks."""
-    def method(self: SimComm, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            if kind:
-                _flight.note(self, kind, recvbuf if noted_recv else sendbuf)
+def _posted_rooted(post: Callable[..., Any]) -> Callable[[SimComm, Any, Any, int], None]:
+    """How a recorded rooted collective completes on sim: the call entry, then mpi4py's nonblocking
+    form ``post`` (``MPI.Comm.Igather``...) waited for with failure checks."""
+    def complete(self: SimComm, sendbuf: Any, recvbuf: Any, root: int) -> None:
         self._enter(None)
         self._coll(post(self._c, sendbuf, recvbuf, root), sendbuf, recvbuf)
-    return named(method, name)
+    return complete
 
 
-def _to_all(name: str, post: Callable[..., Any], kind: int = 0) -> Callable[..., None]:
-    """``_rooted`` for a collective without a root (``MPI.Comm.Iallgather``...), the send buffer noted."""
-    def method(self: SimComm, sendbuf: Any, recvbuf: Any) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            if kind:
-                _flight.note(self, kind, sendbuf)
+def _posted(post: Callable[..., Any]) -> Callable[[SimComm, Any, Any], None]:
+    """``_posted_rooted`` for a collective without a root."""
+    def complete(self: SimComm, sendbuf: Any, recvbuf: Any) -> None:
         self._enter(None)
         self._coll(post(self._c, sendbuf, recvbuf), sendbuf, recvbuf)
-    return named(method, name)
+    return complete
 
 
 def _nonblocking(name: str) -> Callable[..., _SimReq]:
@@ -773,10 +764,7 @@ class SimComm(Comm, MPI.Intracomm):
             self._wait(self._c.Isend(sendbuf, dest, sendtag), dest)
         self._wait(rreq, source, status, keep=(recvbuf,))
         if self._ml_on:
-            if dest >= 0:
-                self._ml_sent[dest] += 1
-            if source >= 0:
-                self._ml_recvd[source] += 1
+            self._ml_exchanged(dest, source)
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
         self._enter(dest)
@@ -801,10 +789,7 @@ class SimComm(Comm, MPI.Intracomm):
             return _PENDING if m is None else m.recv(status)
         obj = self._poll(test, source, None)
         if self._ml_on:
-            if source >= 0:
-                self._ml_recvd[source] += 1
-            else:
-                self._ml_wildcard(status)
+            self._ml_received(source, status)
         return obj
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> _SimReq:
@@ -863,14 +848,14 @@ class SimComm(Comm, MPI.Intracomm):
         self._enter(None)
         self._coll(self._c.Iallreduce(sendbuf, recvbuf, MPI.SUM if op is None else op), sendbuf, recvbuf)
 
-    Gather = _rooted("Gather", MPI.Comm.Igather, _flight.GATHER)
-    Gatherv = _rooted("Gatherv", MPI.Comm.Igatherv)
-    Allgather = _to_all("Allgather", MPI.Comm.Iallgather, _flight.ALLGATHER)
-    Allgatherv = _to_all("Allgatherv", MPI.Comm.Iallgatherv)
-    Scatter = _rooted("Scatter", MPI.Comm.Iscatter, _flight.SCATTER, noted_recv=True)
-    Scatterv = _rooted("Scatterv", MPI.Comm.Iscatterv)
-    Alltoall = _to_all("Alltoall", MPI.Comm.Ialltoall, _flight.ALLTOALL)
-    Alltoallv = _to_all("Alltoallv", MPI.Comm.Ialltoallv)
+    Gather = recorded.rooted("Gather", _posted_rooted(MPI.Comm.Igather), _flight.GATHER)
+    Gatherv = recorded.rooted("Gatherv", _posted_rooted(MPI.Comm.Igatherv))
+    Allgather = recorded.to_all("Allgather", _posted(MPI.Comm.Iallgather), _flight.ALLGATHER)
+    Allgatherv = recorded.to_all("Allgatherv", _posted(MPI.Comm.Iallgatherv))
+    Scatter = recorded.rooted("Scatter", _posted_rooted(MPI.Comm.Iscatter), _flight.SCATTER, noted_recv=True)
+    Scatterv = recorded.rooted("Scatterv", _posted_rooted(MPI.Comm.Iscatterv))
+    Alltoall = recorded.to_all("Alltoall", _posted(MPI.Comm.Ialltoall), _flight.ALLTOALL)
+    Alltoallv = recorded.to_all("Alltoallv", _posted(MPI.Comm.Ialltoallv))
 
     # -- the rest of mpi4py's point-to-point calls -------------------------------------------
     # Each posts the nonblocking MPI call and, for the blocking forms, waits for it in the
@@ -960,10 +945,7 @@ class SimComm(Comm, MPI.Intracomm):
         self._raise_if_broken(source, None)
         self._wait(self._post_sendrecv_replace(buf, dest, sendtag, source, recvtag), source, status, keep=(buf,))
         if self._ml_on:
-            if dest >= 0:
-                self._ml_sent[dest] += 1
-            if source >= 0:
-                self._ml_recvd[source] += 1
+            self._ml_exchanged(dest, source)
 
     def _post_sendrecv_replace(self, buf: Any, dest: int, sendtag: int, source: int, recvtag: int) -> Any:
         """MPI-4's Isendrecv_replace, or only its receive when an injected message fault drops the send."""

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 from planaria._lazy import np
 from mpi4py import MPI
 
-from planaria.comm.base import E, Comm, Receiving, Request, named, noted, rehook
+from planaria.comm.base import E, Comm, Receiving, Request, noted, rehook
 from planaria.comm.matched import Matched
 from planaria.comm import errors as _errors
 from planaria.comm import flight as _flight
-from planaria.comm import msglog
+from planaria.comm import msglog, recorded
 from planaria.comm.errors import FailureError, ProcFailedError, RevokedError
 
 _FAILED_CLASSES = (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING)
@@ -62,34 +62,24 @@ def ulfm_available() -> bool:
 _R_Wait, _R_Test, _R_wait, _R_test = MPI.Request.Wait, MPI.Request.Test, MPI.Request.wait, MPI.Request.test
 
 
-def _rooted(name: str, call: Callable[..., None], kind: int = 0, noted_recv: bool = False) -> Callable[..., None]:
-    """A ``UlfmComm`` method for mpi4py's rooted buffer collective ``call`` (``MPI.Comm.Gather``...):
-    the message log's sequence number, a flight-record note of kind ``kind`` (none when 0) on the
-    send buffer (``noted_recv``: the receive buffer), mpi4py's C method, ULFM's errors mapped."""
-    def method(self: UlfmComm, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            if kind:
-                _flight.note(self, kind, recvbuf if noted_recv else sendbuf)
+def _blocking_rooted(call: Callable[..., None]) -> Callable[[UlfmComm, Any, Any, int], None]:
+    """How a recorded rooted collective completes on ULFM: mpi4py's C method ``call``, errors mapped."""
+    def complete(self: UlfmComm, sendbuf: Any, recvbuf: Any, root: int) -> None:
         try:
             call(self._c, sendbuf, recvbuf, root)
         except MPI.Exception as e:
             raise self._convert(e) from e
-    return named(method, name)
+    return complete
 
 
-def _to_all(name: str, call: Callable[..., None], kind: int = 0) -> Callable[..., None]:
-    """``_rooted`` for a collective without a root (``MPI.Comm.Allgather``...), the send buffer noted."""
-    def method(self: UlfmComm, sendbuf: Any, recvbuf: Any) -> None:
-        if self._ml_on:
-            self._ml_seq += 1
-            if kind:
-                _flight.note(self, kind, sendbuf)
+def _blocking(call: Callable[..., None]) -> Callable[[UlfmComm, Any, Any], None]:
+    """``_blocking_rooted`` for a collective without a root."""
+    def complete(self: UlfmComm, sendbuf: Any, recvbuf: Any) -> None:
         try:
             call(self._c, sendbuf, recvbuf)
         except MPI.Exception as e:
             raise self._convert(e) from e
-    return named(method, name)
+    return complete
 
 
 class _Req(Request, MPI.Request):
@@ -671,10 +661,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on:
-            if dest >= 0:
-                self._ml_sent[dest] += 1
-            if source >= 0:
-                self._ml_recvd[source] += 1
+            self._ml_exchanged(dest, source)
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
         if self._msgfault is None or self._outgoing(dest):
@@ -694,10 +681,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on:
-            if source >= 0:
-                self._ml_recvd[source] += 1
-            else:
-                self._ml_wildcard(status)
+            self._ml_received(source, status)
         return obj
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> _Req | _Done:
@@ -754,9 +738,9 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         except MPI.Exception as e:
             raise self._convert(e) from e
 
-    Gather = _rooted("Gather", MPI.Comm.Gather, _flight.GATHER)
-    Gatherv = _rooted("Gatherv", MPI.Comm.Gatherv)
-    Allgather = _to_all("Allgather", MPI.Comm.Allgather, _flight.ALLGATHER)
+    Gather = recorded.rooted("Gather", _blocking_rooted(MPI.Comm.Gather), _flight.GATHER)
+    Gatherv = recorded.rooted("Gatherv", _blocking_rooted(MPI.Comm.Gatherv))
+    Allgather = recorded.to_all("Allgather", _blocking(MPI.Comm.Allgather), _flight.ALLGATHER)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
         if self._ml_on:
@@ -768,10 +752,10 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         if _IS_REVOKED(self):     # Open MPI 5.0.11 returns success, nothing received, when revoked inside it
             raise self._convert_revoked()
 
-    Scatter = _rooted("Scatter", MPI.Comm.Scatter, _flight.SCATTER, noted_recv=True)
-    Scatterv = _rooted("Scatterv", MPI.Comm.Scatterv)
-    Alltoall = _to_all("Alltoall", MPI.Comm.Alltoall, _flight.ALLTOALL)
-    Alltoallv = _to_all("Alltoallv", MPI.Comm.Alltoallv)
+    Scatter = recorded.rooted("Scatter", _blocking_rooted(MPI.Comm.Scatter), _flight.SCATTER, noted_recv=True)
+    Scatterv = recorded.rooted("Scatterv", _blocking_rooted(MPI.Comm.Scatterv))
+    Alltoall = recorded.to_all("Alltoall", _blocking(MPI.Comm.Alltoall), _flight.ALLTOALL)
+    Alltoallv = recorded.to_all("Alltoallv", _blocking(MPI.Comm.Alltoallv))
 
     # -- fault tolerance -------------------------------------------------------------------
     def revoke(self) -> None:
