@@ -24,7 +24,7 @@ phases of the median round (the slowest rank's for saves, the lost rank's for re
 ``breakdown`` sets each phase beside the floor's phase of the same name, so a missed goal shows
 which part of the time is above the floor.
 
-Goals (issue 31): memory and xor save <= 1.10x their floor at 32 MB and more; file save <= 1.10x
+Goals: memory and xor save <= 1.10x their floor at 32 MB and more; file save <= 1.10x
 its floor at every size; restore of the lost rank <= 1.25x its floor at every size. Stores:
 ``memory`` = MemoryStore(copies=1, distance=1), ``xor`` = XorStore(group_size=4), ``file`` =
 FileStore in a scratch directory next to the job (fsync on every write). The load average is
