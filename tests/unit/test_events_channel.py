@@ -195,3 +195,50 @@ def test_a_knock_for_a_rank_that_has_ended_is_answered_gone(controller):
     finally:
         for a in (sender, done, running):
             a.close()
+
+
+@pytest.mark.timeout(30)
+def test_an_event_raised_before_a_rank_said_hello_reaches_it_on_its_hello(controller):
+    """Session-range events raised while one agent is still connecting reach it on its hello, in
+    order; a controller-only (RM) one does not, and the rank already there is not sent them twice
+    (both agents live in this process, so one handler sees what either receives)."""
+    import planaria.events as ev
+    from planaria.events.ranges import RM
+    from planaria.runtime.agent import Agent
+
+    got: list = []
+    lock = threading.Lock()
+
+    def handler(e, results):
+        with lock:
+            got.append((e.code, e.info.get("n")))
+        return ev.COMPLETE
+
+    def until(n: int) -> list:
+        deadline = time.time() + 5
+        while time.time() < deadline and len(got) < n:
+            time.sleep(0.02)
+        time.sleep(0.3)                            # (a copy too many would arrive by now)
+        with lock:
+            out = list(got)
+            got.clear()
+        return out
+    want = [(ev.user_code(80), 1), (ev.user_code(82), 3)]
+    hid = ev.register([ev.user_code(80), ev.user_code(81), ev.user_code(82)], handler, name="early-test")
+    first = Agent(controller.uri, controller.jobdir.secret(), rank=0, size=2, heartbeat=0.05)
+    late = None
+    try:
+        deadline = time.time() + 5
+        while time.time() < deadline and controller.table().get(0, {}).get("state") != "running":
+            time.sleep(0.02)
+        controller.notify(ev.user_code(80), {"n": 1})
+        controller.notify(ev.user_code(81), {"n": 2}, range_kind=RM)
+        controller.notify(ev.user_code(82), {"n": 3})
+        assert until(2) == want                    # rank 0, there already
+        late = Agent(controller.uri, controller.jobdir.secret(), rank=1, size=2, heartbeat=0.05)
+        assert until(2) == want                    # rank 1, on its hello; rank 0 not again
+    finally:
+        first.close()
+        if late is not None:
+            late.close()
+        ev.deregister(hid)

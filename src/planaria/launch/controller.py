@@ -410,7 +410,8 @@ class Controller:
         mtype: Any = msg.get("type")
         if mtype in ("hello", "hb") and isinstance(msg.get("rank"), int):
             self.idents[msg["rank"]] = ident
-            self.fanout.arrived(msg["rank"], ident)      # a knock came before this agent: deliver it now
+            # a knock or events that came before this agent: delivered now
+            self.fanout.arrived(msg["rank"], ident, msg.get("host"))
         self._update_table(msg, now)
         self._note_report(msg, now)
         if mtype != "hb":

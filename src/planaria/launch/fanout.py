@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import deque
 from typing import Any
 
 from planaria.events import codes as ev_codes
 from planaria.events.channel import frame
-from planaria.events.ranges import Range, targets
+from planaria.events.ranges import PROC_LOCAL, Range, targets
 from planaria.launch import protocol
 from planaria.launch.channels import Peer
 from planaria.launch.eventlog import EventLog
@@ -23,6 +24,7 @@ from planaria.launch.relay import Subscriptions
 from planaria.launch.transport import Dest, Routed, Transport
 
 IO_HISTORY = 500                          # output lines kept for tools that attach late
+EARLY_EVENTS = 256                        # events kept for ranks whose agent has not said hello yet
 
 
 class Fanout:
@@ -39,6 +41,10 @@ class Fanout:
         self.unknocked: set[int] = set()       # knocked before their agent said hello
         self.relayed = 0
         self._eids = itertools.count(1)
+        # An event raised while some agents are still connecting reaches them on their hello:
+        # (range, source, source host, ranks known when it was raised, packed message)
+        self.early: deque[tuple[Range, int | None, str | None, frozenset[int], bytes]] = deque(maxlen=EARLY_EVENTS)
+        self.greeted: set[int] = set()
 
     # --- events --------------------------------------------------------
     def emit(self, code: int, source: int | None, rng: Range, info: dict[str, Any], affected: Any,
@@ -52,7 +58,10 @@ class Fanout:
               "affected": sorted(int(r) for r in affected or ()), "id": next(self._eids),
               "t": now if t is None else t, "source_host": source_host, "origin": origin,
               "cache": cache}
-        self._to_ranks(sorted(tg), protocol.pack({"type": "event", "event": ev}, self._tok))
+        packed = protocol.pack({"type": "event", "event": ev}, self._tok)
+        self._to_ranks(sorted(tg), packed)
+        if rng.kind != PROC_LOCAL:
+            self.early.append((rng, source, source_host, frozenset(self.transport.idents), packed))
         if self.subscriptions:
             self.to_subscribers({"type": "event", "event": ev}, "events")
         self.relayed += 1
@@ -140,8 +149,18 @@ class Fanout:
         if ended:
             self.transport.reply(ident, {"type": "gone", "ranks": ended})
 
-    def arrived(self, rank: int, dest: Dest) -> None:
-        """Rank ``rank``'s agent spoke from ``dest``: a knock that came before it is delivered now."""
+    def arrived(self, rank: int, dest: Dest, host: str | None = None) -> None:
+        """Rank ``rank``'s agent spoke from ``dest``: a knock, and the events in its range raised
+        before its first word, are delivered now (in the order they were raised)."""
         if rank in self.unknocked:
             self.unknocked.discard(rank)
             self.knock(dest)
+        if rank in self.greeted:
+            return
+        self.greeted.add(rank)
+        for rng, source, source_host, known, packed in list(self.early):
+            if rank in known:
+                continue
+            hosts = {rank: host} if source is None or source == rank else {rank: host, source: source_host}
+            if rank in targets(rng, source, hosts, source_host if source is not None else self.host):
+                self._to_ranks([rank], packed)
