@@ -1,16 +1,47 @@
-"""Several stores at once, each saving every k-th version; restore from the fastest that has it."""
+"""Several stores at once, each saving every k-th checkpoint; restore from the fastest that has it.
+
+A level's interval counts checkpoints, as SCR's do: ``(store, k)`` holds every k-th one. Used by
+``Resilient``, whose versions are step numbers ``every`` steps apart, version ``v`` is checkpoint
+number ``ceil(v / every)`` (the driver tells the store its spacing); saved directly, a version is
+its own checkpoint number (spacing 1). Either way the levels a version lands in follow from the
+version alone, so they are the same after a restore or a restart. Each file level's directory
+gets a small description of the levels (``multilevel.json``) for ``planaria checkpoints``.
+"""
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from planaria.checkpoint.store import CheckpointError, CheckpointStore, check_fresh, check_logical, check_version
 from planaria.comm.base import Comm
+from planaria.util.fsutil import atomic_write
+
+#: the description of the levels written into each file level's directory
+LEVELS_FILE = "multilevel.json"
+
+
+def checkpoint_number(version: int, spacing: int) -> int:
+    """The checkpoint number of ``version`` when versions are ``spacing`` apart: ``ceil(version / spacing)``
+    (a final checkpoint between two multiples counts as the next one)."""
+    return -(-int(version) // int(spacing))
+
+
+def levels_holding(version: int, spacing: int, everys: list[int]) -> list[int]:
+    """Indexes (0-based) of the levels, of intervals ``everys`` (in checkpoints), that save ``version``."""
+    n = checkpoint_number(version, spacing)
+    return [i for i, every in enumerate(everys) if n % every == 0]
 
 
 class MultiLevel(CheckpointStore):
-    """``MultiLevel([(MemoryStore(), 1), (FileStore(d), 10)])``: memory every version, files every 10th.
+    """``MultiLevel([(MemoryStore(), 1), (FileStore(d), 10)])``: memory every checkpoint, files every 10th.
 
-    ``save`` calls each store whose ``every`` divides the version; ``restorable`` is the newest
+    ``save`` calls each store whose ``every`` divides the version's checkpoint number (the version
+    itself, or ``ceil(version / spacing)`` once ``Resilient`` set its spacing, see the module
+    docstring); ``restorable`` is the newest
     version any level can restore; ``restore`` uses the fastest level that has it (memory, then
     xor, then file; levels of equal speed in the order given). ``recoverable_lost`` and
     ``recover_lost`` (continuing on fewer ranks) pick their level the same way. After restoring from a slower
@@ -20,7 +51,7 @@ class MultiLevel(CheckpointStore):
 
     name = "multilevel"
 
-    def __init__(self, levels: list[tuple[CheckpointStore, int]], reseed: bool = True) -> None:
+    def __init__(self, levels: list[tuple[CheckpointStore, int]], reseed: bool = True, spacing: int = 1) -> None:
         if not levels:
             raise ValueError("MultiLevel needs at least one (store, every) level")
         for store, every in levels:
@@ -31,6 +62,48 @@ class MultiLevel(CheckpointStore):
         self.levels = [(s, int(e)) for s, e in levels]
         self.reseed = reseed
         self.speed_rank = min(s.speed_rank for s, _ in self.levels)
+        self.spacing = 1
+        self.set_spacing(spacing)
+        self._described: int | None = None     # the spacing the levels' description was written for
+
+    def set_spacing(self, every: int) -> None:
+        """Versions are ``every`` apart (``Resilient`` passes its checkpoint interval in steps): version
+        ``v`` is checkpoint number ``ceil(v / every)``, which the levels' intervals count."""
+        if int(every) < 1:
+            raise ValueError(f"spacing must be >= 1, not {every}")
+        self.spacing = int(every)
+
+    def saves_in(self, version: int) -> list[CheckpointStore]:
+        """The levels that save ``version`` (local, no messages)."""
+        held = levels_holding(version, self.spacing, [e for _, e in self.levels])
+        return [self.levels[i][0] for i in held]
+
+    def _due(self, every: int, version: int) -> bool:
+        return checkpoint_number(version, self.spacing) % every == 0
+
+    def describe(self) -> dict[str, Any]:
+        """The levels as ``planaria checkpoints`` reads them from a file level's directory."""
+        return {"format": 1, "spacing": self.spacing,
+                "levels": [{"level": i + 1, "kind": s.name, "every": e,
+                            "directory": os.fspath(d) if (d := getattr(s, "directory", None)) is not None else None}
+                           for i, (s, e) in enumerate(self.levels)]}
+
+    def _write_description(self, comm: Comm) -> None:
+        """Rank 0: the levels' description into each file level's directory, once per spacing.
+        Informative only: a directory that cannot take it is left to the level's own save to report."""
+        if comm.rank != 0 or self._described == self.spacing:
+            return
+        self._described = self.spacing
+        desc = self.describe()
+        for i, (store, _) in enumerate(self.levels):
+            d = getattr(store, "directory", None)
+            if d is None:
+                continue
+            try:
+                Path(d).mkdir(parents=True, exist_ok=True)
+                atomic_write(Path(d) / LEVELS_FILE, json.dumps(desc | {"this": i + 1}, indent=1))
+            except OSError:
+                pass
 
     def __repr__(self) -> str:
         return f"MultiLevel({self.levels!r})"
@@ -41,8 +114,9 @@ class MultiLevel(CheckpointStore):
 
     def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
         version = check_version(version)
+        self._write_description(comm)
         for store, every in self.levels:
-            if version % every == 0:
+            if self._due(every, version):
                 store.save(comm, version, state)
 
     def footprint(self) -> list[int]:
@@ -74,7 +148,7 @@ class MultiLevel(CheckpointStore):
         state = ordered[used][0].restore(comm, version, fresh, into=into)
         if self.reseed:
             for i, (store, every) in enumerate(ordered):
-                if i < used and version % every == 0 and store.speed_rank < ordered[used][0].speed_rank:
+                if i < used and self._due(every, version) and store.speed_rank < ordered[used][0].speed_rank:
                     store.save(comm, version, state)
         return state
 

@@ -403,6 +403,11 @@ class CheckpointStore(ABC):
         """
 
 
+    def set_spacing(self, every: int) -> None:
+        """Told by the recovery driver: versions are step numbers ``every`` steps apart. Only
+        ``MultiLevel`` uses it (its levels' intervals count checkpoints); other stores ignore it."""
+        del every
+
     def footprint(self) -> list[int]:
         """Sizes (bytes) of the buffers a fresh process taking this rank's place would allocate in
         ``restore`` (newest version held here); a spare reserves them in ``WARM``. Local, no messages."""

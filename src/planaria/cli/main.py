@@ -22,7 +22,7 @@ def _register() -> None:
         return
     _registered = True
     from planaria.cli import demo, run    # these two add their commands to ``app`` on import
-    from planaria.cli import abft, campaign, diagnose, fragments, hosts, terrain, tools, trace
+    from planaria.cli import abft, campaign, checkpoints, diagnose, fragments, hosts, terrain, tools, trace
 
     del demo, run
 
@@ -34,6 +34,7 @@ def _register() -> None:
     app.add_typer(trace.app, name="trace")
     app.add_typer(fragments.app, name="fragments")
     app.command("campaign")(campaign.campaign)
+    app.command("checkpoints")(checkpoints.checkpoints)
     reflow_app(app)
 
 

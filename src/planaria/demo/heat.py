@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -130,8 +131,9 @@ def make_store(kind: str, every: int, file_every: int, directory: str) -> Any:
         return XorStore(group_size=3)
     if kind == "file":
         return FileStore(directory)
-    if kind == "multi":
-        return MultiLevel([(MemoryStore(), every), (FileStore(directory), file_every)])
+    if kind == "multi":         # both intervals in steps; the levels count checkpoints every gcd steps
+        g = math.gcd(every, file_every)
+        return MultiLevel([(MemoryStore(), every // g), (FileStore(directory), file_every // g)])
     raise SystemExit(f"unknown checkpoint kind {kind!r} (expected memory, xor, file or multi)")
 
 
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     world = pl.world(args.backend)
     jobdir = os.environ.get(PLANARIA_JOB_DIR) or tempfile.mkdtemp(prefix="planaria-demo-")
     store = make_store(args.checkpoint, args.every, args.file_every, os.path.join(jobdir, "checkpoints"))
-    every = args.every if args.checkpoint != "multi" else min(args.every, args.file_every)
+    every = args.every if args.checkpoint != "multi" else math.gcd(args.every, args.file_every)
 
     def continue_on_fewer(comm: pl.Comm, version: int, mine: dict[str, np.ndarray] | None,
                           found: dict[int, dict[str, np.ndarray]], lost: list[int],

@@ -76,7 +76,9 @@ class Resilient:
 
     ``spares``: how many of the world's processes are spares (default: ``$PLANARIA_SPARES``,
     set by ``planaria run --spares``). ``checkpoint``: a store from ``planaria.checkpoint``
-    (``save``/``restorable``/``restore``). ``every``: checkpoint interval in steps.
+    (``save``/``restorable``/``restore``). ``every``: checkpoint interval in steps; the version
+    of a checkpoint is its step number, and the store is told the spacing (``set_spacing``), so
+    that a ``MultiLevel`` level ``(store, k)`` holds every k-th checkpoint, not every k-th step.
     ``resume``: at start, continue from the newest complete version the store holds (a job
     restarted by ``planaria run --restart`` finds its file checkpoints in the job directory).
     ``on_exhausted``: what to do when more working ranks are lost at once than there are
@@ -122,6 +124,9 @@ class Resilient:
             raise ValueError(f"spares must be in [0, {self.world.size - 1}], got {self.spares}")
         self.store = checkpoint
         self.every = every
+        spacing = getattr(checkpoint, "set_spacing", None)
+        if spacing is not None:       # versions are steps: a MultiLevel's intervals count checkpoints
+            spacing(every)
         self.resume = resume
         self.resumed_from: int | None = None
         self.on_exhausted = on_exhausted
