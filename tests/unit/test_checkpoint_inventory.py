@@ -209,6 +209,8 @@ def test_command_exit_status_and_one_line_errors(three_versions, tmp_path):
     run = lambda *a: subprocess.run([*CLI, *a], capture_output=True, text=True, timeout=30, env=env)  # noqa: E731
     ok = run(str(d), "--verify")
     assert ok.returncode == 0 and "a restart resumes from version 20" in ok.stdout, ok.stdout + ok.stderr
+    other = run(str(d), "--nranks", "4")
+    assert other.returncode == 3 and "version 20: written by 3 ranks: a restart on 4 does not use it" in other.stdout
     flip(d / vdir_name(20) / rank_file_name(0))
     bad = run(str(d), "--verify", "--json")
     assert bad.returncode == 1, bad.stderr

@@ -85,7 +85,7 @@ class MultiLevel(CheckpointStore):
         """The levels as ``planaria checkpoints`` reads them from a file level's directory."""
         return {"format": 1, "spacing": self.spacing,
                 "levels": [{"level": i + 1, "kind": s.name, "every": e,
-                            "directory": os.fspath(d) if (d := getattr(s, "directory", None)) is not None else None}
+                            "directory": os.path.abspath(d) if (d := getattr(s, "directory", None)) is not None else None}
                            for i, (s, e) in enumerate(self.levels)]}
 
     def _write_description(self, comm: Comm) -> None:

@@ -93,7 +93,6 @@ def _caption(inv: Inventory) -> str:
             if isinstance(lv, dict) and lv.get("kind") != "file" and lv.get("directory") is None:
                 lines.append(f"level {lv.get('level')} ({lv.get('kind')}, {_every(lv.get('every'))}) "
                              "lives in the processes' memory: not visible on disk")
-        break
     if not lines:
         lines.append("only file checkpoints are visible on disk (memory and XOR levels live in the processes' memory)")
     return "\n".join(dict.fromkeys(lines))
@@ -125,8 +124,11 @@ def _table(inv: Inventory, title: str) -> None:
                       _per_rank(v), _size(v.total_bytes), ",".join(kinds), _status(v, inv))
     con.print(table)
     for v, _ in rows:
-        for p in v.problems:
-            con.print(f"version {v.version}: {p}", highlight=False, markup=False)
+        notes = list(v.problems)
+        if inv.nranks is not None and v.nranks is not None and v.nranks != inv.nranks:
+            notes.append(f"written by {v.nranks} ranks: a restart on {inv.nranks} does not use it")
+        for note in notes:
+            con.print(f"version {v.version}: {note}", highlight=False, markup=False)
     con.print(_verdict(inv), highlight=False, markup=False)
 
 
