@@ -1,8 +1,10 @@
 """A short ``Resilient`` loop with a two-level store, for ``planaria checkpoints``.
 
-argv: STEPS EVERY. Partner memory at every checkpoint, files (``$PLANARIA_JOB_DIR/checkpoints``,
-the three newest kept) at every 2nd checkpoint; each rank's state grows with its rank, so the
-per-rank sizes differ. Rank 0 prints ``DONE {json}`` with the versions the file level kept.
+argv: STEPS EVERY [DIR]. Partner memory at every checkpoint, files (DIR, by default
+``$PLANARIA_JOB_DIR/checkpoints``; the three newest kept) at every 2nd checkpoint; a run given the
+DIR of an earlier one resumes from its files. Each rank's state grows with its rank, so the
+per-rank sizes differ. Rank 0 prints ``DONE {json}``: the versions the file level kept and the
+version the run resumed from.
 """
 import json
 import os
@@ -14,7 +16,8 @@ from planaria.checkpoint import FileStore, MemoryStore, MultiLevel
 from planaria.recovery.driver import Resilient
 
 steps, every = int(sys.argv[1]), int(sys.argv[2])
-files = FileStore(os.path.join(os.environ["PLANARIA_JOB_DIR"], "checkpoints"), keep=3)
+where = sys.argv[3] if len(sys.argv) > 3 else os.path.join(os.environ["PLANARIA_JOB_DIR"], "checkpoints")
+files = FileStore(where, keep=3)
 res = Resilient(MultiLevel([(MemoryStore(copies=1), 1), (files, 2)]), every=every)
 
 
@@ -29,4 +32,4 @@ def step(comm, state, i):
 state = res.run(init, step, steps=steps)
 files.wait_pruned()
 if res.comm is not None and res.comm.rank == 0:
-    print("DONE " + json.dumps({"file_versions": sorted(files.versions())}), flush=True)
+    print("DONE " + json.dumps({"file_versions": sorted(files.versions()), "resumed_from": res.resumed_from}), flush=True)
