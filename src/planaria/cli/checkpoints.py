@@ -99,7 +99,7 @@ def _caption(inv: Inventory) -> str:
 
 
 def _status(v: Version, inv: Inventory) -> str:
-    text = {"complete": "ok" if inv.verified else "complete (sizes)", "incomplete": "[yellow]incomplete[/]",
+    text = {"complete": "ok" if inv.verified else "complete", "incomplete": "[yellow]incomplete[/]",
             "damaged": "[red]damaged[/]", "no-manifest": "[yellow]no manifest[/]"}[v.status]
     if v.version == inv.restart_version and v.directory == inv.restart_directory:
         text += " [bold]← restart[/]"
@@ -107,13 +107,16 @@ def _status(v: Version, inv: Inventory) -> str:
 
 
 def _table(inv: Inventory, title: str) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
     con = Console()
     table = Table(title=title, caption=_caption(inv))
+    # no vertical rules, collapsed padding: fits an 80-column terminal without cutting a word
+    table.box, table.padding, table.collapse_padding, table.pad_edge = box.SIMPLE_HEAD, (0, 1), True, False
     for col in ("version", "level", "ranks", "per rank", "total", "checksum", "status"):
         table.add_column(col, justify="right" if col in ("version", "ranks", "per rank", "total") else "left",
-                         no_wrap=col in ("version", "level", "per rank"))
+                         no_wrap=col != "level")
     multi = len(inv.stores) > 1
     rows = sorted(((v, s) for s in inv.stores for v in s.versions), key=lambda p: (p[0].version, p[0].level or 0))
     for v, s in rows:
