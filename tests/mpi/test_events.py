@@ -189,6 +189,7 @@ def test_tools_against_a_running_job_and_refusals(tmp_path):
                                     "--no-history", "--channels", "stderr"], stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
         time.sleep(1.5)
+        assert _cli(tmp_path, "event", "latest", "USER+6").returncode == 0
         # kill a rank: announced once as killed by command
         assert _cli(tmp_path, "ctl", "latest", "kill", "--ranks", "2").returncode == 0
         time.sleep(1.0)
@@ -197,6 +198,7 @@ def test_tools_against_a_running_job_and_refusals(tmp_path):
         seen, _ = watcher.communicate(timeout=20)
         assert watcher.returncode == 0
         assert "PMIX_ERR_PROC_KILLED_BY_CMD from rm affected=[2]" in seen, seen
+        assert "USER+6 from tool {}" in seen, seen             # origin as events.jsonl has it
         assert seen.strip().splitlines()[-1].startswith("[event") and "PMIX_EVENT_JOB_END" in seen
     finally:
         if job.poll() is None:

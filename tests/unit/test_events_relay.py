@@ -73,6 +73,14 @@ def test_parsers_and_formatting():
     assert format_line(rec, timestamp=True).endswith(".500 [3,stderr] a<b")
     assert "PMIX_ERR_PROC_ABORTED from rm affected=[2]" in format_event({"id": 1, "code": -7, "source": None,
                                                                         "affected": [2]})
+    # the origin events.jsonl records: rm (the controller), tool (planaria event) or a rank
+    assert "PMIX_ERR_PROC_ABORTED from rm affected=[2]" in format_event({"id": 1, "code": -7, "source": None,
+                                                                        "origin": "rm", "affected": [2]})
+    u1 = codes.parse_code("USER+1")
+    assert format_event({"id": 2, "code": u1, "source": None, "origin": "tool",
+                         "info": {"a": 1}}) == '[event 2] USER+1 from tool {"a": 1}'
+    assert " from rank 3 " in format_event({"id": 3, "code": u1, "source": 3, "origin": "rank"})
+    assert 'origin="tool"' in format_event({"id": 2, "code": u1, "source": None, "origin": "tool"}, xml=True)
 
 
 @pytest.mark.parametrize("args, msg", [
