@@ -1,8 +1,10 @@
 """`planaria demo` end to end: two failures replaced by spares, result equal to the serial run bit for bit."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,12 @@ def test_demo_survives_two_failures(tmp_path, backend: str, checkpoint: str) -> 
     assert [ev["version"] for ev in report["failures"]] == [40, 100]
     assert [ev["lost"] for ev in report["failures"]] == [[1], [4]]
     assert sorted(v for v in report["roles"].values()) == ["recovered"] * 2 + ["survivor"] * 4
+    # the temperature profile the job keeps in its directory, in the JSON too
+    prof = report["profile"]
+    assert len(prof["x"]) == len(prof["initial"]) == len(prof["final"]) == 2000
+    assert prof["x"][0] == 0.0 and prof["x"][-1] == 1.0 and prof["final"] != prof["initial"]
+    assert json.loads(Path(report["report_file"]).read_text())["profile"] == prof
+    assert Path(report["report_file"]).parent == Path(report["jobdir"])
 
 
 def test_demo_spares_exhausted_is_reported(tmp_path) -> None:

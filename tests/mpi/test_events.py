@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -157,8 +158,16 @@ def test_tools_against_a_running_job_and_refusals(tmp_path):
         # key-values: rank 0 published 'ready'; rank 1 waits for 'answer'
         assert _cli(tmp_path, "lookup", "latest", "ready").stdout.strip() == 'ready="yes"'
         missing = _cli(tmp_path, "lookup", "latest", "nothing", "--wait", "--timeout", "0.5")
-        assert missing.returncode == 1 and "not published" in missing.stderr
+        assert missing.returncode == 1 and missing.stdout == ""
+        assert missing.stderr == "planaria lookup: nothing not published within 0.5 s\n", missing.stderr
+        waiter = subprocess.Popen([sys.executable, "-m", "planaria.cli.main", "lookup", "latest", "answer",
+                                   "--wait", "--timeout", "inf"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=_env(tmp_path))
+        time.sleep(1.0)
+        assert waiter.poll() is None                 # still waiting for the key
         assert _cli(tmp_path, "publish", "latest", "answer=42").returncode == 0
+        got, _ = waiter.communicate(timeout=10)
+        assert waiter.returncode == 0 and got == "answer=42\n"
         again = _cli(tmp_path, "publish", "latest", "answer=43")
         assert again.returncode == 1 and "already published" in again.stderr
         # log record, user event, job control
@@ -189,6 +198,7 @@ def test_tools_against_a_running_job_and_refusals(tmp_path):
                                     "--no-history", "--channels", "stderr"], stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
         time.sleep(1.5)
+        assert _cli(tmp_path, "event", "latest", "USER+6").returncode == 0
         # kill a rank: announced once as killed by command
         assert _cli(tmp_path, "ctl", "latest", "kill", "--ranks", "2").returncode == 0
         time.sleep(1.0)
@@ -197,6 +207,7 @@ def test_tools_against_a_running_job_and_refusals(tmp_path):
         seen, _ = watcher.communicate(timeout=20)
         assert watcher.returncode == 0
         assert "PMIX_ERR_PROC_KILLED_BY_CMD from rm affected=[2]" in seen, seen
+        assert "USER+6 from tool {}" in seen, seen             # origin as events.jsonl has it
         assert seen.strip().splitlines()[-1].startswith("[event") and "PMIX_EVENT_JOB_END" in seen
     finally:
         if job.poll() is None:
@@ -207,6 +218,7 @@ def test_tools_against_a_running_job_and_refusals(tmp_path):
             w.kill()
             w.communicate()
     assert "[1] LOOKUP 1 42" in out, out[-2000:]
+    assert re.search(r"\[2\] NOTPUB 2 (0\.[5-9]|[1-4]\.\d) never not published within 0\.5 s", out), out[-2000:]
     evs = _events(jd)
     refused = [e for e in evs if e["type"] == "refused"]
     assert {e["why"] for e in refused} == {"no token", "bad token"}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 import subprocess
 import sys
 
@@ -73,6 +74,14 @@ def test_parsers_and_formatting():
     assert format_line(rec, timestamp=True).endswith(".500 [3,stderr] a<b")
     assert "PMIX_ERR_PROC_ABORTED from rm affected=[2]" in format_event({"id": 1, "code": -7, "source": None,
                                                                         "affected": [2]})
+    # the origin events.jsonl records: rm (the controller), tool (planaria event) or a rank
+    assert "PMIX_ERR_PROC_ABORTED from rm affected=[2]" in format_event({"id": 1, "code": -7, "source": None,
+                                                                        "origin": "rm", "affected": [2]})
+    u1 = codes.parse_code("USER+1")
+    assert format_event({"id": 2, "code": u1, "source": None, "origin": "tool",
+                         "info": {"a": 1}}) == '[event 2] USER+1 from tool {"a": 1}'
+    assert " from rank 3 " in format_event({"id": 3, "code": u1, "source": 3, "origin": "rank"})
+    assert 'origin="tool"' in format_event({"id": 2, "code": u1, "source": None, "origin": "tool"}, xml=True)
 
 
 @pytest.mark.parametrize("args, msg", [
@@ -100,3 +109,29 @@ def test_cli_no_job_is_exit_2(tmp_path):
     res = subprocess.run([sys.executable, "-m", "planaria.cli.main", "ps"], capture_output=True, text=True,
                          timeout=30, env=env)
     assert res.returncode == 2 and "no job under" in res.stderr
+
+
+@pytest.mark.timeout(20)
+def test_a_long_wait_is_made_of_slices_each_answered_before_its_reply_timeout(monkeypatch):
+    from planaria.events import local
+    monkeypatch.setattr(local, "WAIT_SLICE", 0.2)
+    kv, asked = KVStore(), []
+    t0 = time.monotonic()
+
+    def controller(msg, reply_timeout):         # answers like the controller: at its deadline or when there
+        asked.append((msg["timeout"], reply_timeout))
+        end = time.monotonic() + msg["timeout"]
+        while time.monotonic() < end and not kv.lookup(msg["keys"]):
+            if time.monotonic() - t0 > 0.7:
+                kv.publish({"go": 7})
+            time.sleep(0.01)
+        return {"data": kv.lookup(msg["keys"])}
+    assert local.wait_for_keys(controller, ["go"], None) == {"go": 7}
+    assert len(asked) >= 3 and all(w <= 0.2 and r > w for w, r in asked)
+    kv2 = KVStore()
+    t1 = time.monotonic()
+    assert local.wait_for_keys(lambda m, r: (time.sleep(m["timeout"]), {"data": kv2.lookup(m["keys"])})[1],
+                               ["x"], 0.5) == {}
+    assert 0.5 <= time.monotonic() - t1 < 1.0
+    err = local.NotPublished(["go"], 2.5)
+    assert isinstance(err, TimeoutError) and str(err) == "go not published within 2.5 s"

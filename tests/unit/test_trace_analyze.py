@@ -46,12 +46,12 @@ def test_listing1_uninitialized_vector_elements(tmp_path):
     assert f"in for i in range(size) [{os.path.relpath(src)}:{rc['line'] - 1}]" in rep["text"]
     (aw,) = rc["awaited"]
     assert (aw["local"], aw["decl"], aw["decl_in"]) == ("v2", "y", "main")
-    assert [(r["local"], r["decl"]) for r in aw["ranges"]] == [("v2[8]..v2[9]", "y[8]..y[9]")]
+    assert [(r["local"], r["decl"]) for r in aw["ranges"]] == [("v2[8..9]", "y[8..9]")]
     (site,) = aw["maybe_set_at"]
     assert site["expr"] == "set_(vec[i], val)" and len(site["dfs"]) == 8
     assert site["stack"][1]["expr"] == "vec_init(y, size - 2, 2)"    # the call holding the bug
     text = rep["text"]
-    assert "never finished (2 instances)" in text and "v2[8]..v2[9] (y[8]..y[9])" in text
+    assert "never finished (2 instances)" in text and "v2[8..9] (y[8..9])" in text
     assert f"uninit_vector.py:{_line_of(src, 'vec_init(y, size - 2, 2)')}" in text
 
 
@@ -176,6 +176,43 @@ def test_index_ranges_cover_exactly(ix):
     assert all(b[0][0] > a[1][0] + 1 for a, b in zip(rngs, rngs[1:], strict=False))   # maximal runs
 
 
+def _box_points(lo: list[int], hi: list[int]) -> set[tuple[int, ...]]:
+    import itertools
+    return set(itertools.product(*(range(a, b + 1) for a, b in zip(lo, hi, strict=True))))
+
+
+@given(st.integers(1, 3).flatmap(lambda d: st.sets(st.tuples(*[st.integers(0, 4)] * d), min_size=1, max_size=60)))
+def test_index_boxes_cover_exactly_and_merge_across_dimensions(ix):
+    boxes = index_ranges([list(t) for t in ix])
+    pts = [_box_points(lo, hi) for lo, hi in boxes]
+    assert set().union(*pts) == ix                        # every index listed is covered, nothing else
+    assert sum(len(p) for p in pts) == len(ix)            # each one once
+    # never more boxes than runs along the last dimension alone
+    assert len(boxes) <= sum(1 for t in ix if t[:-1] + (t[-1] - 1,) not in ix)
+
+
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 3)), min_size=1, max_size=3), st.data())
+def test_a_full_box_of_any_shape_is_one_range_and_a_hole_splits_it_in_few(dims, data):
+    lo, hi = [a for a, _ in dims], [a + n for a, n in dims]
+    full = _box_points(lo, hi)
+    assert index_ranges([list(t) for t in full]) == [(lo, hi)]
+    hole = data.draw(st.sampled_from(sorted(full)))
+    boxes = index_ranges([list(t) for t in full - {hole}])
+    assert set().union(set(), *(_box_points(a, b) for a, b in boxes)) == full - {hole}
+    assert len(boxes) <= 2 * len(dims)                   # a box less one point: at most two per dimension
+
+
+def test_a_full_box_is_one_range() -> None:
+    from planaria.trace.analyze import _fmt_range
+    import itertools
+    full = [list(t) for t in itertools.product(range(4), repeat=3)]
+    assert [_fmt_range("p", lo, hi) for lo, hi in index_ranges(full)] == ["p[0..3][0..3][0..3]"]
+    less = [ix for ix in full if ix != [3, 3, 3]]
+    assert [_fmt_range("p", lo, hi) for lo, hi in index_ranges(less)] == [
+        "p[0..2][0..3][0..3]", "p[3][0..2][0..3]", "p[3][3][0..2]"]
+    assert [_fmt_range("x", lo, hi) for lo, hi in index_ranges([[8], [9], [11], ["k"]])] == ["x[8..9]", "x[11]", "x[k]"]
+
+
 @fr.atomic
 def show(v: int):
     pass
@@ -197,6 +234,28 @@ def test_a_read_after_delete_is_named(tmp_path):
     (rc,) = rep["root_causes"]
     assert rc["expr"] == 'copy(fr.df("y"), x)' and rc["awaited"][0]["deleted"]
     assert "was deleted by a delete recommendation" in rep["text"]
+
+
+@fr.atomic
+def total(out: fr.Name, xs: list):
+    out.set(sum(xs))
+
+
+@fr.sub
+def cube_main():
+    p, s = fr.dfs("p s")
+    put(p[4][0][0], 1)                       # another element: the analyzer points at its writer
+    total(s, [p[i][j][k] for i in range(4) for j in range(4) for k in range(4)])
+
+
+def test_awaited_elements_of_a_3d_df_print_as_one_box(tmp_path):
+    res = fr.run(cube_main, comm=None, trace_dir=str(tmp_path), report=False)
+    assert res.status == "hung" and res.unfinished == 1
+    rep = analyze_dir(tmp_path)
+    (rc,) = rep["root_causes"]
+    (aw,) = rc["awaited"]
+    assert [(r["decl"], r["from"], r["to"]) for r in aw["ranges"]] == [("p[0..3][0..3][0..3]", [0, 0, 0], [3, 3, 3])]
+    assert "p[0..3][0..3][0..3]" in rep["text"]
 
 
 @fr.atomic

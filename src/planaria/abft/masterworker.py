@@ -280,7 +280,7 @@ def run_task(args: argparse.Namespace, info: DemInfo, blocks: list[Block], task:
     rows_wanted = task_rows(blk, args.mode)
     try:
         if fault == "crash":
-            planaria.fail_stop(f"abft injected crash (worker {rank})")
+            planaria.fail_stop(f"abft injected crash (worker {rank - 2})")
         if fault == "readerror":
             raise OSError(f"injected read error on {args.dem} rows {blk.in0}..{blk.in1}")
         if fault == "memory":

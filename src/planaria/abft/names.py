@@ -4,7 +4,7 @@ Kept apart from :mod:`planaria.abft.masterworker` (numpy, MPI) so that ``planari
 """
 from __future__ import annotations
 
-#: faults a worker can be given (``--force KIND:RANK``, or drawn at ``--error-rate``)
+#: faults a worker can be given (``--force KIND:WORKER``, WORKER an index 0..N-1, or drawn at ``--error-rate``)
 KINDS = ("crash", "silent", "nodata", "readerror", "memory")
 #: ``abft``: redundant rows and verification; ``plain``: neither; ``duplicate``: every block twice
 MODES = ("abft", "plain", "duplicate")

@@ -131,38 +131,9 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
 
 def _print(r: dict, out: Path) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    con = Console()
-    t = Table(title=f"N-ABFT {r.get('kernel')} on {r.get('workers')} workers, {r.get('shape')}")
-    t.add_column("round")
-    t.add_column("block")
-    t.add_column("worker")
-    t.add_column("status")
-    t.add_column("detail")
-    for e in r.get("errors", []):
-        t.add_row(str(e["round"]), str(e["block"]), str(e["worker"]),
-                  {0: "unrecoverable", 1: "transient"}.get(e["status"], str(e["status"])), str(e["error"]))
-    if r.get("errors"):
-        con.print(t)
-    else:
-        con.print("no errors detected")
-    for a in r.get("recoveries", []):
-        src = f" (from worker {a['source']})" if a.get("source") is not None else ""
-        con.print(f"round {a['round']}: {a['action']} block {a['block']} on worker {a['worker']}{src}")
-    tm = r.get("timings", {})
-    con.print(f"rounds {r.get('rounds')}, finisher {r.get('finisher')}, replica agreed {r.get('replica_agreed')}; "
-              f"compute {tm.get('compute', 0):.3f}s verification {tm.get('verification', 0):.4f}s "
-              f"recovery {tm.get('recovery', 0):.4f}s")
-    for f in r.get("injected", []):
-        con.print(f"injected: {f['kind']} on worker {f['worker']} (rank {f['rank']}): {f['where']}")
-    if r.get("ok") and r.get("verified") is False:
-        con.print(f"[yellow]output written without verification[/yellow] (mode {r.get('mode')}, "
-                  f"{r.get('workers')} worker(s)); output {out}")
-    elif r.get("ok"):
-        con.print(f"[green]every block verified[/green]; output {out}, digest {r.get('digest')}")
-    else:
-        con.print(f"[red]not verified[/red]: {r.get('fatal', 'see the report')}")
+    from planaria.cli.abftreport import print_report
+    print_report(Console(), r, out)
 
 
 def _command(kernel: str):

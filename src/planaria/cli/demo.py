@@ -107,7 +107,7 @@ def _tell(code: int, report: dict[str, Any] | None, plot: Path | None, json_out:
         typer.echo("planaria demo: the job ended without a result (see the summary above)", err=True)
         raise typer.Exit(code or 1)
     if json_out:
-        typer.echo(json.dumps({k: v for k, v in report.items() if k != "profile"}, indent=2))
+        typer.echo(json.dumps(report, indent=2))
     else:
         _print(report)
     if plot is not None and report.get("outcome") == "finished":
@@ -139,6 +139,7 @@ def _report(jobdir: Path) -> dict[str, Any] | None:
             if before:
                 ev["detection_s"] = ev["t_detect"] - before[-1]
     report["jobdir"] = str(jobdir)
+    report["report_file"] = str(path)
     return report
 
 

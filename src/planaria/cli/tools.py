@@ -211,28 +211,45 @@ def publish(
 def lookup(
     job: str = typer.Argument(..., help="Job id, job directory, or 'latest'."),
     keys: list[str] = typer.Argument(..., help="Keys to read."),
-    wait: bool = typer.Option(False, "--wait", help="Wait until every key is published (bounded by --timeout)."),
-    timeout: float = _TIMEOUT,
+    wait: bool = typer.Option(False, "--wait", help="Wait until every key is published, at most --timeout seconds."),
+    timeout: float = typer.Option(5.0, "--timeout", min=0.1, help="Seconds to wait for the controller, and with --wait for the keys (inf: no bound)."),
     json_out: bool = _JSON,
 ) -> None:
-    """Read published key-values (like PMIx's plookup). Exit 1 when a key is missing.
+    """Read published key-values (like PMIx's plookup): KEY=VALUE lines. Exit 1 when a key is missing.
 
     Example: planaria lookup latest ready --wait --timeout 30
     """
     jd = _job("lookup", job)
-    reply = _call("lookup", jd, {"type": "lookup", "keys": list(keys), "wait": wait, "timeout": timeout},
-                  timeout + 2.0)
-    data, missing = reply.get("data") or {}, reply.get("missing") or []
+    ks = list(keys)
+    if wait:
+        data = _wait_for_keys(jd, ks, timeout)
+    else:
+        data = _call("lookup", jd, {"type": "lookup", "keys": ks, "wait": False}, timeout).get("data") or {}
+    missing = [k for k in ks if k not in data]
     if json_out:
         _print_json({"data": data, "missing": missing})
     else:
-        for k in keys:
+        for k in ks:
             if k in data:
                 print(f"{k}={json.dumps(data[k], default=str)}")
-        if missing:
-            print(f"planaria lookup: not published: {', '.join(missing)}", file=sys.stderr)
     if missing:
-        raise typer.Exit(1)
+        why = f"not published within {timeout:g} s" if wait else "not published"
+        _fail("lookup", f"{', '.join(missing)} {why}", 1)
+
+
+def _wait_for_keys(jd: Any, keys: list[str], timeout: float) -> dict[str, Any]:
+    """The keys' values once all are published or ``timeout`` s passed (``events.wait_for_keys``)."""
+    from planaria.events.local import wait_for_keys
+    from planaria.launch.client import ToolError
+    from planaria.launch.toolclient import call
+
+    def ask(msg: dict[str, Any], reply_timeout: float) -> dict[str, Any] | None:
+        return call(jd, msg, reply_timeout)
+    try:
+        return wait_for_keys(ask, keys, timeout)
+    except ToolError as exc:
+        _fail("lookup", str(exc), 1)
+    return {}
 
 
 def log(

@@ -25,6 +25,7 @@ import sys
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from planaria.util.env import PLANARIA_JOB_DIR, PLANARIA_RESTART
+from planaria.util.paths import shown
 
 if TYPE_CHECKING:       # pathlib is imported by the functions that use it, out of a rank's start
     from pathlib import Path
@@ -154,7 +155,7 @@ def _code(code: Any) -> int:
     if k > CODES or m is None:
         _CODE_IDS[id(code)] = 0
         return 0
-    raw = f"{code.co_filename}\0{code.co_name}\0{code.co_firstlineno}".encode("utf-8", "replace")[:CODE_BYTES]
+    raw = f"{shown(code.co_filename)}\0{code.co_name}\0{code.co_firstlineno}".encode("utf-8", "replace")[:CODE_BYTES]
     off = _CODE0 + (k - 1) * CODE_BYTES
     m[off:off + CODE_BYTES] = raw.ljust(CODE_BYTES, b"\0")
     _CODE_IDS[id(code)] = k

@@ -49,6 +49,7 @@ from planaria.comm import base as _base
 from planaria.comm import flight as _flight
 from planaria.comm.base import Comm, Request, rehook
 from planaria.comm.errors import FailureError
+from planaria.util.paths import shown
 
 #: point-to-point operations a thread can block in: name -> (peer parameter, tag parameter)
 P2P: dict[str, tuple[str, str]] = {
@@ -453,9 +454,9 @@ def call_site(frame: Any) -> str | None:
     while frame is not None:
         fn = frame.f_code.co_filename
         if is_app_file(fn):
-            return f"{fn}:{frame.f_lineno} in {frame.f_code.co_name}"
+            return f"{shown(fn)}:{frame.f_lineno} in {frame.f_code.co_name}"
         if inside is None and "/planaria/comm/" not in fn.replace("\\", "/"):
-            inside = f"{fn}:{frame.f_lineno} in {frame.f_code.co_name}"
+            inside = f"{shown(fn)}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
     return inside
 

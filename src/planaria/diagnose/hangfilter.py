@@ -25,6 +25,8 @@ from typing import Any, Union
 
 import numpy as np
 
+from planaria.util.paths import shown
+
 Frame = tuple[str, int, str]
 Stack = tuple[Frame, ...]
 Samples = Union[np.ndarray, Sequence[np.ndarray]]
@@ -268,7 +270,7 @@ def _walk(frame: Any) -> Stack:
     frames = []
     while frame is not None:
         code = frame.f_code
-        frames.append((code.co_filename, int(frame.f_lineno or 0), code.co_name))
+        frames.append((shown(code.co_filename), int(frame.f_lineno or 0), code.co_name))
         frame = frame.f_back
     frames.reverse()
     return tuple(frames)

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from planaria.util.paths import shown
+
 
 #: status of a rank of a program without planaria's runtime, read from outside
 PLAIN_STATUS = "no planaria runtime (stacks read with py-spy)"
@@ -44,7 +46,8 @@ def _frames(raw: list[dict[str, Any]]) -> list[list[Any]]:
     for f in reversed(raw):
         name = str(f.get("name") or "?")
         if f.get("module") is None:
-            out.append([f.get("filename"), int(f.get("line") or 0), name])
+            fn = f.get("filename")
+            out.append([shown(fn) if isinstance(fn, str) else fn, int(f.get("line") or 0), name])
         elif name.startswith(("PMPI_", "MPI_")):
             out.append([MPI_FILE, 0, name[1:] if name.startswith("PMPI_") else name])
             break

@@ -215,15 +215,65 @@ def publish(data: dict[str, Any] | None = None, *, replace: bool = False, timeou
     return list(reply.get("stored") or [])
 
 
-def lookup(keys: str | Iterable[str], *, wait: bool = False, timeout: float = 5.0) -> dict[str, Any]:
-    """Values of ``keys`` in the job's store (PMIx_Lookup); with ``wait`` block until all are
-    published or ``timeout`` s passed. Missing keys are absent from the result."""
+#: how long ``lookup_value`` waits for its key unless told otherwise (seconds)
+LOOKUP_WAIT = 60.0
+#: a longer wait is a sequence of waiting lookups of at most this many seconds each, so that every
+#: request is answered by the controller (which holds one at most an hour) before its reply timeout
+WAIT_SLICE = 600.0
+#: how much longer than its wait a waiting lookup's request waits for the controller's answer
+REPLY_MARGIN = 5.0
+
+Request = Callable[[dict[str, Any], float], "dict[str, Any] | None"]
+
+
+class NotPublished(PlanariaError, TimeoutError):
+    """Keys still not published when a waiting lookup's time was up (``keys``, ``timeout``)."""
+
+    def __init__(self, keys: list[str], timeout: float) -> None:
+        self.keys, self.timeout = list(keys), timeout
+        super().__init__(f"{', '.join(keys)} not published within {timeout:g} s")
+
+
+def wait_for_keys(request: Request, keys: list[str], timeout: float | None) -> dict[str, Any]:
+    """The values of ``keys`` once all are published, or those found when ``timeout`` s have passed
+    (None: no bound), asking through ``request(msg, reply_timeout)`` in slices of ``WAIT_SLICE`` s.
+
+    TimeoutError when the controller does not answer a slice within its wait and ``REPLY_MARGIN``.
+    """
+    deadline = None if timeout is None or timeout == float("inf") else time.monotonic() + max(timeout, 0.0)
+    while True:
+        left = WAIT_SLICE if deadline is None else min(WAIT_SLICE, max(deadline - time.monotonic(), 0.0))
+        reply = request({"type": "lookup", "keys": list(keys), "wait": True, "timeout": left}, left + REPLY_MARGIN)
+        if reply is None:
+            raise TimeoutError(f"no answer from the controller within {left + REPLY_MARGIN:g} s")
+        found = dict(reply.get("data") or {})
+        if len(found) == len(keys) or (deadline is not None and time.monotonic() >= deadline - 0.01):
+            return found
+
+
+def lookup(keys: str | Iterable[str], *, wait: bool = False, timeout: float | None = 5.0) -> dict[str, Any]:
+    """Values of ``keys`` in the job's store (PMIx_Lookup) as a dict; keys not published are absent.
+
+    With ``wait``, block until every key is published or ``timeout`` s (default 5, None: no bound)
+    have passed, and return what is there then. For one value or an error, use ``lookup_value``.
+    """
     ks = [keys] if isinstance(keys, str) else list(keys)
-    reply = _need_controller("lookup")({"type": "lookup", "keys": ks, "wait": wait,
-                                        "timeout": timeout}, timeout + 2.0)
+    request = _need_controller("lookup")
+    if wait:
+        return wait_for_keys(request, ks, timeout)
+    reply = request({"type": "lookup", "keys": ks, "wait": False}, timeout or 5.0)
     if reply is None:
-        raise TimeoutError(f"no answer from the controller within {timeout + 2.0:g} s")
+        raise TimeoutError(f"no answer from the controller within {timeout or 5.0:g} s")
     return dict(reply.get("data") or {})
+
+
+def lookup_value(key: str, *, timeout: float | None = LOOKUP_WAIT) -> Any:
+    """The value published under ``key``, waiting for it at most ``timeout`` s (default
+    ``LOOKUP_WAIT``, 60 s; None: no bound). ``NotPublished`` (a TimeoutError) when the time is up."""
+    found = wait_for_keys(_need_controller("lookup"), [str(key)], timeout)
+    if str(key) not in found:
+        raise NotPublished([str(key)], float("inf") if timeout is None else timeout)
+    return found[str(key)]
 
 
 def log(message: str, **fields: Any) -> bool:

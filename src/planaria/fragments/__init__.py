@@ -38,6 +38,7 @@ from planaria.util.env import (
     PLANARIA_TRACE_DIR,
     PLANARIA_TRACE_FLUSH_BYTES,
 )
+from planaria.util.paths import shown
 
 __all__ = ["atomic", "sub", "Name", "df", "dfs", "workers", "run", "RunResult", "BalancerConfig", "LoadModel",
            "Executor", "Code", "CFSpec", "DFRef", "Expr", "Out", "FragmentError", "ProgramError", "SettingError", "default_trace_dir"]
@@ -99,7 +100,7 @@ def run(main: Code, *args: Any, comm: Any = "auto", threads: int | None = None,
     ex = Executor(comm, threads=threads, trace_dir=trace_dir, trace=bool(trace), flush_bytes=flush_bytes,
                   balancer=balancer, timeout=timeout, termination=termination)
     caller = sys._getframe(1)
-    res = ex.run(main, args, kwargs, site=(caller.f_code.co_filename, caller.f_lineno))
+    res = ex.run(main, args, kwargs, site=(shown(caller.f_code.co_filename), caller.f_lineno))
     if res.status == "error":
         # the program's own error (LuNA aborts on it): the trace keeps the details for trace analyze
         raise ProgramError(res.message or "the run was stopped by a program error")

@@ -33,6 +33,7 @@ from planaria.fragments.model import (CFSpec, Code, DFRef, FragmentError, Out, S
 from planaria.fragments.termination import RingMember, Token
 from planaria.trace.writer import DEFAULT_FLUSH_BYTES, TraceWriter
 from planaria.errors import PlanariaError
+from planaria.util.paths import shown
 
 TAG = 7301
 PING_TAG = 7302
@@ -468,7 +469,7 @@ class Executor:
             where = tb[-1] if tb else None
             self._completed(spec.id, (("error", {
                 "k": "error", "kind": "exception", "cf": spec.id, "exc": type(e).__name__, "message": str(e),
-                "file": where.filename if where else None, "line": where.lineno if where else None,
+                "file": shown(where.filename) if where else None, "line": where.lineno if where else None,
                 "traceback": "".join(traceback.format_exception(e))[-2000:]}), t0, time.time()))
 
     def _completed(self, cf_id: str, payload: Any) -> None:

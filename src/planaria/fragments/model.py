@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from planaria.errors import PlanariaError
+from planaria.util.paths import shown
 
 
 class Name:
@@ -166,7 +167,7 @@ class Code:
                             if isinstance(v.annotation, type) and v.annotation is not Name}
         self.module, self.qualname = fn.__module__, fn.__qualname__
         code = fn.__code__
-        self.file, self.line = code.co_filename, code.co_firstlineno
+        self.file, self.line = shown(code.co_filename), code.co_firstlineno
         self.signature = f"{'sub' if kind == 'sub' else 'atomic'} {fn.__name__}({_params_text(self.sig)})"
         _REGISTRY[(self.module, self.qualname)] = self
 
@@ -178,7 +179,7 @@ class Code:
         if ctx is None:
             raise FragmentError(f"{self.qualname}(...) spawns a CF: call it inside a sub, or start with planaria.fragments.run({self.qualname})")
         frame = sys._getframe(1)
-        return ctx.spawn(self, args, kwargs, frame.f_code.co_filename, frame.f_lineno)
+        return ctx.spawn(self, args, kwargs, shown(frame.f_code.co_filename), frame.f_lineno)
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         if self._zip_bind and not kwargs and len(args) == len(self.params):
@@ -390,7 +391,7 @@ def df(name: str) -> DFRef:
     if ctx is None:
         raise FragmentError("df() declares a DF inside a running sub")
     frame = sys._getframe(1)
-    return ctx.declare(name, frame.f_code.co_filename, frame.f_lineno)
+    return ctx.declare(name, shown(frame.f_code.co_filename), frame.f_lineno)
 
 
 def dfs(names: str) -> tuple[DFRef, ...]:
@@ -399,7 +400,7 @@ def dfs(names: str) -> tuple[DFRef, ...]:
     if ctx is None:
         raise FragmentError("dfs() declares DFs inside a running sub")
     frame = sys._getframe(1)
-    return tuple(ctx.declare(n, frame.f_code.co_filename, frame.f_lineno) for n in names.replace(",", " ").split())
+    return tuple(ctx.declare(n, shown(frame.f_code.co_filename), frame.f_lineno) for n in names.replace(",", " ").split())
 
 
 def workers() -> int:

@@ -79,16 +79,27 @@ def format_line(rec: dict[str, Any], timestamp: bool = False, xml: bool = False)
     return f"{head}[{rank},{chan}] {text}"
 
 
+def event_origin(ev: dict[str, Any]) -> str:
+    """Who raised a relayed event, in the words of ``events.jsonl``'s ``origin``: ``rank N``,
+    ``tool`` (``planaria event``) or ``rm`` (the controller: failures, job end)."""
+    origin, src = ev.get("origin"), ev.get("source")
+    if origin == "rank" or (origin is None and src is not None):
+        return f"rank {src}"
+    return str(origin or "rm")
+
+
 def format_event(ev: dict[str, Any], xml: bool = False) -> str:
     """One relayed event as a line."""
     name = ev_codes.name_of(int(ev.get("code", 0)))
     src = ev.get("source")
+    origin = event_origin(ev)
     if xml:
         return (f"<event id={quoteattr(str(ev.get('id')))} code={quoteattr(name)} "
-                f"source={quoteattr(str(src))} affected={quoteattr(','.join(map(str, ev.get('affected') or [])))}>"
+                f"origin={quoteattr(origin)} source={quoteattr(str(src))} "
+                f"affected={quoteattr(','.join(map(str, ev.get('affected') or [])))}>"
                 f"{escape(json.dumps(ev.get('info') or {}, sort_keys=True, default=str))}</event>")
     aff = f" affected={ev.get('affected')}" if ev.get("affected") else ""
-    return f"[event {ev.get('id')}] {name} from {'rm' if src is None else src}{aff} {json.dumps(ev.get('info') or {}, sort_keys=True, default=str)}"
+    return f"[event {ev.get('id')}] {name} from {origin}{aff} {json.dumps(ev.get('info') or {}, sort_keys=True, default=str)}"
 
 
 class Attach:

@@ -1,6 +1,7 @@
 """The controller's answers to tools (and to the ranks' event API): ``notify`` (an event to relay),
 ``ctl`` (kill, signal, pause or resume ranks), ``publish`` and ``lookup`` (the job's key-value
-store, a lookup waiting for its keys at most an hour), ``subscribe`` (events and output, renewed
+store, a lookup waiting for its keys at most an hour; the clients wait longer in slices, see
+``events.local.wait_for_keys``), ``subscribe`` (events and output, renewed
 by the tool) and ``stdin`` (text for ranks' agents); docs/tools.md.
 
 Each request is answered with a message of its own type, carrying its ``id`` when it had one,

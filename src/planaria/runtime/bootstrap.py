@@ -28,6 +28,7 @@ from planaria.util.env import (
     PLANARIA_INJECT,
     PLANARIA_SPARES,
 )
+from planaria.util.paths import shown
 
 
 _RT = RT      # this process's record (runtime/state.py), filled here
@@ -349,7 +350,7 @@ def _failure_context(tb: Any = None) -> dict[str, Any]:
             while tb is not None:
                 code = tb.tb_frame.f_code
                 if msglog.is_app_file(code.co_filename):
-                    app = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+                    app = f"{shown(code.co_filename)}:{tb.tb_lineno} in {code.co_name}"
                 tb = tb.tb_next
             out["site"] = app or lg.site()
         else:

@@ -39,18 +39,51 @@ def _stack_key(cf: dict[str, Any]) -> tuple[Any, ...]:
     return tuple((f.get("file"), f.get("line")) for f in cf.get("stack") or [])
 
 
+def _runs(values: list[int]) -> list[tuple[int, int]]:
+    """Sorted distinct integers as maximal runs of consecutive ones: [1, 2, 3, 7] -> [(1, 3), (7, 7)]."""
+    out: list[tuple[int, int]] = []
+    for v in sorted(set(values)):
+        if out and out[-1][1] + 1 == v:
+            out[-1] = (out[-1][0], v)
+        else:
+            out.append((v, v))
+    return out
+
+
+def _boxes(points: set[tuple[int, ...]]) -> list[tuple[tuple[int, int], ...]]:
+    """A partition of ``points`` (integer tuples of one length) into boxes, one (lo, hi) per dimension.
+
+    The points with first index v are split into boxes of the other dimensions; a box found for
+    consecutive values of v becomes one box with the run of v in front. A full box stays one box.
+    """
+    if not next(iter(points)):
+        return [()]
+    rest: dict[int, set[tuple[int, ...]]] = defaultdict(set)
+    for p in points:
+        rest[p[0]].add(p[1:])
+    heads: dict[tuple[tuple[int, int], ...], list[int]] = defaultdict(list)
+    for v, tails in rest.items():
+        for box in _boxes(tails):
+            heads[box].append(v)
+    return [((lo, hi), *box) for box, vs in heads.items() for lo, hi in _runs(vs)]
+
+
 def index_ranges(indices: list[list[Any]]) -> list[tuple[list[Any], list[Any]]]:
-    """Compress index tuples into runs that differ by one in the last position: [[8],[9],[11]] -> [([8],[9]), ([11],[11])]."""
-    ints: list[list[Any]] = []
+    """Compress index tuples into boxes ``(lo, hi)``: every index with lo[k] <= i[k] <= hi[k] in
+    each dimension k is one of ``indices``, and each of them is in exactly one box.
+
+    [[8], [9], [11]] -> [([8], [9]), ([11], [11])]; the 64 indices of p[0..3][0..3][0..3] -> one box.
+    Indices that are not all integers stay single.
+    """
+    ints: dict[int, set[tuple[int, ...]]] = defaultdict(set)
     other: list[list[Any]] = []
     for ix in indices:
-        (ints if ix and all(isinstance(i, int) and not isinstance(i, bool) for i in ix) else other).append(list(ix))
-    out: list[tuple[list[Any], list[Any]]] = []
-    for tx in sorted({tuple(i) for i in ints}):
-        if out and len(out[-1][1]) == len(tx) and tuple(out[-1][1][:-1]) == tx[:-1] and out[-1][1][-1] + 1 == tx[-1]:
-            out[-1] = (out[-1][0], list(tx))
+        if ix and all(isinstance(i, int) and not isinstance(i, bool) for i in ix):
+            ints[len(ix)].add(tuple(ix))
         else:
-            out.append((list(tx), list(tx)))
+            other.append(list(ix))
+    boxes = [box for pts in ints.values() for box in _boxes(pts)]
+    out = [([lo for lo, _ in box], [hi for _, hi in box]) for box in sorted(boxes)]
     out.extend((ix, ix) for ix in other)
     return out
 
@@ -60,7 +93,10 @@ def _fmt_ix(name: str, ix: list[Any]) -> str:
 
 
 def _fmt_range(name: str, lo: list[Any], hi: list[Any]) -> str:
-    return _fmt_ix(name, lo) if lo == hi else f"{_fmt_ix(name, lo)}..{_fmt_ix(name, hi)}"
+    """``x[8..9]``, ``p[0..3][2][0..1]``: the box from ``lo`` to ``hi``, one bracket per dimension."""
+    if lo == hi:
+        return _fmt_ix(name, lo)
+    return name + "".join(f"[{a}]" if a == b else f"[{a}..{b}]" for a, b in zip(lo, hi, strict=True))
 
 
 def _covers(out: dict[str, Any], df_id: str, base: str, index: list[Any]) -> bool:

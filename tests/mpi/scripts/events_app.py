@@ -102,8 +102,14 @@ elif mode == "tools":
                 time.sleep(0.05)
     threading.Thread(target=reader, daemon=True).start()
     if rank == 1:
-        val = ev.lookup("answer", wait=True, timeout=seconds)
-        print(f"LOOKUP {rank} {val.get('answer')}", flush=True)
+        print(f"LOOKUP {rank} {ev.lookup_value('answer', timeout=seconds)}", flush=True)
+    if rank == 2:
+        t_wait = time.time()
+        try:
+            ev.lookup_value("never", timeout=0.5)
+        except ev.NotPublished as exc:         # says so after the time given, not a silent default
+            print(f"NOTPUB {rank} {round(time.time() - t_wait, 1)} {exc}", flush=True)
+        assert ev.lookup("never", wait=True, timeout=0.2) == {}
     i = 0
     while time.time() - t0 < seconds:
         pl.step(i)
