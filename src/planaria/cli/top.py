@@ -12,11 +12,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
-from planaria.cli.tools import _JOB, _TIMEOUT, _fail, _job, _print_json, progress_text, ps_row, role_text
+from planaria.cli.tools import _JOB, _TIMEOUT, _fail, _job, _print_json, _ranks, progress_text, ps_row, role_text
 
 EVENTS_SHOWN = 8                 # the newest events the view keeps
 _LIVE_STATUS = (None, "running", "starting", "restarting")
@@ -47,10 +47,14 @@ def progress_of(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {"done": done, "total": total, "rate": rate, "eta_s": eta}
 
 
-def snapshot(jd: Any, timeout: float) -> dict[str, Any]:
-    """The running job as its controller sees it now; ToolError when it does not answer."""
+def snapshot(jd: Any, timeout: float, ranks: list[int] | None = None) -> dict[str, Any]:
+    """The running job as its controller sees it now (``ranks`` only, when given); ToolError when it
+    does not answer."""
     from planaria.launch.toolclient import call
-    reply = call(jd, {"type": "ps"}, timeout)
+    req: dict[str, Any] = {"type": "ps"}
+    if ranks is not None:
+        req["ranks"] = ranks
+    reply = call(jd, req, timeout)
     now = time.time()
     rows = [top_row(r, now) for r in reply.get("ranks") or []]
     t0 = reply.get("t0")
@@ -235,11 +239,11 @@ def render(snap: dict[str, Any], events: list[dict[str, Any]]) -> Any:
 # --------------------------------------------------------------------------- the command
 
 
-def _once(jd: Any, timeout: float, json_out: bool) -> None:
+def _once(jd: Any, timeout: float, json_out: bool, ranks: list[int] | None) -> None:
     """One snapshot (the final one when the job has ended), printed and done."""
     from planaria.launch.client import ToolError
     try:
-        snap: dict[str, Any] | None = snapshot(jd, timeout)
+        snap: dict[str, Any] | None = snapshot(jd, timeout, ranks)
     except ToolError as exc:
         if not ended(jd):
             _fail("top", str(exc), 1)
@@ -247,6 +251,8 @@ def _once(jd: Any, timeout: float, json_out: bool) -> None:
         if snap is None:
             _fail("top", f"job {jd.id} has ended and left no summary", 1)
     assert snap is not None
+    if ranks is not None:
+        snap["ranks"] = [r for r in snap["ranks"] if r["rank"] in ranks]
     snap["events"] = recent_events(jd)
     if json_out:
         _print_json(snap)
@@ -255,11 +261,11 @@ def _once(jd: Any, timeout: float, json_out: bool) -> None:
     Console().print(render(snap, snap["events"]))
 
 
-def _poll(jd: Any, timeout: float) -> dict[str, Any] | None:
+def _poll(jd: Any, timeout: float, ranks: list[int] | None) -> dict[str, Any] | None:
     """A snapshot; None once the job has ended; exit 1 when a running job's controller stays silent."""
     from planaria.launch.client import ToolError
     try:
-        return snapshot(jd, timeout)
+        return snapshot(jd, timeout, ranks)
     except ToolError as exc:
         deadline = time.monotonic() + timeout    # the launcher may be writing the job's end
         while time.monotonic() < deadline:
@@ -270,13 +276,13 @@ def _poll(jd: Any, timeout: float) -> dict[str, Any] | None:
     return None
 
 
-def _watch(jd: Any, live: Any, interval: float, timeout: float) -> dict[str, Any] | None:
+def _watch(jd: Any, live: Any, interval: float, timeout: float, ranks: list[int] | None) -> dict[str, Any] | None:
     """Refresh the view until the job ends; the last snapshot."""
     last: dict[str, Any] | None = None
     feed = EventFeed(jd, max(timeout, 2.0))
     try:
         while True:
-            snap = _poll(jd, timeout)
+            snap = _poll(jd, timeout, ranks)
             if snap is None:
                 return last
             last = snap
@@ -311,6 +317,7 @@ def top(job: str = _JOB,
         interval: float = typer.Option(1.0, "--interval", min=0.1, help="Seconds between two refreshes."),
         once: bool = typer.Option(False, "--once", help="Print one snapshot and exit (for scripts and tests)."),
         json_out: bool = typer.Option(False, "--json", help="With --once: the snapshot as JSON on stdout."),
+        ranks: Optional[str] = typer.Option(None, "--ranks", help="Only these ranks, e.g. 0-15 or 1,3-5."),
         timeout: float = _TIMEOUT) -> None:
     """A live view of a running job, refreshed every --interval seconds: each rank's state, role,
     step out of the announced total (pl.step(i, total=n)) and steps per second, heartbeat age and
@@ -322,21 +329,22 @@ def top(job: str = _JOB,
 
       planaria top latest
 
-      planaria top latest --interval 0.5
+      planaria top latest --interval 0.5 --ranks 0-15
 
       planaria top 20261128-051200-ab12 --once --json
     """
     if json_out and not once:
         _fail("top", "--json goes with --once (one snapshot as JSON)", 2)
+    rk = _ranks("top", ranks)
     jd = _job("top", job)
     if once or ended(jd):
-        _once(jd, timeout, json_out)
+        _once(jd, timeout, json_out, rk)
         return
     from rich.console import Console
     from rich.live import Live
     with Live(console=Console(), auto_refresh=False, transient=False) as live:
         try:
-            last = _watch(jd, live, interval, timeout)
+            last = _watch(jd, live, interval, timeout, rk)
             final = final_snapshot(jd, last)
             if final is not None:
                 live.update(render(final, recent_events(jd)), refresh=True)

@@ -4,13 +4,15 @@ the program announced (``pl.step(i, total=n)``), its rate and the time left, on 
 Shown only when stderr is a terminal and the run is not ``--json``, from the first heartbeat that
 carries a total on. While it is shown, the ranks' lines and the launcher's own that go to that
 terminal (stderr, and stdout when it is a terminal too) are printed through the bar's console,
-which puts them above the bar (``Output.above``); stdout into a pipe or a file gets them as before.
+which puts them above the bar (``Output.above``), in batches every 0.1 s; stdout into a pipe or a
+file gets them as before.
 The bar is a watcher of the supervision loop: it reads the rank table twice a second under its lock
 (``RankTable.progress``, no copy) and stops, showing the last state, when the supervision ends.
 """
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
@@ -18,6 +20,7 @@ from planaria.launch.controller import Controller
 from planaria.launch.output import Output
 
 EVERY = 0.5               # seconds between two looks at the rank table
+HELD_MAX = 2000           # lines held for the terminal before they are printed without waiting
 
 
 def wanted(json_mode: bool, stderr: Any = None) -> bool:
@@ -46,9 +49,13 @@ class ProgressBar:
         self._task: Any = None
         self._console: Any = None
         self._stdout_tty = False
+        self._held: list[str] = []            # lines for the terminal, printed above the bar in batches
+        self._held_lock = threading.Lock()
 
     def check(self) -> None:
-        """Update the bar (started at the first total), at most every ``EVERY`` s; the job goes on."""
+        """Print the lines held for the terminal; update the bar (started at the first total), at
+        most every ``EVERY`` s. The job goes on."""
+        self._flush()
         now = time.monotonic()
         if now < self._next:
             return None
@@ -82,12 +89,25 @@ class ProgressBar:
         self.out.above = self._above
 
     def _above(self, line: str, dest: TextIO) -> bool:
-        """Print ``line`` above the bar when it goes to the bar's terminal; False: not for it."""
+        """Hold ``line`` for the bar's terminal (printed above it by the next ``check``, within
+        0.1 s); False: it does not go there."""
         if dest is not sys.stderr and not (dest is sys.stdout and self._stdout_tty):
             return False
-        from rich.text import Text
-        self._console.print(Text.from_ansi(line), soft_wrap=True)
+        with self._held_lock:
+            self._held.append(line)
+            full = len(self._held) >= HELD_MAX
+        if full:
+            self._flush()
         return True
+
+    def _flush(self) -> None:
+        """Print the held lines above the bar, all in one print: the console redraws the bar after
+        each print (about 0.4 ms), so line by line it would slow down a program that prints much."""
+        with self._held_lock:
+            lines, self._held = self._held, []
+        if lines and self._console is not None:
+            from rich.text import Text
+            self._console.print(Text.from_ansi("\n".join(lines)), soft_wrap=True)
 
     def close(self) -> None:
         """The last state, then the bar stops (it stays on the screen); the lines go straight again."""
@@ -97,5 +117,6 @@ class ProgressBar:
             self._show(self.controller.rank_table.progress())
         finally:
             self.out.above = None
+            self._flush()
             self._progress.stop()
             self._progress = None
