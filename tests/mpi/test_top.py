@@ -85,6 +85,11 @@ def test_steps_with_a_total_in_top_and_ps(tmp_path):
         assert rows[1]["rate"] < 0.8 * min(rows[0]["rate"], rows[2]["rate"]), rows
         pr = snap["progress"]
         assert pr["total"] == 60 and pr["done"] <= rows[1]["step"] + 3 and pr["rate"] > 0, snap
+        # an event relayed meanwhile is in the snapshot's events (from the job record)
+        assert _cli(env, "event", "latest", "USER+1", "--info", "phase=io").returncode == 0
+        snap = _top_until(env, lambda s: any(e["name"] == "USER+1" for e in s.get("events") or []), within=10)
+        (ev,) = [e for e in snap["events"] if e["name"] == "USER+1"]
+        assert ev["origin"] == "tool" and ev["info"] == {"phase": "io"}, ev
         # ps: the progress column, and --json as before with total and rate added
         table = _cli(env, "ps", "latest")
         assert table.returncode == 0 and "progress" in table.stdout and "/60" in table.stdout, table.stdout
