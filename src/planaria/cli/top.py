@@ -288,10 +288,9 @@ def _watch(jd: Any, live: Any, interval: float, timeout: float, ranks: list[int]
             last = snap
             live.update(render(snap, list(feed.events)), refresh=True)
             feed.job_end.wait(interval)
-            if feed.job_end.is_set() or feed.done.is_set():
-                # this attempt ended: the job too, or a restart follows (a new controller, a new feed)
-                if ended(jd) or _wait_end(jd, timeout):
-                    return last
+            if feed.job_end.is_set() and (ended(jd) or _wait_end(jd, timeout)):
+                return last          # else this attempt ended and a restart follows: a new controller
+            if feed.done.is_set():   # the subscription ended (an attempt's end, a silent controller)
                 feed.close()
                 feed = EventFeed(jd, max(timeout, 2.0))
     finally:
@@ -347,6 +346,7 @@ def top(job: str = _JOB,
             last = _watch(jd, live, interval, timeout, rk)
             final = final_snapshot(jd, last)
             if final is not None:
+                final["ranks"] = [r for r in final["ranks"] if rk is None or r["rank"] in rk]
                 live.update(render(final, recent_events(jd)), refresh=True)
         except KeyboardInterrupt:
             pass
