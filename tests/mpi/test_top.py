@@ -34,9 +34,9 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.Com
                           env=env, timeout=timeout)
 
 
-def _start(env: dict[str, str], *argv: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "planaria.cli.main", "run", "-n", "3", "--timeout", "60", "--",
-                             sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def _start(env: dict[str, str], *argv: str, opts: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "planaria.cli.main", "run", "-n", "3", "--timeout", "60", *opts,
+                             "--", sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
 
 
@@ -116,7 +116,8 @@ def test_steps_with_a_total_in_top_and_ps(tmp_path):
 @pytest.mark.timeout(120)
 def test_a_fragments_run_shows_its_cf_counters_per_rank(tmp_path):
     env = _env(tmp_path)
-    proc = _start(env, FRAGMENTS, "steady", "-")     # 120 CFs of 0.1 s, 40 on each rank, one thread each
+    # 120 CFs of 0.1 s, 40 on each rank, one thread each; the heartbeats with counters pass a node agent
+    proc = _start(env, FRAGMENTS, "steady", "-", opts=("--node-agents",))
 
     def counting(snap: dict[str, Any]) -> bool:
         rows = snap.get("ranks") or []
@@ -134,6 +135,8 @@ def test_a_fragments_run_shows_its_cf_counters_per_rank(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, err[-2000:]
     assert out.count("STATUS") == 3 and "unfinished=0" in out, out
+    (jobdir,) = (tmp_path / "jobs").iterdir()
+    assert '"node-hello"' in (jobdir / "events.jsonl").read_text()      # the ranks went through one
 
 
 def _in_a_terminal(argv: list[str], env: dict[str, str], within: float) -> tuple[int, str]:

@@ -111,3 +111,34 @@ def test_top_renders_steps_and_fragments_columns() -> None:
     text = console.export_text()
     for word in ("slowest rank 12/40 30% 5/s", "12/40", "5/s", "CFs done", "80%", "FAULT_LOCALIZED"):
         assert word in text, text
+
+
+@pytest.mark.timeout(30)
+def test_a_real_agent_brings_total_rate_and_counters_to_a_real_controller(tmp_path, monkeypatch) -> None:
+    import time
+
+    from planaria.launch.controller import Controller
+    from planaria.launch.jobdir import JobDir
+    from planaria.runtime import state
+    from planaria.runtime.agent import Agent
+    jd = JobDir.create(tmp_path)
+    ctl = Controller(jd, pid_check=False)
+    uri = ctl.start()
+    monkeypatch.setattr(state.RT, "work", lambda: (5, 2, 1, 0.0, 2))
+    ag = Agent(uri, jd.secret(), 0, 1, heartbeat=0.05, orphan_timeout=0)
+    try:
+        ag.total = 400
+        t0 = time.monotonic()
+        deadline = t0 + 15
+        row: dict = {}
+        while time.monotonic() < deadline:
+            ag.step = int((time.monotonic() - t0) * 100)       # 100 steps a second
+            row = ctl.table().get(0, {})
+            if row.get("rate") and row.get("cf"):
+                break
+            time.sleep(0.01)
+        assert row.get("total") == 400 and row.get("cf") == [5, 2, 1, 0], row
+        assert 60 <= row["rate"] <= 140, row                     # about 100 steps a second
+    finally:
+        ag.close()
+        ctl.stop()
