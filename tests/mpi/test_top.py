@@ -96,6 +96,8 @@ def test_steps_with_a_total_in_top_and_ps(tmp_path):
         ps = json.loads(_cli(env, "ps", "latest", "--json").stdout)["ranks"]
         keys = {"rank", "host", "pid", "state", "role", "last_heartbeat_s", "step", "backend", "runtime", "logical"}
         assert all(keys | {"total", "rate"} <= set(r) and r["total"] == 60 for r in ps), ps
+        summ = json.loads(_cli(env, "ps", "latest", "--summary", "--json").stdout)
+        assert summ["progress"]["total"] == 60 and summ["ranks"] == 3, summ
         # the live view ends by itself when the job does, with the final state
         watch = subprocess.run([sys.executable, "-m", "planaria.cli.main", "top", "latest", "--interval", "0.5"],
                                capture_output=True, text=True, env=env, timeout=60)

@@ -77,8 +77,12 @@ def ps(job: str = _JOB, timeout: float = _TIMEOUT, json_out: bool = _JSON,
             return
         sm = reply.get("summary") or {}
         states = ", ".join(f"{n} {s}" for s, n in sorted((sm.get("states") or {}).items()))
+        pr = sm.get("progress")
+        behind = f"; slowest rank {progress_text({'step': pr['done'], 'total': pr['total'], 'rate': pr['rate']})}" \
+            if pr else ""
         print(f"job {jd.id}: {sm.get('ranks', 0)} ranks ({states or 'none'}) on {len(sm.get('hosts') or {})} "
-              f"host(s), {sm.get('node_agents', 0)} node agent(s); steps {sm.get('step_min')}..{sm.get('step_max')}")
+              f"host(s), {sm.get('node_agents', 0)} node agent(s); steps {sm.get('step_min')}..{sm.get('step_max')}"
+              + behind)
         return
     now = time.time()
     rows = [ps_row(r, now) for r in reply.get("ranks") or []]

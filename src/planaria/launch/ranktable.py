@@ -124,15 +124,18 @@ _ROW_RULES: dict[str, Callable[[Row, dict[str, Any], float], Row | None]] = {
 
 
 def summary(rows: list[Row], node_agents: int) -> dict[str, Any]:
-    """``ps --summary``: ranks per state and per host, the lowest and highest step, the node agents."""
+    """``ps --summary``: ranks per state and per host, the lowest and highest step, the node agents,
+    the slowest working rank's progress (``slowest``)."""
     states: dict[str, int] = {}
     hosts: dict[str, int] = {}
     steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
     for r in rows:
         states[str(r.get("state"))] = states.get(str(r.get("state")), 0) + 1
         hosts[str(r.get("host") or "?")] = hosts.get(str(r.get("host") or "?"), 0) + 1
+    behind = slowest(rows)
     return {"ranks": len(rows), "states": states, "hosts": hosts, "node_agents": node_agents,
-            "step_min": min(steps) if steps else None, "step_max": max(steps) if steps else None}
+            "step_min": min(steps) if steps else None, "step_max": max(steps) if steps else None,
+            "progress": dict(zip(("done", "total", "rate"), behind, strict=True)) if behind else None}
 
 
 def slowest(rows: Iterable[Row]) -> tuple[int, int, float | None] | None:
