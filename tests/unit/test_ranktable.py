@@ -138,7 +138,7 @@ def test_ps_rows_and_summary() -> None:
     assert why is None and msg["t0"] == 5.0 and [r["rank"] for r in msg["ranks"]] == [0, 2]
     msg, _ = protocol.unpack(table.ps_reply(None, True, 5.0, TOK), TOK.encode())
     assert msg["summary"] == {"ranks": 3, "states": {"running": 2, "finished": 1}, "hosts": {"n0": 3},
-                              "node_agents": 1, "step_min": 1, "step_max": 8}
+                              "node_agents": 1, "step_min": 1, "step_max": 8, "progress": None}
     assert summary([], 0)["step_min"] is None
 
 

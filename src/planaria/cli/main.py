@@ -22,7 +22,7 @@ def _register() -> None:
         return
     _registered = True
     from planaria.cli import demo, run    # these two add their commands to ``app`` on import
-    from planaria.cli import abft, campaign, checkpoints, diagnose, fragments, hosts, terrain, tools, trace
+    from planaria.cli import abft, campaign, checkpoints, diagnose, fragments, hosts, terrain, tools, top, trace
 
     del demo, run
 
@@ -31,6 +31,7 @@ def _register() -> None:
     app.add_typer(abft.app, name="abft")
     app.add_typer(terrain.app, name="terrain")
     tools.register(app)
+    app.command("top")(top.top)
     app.add_typer(trace.app, name="trace")
     app.add_typer(fragments.app, name="fragments")
     app.command("campaign")(campaign.campaign)

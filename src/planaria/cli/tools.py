@@ -59,7 +59,9 @@ def _print_json(obj: Any) -> None:
 def ps(job: str = _JOB, timeout: float = _TIMEOUT, json_out: bool = _JSON,
        ranks: Optional[str] = typer.Option(None, "--ranks", help="Only these ranks, e.g. 0-99 or 1,3-5."),
        summary: bool = typer.Option(False, "--summary", help="Counts per state and host and the steps' range instead of one row per rank (for jobs of thousands of ranks).")) -> None:
-    """The process table of a running job: rank, host, pid, state, role, last heartbeat, step.
+    """The process table of a running job: rank, host, pid, state, role, last heartbeat, step, and
+    progress: the step out of the total the program announced (pl.step(i, total=n)) and the steps per
+    second over the last 2 s. For a live view, planaria top.
 
     Examples: planaria ps latest --json ; planaria ps latest --ranks 0-15 ; planaria ps latest --summary
     """
@@ -75,15 +77,15 @@ def ps(job: str = _JOB, timeout: float = _TIMEOUT, json_out: bool = _JSON,
             return
         sm = reply.get("summary") or {}
         states = ", ".join(f"{n} {s}" for s, n in sorted((sm.get("states") or {}).items()))
+        pr = sm.get("progress")
+        behind = f"; slowest rank {progress_text({'step': pr['done'], 'total': pr['total'], 'rate': pr['rate']})}" \
+            if pr else ""
         print(f"job {jd.id}: {sm.get('ranks', 0)} ranks ({states or 'none'}) on {len(sm.get('hosts') or {})} "
-              f"host(s), {sm.get('node_agents', 0)} node agent(s); steps {sm.get('step_min')}..{sm.get('step_max')}")
+              f"host(s), {sm.get('node_agents', 0)} node agent(s); steps {sm.get('step_min')}..{sm.get('step_max')}"
+              + behind)
         return
     now = time.time()
-    rows = [{"rank": r["rank"], "host": r.get("host"), "pid": r.get("pid"), "state": r.get("state"),
-             "role": r.get("role"), "last_heartbeat_s": round(now - r["last_hb"], 3) if r.get("last_hb") else None,
-             "step": r.get("step"), "backend": r.get("backend"), "runtime": r.get("runtime", True),
-             "logical": r.get("logical")}
-            for r in reply.get("ranks") or []]
+    rows = [ps_row(r, now) for r in reply.get("ranks") or []]
     if json_out:
         _print_json({"job": jd.id, "t0": reply.get("t0"), "ranks": rows})
         return
@@ -92,16 +94,42 @@ def ps(job: str = _JOB, timeout: float = _TIMEOUT, json_out: bool = _JSON,
     plain = any(r["runtime"] is False for r in rows)
     table = Table(title=f"job {jd.id}", caption="ranks without planaria's runtime: known from the rank recorder "
                                                 "(no heartbeat, role or step)" if plain else None)
-    for col in ("rank", "host", "pid", "state", "role", "heartbeat", "step"):
-        table.add_column(col, justify="right" if col in ("rank", "pid", "heartbeat", "step") else "left")
+    for col in ("rank", "host", "pid", "state", "role", "heartbeat", "step", "progress"):
+        table.add_column(col, justify="right" if col in ("rank", "pid", "heartbeat", "step", "progress") else "left",
+                         no_wrap=col == "progress")
     for r in rows:
         hb = "" if r["last_heartbeat_s"] is None else f"{r['last_heartbeat_s']:.1f}s ago"
-        role = str(r["role"] or "")
-        if r["logical"] is not None and r["logical"] != r["rank"]:
-            role += f" as {r['logical']}"            # a spare that took over logical rank N
         table.add_row(str(r["rank"]), str(r["host"] or "?"), str(r["pid"] or "?"), str(r["state"]),
-                      role, hb, "" if r["step"] is None else str(r["step"]))
+                      role_text(r), hb, "" if r["step"] is None else str(r["step"]), progress_text(r))
     Console().print(table)
+
+
+def ps_row(r: dict[str, Any], now: float) -> dict[str, Any]:
+    """One rank of the controller's table as ``ps --json`` shows it (``top --json`` adds to it):
+    ``total`` is the step count announced with ``step(i, total=n)``, ``rate`` steps per second."""
+    return {"rank": r["rank"], "host": r.get("host"), "pid": r.get("pid"), "state": r.get("state"),
+            "role": r.get("role"), "last_heartbeat_s": round(now - r["last_hb"], 3) if r.get("last_hb") else None,
+            "step": r.get("step"), "backend": r.get("backend"), "runtime": r.get("runtime", True),
+            "logical": r.get("logical"), "total": r.get("total"), "rate": r.get("rate")}
+
+
+def role_text(r: dict[str, Any]) -> str:
+    """The role as ``ps`` prints it: ``recovered as 3`` for a spare that took over logical rank 3."""
+    role = str(r.get("role") or "")
+    if r.get("logical") is not None and r["logical"] != r["rank"]:
+        role += f" as {r['logical']}"
+    return role
+
+
+def progress_text(r: dict[str, Any]) -> str:
+    """``12/40 30% 3.1/s``: the step a rank is in out of its announced total, and its step rate
+    (the step alone with its rate when no total was announced; empty before any step)."""
+    step, total, rate = r.get("step"), r.get("total"), r.get("rate")
+    if not isinstance(step, int):
+        return ""
+    text = f"{step}/{total} {100 * min(max(step, 0), total) // total}%" if isinstance(total, int) and total > 0 \
+        else str(step)
+    return text + (f" {rate:.3g}/s" if isinstance(rate, (int, float)) else "")
 
 
 def ctl(

@@ -139,6 +139,8 @@ class Executor:
         self.stop_message: str | None = None           # why the run was stopped with verdict "error"
         self.writers: dict[str, str] = {}              # at a DF's home: who assigned it, "expr at file:line"
         self.moves = 0
+        self.busy = 0.0                                # seconds the pool spent in CFs that have ended
+        self.active: dict[str, float] = {}             # running CF -> when it started (time.time())
         self.pings_left = len(_PING_SIZES) if self.bconf is not None and not self.is_balancer else 0
         self.signals = interrupt.Catcher()
         self.t0 = time.time()
@@ -419,6 +421,7 @@ class Executor:
             return
         st.state, st.started = "running", time.time()
         self.running += 1
+        self.active[spec.id] = st.started
         self.rec({"k": "start", "cf": spec.id, "t": time.time()})     # inputs are in the CF's record
         values = self.values
         self.pool.put((spec, {d: values[d] for d in ins}))
@@ -481,6 +484,8 @@ class Executor:
         (result, t0, t1) = payload
         st = self.cfs.get(cf_id)
         self.running -= 1
+        self.busy += t1 - t0
+        self.active.pop(cf_id, None)
         self.ring.touch()
         if st is None:
             return
@@ -531,8 +536,10 @@ class Executor:
                   "pid": os.getpid(), "argv": sys.argv})
         self.signals.install()
         self.bell.wake_on_signals()
-        from planaria.runtime import snapshot
+        from planaria.runtime import snapshot, state
         snapshot.provide("cfs", self.running_cfs)      # a global diagnosis names the CFs running here
+        if not self.is_balancer:                        # the heartbeat carries this rank's CF counters
+            state.provide_work(self.work_counters)
         try:
             try:
                 if self.is_balancer:
@@ -556,8 +563,19 @@ class Executor:
             raise
         finally:
             snapshot.provide("cfs", None)
+            if not self.is_balancer:                    # the last counters stay, nothing busy any more
+                last = self.work_counters()
+                state.provide_work(lambda: last)
             self.signals.close()
             self.bell.close()
+
+    def work_counters(self) -> tuple[int, int, int, float, int]:
+        """This rank's CFs done, held and not running (waiting for inputs or a thread), moved away by the
+        balancer, the pool's busy seconds so far and its threads: what the agent's heartbeat reports
+        (``planaria top``). Read from the agent thread: copies, no lock (the loop thread changes them)."""
+        now = time.time()
+        running = sum(now - t for t in list(self.active.values()))
+        return self.done, max(len(self.cfs) - self.running, 0), self.moves, self.busy + running, self.threads
 
     def running_cfs(self, limit: int = 8) -> list[dict[str, Any]]:
         """The CFs running on this rank, longest first: expression, file:line, seconds so far."""

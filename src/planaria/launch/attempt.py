@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planaria.launch import rankfate, sessiondirs, shmfiles, slurm
+from planaria.launch import progressbar, rankfate, sessiondirs, shmfiles, slurm
 from planaria.launch.controller import Controller
 from planaria.launch.errors import LaunchError
 from planaria.launch.jobdir import JobDir
@@ -26,6 +26,7 @@ from planaria.launch.mpiexec import build_mpiexec_cmd
 from planaria.launch.options import EXIT_FAILED, EXIT_OK, RunOptions, say
 from planaria.launch.output import Output, RuntimeWatch
 from planaria.launch.plaininject import PlainKills
+from planaria.launch.progressbar import ProgressBar
 from planaria.launch.supervise import (
     ABORTED,
     FINISHED,
@@ -178,12 +179,18 @@ class Attempt:
         self.running: set[int] = set()      # ranks still running when the launcher began to end the job
         self.t_stop = 0.0                   # when it began to
         self.kills: LauncherKills | None = None
+        # the progress bar on stderr when it is a terminal (docs/tools.md), not with --json
+        self.bar = ProgressBar(self.controller, job.out) if progressbar.wanted(self.opts.json) else None
 
     def run(self) -> AttemptResult:
         """All the stages; raises ``LaunchError`` when mpiexec could not be started."""
         self.prepare()
         self.launch()
-        outcome = supervise(self.watchers())
+        try:
+            outcome = supervise(self.watchers())
+        finally:
+            if self.bar is not None:
+                self.bar.close()
         self.stop(outcome)
         self.teardown(outcome)
         return self.classify(outcome)
@@ -310,6 +317,8 @@ class Attempt:
             found.append(PlainFailure(self.fates_dir, ctl))
         found += [DiagnosisRequests(job.signals, ctl, out), Incidents(opts.on_hang, job.jobdir.id, ctl, out),
                   Interrupted(job.signals), AbortRequest(ctl)]
+        if self.bar is not None:
+            found.append(self.bar)
         if job.deadline is not None and opts.timeout is not None:
             found.append(Deadline(job.deadline, opts.timeout))
         return found

@@ -266,7 +266,7 @@ class NodeAgent:
         rank = msg.get("rank")
         if mtype == "hello" and isinstance(rank, int):
             self.ranks[peer.fd] = (rank, msg.get("pid") or peer.pid)
-        if mtype == "hb" and "role" not in msg and peer.fd in self.ranks:
+        if mtype == "hb" and msg.keys() <= protocol.PLAIN_HB and peer.fd in self.ranks:
             self._beats[peer.fd] = msg.get("step")
             self.server.send(peer, self._hbok)       # the controller is reachable: this loop ends when it is not
             return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from planaria.launch.crashsite import CrashSites
@@ -66,6 +67,9 @@ class Output:
         self.watch = RuntimeWatch()
         self.sink: Any = None          # the controller's io(rank, channel, text), for attached tools
         self.crashes = CrashSites()    # where a rank's Python crashed (faulthandler's trace)
+        # while the progress bar is shown: prints a line above it when it goes to the bar's
+        # terminal (True), or says it does not (``planaria.launch.progressbar``)
+        self.above: Callable[[str, TextIO], bool] | None = None
 
     def pump(self, stream: Any, is_err: bool) -> None:
         """Copy every line of ``stream`` (until EOF)."""
@@ -90,10 +94,12 @@ class Output:
     def write(self, line: str, dest: TextIO | None) -> None:
         """Print ``line`` to ``dest`` (if any) and append it to output.log."""
         with self._lock:
+            above = self.above
             if dest is not None:
                 try:
-                    dest.write(line + "\n")
-                    dest.flush()
+                    if above is None or not above(line, dest):
+                        dest.write(line + "\n")
+                        dest.flush()
                 except (OSError, ValueError):
                     pass
             self._log.write(line + "\n")

@@ -4,7 +4,9 @@ Every message is a msgpack map with ``type`` and ``tok`` (the job secret); docs/
 ("Control protocol") describes them too. This module is the one place that packs and checks them
 for the controller and the node agent (pure: no sockets, no state).
 
-agent -> controller: ``hello`` {rank, pid, host, role, backend}, ``hb`` {rank, step},
+agent -> controller: ``hello`` {rank, pid, host, role, backend}, ``hb`` {rank, step} (with ``total``
+when the announced step count changed, ``cf`` [done, queued, moved, busy %] when a fragments run's
+counters changed, at most once a second, ``role`` and ``logical`` when they changed),
 ``fail`` {rank, reason, id}, ``inject`` {rank, kind, detail}, ``event`` {rank, ...},
 ``bye`` {rank, code}, ``incident`` {rank, ...} (a localized fault), ``ps`` {} (returns the rank table),
 ``diagnose`` {k, hop, rounds, interval} (a tool asks for a global state collection; the reply
@@ -45,6 +47,9 @@ import msgpack
 #: from a rank's agent (forwarded as they are by a node agent)
 RANK_TYPES = frozenset({"hello", "hb", "fail", "inject", "event", "bye", "incident", "failed-seen", "abort",
                         "knock", "wake-spares"})
+#: the fields of a heartbeat a node agent sums up (``nhb``); one with more (a role, a step total,
+#: task counters) goes to the controller as it is
+PLAIN_HB = frozenset({"type", "rank", "step", "t"})
 #: from tools, and from ranks' event API: answered by the controller's tool service
 TOOL_TYPES = frozenset({"notify", "ctl", "publish", "lookup", "subscribe", "stdin"})
 #: requests answered from the rank table or by a collection (``ps``, ``diagnose``)

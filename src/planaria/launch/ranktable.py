@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal as _signal
 import threading
 import time
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,13 +26,15 @@ REACHABLE = ACTIVE + ("paused",)          # ranks events are forwarded to
 UNSETTLED_REASON = ("no goodbye and no recorded end when mpiexec ended (its host cut off or unreachable, "
                     "or the process still running there)")
 
+RATE_WINDOW = 2.0      # seconds over which a rank's step rate is measured (a window, then the next)
+
 Row = dict[str, Any]
 
 
 def new_row(rank: int, now: float) -> Row:
     """The row of a rank first heard of at ``now``."""
     return {"rank": rank, "state": "starting", "pid": None, "host": None, "role": None,
-            "backend": None, "last_hb": now, "step": None, "fail_time": None,
+            "backend": None, "last_hb": now, "step": None, "total": None, "rate": None, "fail_time": None,
             "reason": None, "exit_code": None, "end_time": None, "hello_time": None}
 
 
@@ -43,12 +45,29 @@ def beat(info: Row, step: Any, now: float) -> Row | None:
     silent_for = now - info["last_hb"]
     info["last_hb"] = now
     info["step"] = step
+    pace(info, step, now)
     if info["state"] == "starting":
         info["state"] = "running"
     elif info["state"] == "lost" and info.get("lost_by") == "silence" and not info.get("pid_gone"):
         info.update(state="running", fail_time=None, reason=None, lost_by=None)
         return {"type": "recovered", "rank": info["rank"], "t": now, "silent_s": round(silent_for, 3)}
     return None
+
+
+def pace(info: Row, step: Any, now: float) -> None:
+    """The rank's step rate (``rate``, steps per second) over the last window of at least
+    ``RATE_WINDOW`` s, measured from the steps its heartbeats carried (``rate_at``: the window's
+    start, time and step). Two numbers per rank, a division once a window: a table of thousands of
+    ranks beats twice a second. A step going back (a recovery restored an older one) starts a
+    new window."""
+    at = info.get("rate_at")
+    if not isinstance(step, int):
+        return
+    if at is None or step < at[1]:
+        info["rate_at"] = (now, step)
+    elif now - at[0] >= RATE_WINDOW:
+        info["rate"] = round((step - at[1]) / (now - at[0]), 3)
+        info["rate_at"] = (now, step)
 
 
 def _on_hello(info: Row, msg: dict[str, Any], now: float) -> None:
@@ -62,6 +81,11 @@ def _on_hello(info: Row, msg: dict[str, Any], now: float) -> None:
 def _on_hb(info: Row, msg: dict[str, Any], now: float) -> Row | None:
     if "role" in msg:           # the recovery driver changed it (a spare took over a rank)
         info["role"], info["logical"] = msg.get("role"), msg.get("logical")
+    if "total" in msg:          # the program announced its step count (``step(i, total=n)``)
+        info["total"] = msg["total"] if isinstance(msg["total"], int) else None
+    if "cf" in msg:             # a fragments run's counters: done, queued, moved, busy %
+        cf = msg["cf"]
+        info["cf"] = cf if isinstance(cf, list) and len(cf) == 4 else None
     return beat(info, msg.get("step"), now)
 
 
@@ -80,6 +104,8 @@ def _on_bye(info: Row, msg: dict[str, Any], now: float) -> None:
         info["role"], info["logical"] = msg.get("role"), msg.get("logical")
     code = msg.get("code", 0)
     info.update(exit_code=code, end_time=now)
+    if isinstance(msg.get("step"), int) and msg["step"] >= 0:     # the last step, newer than the last beat's
+        info["step"] = msg["step"]
     if msg.get("reason") and code:      # why the rank chose a non-zero status
         info["reason"] = f"exit {code}: {str(msg['reason'])[:300]}"
     if msg.get("site"):                 # where the program called sys.exit
@@ -98,15 +124,41 @@ _ROW_RULES: dict[str, Callable[[Row, dict[str, Any], float], Row | None]] = {
 
 
 def summary(rows: list[Row], node_agents: int) -> dict[str, Any]:
-    """``ps --summary``: ranks per state and per host, the lowest and highest step, the node agents."""
+    """``ps --summary``: ranks per state and per host, the lowest and highest step, the node agents,
+    the slowest working rank's progress (``slowest``)."""
     states: dict[str, int] = {}
     hosts: dict[str, int] = {}
     steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
     for r in rows:
         states[str(r.get("state"))] = states.get(str(r.get("state")), 0) + 1
         hosts[str(r.get("host") or "?")] = hosts.get(str(r.get("host") or "?"), 0) + 1
+    behind = slowest(rows)
     return {"ranks": len(rows), "states": states, "hosts": hosts, "node_agents": node_agents,
-            "step_min": min(steps) if steps else None, "step_max": max(steps) if steps else None}
+            "step_min": min(steps) if steps else None, "step_max": max(steps) if steps else None,
+            "progress": dict(zip(("done", "total", "rate"), behind, strict=True)) if behind else None}
+
+
+def slowest(rows: Iterable[Row]) -> tuple[int, int, float | None] | None:
+    """The progress of the working rank furthest behind, as (steps done, total, its rate): the
+    ranks that announced a step count (``step(i, total=n)``) and still run, a finished one counting
+    as done; failed and lost ranks hold nothing up. None when no rank announced a total. The step a
+    rank is in counts the iterations before it as done."""
+    behind: tuple[int, int, float | None] | None = None
+    done_all: tuple[int, int, float | None] | None = None
+    for r in rows:
+        total = r.get("total")
+        if not isinstance(total, int) or total <= 0:
+            continue
+        if r.get("state") == "finished":
+            done_all = done_all or (total, total, r.get("rate"))
+            continue
+        if r.get("state") not in REACHABLE:
+            continue
+        step = r.get("step")
+        done = min(max(step, 0), total) if isinstance(step, int) else 0
+        if behind is None or done * behind[1] < behind[0] * total:
+            behind = (done, total, r.get("rate"))
+    return behind or done_all
 
 
 def _nowhere(rank: int) -> bool:
@@ -183,6 +235,11 @@ class RankTable:
             else:
                 reply["ranks"] = rows
             return protocol.pack(reply, tok)
+
+    def progress(self) -> tuple[int, int, float | None] | None:
+        """``slowest`` over the table, under its lock (no copy: the launcher asks twice a second)."""
+        with self.lock:
+            return slowest(self.ranks.values())
 
     def holds_up(self, ranks: list[int]) -> bool:
         """True when peers waiting for ``ranks`` will get no error: each has finished normally, or
@@ -283,6 +340,9 @@ class RankTable:
                 if info["state"] == "running":      # the common case, inline (16 k rows a second)
                     info["last_hb"] = now
                     info["step"] = step
+                    at = info.get("rate_at")
+                    if at is None or now - at[0] >= RATE_WINDOW:
+                        pace(info, step, now)
                 else:
                     rec = beat(info, step, now)
                     if rec is not None:

@@ -141,14 +141,19 @@ class Attach:
         """Send ``data`` to the stdin of ``ranks`` (None: all)."""
         self._send({"type": "stdin", "data": data, "ranks": ranks, "eof": eof})
 
-    def stream(self, duration: float | None = None) -> Iterator[dict[str, Any]]:
-        """Yield forwarded messages (bounded; see the class docstring)."""
+    def stream(self, duration: float | None = None,
+               stop: threading.Event | None = None) -> Iterator[dict[str, Any]]:
+        """Yield forwarded messages (bounded; see the class docstring); ``stop`` set by another
+        thread ends the stream within 0.1 s."""
         self._subscribe(True)
         start = last_heard = last_sub = time.monotonic()
         while True:
             now = time.monotonic()
             if duration is not None and now - start >= duration:
                 self.ended = "duration"
+                return
+            if stop is not None and stop.is_set():
+                self.ended = "stopped"
                 return
             if now - last_heard > self.timeout:
                 self.ended = "silent"

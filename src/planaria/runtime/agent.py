@@ -29,12 +29,13 @@ import msgpack
 import zmq
 
 from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
-from planaria.runtime import nodelink
+from planaria.runtime import nodelink, state
 from planaria.events.local import deliver as _deliver
 from planaria.util.env import PLANARIA_CONTROL_URI, PLANARIA_ORPHAN_TIMEOUT, PLANARIA_SECRET_FILE
 
 HEARTBEAT_INTERVAL = 0.5
 DEFAULT_ORPHAN_TIMEOUT = 15.0
+WORK_EVERY = 1.0          # seconds between two looks at a task runtime's counters (``cf`` in a heartbeat)
 
 
 class Agent:
@@ -51,6 +52,10 @@ class Agent:
         self.orphan_timeout = float(orphan_timeout)
         self.heartbeat = float(heartbeat)
         self.step: int | None = None
+        self.total: int | None = None         # the step count announced by ``step(i, total=n)``
+        self._total_sent: int | None = None   # ... as last told (a heartbeat carries it when it changes)
+        self._work_sent: list[int] | None = None   # the task counters as last told
+        self._work_at: tuple[float, float] | None = None   # (when, busy seconds) at the last look
         self.logical: int | None = None       # the logical rank this process works as (recovery)
         self._role_news = False               # role/logical changed: the next heartbeat says so
         self.last_reply = time.monotonic()
@@ -486,9 +491,31 @@ class Agent:
         if self._role_news:
             self._role_news = False
             hb.update(role=self.role, logical=self.logical)
+        if self.total != self._total_sent:
+            hb["total"] = self._total_sent = self.total
+        work = state.RT.work
+        if work is not None:
+            self._add_work(hb, work, now)
         self._send(sock, hb)
         if self.orphan_timeout > 0 and now - self.last_reply > self.orphan_timeout:
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def _add_work(self, hb: dict[str, Any], work: Any, now: float) -> None:
+        """Put the task runtime's counters in ``hb`` as ``cf`` [done, queued, moved, busy %] when they
+        changed, looked at no more than once a second; busy % is the share of the runtime's slots
+        busy since the last look (a rank that stays as it was sends nothing)."""
+        at = self._work_at
+        if at is not None and now - at[0] < WORK_EVERY:
+            return
+        try:
+            done, queued, moved, busy, slots = work()
+        except Exception:  # noqa: BLE001 - a provider must never stop the heartbeat
+            return
+        self._work_at = (now, float(busy))
+        pct = 0 if at is None else round(100 * max(0.0, busy - at[1]) / (max(slots, 1) * (now - at[0])))
+        row = [int(done), int(queued), int(moved), min(int(pct), 100)]
+        if row != self._work_sent:
+            hb["cf"] = self._work_sent = row
 
     def _close(self, sock: zmq.Socket | None) -> None:
         """Close the sockets, the channel and the tree's endpoint; end the ZeroMQ context."""

@@ -127,6 +127,7 @@ def _start_services(comm: Comm) -> None:
     except ImportError:
         _RT.agent = None
     if _RT.agent is not None:
+        _RT.agent.total = _RT.total          # a total announced before world()
         _connect_events(_RT.agent)
     if not os.environ.get(PLANARIA_INJECT):      # no plan: the injector is not even imported
         return
@@ -225,10 +226,21 @@ def _nworking(size: int) -> int:
     return max(size - spares, 1)
 
 
-def step(i: int) -> None:
-    """Mark the start of iteration ``i`` of the application loop (cheap; drives iteration-triggered faults)."""
-    _RT.step = i
+def step(i: int, total: int | None = None) -> None:
+    """Mark the start of iteration ``i`` of the application loop (cheap; drives iteration-triggered faults).
+
+    ``total``: how many iterations the loop has (``for i in range(n): pl.step(i, total=n)``); the
+    controller then shows progress and a rate (``planaria ps``, ``planaria top``, the progress bar
+    of ``planaria run``). Sent with the next heartbeat only when it changes."""
     agent = _RT.agent
+    if total is not None and total != _RT.total:
+        if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+            from planaria.errors import BadInput
+            raise BadInput(f"step total must be a non-negative integer, not {total!r}")
+        _RT.total = total
+        if agent is not None:
+            agent.total = total
+    _RT.step = i
     if agent is not None:
         agent.step = i
     inj = _RT.injector

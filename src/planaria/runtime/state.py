@@ -2,6 +2,7 @@
 it) and the readers that must not import the bootstrap (the state snapshot)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,6 +18,10 @@ class Runtime:
         self.agent: Any = None
         self.injector: Any = None
         self.step = -1
+        self.total: int | None = None  # the step count the program announced (``step(i, total=n)``)
+        # what a task runtime on this rank has done (the fragments executor): (done, queued, moved,
+        # busy seconds, slots), read by the agent at most once a second for its heartbeat
+        self.work: Callable[[], tuple[int, int, int, float, int]] | None = None
         self.finalized = False
         self.exit_code = 0
         self.exit_reason = ""          # why this rank ends with a non-zero status, told in its bye
@@ -32,3 +37,10 @@ RT = Runtime()
 def current_step() -> int | None:
     """The last value passed to ``planaria.step`` (None before the first)."""
     return None if RT.step < 0 else RT.step
+
+
+def provide_work(fn: Callable[[], tuple[int, int, int, float, int]] | None) -> None:
+    """Have the agent report ``fn()``: (tasks done, queued, moved away, busy seconds so far, slots),
+    cheap to call; ``None`` stops it. A layer above the runtime (the fragments executor) says what it
+    does this way, so ``planaria top`` shows it per rank."""
+    RT.work = fn

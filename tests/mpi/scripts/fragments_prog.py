@@ -1,5 +1,5 @@
 """Fragmented programs on real ranks: placement, DFs fetched across ranks, hangs, the balancer, a killed rank,
-a job ended by a signal while a CF spins, ranks idle while one CF runs, two runs at once.
+a job ended by a signal while a CF spins, ranks idle while one CF runs, two runs at once, a steady run to watch.
 
     mpiexec -n 4 python fragments_prog.py MODE TRACE_DIR
 """
@@ -69,6 +69,13 @@ def skewed_main(k: int):
         work(r[i], 0.2 if i % 4 == 0 else 0.05)
 
 
+@fr.sub
+def steady_main(k: int, seconds: float):
+    r = fr.df("r")
+    for i in range(k):                             # spread evenly: every rank busy for k / n * seconds
+        work(r[i], seconds).at(i)
+
+
 @fr.atomic
 def die(out: fr.Name, v: int):
     time.sleep(0.3)
@@ -127,6 +134,8 @@ if __name__ == "__main__":
     elif mode in ("balance", "nobalance"):
         res = fr.run(skewed_main, 24, trace_dir=trace_dir, threads=1, timeout=30,
                      balancer=fr.BalancerConfig(2, 0.2) if mode == "balance" else None)
+    elif mode == "steady":                         # long enough to watch with planaria top
+        res = fr.run(steady_main, 120, 0.1, trace_dir=trace_dir, threads=1, timeout=30)
     elif mode == "tiny":                           # over before the balancer's link probe is
         res = fr.run(skewed_main, 0, trace_dir=trace_dir, threads=1, timeout=30, balancer=fr.BalancerConfig(2, 0.2))
     elif mode == "kill":
