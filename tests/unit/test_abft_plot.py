@@ -53,3 +53,22 @@ def test_plot_draw_without_matplotlib_raises_one_line(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match=r"pip install 'planaria\[plot\]'"):
         draw(PlotData(shape=(2, 2), title=""), np.zeros((2, 2)), 1, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ext", ["npy", "tif"])
+def test_overview_samples_every_step_cells_band_by_band(tmp_path, ext):
+    """The picture's background: every step-th cell of the file, read in bands, NoData as NaN."""
+    from planaria.abft.plot import overview
+    from planaria.terrain import Dem, write_dem
+    z = np.arange(1003 * 701, dtype=np.float32).reshape(1003, 701)
+    z[5 * 11, 3 * 11] = np.nan
+    z[7 * 11, 2 * 11] = -9999.0
+    path = write_dem(tmp_path / f"dem.{ext}", Dem(z, nodata=-9999.0 if ext == "tif" else None))
+    got, step = overview(path, max_px=100, band_cells=701 * 30)     # 22 rows a band: 46 bands
+    want = z[::11, ::11].astype(np.float64)
+    if ext == "tif":
+        want[want == -9999.0] = np.nan
+    assert step == 11 and got.shape == (92, 64)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.isnan(got[5, 3]) and np.isnan(got[7, 2]) == (ext == "tif")

@@ -91,3 +91,12 @@ def test_svg_that_cannot_be_written_is_refused(tmp_path: Path, hung: tuple[Path,
     res = _cli("--offline", str(hung[0]), "--svg", str(tmp_path / "no-dir" / "d.svg"))
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr == f"planaria diagnose: --svg {tmp_path / 'no-dir' / 'd.svg'}: directory {tmp_path / 'no-dir'} does not exist\n"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot not installed")
+def test_a_dot_failure_is_one_line() -> None:
+    from planaria.diagnose.picture import DotError, render_svg
+    with pytest.raises(DotError) as info:
+        render_svg("digraph diagnosis { a -> ")          # cut short: dot refuses it
+    assert str(info.value).startswith("dot failed (exit status 1): ") and "\n" not in str(info.value)

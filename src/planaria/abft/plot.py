@@ -35,9 +35,11 @@ BAND_STYLE = {
 }
 
 
-def overview(dem: str | os.PathLike[str], max_px: int = MAX_PX) -> tuple[np.ndarray, int]:
+def overview(dem: str | os.PathLike[str], max_px: int = MAX_PX,
+             band_cells: int = BAND_CELLS) -> tuple[np.ndarray, int]:
     """Every ``step``-th row and column of the DEM as float64, NoData and non-finite cells as NaN;
-    returns (array, step). Reads bands of rows (an ``.npz`` whole: it has no row access)."""
+    returns (array, step). Reads bands of about ``band_cells`` cells (an ``.npz`` whole: it has
+    no row access), so the raster is never held whole."""
     from planaria.terrain import dem_info, read_dem
     from planaria.terrain.dem import RowReader
 
@@ -47,7 +49,7 @@ def overview(dem: str | os.PathLike[str], max_px: int = MAX_PX) -> tuple[np.ndar
     if str(dem).lower().endswith(".npz"):
         d = read_dem(dem)
         return _clean(d.data[::step, ::step], d.nodata), step
-    per_band = max(step, (BAND_CELLS // max(w, 1)) // step * step)
+    per_band = max(step, (band_cells // max(w, 1)) // step * step)     # a multiple of step: rows stay aligned
     parts = []
     with RowReader(dem) as rd:
         for r0 in range(0, h, per_band):

@@ -23,6 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 
+MAX_REASON = 60      # characters of an error's text in a band's label
+
+
 @dataclass(frozen=True)
 class Mark:
     """A located error: compared ``row`` of ``block`` (its ``copy``: first or check) differed at ``cols``."""
@@ -108,7 +111,9 @@ def _error_bands(report: dict[str, Any], blocks: list[tuple[int, int]]) -> list[
             continue
         kind = "failed" if e.get("status") == 0 else "mismatch"
         r0, r1 = blocks[b]
-        out.setdefault((b, kind), Band(b, r0, r1, kind, f"block {b}: {e.get('error')} on {_worker(int(e['worker']))}"))
+        why = str(e.get("error"))
+        why = why if len(why) <= MAX_REASON else why[:MAX_REASON - 3] + "..."
+        out.setdefault((b, kind), Band(b, r0, r1, kind, f"block {b}: {why} on {_worker(int(e['worker']))}"))
     return list(out.values())
 
 

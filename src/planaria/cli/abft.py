@@ -95,6 +95,30 @@ def _check(dem: str, n: int, out: str, error_rate: float, backend: str, timeout:
     return out_dtype
 
 
+def _check_plot(plot: Path | None) -> None:
+    """Exit 2 with one line when the picture could not be written (before the run, so it is not lost)."""
+    if plot is None:
+        return
+    from planaria.util.fsutil import output_problem
+    problem = output_problem(plot)
+    if not problem:
+        from planaria.demo.plot import matplotlib_missing
+        problem = matplotlib_missing()
+    if problem:
+        _usage(f"--plot {plot}: {problem}")
+
+
+def _plot(report: dict, dem: str, plot: Path, as_json: bool) -> None:
+    """Draw the run's picture (also of a failed run: where it failed is what it shows)."""
+    from planaria.abft.plot import plot_run
+    try:
+        plot_run(report, dem, plot)
+    except (RuntimeError, ValueError, OSError) as exc:
+        typer.echo(f"planaria abft: --plot {plot}: {' '.join(str(exc).split())}", err=True)
+        raise typer.Exit(3) from None
+    typer.echo(f"plot written to {plot}", err=as_json)
+
+
 def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, backend: str,
          timeout: float, as_json: bool, force: list[str], inject: list[str], mode: str = "abft",
          dtype: str = "auto", plot: Path | None = None) -> None:
@@ -134,30 +158,6 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
         typer.echo(f"planaria abft: the job ran into --timeout ({timeout:g} s) after writing its output", err=True)
         raise typer.Exit(124)
     raise typer.Exit(0 if report.get("ok") else 3)
-
-
-def _check_plot(plot: Path | None) -> None:
-    """Exit 2 with one line when the picture could not be written (before the run, so it is not lost)."""
-    if plot is None:
-        return
-    from planaria.util.fsutil import output_problem
-    problem = output_problem(plot)
-    if not problem:
-        from planaria.demo.plot import matplotlib_missing
-        problem = matplotlib_missing()
-    if problem:
-        _usage(f"--plot {plot}: {problem}")
-
-
-def _plot(report: dict, dem: str, plot: Path, as_json: bool) -> None:
-    """Draw the run's picture (also of a failed run: where it failed is what it shows)."""
-    from planaria.abft.plot import plot_run
-    try:
-        plot_run(report, dem, plot)
-    except (RuntimeError, ValueError, OSError) as exc:
-        typer.echo(f"planaria abft: --plot {plot}: {' '.join(str(exc).split())}", err=True)
-        raise typer.Exit(3) from None
-    typer.echo(f"plot written to {plot}", err=as_json)
 
 
 def _print(r: dict, out: Path) -> None:
