@@ -17,7 +17,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 import typer
 
@@ -34,7 +34,7 @@ _FORCE_HELP = (f"Force a fault KIND:WORKER ({', '.join(KINDS)}) on the first tas
 
 
 _PLOT_HELP = ("Also write a PNG: the located errors and the recovered blocks' row bands over the input DEM "
-              "(needs the plot extra: pip install 'planaria[plot]').")
+              "(needs matplotlib, the plot extra).")
 
 
 def _usage(msg: str) -> NoReturn:
@@ -211,7 +211,7 @@ def _command(kernel: str):
         mode: str = typer.Option("abft", "--mode", help="abft (redundant rows, default), plain (no check) or "
                                  "duplicate (every block computed twice and compared)."),
         dtype: str = typer.Option("auto", "--dtype", help=DTYPE_HELP),
-        plot: Optional[Path] = typer.Option(None, "--plot", help=_PLOT_HELP),
+        plot: Path | None = typer.Option(None, "--plot", help=_PLOT_HELP),
     ) -> None:
         _run(kernel, dem, n, out, error_rate, seed, backend, timeout, as_json, force, inject, mode, dtype, plot)
     cmd.__doc__ = f"{kernel} with N-ABFT: the result equals the serial one when every block verifies."
