@@ -88,11 +88,18 @@ def test_clean_run_equals_serial(tmp_path, kernel: str) -> None:
     ("memory", 3, "slope"),
 ])
 def test_forced_fault_is_located_and_recovered(tmp_path, kind: str, worker: int, kernel: str) -> None:
-    res, rep, out = _abft(tmp_path, kernel, "--force", f"{kind}:{worker}")   # a worker index, not an MPI rank
+    png = tmp_path / "errors.png"
+    plot = ["--plot", str(png)] if kind == "silent" else []     # one picture drawn: the rest check its data
+    res, rep, out = _abft(tmp_path, kernel, "--force", f"{kind}:{worker}", *plot)   # a worker index, not an MPI rank
     rank = worker + 2
     assert res.returncode == 0, res.stderr[-3000:]
     assert rep["ok"]
     _assert_serial(tmp_path, kernel, out)
+    _assert_picture_data(json.loads(Path(f"{out}.abft.json").read_text()), kind, worker)
+    if plot:
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, len(data)
+        assert f"plot written to {png}" in res.stderr
     assert [(f["kind"], f["worker"], f["rank"]) for f in rep["injected"]] == [(kind, worker, rank)]
     blamed = {e["worker"]: e["status"] for e in rep["errors"] if e["round"] == 0}
     if kind in ("silent", "nodata"):
@@ -104,6 +111,28 @@ def test_forced_fault_is_located_and_recovered(tmp_path, kind: str, worker: int,
         acts = [(a["action"], a["block"]) for a in rep["recoveries"]]
         assert ("exclude", rank - 2) in acts and ("reassign", rank - 2) in acts
         assert rep["final_owners"][str(rank - 2)] != rank
+
+
+def _assert_picture_data(sidecar: dict, kind: str, worker: int) -> None:
+    """``--plot``'s content, from the run's report: the located cell is the injected one, the
+    recovered block's rows are the faulty worker's block."""
+    from planaria.abft.plotdata import plot_data
+    data = plot_data(sidecar)
+    rank, (r0, r1) = worker + 2, sidecar["blocks"][worker]
+    bands = sorted((b.kind, b.block, b.r0, b.r1) for b in data.bands)
+    if kind == "silent":
+        where = sidecar["injected"][0]["where"]
+        assert [(m.row, m.cols, m.worker, m.copy) for m in data.marks] == \
+            [(where["row"], (where["col"],), rank, where["copy"])]
+        assert data.injected == [(where["row"], where["col"], rank)]
+        assert bands == [("recomputed", worker, r0, r1)]
+        assert "1 located error(s), 0 failed block(s), 1 block(s) recovered; verified" in data.title
+    elif kind == "nodata":
+        assert data.marks and {m.worker for m in data.marks} == {rank} and data.injected == []
+        assert {m.row for m in data.marks} <= {r0, r1} and bands == [("recomputed", worker, r0, r1)]
+    else:
+        assert data.marks == [] and bands == [("failed", worker, r0, r1), ("reassigned", worker, r0, r1)]
+        assert "0 located error(s), 1 failed block(s), 1 block(s) recovered" in data.title
 
 
 @pytest.mark.timeout(120)
@@ -211,6 +240,9 @@ def test_duplicate_mode_detects_a_silent_fault_and_equals_serial(tmp_path) -> No
     first = {e["block"] for e in rep["errors"] if e["round"] == 0}
     assert first == {2, N + 2} and all(e["status"] == 1 for e in rep["errors"])
     _assert_serial(tmp_path, "cutdepth", out)
+    from planaria.abft.plotdata import plot_data
+    bands = {(b.kind, b.block) for b in plot_data(rep).bands}     # no row located: the block's rows are marked
+    assert ("mismatch", 2) in bands and ("recomputed", 2) in bands and {b for _, b in bands} == {2}
 
 
 @pytest.mark.timeout(120)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -561,6 +562,37 @@ def test_on_hang_abort_stops_a_deadlock_at_once_with_a_diagnosis(tmp_path, backe
     summary = json.loads(res.stdout)
     assert summary["outcome"] == "hung"
     assert {r["how"] for r in summary["ranks"]} == {"ended by the launcher after a detected hang (--on-hang abort)"}
+    _assert_deadlock_picture(tmp_path, only_job(tmp_path), backend)
+
+
+def _assert_deadlock_picture(tmp_path: Path, job: Path, backend: str) -> None:
+    """``planaria diagnose --svg`` of the deadlock, from the launcher's state file and after the job
+    (post-mortem): ranks 0 and 1 wait on each other (root causes, highlighted), rank 2 in the barrier."""
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz dot not installed")
+    from tests.unit.test_diagnose_picture import ROOT_FILL, svg_nodes
+    site = "deadlock_pair.py:9 in <module>"
+    for args in (["--offline", str(job / "diag-1.state")], [str(job)]):
+        svg = tmp_path / "deadlock.svg"
+        res = subprocess.run([sys.executable, "-m", "planaria.cli.main", "diagnose", *args, "--svg", str(svg)],
+                             env=env_for(tmp_path), capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr[-3000:]
+        nodes = svg_nodes(svg.read_bytes())
+        for r in (0, 1):
+            texts, fills = nodes[f"w_r{r}"]
+            assert texts[:2] == ["ROOT CAUSE: deadlock", f"rank {r}"] and ROOT_FILL in fills, (args, texts)
+            assert f"waits in Recv from rank {1 - r} (tag 7) at" in texts[2] and texts[3] == site, texts
+        texts, fills = nodes["w_r2"]
+        assert texts[:2] == ["rank 2", "waits in Barrier #1 on world at"] and ROOT_FILL not in fills, texts
+        assert nodes["w_g0"][0] == ["Barrier #1 on world", "1 of 3 members in it"]
+        tree = {" ".join(t): fills for k, (t, fills) in nodes.items() if k.startswith("t")}
+        # the frame of the root cause's site is highlighted in the call tree, and no other (under sim a
+        # rank polls in Recv, and when its stack changed between samples it is not in the tree of the
+        # stable threads)
+        root = "<module> deadlock_pair.py:9"
+        want = [root] if backend == "ulfm" or root in tree else []
+        assert [k for k, fills in tree.items() if ROOT_FILL in fills] == want, tree
+        svg.unlink()
 
 
 @pytest.mark.timeout(90)

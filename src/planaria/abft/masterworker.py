@@ -387,6 +387,17 @@ def abft_verdict(fin: list[int], firsts: list[np.ndarray | None], checks: list[n
     return abft_judge(fin, firsts, checks, referee).f
 
 
+MAX_COLS = 64      # differing columns listed per compared row in the report (``n`` counts them all)
+
+
+def differing_columns(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Columns where two rows of the same dtype differ bit for bit (NaN payloads and signed zeros
+    included, as the comparison of the verification sees them)."""
+    x = np.ascontiguousarray(a).view(np.uint8).reshape(a.size, -1)
+    y = np.ascontiguousarray(b).view(np.uint8).reshape(b.size, -1)
+    return np.flatnonzero((x != y).any(axis=1))
+
+
 def duplicate_verdict(fin: list[int], digests: list[bytes | None]) -> list[int]:
     """Redundant processes: tasks b and N+b are the two copies of block b; different digests mark
     both TRANSIENT (two copies cannot say which is wrong). A copy alone is accepted."""
@@ -596,6 +607,22 @@ class Master:
             what.append(f"check row {self.blocks[t].r1}")
         return ("mismatch: " + " and ".join(what) + " differ from the masters' copy") if what else "mismatch"
 
+    def mismatch_cells(self, t: int) -> list[dict[str, Any]]:
+        """Where task ``t``'s compared rows differ from the masters' copy: one entry per row
+        (``copy`` first or check, absolute ``row``, the differing ``cols``, at most MAX_COLS, and
+        their count ``n``), for the report's ``errors`` and ``planaria abft --plot``."""
+        if self.mode != "abft":
+            return []
+        p = self._payload(t) or {}
+        out = []
+        for copy, k, row in (("first", t - 1, self.blocks[t].r0), ("check", t, self.blocks[t].r1)):
+            mine, ref = p.get(copy), self.referee.get(k)
+            if mine is None or ref is None or mine.shape != ref.shape or mine.tobytes() == ref.tobytes():
+                continue
+            cols = differing_columns(mine, ref)
+            out.append({"copy": copy, "row": row, "cols": cols[:MAX_COLS].tolist(), "n": int(cols.size)})
+        return out
+
     def command(self, t: int, w: int) -> None:
         self.assign[t] = w
         # after a takeover, skip one attempt number: the primary may have sent attempt + 1 to a
@@ -698,6 +725,7 @@ class Master:
                                               "status": f[t], "error": err or ("timeout/crash" if f[t] == 0 else self.mismatch_detail(t))})
                 if f[t] == TRANSIENT:
                     self.report["located"].append(self.assign[t])
+                    self.report["errors"][-1]["cells"] = self.mismatch_cells(t)
             if not bad:
                 break
             t0 = time.perf_counter()

@@ -33,6 +33,10 @@ _FORCE_HELP = (f"Force a fault KIND:WORKER ({', '.join(KINDS)}) on the first tas
                "index 0..N-1 (MPI rank WORKER+2). Repeatable.")
 
 
+_PLOT_HELP = ("Also write a PNG: the located errors and the recovered blocks' row bands over the input DEM "
+              "(needs matplotlib, the plot extra).")
+
+
 def _usage(msg: str) -> NoReturn:
     typer.echo(f"planaria abft: {msg}", err=True)
     raise typer.Exit(2)
@@ -91,12 +95,37 @@ def _check(dem: str, n: int, out: str, error_rate: float, backend: str, timeout:
     return out_dtype
 
 
+def _check_plot(plot: Path | None) -> None:
+    """Exit 2 with one line when the picture could not be written (before the run, so it is not lost)."""
+    if plot is None:
+        return
+    from planaria.util.fsutil import output_problem
+    problem = output_problem(plot)
+    if not problem:
+        from planaria.demo.plot import matplotlib_missing
+        problem = matplotlib_missing()
+    if problem:
+        _usage(f"--plot {plot}: {problem}")
+
+
+def _plot(report: dict, dem: str, plot: Path, as_json: bool) -> None:
+    """Draw the run's picture (also of a failed run: where it failed is what it shows)."""
+    from planaria.abft.plot import plot_run
+    try:
+        plot_run(report, dem, plot)
+    except (RuntimeError, ValueError, OSError) as exc:
+        typer.echo(f"planaria abft: --plot {plot}: {' '.join(str(exc).split())}", err=True)
+        raise typer.Exit(3) from None
+    typer.echo(f"plot written to {plot}", err=as_json)
+
+
 def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, backend: str,
          timeout: float, as_json: bool, force: list[str], inject: list[str], mode: str = "abft",
-         dtype: str = "auto") -> None:
+         dtype: str = "auto", plot: Path | None = None) -> None:
     from planaria.launch.options import RunOptions
 
     out_dtype = _check(dem, n, out, error_rate, backend, timeout, force, inject, mode, dtype)
+    _check_plot(plot)
     out_p = Path(out).resolve()
     report_p = Path(str(out_p) + ".abft.json")
     report_p.unlink(missing_ok=True)
@@ -123,6 +152,8 @@ def _run(kernel: str, dem: str, n: int, out: str, error_rate: float, seed: int, 
         typer.echo(json.dumps(report, indent=2))
     else:
         _print(report, out_p)
+    if plot is not None:
+        _plot(report, dem, plot, as_json)
     if code == 124:     # the output was written, but a process outlived the job: the run hung
         typer.echo(f"planaria abft: the job ran into --timeout ({timeout:g} s) after writing its output", err=True)
         raise typer.Exit(124)
@@ -151,8 +182,9 @@ def _command(kernel: str):
         mode: str = typer.Option("abft", "--mode", help="abft (redundant rows, default), plain (no check) or "
                                  "duplicate (every block computed twice and compared)."),
         dtype: str = typer.Option("auto", "--dtype", help=DTYPE_HELP),
+        plot: Path | None = typer.Option(None, "--plot", help=_PLOT_HELP),
     ) -> None:
-        _run(kernel, dem, n, out, error_rate, seed, backend, timeout, as_json, force, inject, mode, dtype)
+        _run(kernel, dem, n, out, error_rate, seed, backend, timeout, as_json, force, inject, mode, dtype, plot)
     cmd.__doc__ = f"{kernel} with N-ABFT: the result equals the serial one when every block verifies."
     return cmd
 

@@ -128,6 +128,7 @@ class Report:
     unmatched: list[dict[str, Any]] = field(default_factory=list)
     n_unmatched: int = 0
     seconds: float = 0.0
+    wait_graph: dict[str, Any] | None = None     # as drawn (waitdraw.wait_graph_data)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -136,7 +137,8 @@ class Report:
                 "computing": self.computing,
                 "root_causes": [rc.to_dict() for rc in self.root_causes], "waiting": self.waiting,
                 "unmatched": self.unmatched, "n_unmatched": self.n_unmatched, "evidence": list(self.evidence),
-                "analysis_seconds": self.seconds}
+                "analysis_seconds": self.seconds,
+                **({"wait_graph": self.wait_graph} if self.wait_graph is not None else {})}
 
     def to_text(self) -> str:
         """Human-readable report: verdict first, then root causes with one example each."""

@@ -29,6 +29,7 @@ from planaria.diagnose.causes import Causes, root_causes
 from planaria.diagnose.collectives import Collectives, match_collectives
 from planaria.diagnose.findings import Report, RootCause, frame_site, ran_past, ranges
 from planaria.diagnose.prepare import Prepared, prepare
+from planaria.diagnose.waitdraw import wait_graph_data
 from planaria.diagnose.waitgraph import WaitGraph, wait_graph
 from planaria.diagnose.waiting import unmatched_receives, waiting_summary
 
@@ -59,7 +60,8 @@ def render(p: Prepared, coll: Collectives, graph: WaitGraph, found: Causes) -> R
     waiting, waiting_evidence = waiting_summary(p, coll)
     evidence = [*p.evidence, *p.census.evidence, *coll.evidence, *found.evidence, *unmatched_evidence, *idle,
                 *waiting_evidence]
+    roots = sorted({r for x in causes for r in x.ranks})
     return Report(verdict=verdict, job=p.state.get("job"), size=p.size, answered=p.n,
                   missing=p.census.missing.tolist(), root_causes=causes, waiting=waiting,
                   evidence=evidence, computing=int(p.computing.sum()), unmatched=unmatched,
-                  n_unmatched=n_unmatched)
+                  n_unmatched=n_unmatched, wait_graph=wait_graph_data(p, coll, graph, roots))

@@ -67,7 +67,8 @@ def hang_filter(state: dict[str, Any]) -> dict[str, Any] | None:
         lines.extend("  " + ln for ln in stacktree.to_text(tree).splitlines())
     return {"samples": s, "samples_needed": needed, "threads": len(rows), "classes": out_classes,
             "tree_text": stacktree.to_text(tree) if tree is not None else "",
-            "dot": stacktree.to_dot(tree) if tree is not None else "", "text": "\n".join(lines)}
+            "dot": stacktree.to_dot(tree) if tree is not None else "",
+            "tree": stacktree.to_nodes(tree) if tree is not None else [], "text": "\n".join(lines)}
 
 
 def known_text(known: dict[str, Any]) -> str:

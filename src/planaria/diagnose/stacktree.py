@@ -161,3 +161,22 @@ def to_dot(tree: Node, max_ranges: int | None = 60, name: str = "stacktree") -> 
             out.append(f'  {ids[id(node)]} -> {ids[id(c)]} [label="{dot_escape(f"{c.count}:[{rr}]")}"];')
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+def to_nodes(tree: Node, max_nodes: int | None = 200) -> list[dict[str, Any]]:
+    """The tree as JSON-able rows in depth-first pre-order: ``id``, ``parent`` (None at the root),
+    ``site`` (``file:line in func``, None at the root), ``ranks`` (range text), ``n_ranks`` and
+    ``count`` (threads); at most ``max_nodes`` rows (pre-order: a row's parent is always kept)."""
+    ids: dict[int, int] = {}
+    parent: dict[int, int | None] = {id(tree): None}
+    out: list[dict[str, Any]] = []
+    for _, node in tree.walk():
+        if max_nodes is not None and len(out) >= max_nodes:
+            break
+        ids[id(node)] = len(out)
+        out.append({"id": len(out), "parent": parent[id(node)],
+                    "site": None if node.frame is None else frame_text(node.frame),
+                    "ranks": rank_ranges(node.ranks), "n_ranks": int(node.ranks.size), "count": node.count})
+        for c in node.children:
+            parent[id(c)] = ids[id(node)]
+    return out
