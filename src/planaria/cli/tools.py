@@ -96,9 +96,8 @@ def ps(job: str = _JOB, timeout: float = _TIMEOUT, json_out: bool = _JSON,
         table.add_column(col, justify="right" if col in ("rank", "pid", "heartbeat", "step") else "left")
     for r in rows:
         hb = "" if r["last_heartbeat_s"] is None else f"{r['last_heartbeat_s']:.1f}s ago"
-        role = str(r["role"] or "")
-        if r["logical"] is not None and r["logical"] != r["rank"]:
-            role += f" as {r['logical']}"            # a spare that took over logical rank N
+        from planaria.launch.recoveries import role_label
+        role = role_label(r["role"], r["logical"], r["rank"])    # spare→L2: a spare that took over logical rank 2
         table.add_row(str(r["rank"]), str(r["host"] or "?"), str(r["pid"] or "?"), str(r["state"]),
                       role, hb, "" if r["step"] is None else str(r["step"]))
     Console().print(table)
