@@ -1,7 +1,8 @@
 """What a ``Resilient`` program gets after each recovery, on one small real job (3 working ranks + 1
 spare, rank 1 killed at step 12, checkpoints every 5 steps): the ``on_recovery`` callback on every
 working rank, the merged ``recoveries`` of summary.json and ``--json``, the table on the console,
-the role of the spare that took over, and ``--plot``'s timeline."""
+the role of the spare that took over (``planaria ps`` during the job, the end summary), and
+``--plot``'s timeline; and a callback that raises."""
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ def _tagged(text: str, word: str) -> list[dict]:
 @pytest.mark.timeout(120)
 def test_callback_summary_table_role_and_plot(tmp_path: Path) -> None:
     png = tmp_path / "timeline.png"
-    res = _run(tmp_path, "--json", "--plot", str(png))
+    res = _run(tmp_path, "--json", "--plot", str(png), mode="ps")
     assert res.returncode == 0, res.stderr[-3000:]
     # the callback ran once on every working rank after the recovery: the survivors 0 and 2 and the
     # spare (job rank 3) that took over logical rank 1, each told the same recovery
@@ -45,6 +46,11 @@ def test_callback_summary_table_role_and_plot(tmp_path: Path) -> None:
         assert c["t_done"] >= c["t_detect"] and c["attempts"] == 1
     assert calls[0]["detected_at"] in (12, 13) and calls[3]["detected_at"] == -1
     assert (calls[3]["role"], calls[3]["logical"]) == ("recovered", 1)
+    # ... and logical rank 0 then raised PLANARIA_EVENT_RECOVERED, which every rank's handler saw
+    seen = {e["world"]: e for e in _tagged(res.stderr, "EVENT")}
+    assert sorted(seen) == [0, 2, 3], res.stderr[-3000:]
+    assert {(e["source"], e["number"], tuple(e["lost"]), e["version"]) for e in seen.values()} == {(0, 1, (1,), 10)}
+    assert seen[3]["replaced_by"] == [[1, 3]] and seen[3]["affected"] == [3]
     results = {r["world"]: r for r in _tagged(res.stderr, "RESULT")}
     assert all(r["ok"] for r in results.values()) and results[3]["role"] == "recovered", results
 
@@ -65,8 +71,10 @@ def test_callback_summary_table_role_and_plot(tmp_path: Path) -> None:
     rows = {r["rank"]: r for r in summary["ranks"]}
     assert (rows[3]["role"], rows[3]["logical"]) == ("recovered", 1)
 
-    # the console: the rank table names the spare's new place, then the recovery table
-    assert "spare→L1" in res.stderr
+    # planaria ps while the job ran, and the console at its end: the spare's new place
+    ps = {ln.split()[3]: ln for ln in res.stderr.splitlines() if "] PS │" in ln and ln.split()[3].isdigit()}
+    assert "spare→L1" in ps["3"] and "survivor" in ps["0"], res.stderr[-3000:]
+    assert "spare→L1" in res.stderr[res.stderr.index("planaria job "):]
     table = res.stderr[res.stderr.index(f"1 recovery of job {job.name}"):]
     assert "revoke+" in table and "tries" in table and "checkpoints: 7 per rank" in table
     line = next(ln.split() for ln in table.splitlines() if ln.split()[:1] == ["1"] and len(ln.split()) == 11)

@@ -59,3 +59,11 @@ def test_run_plot_without_matplotlib_names_the_extra(monkeypatch, capsys, tmp_pa
     assert info.value.code == 2 and out == ""
     assert err == f"planaria run: --plot {png}: matplotlib is not installed: pip install 'planaria[plot]'\n"
     assert not png.exists() and not (tmp_path / "jobs").exists()
+
+
+@pytest.mark.timeout(10)
+def test_the_recovered_event_code_is_planarias_own_and_not_a_fault() -> None:
+    from planaria.events import codes
+    assert codes.parse_code("PLANARIA_EVENT_RECOVERED") == codes.RECOVERED == codes.PLANARIA_BASE - 2
+    assert codes.name_of(codes.RECOVERED) == "PLANARIA_EVENT_RECOVERED"
+    assert codes.RECOVERED not in codes.FAULT_CODES and not codes.is_user(codes.RECOVERED)

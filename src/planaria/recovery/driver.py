@@ -291,6 +291,9 @@ class Resilient:
         said = comm.allgather(None if err is None else f"{type(err).__name__}: {err}".splitlines()[0][:200])
         bad = [(lg, what) for lg, what in enumerate(said) if what is not None]
         if not bad:
+            if comm.rank == 0:
+                for rec in new:
+                    _tell_recovered(rec)
             return
         if err is not None:
             import traceback
@@ -638,6 +641,19 @@ def _claim_failure_events(driver: Resilient | None) -> None:
 # pl.world() connects this process to the controller, so a rank killed while the others are still
 # starting up (before any Resilient exists) cannot reach the default handler's abort.
 _claim_failure_events(None)
+
+
+def _tell_recovered(rec: Recovery) -> None:
+    """Raise ``PLANARIA_EVENT_RECOVERED`` for a recovery completed on every working rank (job range:
+    the ranks' handlers, and tools that subscribe; only this process's handlers without ``planaria run``)."""
+    from planaria import events
+
+    info = {k: v for k, v in rec.to_dict().items()
+            if k in ("number", "lost", "replaced_by", "version", "detected_at", "attempts", "total_s")}
+    try:
+        events.notify(events.RECOVERED, range="job", info=info, affected=sorted(rec.replaced_by.values()))
+    except Exception:  # noqa: BLE001 - telling is best effort: the recovery itself is done
+        pass
 
 
 def _tell_role(role: str, logical: int | None) -> None:
