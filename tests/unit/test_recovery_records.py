@@ -31,6 +31,8 @@ def test_merge_takes_the_slowest_rank_and_the_first_detection() -> None:
     assert first["t"] == pytest.approx(1.4) and first["t_end"] == pytest.approx(1.7)
     assert first["detection_s"] == pytest.approx(0.1) and first["reported_by"] == 3
     assert second["continued"] and second["replaced_by"] == [] and second["version"] == 20
+    again = recoveries.merge(records + [_rec(0, restart=1, version=30)], t0=99.0)
+    assert [(r["restart"], r["number"], r["version"]) for r in again] == [(0, 1, 10), (0, 2, 20), (1, 1, 30)]
     stats = recoveries.checkpoints(records)
     assert stats == {"count": 2, "median_s": 0.002, "max_s": 0.003}
     assert recoveries.checkpoint_line(stats) == "checkpoints: 2 per rank, median 2.0 ms, max 3.0 ms"

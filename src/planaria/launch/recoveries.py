@@ -53,7 +53,8 @@ def _merge_one(number: int, recs: list[dict[str, Any]], kills: Sequence[float], 
     replaced = sorted({(int(a), int(b)) for r in recs for a, b in (r.get("replaced_by") or [])})
     before = [t for t in kills if t <= t_detect]
     out: dict[str, Any] = {
-        "number": number, "lost": sorted({int(x) for r in recs for x in r.get("lost") or []}),
+        "number": number, "restart": int(first.get("restart") or 0),
+        "lost": sorted({int(x) for r in recs for x in r.get("lost") or []}),
         "replaced_by": [list(p) for p in replaced], "version": max(int(r.get("version", -1)) for r in recs),
         "detected_at": min(steps) if steps else None, "error": first.get("error"),
         "t": round(t_detect - t0, 6), "t_end": round(max(float(r.get("t_done") or t_detect) for r in recs) - t0, 6),
@@ -70,22 +71,23 @@ def _merge_one(number: int, recs: list[dict[str, Any]], kills: Sequence[float], 
 
 
 def merge(records: Iterable[dict[str, Any]], t0: float, kills: Sequence[float] = ()) -> list[dict[str, Any]]:
-    """One entry per recovery (by its job-wide ``number``) from the ranks' ``recovery`` records:
+    """One entry per recovery (by its ``number`` in its attempt, ``restart``) from the ranks'
+    ``recovery`` records, in order:
     the lost logical ranks, ``replaced_by`` (``[[logical rank, job rank of the spare], ...]``), the
     version resumed from, the first step it was seen at, the phases' times (the slowest rank's, and
     ``median`` over the ranks), ``t``/``t_end`` (seconds since ``t0``: first detection, last
     resumption) and ``detection_s`` (the last kill before it to its first detection)."""
-    by_number: dict[int, list[dict[str, Any]]] = {}
+    by_number: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for rec in records:
         if rec.get("type") == "recovery" and isinstance(rec.get("number"), int):
-            by_number.setdefault(rec["number"], []).append(rec)
-    return [_merge_one(n, by_number[n], kills, t0) for n in sorted(by_number)]
+            by_number.setdefault((int(rec.get("restart") or 0), rec["number"]), []).append(rec)
+    return [_merge_one(n, by_number[(r, n)], kills, t0) for r, n in sorted(by_number)]
 
 
 def checkpoints(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The checkpoints the ranks told: how many each rank took (the most), their durations' median
-    and maximum over every rank (seconds)."""
-    per_rank: dict[Any, int] = {}
+    """The checkpoints the ranks told: how many each rank took in an attempt (the most), their
+    durations' median and maximum over every rank (seconds)."""
+    per_rank: dict[tuple[Any, Any], int] = {}
     took: list[float] = []
     for rec in records:
         if rec.get("type") != "checkpoints":
@@ -93,7 +95,8 @@ def checkpoints(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         for item in rec.get("times") or []:
             if isinstance(item, (list, tuple)) and len(item) == 3:
                 took.append(float(item[1]))
-                per_rank[rec.get("rank")] = per_rank.get(rec.get("rank"), 0) + 1
+                key = (rec.get("restart"), rec.get("rank"))
+                per_rank[key] = per_rank.get(key, 0) + 1
     return {"count": max(per_rank.values(), default=0), "median_s": _median(took), "max_s": max(took, default=None)}
 
 

@@ -57,14 +57,19 @@ def _lane(row: dict[str, Any], events: list[dict[str, Any]], t0: float, elapsed:
 
 
 def timeline(manifest: dict[str, Any], events: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
-    """What ``plot_timeline`` draws, in seconds since the job started: one lane per rank (``ranks``),
-    the merged ``recoveries`` of the summary, the job's ``elapsed`` time."""
+    """What ``plot_timeline`` draws, in seconds since the job started: one lane per rank (``ranks``,
+    of the last attempt of a restarted job, like the summary's rank table), the merged ``recoveries``
+    of the summary, the job's ``elapsed`` time."""
     t0 = float(manifest.get("t0") or 0.0)
     elapsed = float(summary.get("elapsed") or 0.0)
+    attempts = summary.get("attempts") or []
+    since = float(attempts[-1].get("t_start") or 0.0) if attempts else 0.0    # the rank table's attempt
+    restart = int(attempts[-1].get("restart") or 0) if attempts else 0
+    events = [e for e in events if isinstance(e.get("t"), (int, float)) and e["t"] - t0 >= since]
     return {"job": summary.get("job"), "elapsed": elapsed, "nranks": summary.get("nranks"),
             "spares": summary.get("spares"), "outcome": summary.get("outcome"),
             "ranks": [_lane(row, events, t0, elapsed) for row in summary.get("ranks") or []],
-            "recoveries": list(summary.get("recoveries") or [])}
+            "recoveries": [r for r in summary.get("recoveries") or [] if int(r.get("restart") or 0) == restart]}
 
 
 def job_timeline(jobdir: str | Path) -> dict[str, Any]:
@@ -87,8 +92,9 @@ def job_timeline(jobdir: str | Path) -> dict[str, Any]:
     return timeline(manifest, events, summary)
 
 
-def _draw_lane(ax: Any, y: int, lane: dict[str, Any]) -> None:
-    """One rank's lane: working (solid) or waiting as a spare (dotted), checkpoints, phases, failure."""
+def _draw_lane(ax: Any, y: int, lane: dict[str, Any], least: float) -> None:
+    """One rank's lane: working (solid) or waiting as a spare (dotted), checkpoints, phases, failure;
+    a bar shorter than ``least`` seconds is drawn that long (visible on a long time axis)."""
     start, end = lane["start"], lane["end"]
     idle = lane["spare_until"] if lane["spare_until"] is not None else (end if lane["role"] == "spare" else None)
     if idle is not None:
@@ -98,45 +104,79 @@ def _draw_lane(ax: Any, y: int, lane: dict[str, Any]) -> None:
         ax.plot([start, end], [y, y], color="0.35", lw=1.2)
     cks = lane["checkpoints"]
     if cks:
-        ax.broken_barh([(t, max(d, 0.004)) for t, d, _ in cks], (y - 0.12, 0.24), color="tab:blue")
+        ax.broken_barh([(t, max(d, least)) for t, d, _ in cks], (y - 0.12, 0.24), color="tab:blue")
     for rec in lane["recoveries"]:
         first = rec["phases"][PHASE_COLOURS[0][0]][0]
         if rec["detect"] is not None and first > rec["detect"]:
             ax.plot([rec["detect"], first], [y, y], color="tab:red", lw=3, alpha=0.4)
         for name, colour in PHASE_COLOURS:
             s, d = rec["phases"][name]
-            ax.broken_barh([(s, max(d, 0.002))], (y - 0.3, 0.6), color=colour)
+            ax.broken_barh([(s, max(d, least / 3))], (y - 0.3, 0.6), color=colour)
     if lane["failed_at"] is not None:
         ax.plot([lane["failed_at"]], [y], marker="X", ms=10, color="tab:red")
 
 
-def plot_timeline(data: dict[str, Any], path: str | Path) -> Path:
-    """Write the PNG of ``timeline``'s data; returns the path. RuntimeError without matplotlib."""
-    plt = pyplot()
+ZOOMED = 3            # recoveries drawn again in panels of their own (their phases last milliseconds)
+
+
+def _draw_lanes(ax: Any, data: dict[str, Any], least: float = 0.0) -> None:
+    """Every lane, the recoveries' bands and the rank labels on one axis."""
+    lanes = data["ranks"]
+    for rec in data["recoveries"]:
+        ax.axvspan(rec["t"], rec["t_end"], color="tab:orange", alpha=0.12)
+    for y, lane in enumerate(lanes):
+        _draw_lane(ax, y, lane, least)
+    ax.set_yticks(range(len(lanes)), [f"{ln['rank']} {ln['role']}".strip() for ln in lanes])
+    ax.set_ylim(len(lanes) - 0.3, -0.8)
+
+
+def _zoom(ax: Any, data: dict[str, Any], rec: dict[str, Any]) -> None:
+    """One recovery close up: from the kill before it to the last rank's resumption."""
+    _draw_lanes(ax, data)
+    left = rec["t"] - (rec.get("detection_s") or 0.0)
+    pad = max(0.15 * (rec["t_end"] - left), 0.001)
+    ax.set_xlim(left - pad, rec["t_end"] + pad)
+    ax.set_title(f"recovery {rec['number']}: lost {rec['lost']}, from {rec['version']}, "
+                 f"{(rec.get('total_s') or 0) * 1e3:.1f} ms", fontsize=9)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlabel("seconds since the job started", fontsize=8)
+
+
+def _legend(fig: Any) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    lanes = data["ranks"]
-    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.45 * max(len(lanes), 1)), constrained_layout=True)
-    for rec in data["recoveries"]:
-        ax.axvspan(rec["t"], rec["t_end"], color="tab:orange", alpha=0.12)
-        ax.text(rec["t"], len(lanes) - 0.4, f" #{rec['number']}: from {rec['version']}", fontsize=8, va="bottom")
-    for y, lane in enumerate(lanes):
-        _draw_lane(ax, y, lane)
-    ax.set_yticks(range(len(lanes)), [f"{ln['rank']} {ln['role']}".strip() for ln in lanes])
-    ax.set_ylim(-0.8, len(lanes) + 0.2)
-    ax.invert_yaxis()
-    ax.set_xlim(0, max(data["elapsed"], max((ln["end"] for ln in lanes), default=0.0)) * 1.02 or 1.0)
-    ax.set_xlabel("seconds since the job started")
-    ax.set_ylabel("rank")
-    ax.set_title(f"job {data['job']}: {data['nranks']} working + {data['spares']} spare ranks, "
-                 f"{len(data['recoveries'])} recover{'y' if len(data['recoveries']) == 1 else 'ies'}, {data['outcome']}")
     handles = [Line2D([], [], color="0.35", label="working"), Line2D([], [], ls=":", color="0.6", label="spare"),
                Patch(color="tab:blue", label="checkpoint"), Line2D([], [], color="tab:red", lw=3, alpha=0.4,
                                                                    label="failure seen, recovery pending"),
                *[Patch(color=c, label=n.replace("_", "+")) for n, c in PHASE_COLOURS],
                Line2D([], [], marker="X", ls="", color="tab:red", label="process failed")]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4, fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+
+
+def plot_timeline(data: dict[str, Any], path: str | Path) -> Path:
+    """Write the PNG of ``timeline``'s data: the whole job on top, the first recoveries close up
+    below; returns the path. RuntimeError without matplotlib."""
+    plt = pyplot()
+    lanes, zoomed = data["ranks"], data["recoveries"][:ZOOMED]
+    height = 0.45 * max(len(lanes), 1)
+    fig = plt.figure(figsize=(10, 1.8 + height * (2 if zoomed else 1)), layout="constrained")
+    grid = fig.add_gridspec(2 if zoomed else 1, max(len(zoomed), 1))
+    ax = fig.add_subplot(grid[0, :])
+    starts = [ln["start"] for ln in lanes] or [0.0]
+    end = max(data["elapsed"], max((ln["end"] for ln in lanes), default=0.0))
+    _draw_lanes(ax, data, least=0.004 * (end - min(starts)))
+    for rec in data["recoveries"]:
+        ax.text(rec["t"], len(lanes) - 0.35, f" #{rec['number']}", fontsize=8, va="bottom")
+    ax.set_xlim(max(0.0, min(starts) - 0.03 * (end - min(starts))), end + 0.02 * (end - min(starts)) or 1.0)
+    ax.set_xlabel("seconds since the job started")
+    ax.set_ylabel("rank")
+    ax.set_title(f"job {data['job']}: {data['nranks']} working + {data['spares']} spare ranks, "
+                 f"{len(data['recoveries'])} recover{'y' if len(data['recoveries']) == 1 else 'ies'}, "
+                 f"{data['outcome']}")
+    for k, rec in enumerate(zoomed):
+        _zoom(fig.add_subplot(grid[1, k]), data, rec)
+    _legend(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)

@@ -28,7 +28,7 @@ from planaria.comm.base import Comm
 from planaria.comm.errors import FailureError, failure_raised
 from planaria.errors import RecoveryCallbackFailed, RecoveryStopped, SparesExhausted, Unrecoverable
 from planaria.runtime.bootstrap import spare_waker, tell, wake_spares
-from planaria.util.env import PLANARIA_SPARES
+from planaria.util.env import PLANARIA_RESTART, PLANARIA_SPARES
 
 State = dict[str, np.ndarray]
 SPARE_TAG = 31001
@@ -278,7 +278,7 @@ class Resilient:
         new = self.recoveries[self._announced:]
         self._announced = len(self.recoveries)
         for rec in new:
-            tell("recovery", **rec.to_dict())
+            tell("recovery", restart=_restart(), **rec.to_dict())
         self._flush_checkpoints(force=True)
         if self.on_recovery is not None and self._callback_error is None:
             for rec in new:
@@ -309,7 +309,7 @@ class Resilient:
             return
         pending, self._ck_pending = self._ck_pending, []
         self._ck_told = time.monotonic()
-        tell("checkpoints", times=pending, logical=self._lay.logical)
+        tell("checkpoints", times=pending, logical=self._lay.logical, restart=_restart())
 
     # -- internals ---------------------------------------------------------------------------
     def _working(self) -> Comm:
@@ -641,6 +641,14 @@ def _claim_failure_events(driver: Resilient | None) -> None:
 # pl.world() connects this process to the controller, so a rank killed while the others are still
 # starting up (before any Resilient exists) cannot reach the default handler's abort.
 _claim_failure_events(None)
+
+
+def _restart() -> int:
+    """The restart number of this attempt of the job (``planaria run --restart``; 0 first)."""
+    try:
+        return int(os.environ.get(PLANARIA_RESTART, "0") or 0)
+    except ValueError:
+        return 0
 
 
 def _tell_recovered(rec: Recovery) -> None:
