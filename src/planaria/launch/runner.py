@@ -163,6 +163,9 @@ def print_summary(summary: dict[str, Any], recovery_table: bool = True) -> None:
         console.print(f"{others} other rank(s) finished normally")
     if recovery_table:
         print_recovery_table(summary, console)
+    if summary.get("restarts"):
+        console.print(f"{summary['restarts']} restart(s); attempts recorded in "
+                      f"{(summary.get('records') or {}).get('attempts')}", soft_wrap=True)
     unfired = summary.get("unfired") or []
     if unfired:
         console.print(f"planned fault(s) that never fired (the job or the rank ended first): "

@@ -503,8 +503,6 @@ class Resilient:
         made.append(world)
         t1 = time.perf_counter()
         pl.phase("recover")     # a failure may strike in the middle of recovery
-        # (logical rank, holds its state?): a spare that took a rank but was interrupted
-        # before its restore finished still holds nothing, and must be restored as fresh.
         # (logical rank, holds its state?, job rank, last recovery completed): a spare that took a
         # rank but was interrupted before its restore finished still holds nothing, and must be
         # restored as fresh; the newest recovery anyone completed numbers this one
