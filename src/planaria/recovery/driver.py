@@ -145,7 +145,9 @@ class Resilient:
     the protocol: the driver catches it, finishes the recovery, and then every working rank learns
     (one ``allgather``) whether the callback raised anywhere; if so, every living process, spares
     included, raises ``RecoveryCallbackFailed`` (a ``RecoveryStopped``: exit status 3), and the rank
-    where it was raised prints its traceback first.
+    where it was raised prints its traceback first. ``res.comm`` is the repaired working
+    communicator by then; a ``FailureError`` out of the callback's own communication on it starts
+    the next recovery, like one in a step.
     """
 
     def __init__(self, checkpoint: Any, *, every: int = 10, spares: int | None = None,
@@ -284,6 +286,8 @@ class Resilient:
             for rec in new:
                 try:
                     self.on_recovery(rec)
+                except FailureError:
+                    raise                 # a failure in its own communication: recovered from like any
                 except Exception as exc:  # noqa: BLE001 - told to every rank below, then raised
                     self._callback_error = exc
                     break
