@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from planaria.comm.base import Comm, Request
     from planaria.errors import (BadInput, FailureError, PlanariaError, ProcFailedError, RevokedError,
-                                 SparesExhausted, Unrecoverable)
+                                 RecoveryCallbackFailed, SparesExhausted, Unrecoverable)
     from planaria.runtime.bootstrap import fail_stop, finalize, phase, step, watch, world
 
 __version__ = "0.1.0"
@@ -30,6 +30,7 @@ _HOME = {
     "PlanariaError": "planaria.errors", "FailureError": "planaria.errors",
     "ProcFailedError": "planaria.errors", "RevokedError": "planaria.errors",
     "BadInput": "planaria.errors", "SparesExhausted": "planaria.errors", "Unrecoverable": "planaria.errors",
+    "RecoveryCallbackFailed": "planaria.errors",
     "world": "planaria.runtime.bootstrap", "step": "planaria.runtime.bootstrap",
     "phase": "planaria.runtime.bootstrap", "watch": "planaria.runtime.bootstrap",
     "finalize": "planaria.runtime.bootstrap", "fail_stop": "planaria.runtime.bootstrap",
@@ -37,7 +38,7 @@ _HOME = {
 
 __all__ = [          # the names of _HOME, spelled out for linters
     "Comm", "Request", "PlanariaError", "FailureError", "ProcFailedError", "RevokedError",
-    "BadInput", "SparesExhausted", "Unrecoverable",
+    "BadInput", "SparesExhausted", "Unrecoverable", "RecoveryCallbackFailed",
     "world", "step", "phase", "watch", "finalize", "fail_stop", "__version__",
 ]
 

@@ -6,7 +6,7 @@
   working; ``str()`` is planaria's message. Named like mpi4py's (``...Error``).
 - user-facing stops and refusals, named for the condition: ``BadInput`` (a ``ValueError``: a
   fault plan, a setting, a command line planaria cannot use), ``RecoveryStopped``
-  (``SparesExhausted``, ``Unrecoverable``: the job cannot go on, exit status 3).
+  (``SparesExhausted``, ``Unrecoverable``, ``RecoveryCallbackFailed``: the job cannot go on, exit status 3).
 
 Other modules define their own narrower classes on these bases (``PlanError(BadInput)``...),
 each keeping the builtin base its callers catch. Nothing here imports the rest of planaria.
@@ -44,6 +44,12 @@ class SparesExhausted(RecoveryStopped):
 
 class Unrecoverable(RecoveryStopped):
     """No checkpoint version can be restored by every rank (too many holders of some data failed)."""
+
+
+class RecoveryCallbackFailed(RecoveryStopped):
+    """``Resilient(on_recovery=...)`` raised at some working rank; every living process stops with
+    this error once the recovery has completed everywhere (the original is its ``__cause__`` on the
+    ranks where it was raised)."""
 
 
 _failures_seen = False

@@ -74,7 +74,8 @@ def demo(
            "--cells-per-rank", str(cells_per_rank), "--checkpoint", checkpoint, "--file-every", str(file_every),
            "--when-exhausted", when_exhausted]
     opts = RunOptions(command=cmd, nprocs=np_, spares=spares, backend=backend, inject=plan, timeout=timeout,
-                      json=json_out, emit_summary=False, prog="planaria demo")
+                      json=json_out, emit_summary=False, prog="planaria demo",
+                      recovery_table=False)
     jobdirs: list[Path] = []
     opts.on_jobdir = jobdirs.append
     code = launch_job(opts)
@@ -144,38 +145,18 @@ def _report(jobdir: Path) -> dict[str, Any] | None:
 
 
 def _print(report: dict[str, Any]) -> None:
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
     con = Console()
     if report.get("outcome") != "finished":
         con.print(f"[bold red]{report.get('outcome')}[/]: {report.get('message')}")
         con.print(f"job directory: {report['jobdir']}")
         return
     end = report.get("ranks_end", report["ranks"])
-    t = Table(title=f"heat in a rod: {report['cells']:,} cells, {report['steps']} steps, {report['ranks']} working "
-                    f"+ {report['spares']} spare ranks" + (f" ({end} working at the end)" if end != report["ranks"]
-                                                           else "")
-                    + f", {report['checkpoint']} checkpoints ({report['backend']})")
-    # short headers and no vertical rules: the table fits an 80-column terminal without cutting a word
-    t.box, t.padding = box.SIMPLE_HEAD, (0, 1)
-    for col in ("#", "rank", "step", "detect", "revoke+\nshrink", "substi-\ntution", "restore", "total",
-                "from", "tries"):
-        t.add_column(col, justify="right", min_width=max(map(len, col.split("\n"))))
-    for k, ev in enumerate(report["failures"], 1):
-        det = ev.get("detection_s")
-        t.add_row(str(k) + ("*" if ev.get("continued") else ""), ",".join(map(str, ev["lost"])) or "-",
-                  str(ev["detected_at"]),
-                  "-" if det is None else f"{det * 1e3:.1f}", f"{ev['revoke_shrink_s'] * 1e3:.1f}",
-                  f"{ev['substitution_s'] * 1e3:.1f}", f"{ev['restore_s'] * 1e3:.1f}", f"{ev['total_s'] * 1e3:.1f}",
-                  str(ev["version"]), str(ev["attempts"]))
-    con.print(t)
-    con.print("[dim]times in ms; detect: kill to the first error; total: revoke+shrink + substitution + restore; "
-              "rank: the logical rank lost; step: where the failure was seen; from: the checkpoint step resumed "
-              "from; tries: recovery attempts[/]")
-    for k, ev in enumerate(report["failures"], 1):
-        if ev.get("continued"):
-            con.print(f"* failure {k}: not enough spares; continued on {ev['ranks']} working ranks")
+    title = (f"heat in a rod: {report['cells']:,} cells, {report['steps']} steps, {report['ranks']} working "
+             f"+ {report['spares']} spare ranks" + (f" ({end} working at the end)" if end != report["ranks"] else "")
+             + f", {report['checkpoint']} checkpoints ({report['backend']})")
+    from planaria.launch.recoveries import print_recoveries
+    print_recoveries(con, report["failures"], title)
     ck = report["checkpoint_s"]
     if ck["count"]:
         con.print(f"checkpoints: {ck['count']} × {report['checkpoint_bytes_per_rank'] / 2**20:.1f} MiB per rank, "

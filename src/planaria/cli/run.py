@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from planaria.cli._common import app, launch_job
+
+if TYPE_CHECKING:
+    from planaria.launch.options import RunOptions
 
 _SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -34,6 +38,7 @@ def run(
     on_hang: str = typer.Option("report", "--on-hang", metavar="report|diagnose|abort", help="When run-time detection confirms a hang or deadlock: report (one line, the job runs on), diagnose (the line and a full diagnosis, the job runs on) or abort (diagnosis, then the job is stopped, exit 124). Every confirmed incident is announced with one line."),
     node_agents: Optional[bool] = typer.Option(None, "--node-agents/--no-node-agents", help="Ranks reach the controller through one agent per host (started by the host's first rank): the controller holds one connection per host instead of one per rank, heartbeats are summed up per host, an event goes out once per host, and pids are looked at on their own host. Default: on when the job has hosts other than this one (see docs/launcher.md)."),
     world: bool = typer.Option(False, "--world", help="Run an unchanged mpi4py program with planaria's runtime: its MPI.COMM_WORLD becomes planaria's world communicator (python PROG becomes python -m planaria PROG; see docs/adopt.md)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE.png", help="At the end, write a PNG of the job's timeline: per rank, when it worked or waited as a spare, its checkpoints, the failures and each recovery's phases (revoke+shrink, substitution, restore), from the job record (needs matplotlib: pip install 'planaria[plot]'; see docs/recovery.md)."),
     default_handler: str = typer.Option("abort", "--default-handler", help="What the ranks' default event handler does with a process-failure event no other handler completed: abort (end the job cleanly, exit 1; for a program without planaria's runtime, the launcher ends the job when a rank dies, with that rank's status) or none (as plain ULFM; see docs/events.md)."),
 ) -> None:
     """Run an MPI program (the command after --) with failure tracking.
@@ -47,6 +52,8 @@ def run(
       planaria run -n 4 -- python app.py --steps 100
 
       planaria run -n 4 --spares 1 --inject 'kill:rank=2,iter=50' -- python app.py
+
+      planaria run -n 3 --spares 1 --inject 'kill:rank=1,iter=20' --plot timeline.png -- python app.py
 
       planaria run -n 8 --hosts node1:4,node2:4 --timeout 600 -- python app.py
 
@@ -73,16 +80,8 @@ def run(
     """
     from planaria.launch.options import RunOptions
 
-    command = list(ctx.args)
-    if command and command[0] == "--":
-        command = command[1:]
-    if command and command[0].startswith("-"):
-        # options unknown to run are passed on as the command's first words (they may follow --)
-        print(f"planaria run: no such option: {command[0]} (the program to run goes after --; "
-              f"try 'planaria run --help')", file=sys.stderr)
-        raise typer.Exit(2)
-    if world:
-        command = _as_world(command)
+    command = _command(list(ctx.args), world)
+    _check_plot(plot)
     opts = RunOptions(command=command, nprocs=nprocs, spares=spares, backend=backend,
                       inject=list(inject), timeout=timeout, hosts=hosts, json=json_out,
                       mpiexec_args=list(mpiexec_arg), control=control, restart=restart,
@@ -90,7 +89,52 @@ def run(
                       diagnose_on_timeout=diagnose_on_timeout, default_handler=default_handler,
                       rank_fates=rank_fates, launcher_kills=launcher_kills, stdin=stdin, on_hang=on_hang,
                       node_agents=node_agents)
-    raise typer.Exit(launch_job(opts))
+    raise typer.Exit(_launch(opts, plot))
+
+
+def _command(command: list[str], world: bool) -> list[str]:
+    """The program to run from the words after the options; exit 2 on an unknown option."""
+    if command and command[0] == "--":
+        command = command[1:]
+    if command and command[0].startswith("-"):
+        # options unknown to run are passed on as the command's first words (they may follow --)
+        print(f"planaria run: no such option: {command[0]} (the program to run goes after --; "
+              f"try 'planaria run --help')", file=sys.stderr)
+        raise typer.Exit(2)
+    return _as_world(command) if world else command
+
+
+def _launch(opts: RunOptions, plot: Path | None) -> int:
+    """Run the job, then draw its timeline when ``--plot`` asks; the job's exit status."""
+    jobdirs: list[Path] = []
+    opts.on_jobdir = jobdirs.append
+    code = launch_job(opts)
+    if plot is not None and jobdirs:
+        _plot(jobdirs[0], plot)
+    return code
+
+
+def _check_plot(plot: Path | None) -> None:
+    """Exit 2 with one line before the run when ``--plot``'s file cannot be written or matplotlib is missing."""
+    if plot is None:
+        return
+    from planaria.util.fsutil import output_problem
+    from planaria.util.plotting import matplotlib_missing
+    problem = output_problem(plot) or matplotlib_missing()
+    if problem:
+        print(f"planaria run: --plot {plot}: {problem}", file=sys.stderr)
+        raise typer.Exit(2)
+
+
+def _plot(jobdir: Path, plot: Path) -> None:
+    """The timeline of the job that just ended, written to ``plot`` (a line on stderr says where)."""
+    from planaria.launch.timeline import job_timeline, plot_timeline
+    try:
+        plot_timeline(job_timeline(jobdir), plot)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"planaria run: --plot {plot}: {exc}", file=sys.stderr)
+        return
+    print(f"planaria run: timeline written to {plot}", file=sys.stderr)
 
 
 def _as_world(command: list[str]) -> list[str]:

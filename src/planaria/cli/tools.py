@@ -114,11 +114,9 @@ def ps_row(r: dict[str, Any], now: float) -> dict[str, Any]:
 
 
 def role_text(r: dict[str, Any]) -> str:
-    """The role as ``ps`` prints it: ``recovered as 3`` for a spare that took over logical rank 3."""
-    role = str(r.get("role") or "")
-    if r.get("logical") is not None and r["logical"] != r["rank"]:
-        role += f" as {r['logical']}"
-    return role
+    """The role as ``ps`` and ``top`` print it: ``spare→L3`` for a spare that took over logical rank 3."""
+    from planaria.launch.recoveries import role_label
+    return role_label(r.get("role"), r.get("logical"), r.get("rank"))
 
 
 def progress_text(r: dict[str, Any]) -> str:

@@ -6,30 +6,16 @@ from pathlib import Path
 from typing import Any
 
 from planaria.util.fsutil import atomic_write
+from planaria.util.plotting import INSTALL_HINT, matplotlib_missing, pyplot
 
 
-#: what to do when matplotlib is missing (it is an optional dependency: the ``plot`` extra)
-INSTALL_HINT = "pip install 'planaria[plot]'"
-
-
-def matplotlib_missing() -> str | None:
-    """None when matplotlib can be imported, else one line naming the fix (checked before a run, so a
-    long job does not end without its picture)."""
-    import importlib.util
-    if importlib.util.find_spec("matplotlib") is None:
-        return f"matplotlib is not installed: {INSTALL_HINT}"
-    return None
+__all__ = ["INSTALL_HINT", "matplotlib_missing", "plot_report"]
 
 
 def plot_report(report: dict[str, Any], path: str | Path) -> Path:
     """Write a two-panel PNG for a finished ``planaria demo`` report; returns the path.
     RuntimeError (one line, naming the fix) without matplotlib."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise RuntimeError(f"plotting needs matplotlib, which is not installed: {INSTALL_HINT}") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), constrained_layout=True)
     prof = report["profile"]

@@ -19,6 +19,7 @@ from planaria.events.codes import (
     PROC_KILLED_BY_CMD,
     PROC_REQUESTED_ABORT,
     PROC_TERM_WO_SYNC,
+    RECOVERED,
     UNREACH,
     name_of,
     parse_code,
@@ -57,7 +58,7 @@ from planaria.events.registry import (
 __all__ = [
     "EXTERNAL_BASE", "FAULT_CODES", "FAULT_LOCALIZED", "JOB_END", "LOST_CONNECTION", "NODE_DOWN", "PROC_ABORTED",
     "PROC_ABORTED_BY_SIG", "PROC_FAILED_CODES", "PROC_KILLED_BY_CMD", "PROC_REQUESTED_ABORT",
-    "PROC_TERM_WO_SYNC", "UNREACH", "name_of", "parse_code", "user_code",
+    "PROC_TERM_WO_SYNC", "RECOVERED", "UNREACH", "name_of", "parse_code", "user_code",
     "DEFAULT_HANDLER", "EventsUnavailable", "LOOKUP_WAIT", "NotPublished", "default_action", "deregister",
     "handle_failures", "log", "lookup", "lookup_value", "notify",
     "publish", "register", "registry", "set_default_action",

@@ -22,6 +22,7 @@ EXTERNAL_BASE = -3000              # PMIX_EXTERNAL_ERR_BASE: user codes are belo
 PLANARIA_SPAN = 1_000_000
 PLANARIA_BASE = EXTERNAL_BASE - PLANARIA_SPAN
 FAULT_LOCALIZED = PLANARIA_BASE - 1    # the run-time localization found a root cause (an incident)
+RECOVERED = PLANARIA_BASE - 2          # Resilient completed a recovery on every working rank
 
 NAMES: dict[int, str] = {
     PROC_ABORTED: "PMIX_ERR_PROC_ABORTED",
@@ -34,6 +35,7 @@ NAMES: dict[int, str] = {
     PROC_KILLED_BY_CMD: "PMIX_ERR_PROC_KILLED_BY_CMD",
     PROC_ABORTED_BY_SIG: "PMIX_ERR_PROC_ABORTED_BY_SIG",
     FAULT_LOCALIZED: "PLANARIA_EVENT_FAULT_LOCALIZED",
+    RECOVERED: "PLANARIA_EVENT_RECOVERED",
 }
 _ALIASES = {"PMIX_EVENT_NODE_DOWN": NODE_DOWN}
 

@@ -42,6 +42,7 @@ class RunOptions:
     rank_fates: bool = True     # run every rank under planaria.launch.rankfate (how it ended, no orphans)
     launcher_kills: bool = False   # the launcher sends the plan's timed kills (programs without the runtime)
     on_jobdir: Callable[[Path], None] | None = None   # told the job directory once it exists
+    recovery_table: bool = True    # the end summary prints the recoveries (planaria demo prints its own)
     stdin: str = "none"         # the rank that reads the launcher's standard input, or none
     on_hang: str = "report"     # a detected hang: report (a line), diagnose (and run on) or abort (see onhang.py)
     node_agents: bool | None = None   # ranks reach the controller through one agent per host (launch/nodeagent.py);

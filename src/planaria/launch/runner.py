@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from planaria.launch import onhang, rankfate, slurm
+from planaria.launch import onhang, rankfate, recoveries, slurm
 from planaria.launch.attempt import Attempt, AttemptResult, Job, kill_live
 from planaria.launch.errors import LaunchError
 from planaria.launch.jobdir import JobDir, _jsonable
@@ -107,7 +107,18 @@ def build_summary(jobdir: JobDir, opts: RunOptions, table: dict[int, dict[str, A
         out["restarts"] = max(0, len(attempts) - 1)
     if opts.inject:
         out["unfired"] = _unfired(jobdir, opts)
+    _add_recoveries(out, jobdir, table, t0)
     return out
+
+
+def _add_recoveries(out: dict[str, Any], jobdir: JobDir, table: dict[int, dict[str, Any]], t0: float) -> None:
+    """The recoveries and checkpoints a ``Resilient`` program's ranks told the controller (merged,
+    ``planaria.launch.recoveries``), and where the job's records are."""
+    events = [e for e in jobdir.events() if e.get("type") in ("recovery", "checkpoints")]
+    out["recoveries"] = recoveries.merge(events, t0, recoveries.kill_times(table.values()))
+    out["checkpoints"] = recoveries.checkpoints(events)
+    out["records"] = {"summary": str(jobdir.file("summary.json")), "events": str(jobdir.events_path),
+                      "output": str(jobdir.output_path), "attempts": str(jobdir.file(ATTEMPTS_LOG))}
 
 
 def _unfired(jobdir: JobDir, opts: RunOptions) -> list[str]:
@@ -122,8 +133,8 @@ def _unfired(jobdir: JobDir, opts: RunOptions) -> list[str]:
         return []
 
 
-def print_summary(summary: dict[str, Any]) -> None:
-    """One-screen rich table of ranks on stderr."""
+def print_summary(summary: dict[str, Any], recovery_table: bool = True) -> None:
+    """One-screen rich table of ranks on stderr (then the recoveries, with ``recovery_table``)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -131,26 +142,52 @@ def print_summary(summary: dict[str, Any]) -> None:
     bad = sum(1 for r in summary["ranks"] if r["state"] in ("failed", "lost"))
     console.print(f"planaria job {summary['job']}: {summary['outcome']}, exit {summary['status']}, "
                   f"{bad} rank(s) failed or lost")
-    table = Table()
-    for col in ("rank", "host", "state", "t+s", "how"):
-        table.add_column(col, justify="right" if col in ("rank", "t+s") else "left")
     rows = summary["ranks"]
-    shown = [r for r in rows if r["state"] != "finished" or r.get("exit_code") not in (0, None)]
+    # the ranks that ended badly, and the spares that took over a logical rank
+    shown = [r for r in rows if r["state"] != "finished" or r.get("exit_code") not in (0, None)
+             or r.get("role") == "recovered"]
     others = len(rows) - len(shown)
-    for r in shown[:40]:
-        style = {"failed": "red", "lost": "red", "finished": "yellow"}.get(r["state"], "")
-        table.add_row(str(r["rank"]), str(r["host"] or "?"), r["state"],
+    labels = [recoveries.role_label(r.get("role"), r.get("logical"), r["rank"]) for r in shown]
+    roles = any("→" in x for x in labels)      # a role column only when a process took another's place
+    table = Table()
+    for col in ("rank", "host", *(("role",) if roles else ()), "state", "t+s", "how"):
+        table.add_column(col, justify="right" if col in ("rank", "t+s") else "left")
+    for r, label in list(zip(shown, labels, strict=True))[:40]:
+        style = {"failed": "red", "lost": "red"}.get(r["state"], "yellow" if r.get("exit_code") else "")
+        table.add_row(str(r["rank"]), str(r["host"] or "?"), *((label,) if roles else ()), r["state"],
                       "" if r["t"] is None else f"{r['t']:.2f}", r["how"] or "", style=style)
     console.print(table)
     if len(shown) > 40:
         console.print(f"... {len(shown) - 40} more not shown")
     if others:
         console.print(f"{others} other rank(s) finished normally")
+    if recovery_table:
+        print_recovery_table(summary, console)
+    if summary.get("restarts"):
+        console.print(f"{summary['restarts']} restart(s); attempts recorded in "
+                      f"{(summary.get('records') or {}).get('attempts')}", soft_wrap=True)
     unfired = summary.get("unfired") or []
     if unfired:
         console.print(f"planned fault(s) that never fired (the job or the rank ended first): "
                       f"{'; '.join(unfired[:10])}{' ...' if len(unfired) > 10 else ''}", soft_wrap=True)
     console.print(f"job directory: {summary['jobdir']}")
+
+
+def print_recovery_table(summary: dict[str, Any], console: Any = None) -> None:
+    """The per-recovery table of a ``Resilient`` program (the one ``planaria demo`` prints), with
+    the checkpoints' times and where the recoveries are recorded; nothing without recoveries."""
+    rows = summary.get("recoveries") or []
+    if not rows:
+        return
+    if console is None:
+        from rich.console import Console
+        console = Console(stderr=True, highlight=False)
+    title = f"{len(rows)} recover{'y' if len(rows) == 1 else 'ies'} of job {summary['job']}"
+    recoveries.print_recoveries(console, rows, title,
+                                recoveries.checkpoint_line(summary.get("checkpoints") or {}))
+    where = (summary.get("records") or {}).get("summary") or f"{summary['jobdir']}/summary.json"
+    console.print(f"recoveries recorded in {where} (\"recoveries\"), from the ranks' records in events.jsonl",
+                  soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- hosts and restarts
@@ -470,13 +507,17 @@ def _tell_end(jobdir: JobDir, opts: RunOptions, att: AttemptResult, summary: dic
         r["state"] != "finished" or r.get("exit_code") not in (0, None) for r in summary["ranks"])
     if abnormal:
         if summary["ranks"]:
-            print_summary(summary)
+            print_summary(summary, opts.recovery_table)
             if not att.unanswered:
                 _root_causes(jobdir, summary, opts.prog)
         else:
             say(f"job {jobdir.id} {att.outcome} (exit {att.status}); job directory: {jobdir.path}", opts.prog)
-    elif attempts > 1:
-        say(f"job {jobdir.id} finished after {attempts - 1} restart(s); job directory: {jobdir.path}", opts.prog)
+    else:
+        if opts.recovery_table:
+            print_recovery_table(summary)
+        if attempts > 1:
+            say(f"job {jobdir.id} finished after {attempts - 1} restart(s), attempts recorded in "
+                f"{jobdir.file(ATTEMPTS_LOG)}; job directory: {jobdir.path}", opts.prog)
     if not abnormal and summary.get("unfired"):
         say(f"planned fault(s) that never fired (the job ended first): {'; '.join(summary['unfired'][:10])}"
             f"{' ...' if len(summary['unfired']) > 10 else ''}", opts.prog)

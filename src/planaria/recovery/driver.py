@@ -17,7 +17,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -26,9 +26,9 @@ import planaria as pl
 from planaria.checkpoint.store import WARM
 from planaria.comm.base import Comm
 from planaria.comm.errors import FailureError, failure_raised
-from planaria.errors import RecoveryStopped, SparesExhausted, Unrecoverable
-from planaria.runtime.bootstrap import spare_waker, wake_spares
-from planaria.util.env import PLANARIA_SPARES
+from planaria.errors import RecoveryCallbackFailed, RecoveryStopped, SparesExhausted, Unrecoverable
+from planaria.runtime.bootstrap import spare_waker, tell, wake_spares
+from planaria.util.env import PLANARIA_RESTART, PLANARIA_SPARES
 
 State = dict[str, np.ndarray]
 SPARE_TAG = 31001
@@ -38,30 +38,58 @@ HOT_POLL = 0.001         # after a wake, until the news (a revoke, a release) ha
 HOT_WINDOW = 0.1
 
 
-_STOPPED = {"SparesExhausted": SparesExhausted, "Unrecoverable": Unrecoverable}
+_STOPPED = {"SparesExhausted": SparesExhausted, "Unrecoverable": Unrecoverable,
+            "RecoveryCallbackFailed": RecoveryCallbackFailed}
+CHECKPOINT_REPORT_EVERY = 2.0   # s: a rank tells the controller its checkpoints at most this often
 
 
-@dataclass
+@dataclass(frozen=True)
 class Recovery:
-    """What one recovery did, as seen by this rank (times in seconds)."""
+    """What one completed recovery did, as seen by this rank (wall-clock times in seconds since the
+    epoch, durations in seconds). A record of the past: frozen.
 
-    detected_at: int                 # step at which this rank saw the failure
-    error: str
+    ``res.recoveries`` holds one per recovery this rank took part in as a working rank;
+    ``Resilient(on_recovery=fn)`` hands each to ``fn`` as it completes, and under ``planaria run``
+    every working rank reports it to the job's controller (``summary.json``'s ``recoveries``).
+    """
+
+    detected_at: int                 # step at which this rank saw the failure (-1: it was a spare)
+    error: str                       # the error that started it (ProcFailedError, RevokedError...)
     t_detect: float                  # wall clock when this rank saw the failure
     lost: list[int]                  # logical ranks that lost their process
-    replaced_by_spare: bool
-    version: int                     # checkpoint version resumed from
-    revoke_shrink_s: float = 0.0
-    substitution_s: float = 0.0
-    restore_s: float = 0.0
-    attempts: int = 1
+    replaced_by_spare: bool          # some lost rank was taken over by a spare
+    version: int                     # checkpoint version (= step) resumed from
+    revoke_shrink_s: float = 0.0     # revoke the communicators and shrink the world (last attempt)
+    substitution_s: float = 0.0      # spares take the lost logical ranks, working communicator rebuilt
+    restore_s: float = 0.0           # agree on the version and restore it
+    attempts: int = 1                # 1 + recoveries restarted by a failure during this one
     ranks: int = 0                   # working ranks after recovery
     continued: bool = False          # spares ran out: continued on fewer working ranks
     warm_bytes: int = 0              # warm buffer bytes this rank held when its restore began
+    number: int = 0                  # the job's recovery number, the same on every rank (1 first)
+    replaced_by: dict[int, int] = field(default_factory=dict)   # lost logical rank -> world rank of its spare
+    logical: int = -1                # this rank's logical rank after the recovery
+    world_rank: int = -1             # this process's rank in the driver's world (the job's rank)
+    t_done: float = 0.0              # wall clock when this rank resumed
 
     @property
     def total_s(self) -> float:
+        """Revoke + shrink, substitution and restore of the attempt that succeeded."""
         return self.revoke_shrink_s + self.substitution_s + self.restore_s
+
+    @property
+    def elapsed_s(self) -> float:
+        """From this rank's detection to its resumption, failed attempts included."""
+        return max(0.0, self.t_done - self.t_detect) if self.t_done else self.total_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain data (JSON, msgpack): the fields plus ``total_s`` and ``elapsed_s``;
+        ``replaced_by`` as ``[[lost logical rank, spare world rank], ...]``."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["replaced_by"] = [[int(k), int(v)] for k, v in sorted(self.replaced_by.items())]
+        out["lost"] = list(self.lost)
+        out.update(total_s=self.total_s, elapsed_s=self.elapsed_s)
+        return out
 
 
 @dataclass
@@ -111,11 +139,23 @@ class Resilient:
     it joins a recovery (whose shrink needs every living process) as soon as the news arrives;
     ``spare_poll`` is then only a backstop (default 0.1 s). Without ``planaria run``'s runtime
     nothing wakes it, and ``spare_poll`` (default 5 ms) bounds how late it joins.
+
+    ``on_recovery``: called as ``fn(record)`` on every working rank after each completed recovery,
+    before the first step it resumes with, with that recovery's ``Recovery`` record (lost logical
+    ranks, the spare that replaced each, the version restored, the step it was seen at, the
+    attempts, each phase's time). An exception it raises does not pass silently and does not break
+    the protocol: the driver catches it, finishes the recovery, and then every working rank learns
+    (one ``allgather``) whether the callback raised anywhere; if so, every living process, spares
+    included, raises ``RecoveryCallbackFailed`` (a ``RecoveryStopped``: exit status 3), and the rank
+    where it was raised prints its traceback first. ``res.comm`` is the repaired working
+    communicator by then; a ``FailureError`` out of the callback's own communication on it starts
+    the next recovery, like one in a step.
     """
 
     def __init__(self, checkpoint: Any, *, every: int = 10, spares: int | None = None,
                  world: Comm | None = None, on_exhausted: str | Callable[..., State] = "stop",
-                 resume: bool = True, warm_spares: bool = True, spare_poll: float | None = None) -> None:
+                 resume: bool = True, warm_spares: bool = True, spare_poll: float | None = None,
+                 on_recovery: Callable[[Recovery], Any] | None = None) -> None:
         self.failure_events: list[Any] = []       # process-failure events the resilient handler completed
         _claim_failure_events(self)               # before pl.world(): a failure may strike at once
         self.world = world if world is not None else pl.world()
@@ -151,6 +191,15 @@ class Resilient:
         self._has_state = logical is not None     # False on a spare until it has restored a state
         self.checkpoint_times: list[float] = []
         self._newest_saved = -1                   # newest version this process saved (-1: none)
+        if on_recovery is not None and not callable(on_recovery):
+            raise TypeError(f"on_recovery must be callable, got {type(on_recovery).__name__}")
+        self.on_recovery = on_recovery
+        self._world_rank = self.world.rank        # the job's rank of this process (ranks change on shrink)
+        self._done = 0                            # the job's number of the last recovery this process completed
+        self._announced = 0                       # recoveries handed to on_recovery and the controller
+        self._callback_error: BaseException | None = None    # what on_recovery raised here, not yet told
+        self._ck_pending: list[list[float]] = []  # checkpoints not yet told to the controller
+        self._ck_told = time.monotonic()
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -173,6 +222,7 @@ class Resilient:
             return self._run(init, step, steps, finish)
         except RecoveryStopped as err:
             self._stop_spares(err)
+            self._flush_checkpoints(force=True)
             raise
 
     def _run(self, init: Callable[[Comm], State], step: Callable[[Comm, State, int], None],
@@ -200,6 +250,8 @@ class Resilient:
         while True:
             try:
                 comm = self._working()      # a recovery (below) makes a new one
+                if len(self.recoveries) > self._announced:
+                    self._announce(comm)
                 while i < steps:
                     pl.step(i)
                     step(comm, state, i)
@@ -218,7 +270,55 @@ class Resilient:
                     return None
                 i, state = resumed
         self._release_spares()
+        self._flush_checkpoints(force=True)
         return result
+
+    def _announce(self, comm: Comm) -> None:
+        """After a recovery, before the next step: tell the controller, call ``on_recovery``, and
+        learn whether it raised at any working rank.
+
+        Every working rank comes here at the same point, and one ``allgather`` on the working
+        communicator keeps them on one path: all resume, or all raise ``RecoveryCallbackFailed``
+        (the spares too, through ``run``). A failure during the exchange is recovered from like a
+        failure in a step; what a callback raised is told after that recovery then.
+        """
+        new = self.recoveries[self._announced:]
+        self._announced = len(self.recoveries)
+        for rec in new:
+            tell("recovery", restart=_restart(), **rec.to_dict())
+        self._flush_checkpoints(force=True)
+        if self.on_recovery is not None and self._callback_error is None:
+            for rec in new:
+                try:
+                    self.on_recovery(rec)
+                except FailureError:
+                    raise                 # a failure in its own communication: recovered from like any
+                except Exception as exc:  # noqa: BLE001 - told to every rank below, then raised
+                    self._callback_error = exc
+                    break
+        err = self._callback_error
+        said = comm.allgather(None if err is None else f"{type(err).__name__}: {err}".splitlines()[0][:200])
+        bad = [(lg, what) for lg, what in enumerate(said) if what is not None]
+        if not bad:
+            if comm.rank == 0:
+                for rec in new:
+                    _tell_recovered(rec)
+            return
+        if err is not None:
+            import traceback
+            traceback.print_exception(type(err), err, err.__traceback__)
+        where = ", ".join(str(lg) for lg, _ in bad)
+        raise RecoveryCallbackFailed(f"on_recovery raised on logical rank(s) {where} after recovery "
+                                     f"{new[-1].number if new else self._done}: {bad[0][1]}") from err
+
+    def _flush_checkpoints(self, force: bool = False) -> None:
+        """Tell the controller the checkpoints taken since the last time (at most every
+        ``CHECKPOINT_REPORT_EVERY`` s, unless ``force``): ``[wall-clock start, seconds, version]``."""
+        if not self._ck_pending or not (force or time.monotonic() - self._ck_told >= CHECKPOINT_REPORT_EVERY):
+            return
+        pending, self._ck_pending = self._ck_pending, []
+        self._ck_told = time.monotonic()
+        tell("checkpoints", times=pending, logical=self._lay.logical, restart=_restart())
 
     # -- internals ---------------------------------------------------------------------------
     def _working(self) -> Comm:
@@ -269,9 +369,12 @@ class Resilient:
 
     def _save(self, version: int, state: State) -> None:
         pl.phase("checkpoint")
-        t = time.perf_counter()
+        wall, t = time.time(), time.perf_counter()
         self.store.save(self.comm, version, state)
-        self.checkpoint_times.append(time.perf_counter() - t)
+        took = time.perf_counter() - t
+        self.checkpoint_times.append(took)
+        self._ck_pending.append([round(wall, 6), round(took, 6), version])
+        self._flush_checkpoints()
         self._newest_saved = max(self._newest_saved, version)
         self._tell_spares()
 
@@ -409,15 +512,18 @@ class Resilient:
         made.append(world)
         t1 = time.perf_counter()
         pl.phase("recover")     # a failure may strike in the middle of recovery
-        # (logical rank, holds its state?): a spare that took a rank but was interrupted
-        # before its restore finished still holds nothing, and must be restored as fresh.
-        pairs = world.allgather((lay.logical, self._has_state))
-        info = [lg for lg, _ in pairs]
+        # (logical rank, holds its state?, job rank, last recovery completed): a spare that took a
+        # rank but was interrupted before its restore finished still holds nothing, and must be
+        # restored as fresh; the newest recovery anyone completed numbers this one
+        pairs = world.allgather((lay.logical, self._has_state, self._world_rank, self._done))
+        info = [p[0] for p in pairs]
+        number = max(p[3] for p in pairs) + 1
         lost = sorted(set(range(lay.nwork)) - {lg for lg in info if lg is not None})
-        empty = {lg for lg, has in pairs if lg is not None and not has}
+        empty = {p[0] for p in pairs if p[0] is not None and not p[1]}
         spare_ranks = [r for r, lg in enumerate(info) if lg is None]
         if len(spare_ranks) < len(lost):
-            return self._exhausted(world, info, lost, at_step, err, t_detect, attempts, t0, t1)
+            return self._exhausted(world, info, lost, at_step, err, (t_detect, t0, t1), attempts, number)
+        replaced = {lost[k]: int(pairs[r][2]) for k, r in enumerate(spare_ranks[:len(lost)])}
         mine = lay.logical
         was_spare = mine is None
         if was_spare and world.rank in spare_ranks[:len(lost)]:
@@ -430,6 +536,7 @@ class Resilient:
         self._fp_sent = None          # the spares left learn footprints again on the new world
         lay.world, lay.logical, self.comm = world, mine, comm
         if mine is None:            # still a spare: back to waiting
+            self._done = number
             return self._spare_wait()
         assert comm is not None     # a working rank's split gives one
         if was_spare:
@@ -445,8 +552,11 @@ class Resilient:
         elif self.role == "initial":
             self.role = "survivor"
         _tell_role(self.role, mine)
+        self._done = number
         self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost, bool(lost), version,
-                                        t1 - t0, t2 - t1, t3 - t2, attempts, comm.size, warm_bytes=warm))
+                                        t1 - t0, t2 - t1, t3 - t2, attempts, comm.size, warm_bytes=warm,
+                                        number=number, replaced_by=replaced, logical=mine,
+                                        world_rank=self._world_rank, t_done=time.time()))
         return version, state
 
     def _restore(self, comm: Comm, lost: list[int], fresh: set[int], mine: int,
@@ -466,10 +576,11 @@ class Resilient:
         self._has_state = True
         return version, state
 
-    def _exhausted(self, world: Comm, info: list[int | None], lost: list[int], at_step: int,
-                   err: BaseException, t_detect: float, attempts: int, t0: float, t1: float) -> tuple[int, State] | None:
+    def _exhausted(self, world: Comm, info: list[int | None], lost: list[int], at_step: int, err: BaseException,
+                   times: tuple[float, float, float], attempts: int, number: int) -> tuple[int, State] | None:
         """Fewer spares than lost ranks: stop, or continue on the survivors plus the spares left."""
         lay = self._lay
+        t_detect, t0, t1 = times
         if self.on_exhausted == "stop" or not callable(self.on_exhausted):
             raise SparesExhausted(f"{len(lost)} working rank(s) lost ({lost}) and only "
                                   f"{sum(1 for lg in info if lg is None)} spare(s) left; stopping as asked")
@@ -504,9 +615,12 @@ class Resilient:
         self._has_state = True
         self.role = "recovered" if joined else ("survivor" if self.role == "initial" else self.role)
         _tell_role(self.role, comm.rank)
+        self._done = number
         self.recoveries.append(Recovery(at_step, type(err).__name__, t_detect, lost,
                                         any(lg is None for lg in logical), version, t1 - t0, t2 - t1,
-                                        time.perf_counter() - t2, attempts, comm.size, continued=True))
+                                        time.perf_counter() - t2, attempts, comm.size, continued=True,
+                                        number=number, logical=comm.rank, world_rank=self._world_rank,
+                                        t_done=time.time()))
         return version, state
 
 
@@ -534,6 +648,27 @@ def _claim_failure_events(driver: Resilient | None) -> None:
 # pl.world() connects this process to the controller, so a rank killed while the others are still
 # starting up (before any Resilient exists) cannot reach the default handler's abort.
 _claim_failure_events(None)
+
+
+def _restart() -> int:
+    """The restart number of this attempt of the job (``planaria run --restart``; 0 first)."""
+    try:
+        return int(os.environ.get(PLANARIA_RESTART, "0") or 0)
+    except ValueError:
+        return 0
+
+
+def _tell_recovered(rec: Recovery) -> None:
+    """Raise ``PLANARIA_EVENT_RECOVERED`` for a recovery completed on every working rank (job range:
+    the ranks' handlers, and tools that subscribe; only this process's handlers without ``planaria run``)."""
+    from planaria import events
+
+    info = {k: v for k, v in rec.to_dict().items()
+            if k in ("number", "lost", "replaced_by", "version", "detected_at", "attempts", "total_s")}
+    try:
+        events.notify(events.RECOVERED, range="job", info=info, affected=sorted(rec.replaced_by.values()))
+    except Exception:  # noqa: BLE001 - telling is best effort: the recovery itself is done
+        pass
 
 
 def _tell_role(role: str, logical: int | None) -> None:

@@ -254,6 +254,16 @@ def set_role(role: str, logical: int | None) -> None:
         _RT.agent.set_role(role, logical)
 
 
+def tell(kind: str, **fields: Any) -> bool:
+    """Send the job's controller a record of this rank (``kind`` names it: ``recovery``,
+    ``checkpoints``), kept in the job's ``events.jsonl`` for its summary. Does not wait; False
+    without ``planaria run``'s runtime."""
+    agent = _RT.agent
+    if agent is None:
+        return False
+    return bool(agent.report(kind, **fields))
+
+
 def spare_waker() -> Any:
     """What a spare sleeps on (a ``planaria.runtime.sparewake.Waker``): woken when a working rank
     calls ``wake_spares``; None without ``planaria run``'s runtime (the spare then polls)."""
