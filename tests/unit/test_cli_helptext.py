@@ -133,3 +133,21 @@ def test_flags_show_no_value_placeholder(monkeypatch, capsys):
         assert code == 0, (verb, err)
         assert "--json" in out or "--help" in out
         assert "<bool>" not in out, (verb, out)
+
+
+@pytest.mark.timeout(60)
+def test_a_verb_loads_only_its_group():
+    # planaria run pays for no other verb group's imports; --help still lists every verb
+    code = ("import sys\nfrom planaria.cli import main\nsys.argv = ['planaria', *sys.argv[1:]]\n"
+            "try:\n    main.main()\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('planaria.cli.'))), file=sys.stderr)")
+    env = dict(os.environ, COLUMNS="100", TERM="dumb", NO_COLOR="1")
+    run = subprocess.run([sys.executable, "-c", code, "run", "--help"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.stderr.split() == ["planaria.cli._common", "planaria.cli.helptext", "planaria.cli.main",
+                                  "planaria.cli.run"], run.stderr
+    assert "Usage: planaria run" in run.stdout
+    every = subprocess.run([sys.executable, "-c", code, "--help"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert "planaria.cli.hosts" in every.stderr.split()
+    assert all(verb in every.stdout for verb in ("demo", "checkpoints", "hosts", "fragments", "attach"))

@@ -242,3 +242,22 @@ def test_an_event_raised_before_a_rank_said_hello_reaches_it_on_its_hello(contro
         if late is not None:
             late.close()
         ev.deregister(hid)
+
+
+@pytest.mark.timeout(30)
+def test_a_rank_on_a_channel_is_collected_over_it_without_zeromq(controller):
+    # no collection-tree socket (ZeroMQ stays out of a one-host rank's start): diagnose asks over the channel
+    from planaria.runtime.agent import Agent
+
+    agent = Agent(controller.uri, controller.jobdir.secret(), rank=0, size=1, heartbeat=0.05)
+    try:
+        assert agent._tree is None and agent.endpoint is None and agent._ctx is None
+        deadline = time.time() + 5
+        while time.time() < deadline and controller.table().get(0, {}).get("state") != "running":
+            time.sleep(0.02)
+        report = controller.diagnose(hop=1.0, rounds=1)["report"]
+        coll = report["collect"]
+        assert coll["behind_nodes"] == 1 and coll["nodes"]["answered"] == 1, coll
+        assert report["answered"] == 1 and not report["missing"], report["text"]
+    finally:
+        agent.close()

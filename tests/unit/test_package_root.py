@@ -38,3 +38,14 @@ def test_public_names_are_the_defining_modules_objects():
     assert set(planaria.__all__) <= set(dir(planaria))
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         planaria.nothing  # noqa: B018
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_s_start_imports_no_dataclasses():
+    # world() loads these on every rank; dataclasses (inspect, ast, tokenize) would add ~10 ms of CPU to each
+    code = ("import sys\nimport planaria.runtime.bootstrap, planaria.runtime.agent, planaria.events.local, "
+            "planaria.localize.service, planaria.localize.thresholds, planaria.localize.topology\n"
+            "print(' '.join(m for m in ('dataclasses', 'inspect', 'ast') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == []

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -315,3 +316,13 @@ def test_a_rank_without_goodbye_or_recorded_end_is_never_counted_finished(tmp_pa
     ctl2._update_table({"type": "hello", "rank": 0, "pid": 1000, "host": "n2", "role": "initial"}, time.time())
     ctl2.sweep(final=True, final_ok=True)
     assert ctl2.table()[0]["state"] == "finished"
+
+
+@pytest.mark.timeout(60)
+def test_recorder_starts_from_its_cached_bytecode():
+    # compiling the recorder's source would cost every rank 3 ms of CPU: it is imported, not run as a script
+    argv = rankfate.shim_argv()
+    for _ in range(2):      # the first run writes the bytecode if nothing had yet
+        out = subprocess.run(argv[:1] + ["-v"] + argv[1:] + ["true"], capture_output=True, text=True, timeout=20)
+        assert out.returncode == 0, out.stderr
+    assert re.search(r"code object from '.*__pycache__.rankfate\.[^']*\.pyc'", out.stderr), out.stderr[-2000:]

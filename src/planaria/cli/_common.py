@@ -18,6 +18,12 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _group() -> None:
+    # a callback keeps every verb a sub-command, also when only one verb group is loaded (cli/main.py)
+    pass
+
+
 def launch_job(opts: RunOptions) -> int:
     """``run_job(opts)``'s exit status; a launch error is told as ``PROG: MESSAGE`` and gives its status (2)."""
     # imported here, as every verb imports its work: ``planaria --help`` does not load the launcher

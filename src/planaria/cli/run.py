@@ -149,11 +149,4 @@ def _as_world(command: list[str]) -> list[str]:
     return [command[0], "-m", "planaria", *command[1:]]
 
 
-def _group() -> None:
-    pass
-
-
 app.command("run", context_settings=_SETTINGS)(run)
-if app.registered_callback is None:
-    # keep ``planaria run`` a sub-command even while it is the only verb
-    app.callback()(_group)

@@ -6,7 +6,8 @@ filters by source on the receiving side (``accepts``), as the PMIx standard asks
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+
+from planaria.util.frozen import Frozen
 
 # PMIx values (pmix_data_range_t)
 RM = 1             # PMIX_RANGE_RM: the resource manager (controller) only
@@ -23,18 +24,19 @@ _BY_NAME = {v: k for k, v in _NAMES.items()} | {"namespace": JOB, "proc-local": 
                                                  "host": LOCAL, "node": LOCAL}
 
 
-@dataclass(frozen=True)
-class Range:
+class Range(Frozen):
     """A range kind plus, for CUSTOM, the ranks it names."""
 
-    kind: int = JOB
-    ranks: frozenset[int] = frozenset()
+    __slots__ = ("kind", "ranks")
+    kind: int
+    ranks: frozenset[int]
 
-    def __post_init__(self) -> None:
-        if self.kind not in _NAMES:
-            raise ValueError(f"unknown range {self.kind!r}")
-        if self.kind == CUSTOM and not self.ranks:
+    def __init__(self, kind: int = JOB, ranks: frozenset[int] = frozenset()) -> None:
+        if kind not in _NAMES:
+            raise ValueError(f"unknown range {kind!r}")
+        if kind == CUSTOM and not ranks:
             raise ValueError("a custom range needs at least one rank")
+        self._set(kind=kind, ranks=ranks)
 
     @property
     def name(self) -> str:

@@ -15,12 +15,12 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from planaria.events import codes as _codes
 from planaria.events.ranges import Range, accepts
 from planaria.errors import PlanariaError
+from planaria.util.frozen import Frozen
 
 SINGLE, MULTI, DEFAULT = 0, 1, 2
 CATEGORY_NAMES = ("single", "multi", "default")
@@ -43,20 +43,27 @@ class RegistrationError(PlanariaError, ValueError):
     """A registration that breaks the ordering rules (PMIX_ERR_EVENT_REGISTRATION)."""
 
 
-@dataclass(frozen=True)
-class Event:
-    """One notification as delivered to handlers."""
+class Event(Frozen):
+    """One notification as delivered to handlers (immutable)."""
 
+    __slots__ = ("code", "source", "range", "info", "affected", "id", "t", "source_host", "origin", "cache")
     code: int
-    source: int | None = None            # rank that raised it; None: the controller or a tool
-    range: Range = field(default_factory=Range)
-    info: Mapping[str, Any] = field(default_factory=dict)
-    affected: frozenset[int] = frozenset()
-    id: int = 0                          # assigned by the controller (0: local)
-    t: float = 0.0                       # wall clock at notify
-    source_host: str | None = None
-    origin: str = "rank"                 # rank | rm | tool
-    cache: bool = True
+    source: int | None                   # rank that raised it; None: the controller or a tool
+    range: Range
+    info: Mapping[str, Any]
+    affected: frozenset[int]
+    id: int                              # assigned by the controller (0: local)
+    t: float                             # wall clock at notify
+    source_host: str | None
+    origin: str                          # rank | rm | tool
+    cache: bool
+
+    def __init__(self, code: int, source: int | None = None, range: Range | None = None,
+                 info: Mapping[str, Any] | None = None, affected: frozenset[int] = frozenset(), id: int = 0,
+                 t: float = 0.0, source_host: str | None = None, origin: str = "rank", cache: bool = True) -> None:
+        self._set(code=code, source=source, range=Range() if range is None else range,
+                  info={} if info is None else info, affected=affected, id=id, t=t, source_host=source_host,
+                  origin=origin, cache=cache)
 
     @property
     def name(self) -> str:
@@ -82,31 +89,40 @@ class Event:
                    cache=bool(d.get("cache", True)))
 
 
-@dataclass(frozen=True)
-class Result:
-    """One handler's outcome, passed down the chain."""
+class Result(Frozen):
+    """One handler's outcome, passed down the chain (immutable)."""
 
+    __slots__ = ("name", "status", "data")
     name: str
     status: Status
-    data: Mapping[str, Any] = field(default_factory=dict)
+    data: Mapping[str, Any]
+
+    def __init__(self, name: str, status: Status, data: Mapping[str, Any] | None = None) -> None:
+        self._set(name=name, status=status, data={} if data is None else data)
 
 
 Handler = Callable[[Event, list[Result]], Any]
 
 
-@dataclass
 class Registration:
     """A registered handler and its filters."""
 
-    id: int
-    handler: Handler
-    codes: frozenset[int] | None
-    name: str
-    category: int
-    pin: str = ""                        # "first" | "last" | "first_in_category" | "last_in_category"
-    range: Range | None = None
-    affected: frozenset[int] | None = None
-    seen: set[int] = field(default_factory=set)   # cached event ids already given to it
+    __slots__ = ("id", "handler", "codes", "name", "category", "pin", "range", "affected", "seen")
+
+    def __init__(self, id: int, handler: Handler, codes: frozenset[int] | None, name: str, category: int,
+                 pin: str = "", range: Range | None = None, affected: frozenset[int] | None = None) -> None:
+        self.id = id
+        self.handler = handler
+        self.codes = codes
+        self.name = name
+        self.category = category
+        self.pin = pin                           # "first" | "last" | "first_in_category" | "last_in_category"
+        self.range = range
+        self.affected = affected
+        self.seen: set[int] = set()              # cached event ids already given to it
+
+    def __repr__(self) -> str:
+        return f"Registration(id={self.id}, name={self.name!r}, category={self.category}, pin={self.pin!r})"
 
     def matches(self, ev: Event, me: int | None, my_host: str | None) -> bool:
         """Code, source range and affected-ranks filters."""
@@ -275,7 +291,7 @@ class Registry:
     def dispatch(self, ev: Event) -> list[Result]:
         """Run the chain for ``ev`` (stops at COMPLETE) and cache it; returns the results in order."""
         if ev.id == 0:
-            ev = Event(**{**ev.__dict__, "id": -next(self._local_ids)})
+            ev = ev.replace(id=-next(self._local_ids))
         with self._lock:
             regs = [r for r in self.chain() if r.matches(ev, self.me, self.host)]
             if ev.cache and self.cache.maxlen:

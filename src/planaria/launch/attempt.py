@@ -174,6 +174,8 @@ class Attempt:
         self.fates_dir = job.jobdir.path / "fates" / str(number)
         self.controller = Controller(job.jobdir, self.opts.control, t0=job.t0)
         self.env: dict[str, str] = {}
+        self._uri = ""                        # the control URI (``prepare``)
+        self._penv: dict[str, str] = {}       # the ranks' PLANARIA_* variables (``prepare``)
         self.fifo: Path | None = None
         self.mpiexec_rc: int | None = None
         self.running: set[int] = set()      # ranks still running when the launcher began to end the job
@@ -254,29 +256,33 @@ class Attempt:
             self.env["PATH"] = f"{layout.hostset.bindir}{os.pathsep}{self.env.get('PATH', '')}"
         self.result = AttemptResult(number=self.number, argv=argv, hosts=layout.names() if layout.hosts else None,
                                     inject=self.inject, t_start=time.time())
-        self._write_manifest(uri, argv, penv)
+        self._uri, self._penv = uri, penv
 
-    def _write_manifest(self, uri: str, argv: list[str], penv: dict[str, str]) -> None:
-        job, opts, layout = self.job, self.opts, self.job.layout
-        shown_env = {k: v for k, v in penv.items() if k != PLANARIA_SECRET_FILE}
+    def _write_manifest(self, **state: Any) -> None:
+        """The manifest of this attempt with ``state`` (its status, mpiexec's pid or the error):
+        written once mpiexec runs or could not be started, so that its writes (each synced to disk)
+        are not on the way to the ranks' start. Until then tools see no status, which they take
+        as a job that may be running."""
+        job, opts, layout, argv = self.job, self.opts, self.job.layout, self.result.argv
+        shown_env = {k: v for k, v in self._penv.items() if k != PLANARIA_SECRET_FILE}
         if self.number > 1:
-            job.jobdir.update_manifest(status="restarting", attempt=self.number, argv=argv, control_uri=uri,
-                                       attempt_hosts=self.result.hosts, env=shown_env)
+            job.jobdir.update_manifest(attempt=self.number, argv=argv, control_uri=self._uri,
+                                       attempt_hosts=self.result.hosts, env=shown_env, **state)
             return
         job.jobdir.write_manifest({
-            "job": job.jobdir.id, "status": "starting", "t0": job.t0, "command": job.command, "argv": argv,
+            "job": job.jobdir.id, "t0": job.t0, "command": job.command, "argv": argv,
             "nranks": opts.nprocs, "spares": opts.spares, "backend": job.backend, "inject": self.inject,
-            "timeout": opts.timeout, "hosts": opts.hosts, "control_uri": uri, "cwd": os.getcwd(),
+            "timeout": opts.timeout, "hosts": opts.hosts, "control_uri": self._uri, "cwd": os.getcwd(),
             "launcher_pid": os.getpid(), "restart": opts.restart, "reinject": opts.reinject,
             "netns": list(layout.hostset.names) if layout.hostset is not None else None,
-            "attempt": 1, "env": shown_env,
+            "attempt": 1, "env": shown_env, **state,
         })
 
     # ---- launch
 
     def launch(self) -> None:
         """Start mpiexec and the threads that copy its output (and the launcher's stdin)."""
-        job, out, argv = self.job, self.job.out, self.result.argv
+        out, argv = self.job.out, self.result.argv
         out.watch = RuntimeWatch()
         out.sink = self.controller.io
         # a killed mpiexec's session directory makes the next mpiexec with its pid fail at start
@@ -286,10 +292,10 @@ class Attempt:
                                          stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             self.controller.stop()
-            job.jobdir.update_manifest(status="launch-error", error=str(exc))
+            self._write_manifest(status="launch-error", error=str(exc))
             raise LaunchError(f"cannot start {argv[0]}: {exc}") from None
         LIVE[self.proc.pid] = (self.proc, self.controller)
-        job.jobdir.update_manifest(status="running", mpiexec_pid=self.proc.pid)
+        self._write_manifest(status="running", mpiexec_pid=self.proc.pid)
         if self.fifo is not None:
             threading.Thread(target=_pump_stdin, args=(self.fifo,), daemon=True, name="planaria-stdin").start()
         self.pumps = [threading.Thread(target=out.pump, args=(self.proc.stdout, False), daemon=True),

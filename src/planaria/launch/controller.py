@@ -80,7 +80,7 @@ class Controller:
         self._make_parts(pid_check)
         # message type -> handler; any other type is a rank's report (``_from_rank``)
         self._dispatch = {"ps": self._on_ps, "diagnose": self._on_diagnose, "knock": self.fanout.on_knock,
-                          "wake-spares": self.fanout.on_wake_spares,
+                          "wake-spares": self.fanout.on_wake_spares, "part": self._on_part,
                           **{t: self.tools.handle for t in protocol.TOOL_TYPES}}
 
     def _make_parts(self, pid_check: bool) -> None:
@@ -404,6 +404,10 @@ class Controller:
         threading.Thread(target=self._diagnose_for, args=(ident, msg), daemon=True,
                          name="planaria-diagnose").start()
 
+    def _on_part(self, ident: Dest, msg: dict[str, Any], now: float) -> None:
+        """A rank's state for a collection over its agent channel (``diagnose``): to the collection."""
+        self.gathering.deliver(msg)
+
     def _from_rank(self, ident: Dest, msg: dict[str, Any], now: float) -> None:
         """A rank's report: the rank table, failure signals, incidents, an abort request; recorded
         (but heartbeats) and answered (``ack`` for an ``id``, ``hbok`` for a heartbeat)."""
@@ -490,11 +494,16 @@ class Controller:
         """
         from planaria.diagnose.online import collect_and_analyze
         with self._diagnosing:          # the routes as they are once this collection's turn has come
-            where = {r: (d.node, d.lid) for r, d in list(self.idents.items()) if isinstance(d, Routed)}
+            view = self.view()
+            idents = list(self.idents.items())
+            where: dict[int, tuple[Any, int]] = {r: (d.node, d.lid) for r, d in idents if isinstance(d, Routed)}
+            # a rank on an agent channel binds no collection-tree socket (no ZeroMQ in its start):
+            # asked over its channel, as a node agent asks its ranks, each rank answering for itself
+            where.update((r, (d, r)) for r, d in idents if isinstance(d, Peer) and not (view.get(r) or {}).get("ep"))
 
             def via_nodes(ranks: list[int], rounds: int, interval: float, hop: float) -> dict[str, Any]:
                 return self.gathering.collect(where, ranks, rounds, interval, hop, self._send_later)
-            return collect_and_analyze(self.jobdir, self.view(), self.secret.decode("utf-8"),
+            return collect_and_analyze(self.jobdir, view, self.secret.decode("utf-8"),
                                        k=k, hop=hop, rounds=rounds, interval=interval,
                                        behind=set(where), via_nodes=via_nodes)
 

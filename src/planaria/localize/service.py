@@ -39,14 +39,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from planaria.comm import msglog
 from planaria.localize import iowatch
-from planaria.localize.records import MAX_PROBE_PAYLOAD, ErrorRecord
 from planaria.localize.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    # the records (and their dataclasses, inspect and json) load with the first record made or
+    # received, not at each rank's start
+    from planaria.localize.records import ErrorRecord
 
 PING, PONG, STATUS, STATUS_REPLY, VOTE, VOTE_REPLY, REPORT = range(30001, 30008)
 HOST_BYTES = 64
@@ -203,7 +207,7 @@ class Service:
             self._dispatch(self.rank, tag, obj)
             return
         buf = msgpack.packb(obj, use_bin_type=True, default=str)
-        if len(buf) > MAX_PROBE_PAYLOAD:
+        if len(buf) > _max_payload():
             obj = {k: v for k, v in obj.items() if k not in ("evidence", "sent", "recvd")}
             obj["trimmed"] = True
             buf = msgpack.packb(obj, use_bin_type=True, default=str)
@@ -318,6 +322,7 @@ class Service:
         elif tag in (PONG, STATUS_REPLY, VOTE_REPLY):
             self._resolve(obj)
         elif tag == REPORT:
+            from planaria.localize.records import ErrorRecord
             try:
                 rec = ErrorRecord.from_dict(obj)
             except (KeyError, TypeError, ValueError):
@@ -506,6 +511,7 @@ class Service:
     def _record(self, dst: int | None, etype: str, status: str, op: dict[str, Any] | None,
                 evidence: dict[str, Any], t: float | None = None) -> None:
         """Send an error record to the rank responsible for ``dst`` (for this rank when dst is unknown)."""
+        from planaria.localize.records import ErrorRecord
         op = op or {}
         tag = op.get("tag")
         rec = ErrorRecord(src=self.rank, dst=dst, time=t or time.time(), type=etype, status=status,
@@ -595,6 +601,12 @@ class Service:
             rc["responsible"] = self.rank
             self._report_up(rc)
         self._unsettled = unsettled
+
+
+def _max_payload() -> int:
+    """``records.MAX_PROBE_PAYLOAD``, imported when a message is first sent (see the imports)."""
+    from planaria.localize.records import MAX_PROBE_PAYLOAD
+    return MAX_PROBE_PAYLOAD
 
 
 def _received(op: dict[str, Any]) -> int:

@@ -23,15 +23,17 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
-import zmq
 
 from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
 from planaria.runtime import nodelink, state
 from planaria.events.local import deliver as _deliver
 from planaria.util.env import PLANARIA_CONTROL_URI, PLANARIA_ORPHAN_TIMEOUT, PLANARIA_SECRET_FILE
+
+if TYPE_CHECKING:
+    import zmq
 
 HEARTBEAT_INTERVAL = 0.5
 DEFAULT_ORPHAN_TIMEOUT = 15.0
@@ -67,6 +69,7 @@ class Agent:
         self._stop = threading.Event()
         self._beat = False                    # set by the ticker: a heartbeat is due
         self._chan_fd, self._chan_mask = -1, 0   # the agent channel's descriptor while polled, its events
+        self._IN = self._OUT = self._READ = 0     # the poller's flags (``_open``)
         self._last_turn = 0.0                 # when the loop last went round (a stopped process is not orphaned)
         self._closed = False
         self.dead: str | None = None          # set when this rank has failed (sim zombies keep their agent)
@@ -83,14 +86,21 @@ class Agent:
         self._knock_early = False             # a knock came before there was anyone to call
         self.on_gone: Any = None              # called on the agent thread with ranks a knock found ended
         self._knock_lock = threading.Lock()
-        self._ctx = zmq.Context()
-        self._tree = self._bind_tree()        # bound here so that hello can name it; used by the agent thread
         self._chan: Writer | None = None      # the agent channel, when the controller has one
         self._pid = os.getpid()
         path = address_for(uri)
         chan_sock = nodelink.connect_node(uri)          # this host's node agent, when the job has them
         if chan_sock is None and path is not None:
             chan_sock = connect(path)
+        # ZeroMQ only without an agent channel (a TCP control address): the socket to the controller
+        # and the collection tree's. On a channel the controller (or the node agent) asks this rank
+        # for its state over the channel, and the rank's start saves ZeroMQ's import (~17 ms of CPU)
+        self._ctx: Any = None
+        self._tree: zmq.Socket | None = None
+        if chan_sock is None:
+            import zmq
+            self._ctx = zmq.Context()
+            self._tree = self._bind_tree()    # bound here so that hello can name it; used by the agent thread
         if chan_sock is not None:
             self._chan = Writer(chan_sock)
             self._chan.write(frame(self._pack(self._hello())))     # first, before any other thread writes
@@ -235,6 +245,7 @@ class Agent:
         if sock is None:
             self._submit(msg)
             return
+        import zmq
         try:
             sock.send(self._pack(msg), zmq.NOBLOCK)
         except zmq.ZMQError:
@@ -322,6 +333,7 @@ class Agent:
     # --- collection tree ------------------------------------------------
     def _bind_tree(self) -> zmq.Socket | None:
         """The ROUTER the collection tree talks to: next to the controller's socket (ipc) or on TCP."""
+        import zmq
         tree = self._ctx.socket(zmq.ROUTER)
         tree.setsockopt(zmq.LINGER, 0)
         try:
@@ -340,6 +352,7 @@ class Agent:
         return tree
 
     def _on_tree(self, tree: zmq.Socket) -> None:
+        import zmq
         while True:
             try:
                 frames = tree.recv_multipart(zmq.NOBLOCK)
@@ -364,6 +377,7 @@ class Agent:
         result: dict[str, list] = {}
 
         def children() -> None:
+            import zmq
             ctx = zmq.Context()
             try:
                 result["parts"] = collect.ask_children(ctx, ranks[1:], eps[1:], self._secret, k, hop,
@@ -397,25 +411,34 @@ class Agent:
             rounds, interval = 1, 0.2
         self._submit({"type": "part", "id": req.get("id"), "part": self._own_part(rounds, interval)})
 
-    def _open(self) -> tuple[zmq.Socket | None, zmq.Poller]:
+    def _open(self) -> tuple[zmq.Socket | None, Any]:
         """The poller over the agent channel (or the DEALER socket to the controller), the
-        collection tree's socket and the wake-up pipe."""
+        collection tree's socket and the wake-up pipe: ``select.poll`` on a channel alone, else
+        ZeroMQ's poller (``_IN``, ``_OUT``: its flags)."""
         chan, tree = self._chan, self._tree
         sock: zmq.Socket | None = None
-        poller = zmq.Poller()
-        if chan is None:
-            sock = self._ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 1000)
-            sock.setsockopt(zmq.SNDHWM, 100000)
-            sock.setsockopt(zmq.RCVHWM, 100000)
-            poller.register(sock, zmq.POLLIN)
+        if self._ctx is None:
+            self._IN, self._OUT = select.POLLIN, select.POLLOUT
+            self._READ = select.POLLIN | select.POLLHUP | select.POLLERR   # a closed channel reads as EOF
+            poller: Any = select.poll()
+        else:
+            import zmq
+            self._IN, self._OUT = zmq.POLLIN, zmq.POLLOUT
+            self._READ = zmq.POLLIN
+            poller = zmq.Poller()
+            if chan is None:
+                sock = self._ctx.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 1000)
+                sock.setsockopt(zmq.SNDHWM, 100000)
+                sock.setsockopt(zmq.RCVHWM, 100000)
+                poller.register(sock, self._IN)
         self._chan_fd, self._chan_mask = -1, 0
         if chan is not None:
-            self._chan_fd, self._chan_mask = chan.sock.fileno(), zmq.POLLIN
+            self._chan_fd, self._chan_mask = chan.sock.fileno(), self._IN
             poller.register(self._chan_fd, self._chan_mask)
         if tree is not None:
-            poller.register(tree, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+            poller.register(tree, self._IN)
+        poller.register(self._wake_r, self._IN)
         return sock, poller
 
     def _run(self) -> None:
@@ -442,14 +465,14 @@ class Agent:
         finally:
             self._close(sock)
 
-    def _ready(self, what: Any, flags: int, sock: zmq.Socket | None, poller: zmq.Poller, reader: Reader) -> None:
+    def _ready(self, what: Any, flags: int, sock: zmq.Socket | None, poller: Any, reader: Reader) -> None:
         """Serve one ready socket or descriptor of the poll."""
         chan, tree, wake_r = self._chan, self._tree, self._wake_r
         if what == self._chan_fd:
             assert chan is not None
-            if flags & zmq.POLLOUT:
+            if flags & self._OUT:
                 chan.flush()
-            if flags & zmq.POLLIN and not self._read_chan(chan, reader):
+            if flags & self._READ and not self._read_chan(chan, reader):
                 poller.unregister(self._chan_fd)         # the controller is gone
                 self._chan_fd = -1
         elif what is sock:
@@ -464,7 +487,7 @@ class Agent:
             assert tree is not None
             self._on_tree(tree)
 
-    def _after_poll(self, sock: zmq.Socket | None, poller: zmq.Poller) -> None:
+    def _after_poll(self, sock: zmq.Socket | None, poller: Any) -> None:
         """Send what other threads queued, and watch the channel for writing while it has pending bytes."""
         if self._queue:
             self._drain(sock)
@@ -472,7 +495,7 @@ class Agent:
             self._send_replies(self._tree)
         chan = self._chan
         if self._chan_fd >= 0 and chan is not None:
-            want = zmq.POLLIN | zmq.POLLOUT if chan.pending else zmq.POLLIN
+            want = self._IN | self._OUT if chan.pending else self._IN
             if want != self._chan_mask:
                 self._chan_mask = want
                 poller.register(self._chan_fd, want)
@@ -531,7 +554,8 @@ class Agent:
                     os.unlink(self.endpoint[len("ipc://"):])
                 except OSError:
                     pass
-        self._ctx.term()
+        if self._ctx is not None:
+            self._ctx.term()
 
     def _read_chan(self, chan: Writer, reader: Reader) -> bool:
         """Handle what the controller wrote on the channel; False once the channel is closed."""
@@ -570,6 +594,7 @@ class Agent:
 
     def _receive(self, sock: zmq.Socket) -> None:
         """Handle every message waiting on the controller socket (no exception for the last one)."""
+        import zmq
         while True:
             try:
                 self._on_reply(sock.recv(zmq.NOBLOCK))
@@ -579,6 +604,7 @@ class Agent:
                 return
 
     def _send_replies(self, tree: zmq.Socket) -> None:
+        import zmq
         while self._replies:
             ident, msg = self._replies.popleft()
             try:
