@@ -196,7 +196,8 @@ class Resilient:
         self.on_recovery = on_recovery
         self._world_rank = self.world.rank        # the job's rank of this process (ranks change on shrink)
         self._done = 0                            # the job's number of the last recovery this process completed
-        self._announced = 0                       # recoveries handed to on_recovery and the controller
+        self._announced = 0                       # recoveries handed to on_recovery
+        self._untold: list[Recovery] = []         # ... and not yet told to the controller
         self._callback_error: BaseException | None = None    # what on_recovery raised here, not yet told
         self._ck_pending: list[list[float]] = []  # checkpoints not yet told to the controller
         self._ck_told = time.monotonic()
@@ -222,7 +223,7 @@ class Resilient:
             return self._run(init, step, steps, finish)
         except RecoveryStopped as err:
             self._stop_spares(err)
-            self._flush_checkpoints(force=True)
+            self._tell_untold(agreed=False)
             raise
 
     def _run(self, init: Callable[[Comm], State], step: Callable[[Comm, State, int], None],
@@ -256,6 +257,8 @@ class Resilient:
                     pl.step(i)
                     step(comm, state, i)
                     i += 1
+                    if self._untold:
+                        self._tell_untold()
                     if i % self.every == 0 or i == steps:
                         self._save(i, state)
                     if lay.world.is_revoked():
@@ -270,12 +273,12 @@ class Resilient:
                     return None
                 i, state = resumed
         self._release_spares()
-        self._flush_checkpoints(force=True)
+        self._tell_untold()
         return result
 
     def _announce(self, comm: Comm) -> None:
-        """After a recovery, before the next step: tell the controller, call ``on_recovery``, and
-        learn whether it raised at any working rank.
+        """After a recovery, before the next step: call ``on_recovery`` and learn whether it raised at
+        any working rank (the controller is told after the first resumed step, ``_tell_untold``).
 
         Every working rank comes here at the same point, and one ``allgather`` on the working
         communicator keeps them on one path: all resume, or all raise ``RecoveryCallbackFailed``
@@ -284,9 +287,7 @@ class Resilient:
         """
         new = self.recoveries[self._announced:]
         self._announced = len(self.recoveries)
-        for rec in new:
-            tell("recovery", restart=_restart(), **rec.to_dict())
-        self._flush_checkpoints(force=True)
+        self._untold += new
         if self.on_recovery is not None and self._callback_error is None:
             for rec in new:
                 try:
@@ -300,16 +301,27 @@ class Resilient:
         said = comm.allgather(None if err is None else f"{type(err).__name__}: {err}".splitlines()[0][:200])
         bad = [(lg, what) for lg, what in enumerate(said) if what is not None]
         if not bad:
-            if comm.rank == 0:
-                for rec in new:
-                    _tell_recovered(rec)
-            return
+            return                        # the records go out after the first resumed step
+        self._tell_untold(agreed=False)
         if err is not None:
             import traceback
             traceback.print_exception(type(err), err, err.__traceback__)
         where = ", ".join(str(lg) for lg, _ in bad)
         raise RecoveryCallbackFailed(f"on_recovery raised on logical rank(s) {where} after recovery "
                                      f"{new[-1].number if new else self._done}: {bad[0][1]}") from err
+
+    def _tell_untold(self, agreed: bool = True) -> None:
+        """The recoveries not told yet, to the controller; from logical rank 0 also as
+        ``PLANARIA_EVENT_RECOVERED`` once every working rank ``agreed`` to resume. Called after the
+        first resumed step, not before it: the messages and the event's fan-out to every process
+        would otherwise delay the step on a host whose cores the ranks share."""
+        untold, self._untold = self._untold, []
+        for rec in untold:
+            tell("recovery", restart=_restart(), **rec.to_dict())
+        self._flush_checkpoints(force=True)
+        if agreed and self._lay.logical == 0:
+            for rec in untold:
+                _tell_recovered(rec)
 
     def _flush_checkpoints(self, force: bool = False) -> None:
         """Tell the controller the checkpoints taken since the last time (at most every
