@@ -124,7 +124,7 @@ MailProg=/bin/true
 # a TMPDIR of its own per node for every task (prted's session directory /tmp/prted.<pid>): the
 # hosts share one file system, and with SLURMTEST_PIDNS=1 two nodes' prteds can get the same pid
 TaskProlog=$ST/etc/taskprolog.sh
-SlurmdTimeout=30
+SlurmdTimeout=15
 SlurmctldTimeout=30
 InactiveLimit=0
 KillWait=5
@@ -303,7 +303,15 @@ node_up() {   # $1 node number
     local n=$PFX$1
     ip -n "$n" link set "${PFX}v$1" up
     kill_netns_pids "$n"
+    # told by its administrator, as a node brought back is, slurmctld takes the node as down now;
+    # otherwise it would go on taking it for idle until SlurmdTimeout ran out, and wait_idle with it
+    on0 scontrol update nodename="$n" state=down reason="node failure test" >/dev/null 2>&1
     rm -f "$ST/run/slurmd-$n.pid" "$ST/run/ns-slurmd-$n.pid"
+    # what a machine that comes back from a failure no longer has: the session directories and
+    # shared-memory files of the daemons and ranks that ran on it. Left behind, they fail the next
+    # prted there whose pid, counted again in the node's new PID namespace, matches a dead one's.
+    rm -rf "${ST:?}/tmp/$n"
+    rm -f /dev/shm/sm_segment."$n".* /dev/shm/vader_segment."$n".*
     start_slurmd "$n"
     wait_idle >/dev/null || die "node $n did not come back"
     log "node $n back"

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.mpi, pytest.mark.slurm, pytest.mark.timeout(600)]
 # ranks of two "nodes" share this machine's cores: without yielding, Open MPI's busy polling makes
 # every message wait for a scheduler tick (docs/multihost.md)
 YIELD = ["--mpiexec-arg=--mca", "--mpiexec-arg=mpi_yield_when_idle", "--mpiexec-arg=1"]
-HEAT = ["python", "-m", "planaria.demo.heat", "--checkpoint", "file", "--steps", "40000", "--every", "2000",
+HEAT = ["python", "-m", "planaria.demo.heat", "--checkpoint", "file", "--steps", "20000", "--every", "2000",
         "--cells-per-rank", "5000"]
 SAME = "final field equals the failure-free serial run bit for bit"
 
@@ -83,9 +83,11 @@ def _sbatch(cluster: Cluster, script: Path, out_file: Path, timeout: float) -> s
 
 
 def _wait_job(cluster: Cluster, jid: str, timeout: float) -> None:
+    """Until the job's batch script has ended. A job left completing counts as ended: after a node
+    dies, Slurm keeps its job completing until SlurmdTimeout declares the node down."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not cluster.login("squeue", "-h", "-j", jid, timeout=30).stdout.strip():
+        if not cluster.login("squeue", "-h", "-j", jid, "-t", "PD,CF,R,S", timeout=30).stdout.strip():
             return
         time.sleep(1)
     cluster.login("scancel", jid, timeout=30)
