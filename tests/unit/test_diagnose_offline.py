@@ -223,6 +223,15 @@ def test_no_hang(run: Callable) -> None:
     assert "verdict: no-hang (no hang found" in rep.to_text()
 
 
+def test_a_job_whose_launcher_started_no_rank_is_not_started(run: Callable) -> None:
+    """No rank ever registered (a launch that failed inside the MPI runtime): the verdict says so
+    instead of reporting a job that is not hung."""
+    rep = run(mk(0, []))
+    assert rep.verdict == "not-started" and rep.root_causes == [] and rep.size == 0
+    assert rep.to_text().splitlines()[1] == "verdict: not-started (no rank has started: the MPI launcher started none)"
+    assert any("output.log" in e for e in rep.evidence)
+
+
 def test_missing_ranks_grouped_by_host(run: Callable) -> None:
     hosts = {"h0": [0, 1, 2], "h1": [3, 4, 5], "h7": [6, 7, 8]}
     recs = [rec(r, coll("Bcast", 7, "app/c.py:2 in share", root=0), {"world": 7}, host=h)

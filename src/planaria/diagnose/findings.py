@@ -147,7 +147,8 @@ class Report:
         head = {"deadlock": "ranks wait on each other in a cycle",
                 "dead-ranks": "ranks without state: dead or unreachable",
                 "hang": "ranks are blocked in MPI waiting for others",
-                "no-hang": "no hang found: no rank is waiting in MPI"}[self.verdict]
+                "no-hang": "no hang found: no rank is waiting in MPI",
+                "not-started": "no rank has started: the MPI launcher started none"}[self.verdict]
         out.append(f"verdict: {self.verdict} ({head})")
         if self.root_causes:
             out.append("")

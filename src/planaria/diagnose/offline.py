@@ -35,7 +35,8 @@ from planaria.diagnose.waiting import unmatched_receives, waiting_summary
 
 __all__ = ["VERDICTS", "Report", "RootCause", "diagnose", "frame_site", "ran_past", "ranges", "render"]
 
-VERDICTS = ("deadlock", "dead-ranks", "hang", "no-hang")
+#: ``not-started``: no rank of the job reached planaria, so nothing of the program can be the cause
+VERDICTS = ("deadlock", "dead-ranks", "hang", "no-hang", "not-started")
 
 
 def diagnose(state: dict[str, Any]) -> Report:
@@ -55,8 +56,12 @@ def render(p: Prepared, coll: Collectives, graph: WaitGraph, found: Causes) -> R
     unmatched, n_unmatched, unmatched_evidence = unmatched_receives(p)
     verdict = ("deadlock" if any(x.kind == "deadlock" for x in causes) else
                "dead-ranks" if p.census.missing.size else
-               "hang" if graph.waiting_ranks.size else "no-hang")
-    idle = [f"no rank is waiting in MPI ({p.n} answered, all computing)"] if verdict == "no-hang" else []
+               "hang" if graph.waiting_ranks.size else
+               "not-started" if p.size == 0 else "no-hang")
+    idle = ([f"no rank is waiting in MPI ({p.n} answered, all computing)"] if verdict == "no-hang" else
+            ["no rank has registered with the job: the MPI launcher has started none, or none has "
+             "reached planaria (the launcher's own output, in the job's output.log, says why)"]
+            if verdict == "not-started" else [])
     waiting, waiting_evidence = waiting_summary(p, coll)
     evidence = [*p.evidence, *p.census.evidence, *coll.evidence, *found.evidence, *unmatched_evidence, *idle,
                 *waiting_evidence]
