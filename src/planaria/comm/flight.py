@@ -51,7 +51,6 @@ _CODE_IDS: dict[int, int] = {}           # id(code object) -> code-table index
 _CODE_KEEP: list[Any] = []
 _slots_used = 0
 _getframe = sys._getframe
-_DATA = struct.Struct("<4q").pack_into      # a slot's op, bytes, code and offset words, in one call
 
 
 def path_for(job_dir: str | os.PathLike[str], attempt: int, world_rank: int) -> Path:
@@ -129,11 +128,10 @@ def note(comm: Any, op: int, buf: Any, alt: Any = None) -> None:
     """Record that ``comm``'s current collective (number ``comm._ml_seq``) is ``op`` with ``buf``
     (``alt`` when ``buf`` has no size, e.g. ``MPI.IN_PLACE``), called from ``comm``'s method.
     The call site is kept as code object and instruction offset (``f_lineno`` costs a scan of the
-    line table, several hundred ns in a long module; the reader maps the offset to its line).
-    The four data words go in one store, then the number, which makes the slot current."""
+    line table, several hundred ns in a long module; the reader maps the offset to its line)."""
     i = comm._fl
-    m = _MAP
-    if i and m is not None:
+    mv = _MV
+    if i and mv is not None:
         f = _getframe(2)
         code = f.f_code
         k = _CODE_IDS.get(id(code))        # by id: a code object's hash is computed anew every time
@@ -142,8 +140,11 @@ def note(comm: Any, op: int, buf: Any, alt: Any = None) -> None:
         n = getattr(buf, "nbytes", None)
         if n is None:
             n = size(buf) or size(alt)
-        _DATA(m, (i + 1) * 8, op, n, k, f.f_lasti)
-        _MV[i] = comm._ml_seq
+        mv[i + 1] = op
+        mv[i + 2] = n
+        mv[i + 3] = k
+        mv[i + 4] = f.f_lasti
+        mv[i] = comm._ml_seq
 
 
 def _code(code: Any) -> int:
