@@ -205,15 +205,40 @@ def _probing(name: str, fn: Any) -> Callable[..., Any]:
 
 
 class _LReq(_Req):
-    """A request of a recorded communicator: what its ``Wait`` waits for, and a receive counted once done."""
+    """A request of a recorded communicator: what its ``Wait`` waits for, and a receive counted once done.
+
+    Made on the hot path without Python's constructor (``_logged``): one tuple ``_ml`` holds the
+    operation, peer, tag and buffer, which the message log reads (``_op``...) only when it looks;
+    ``_count`` is set for a receive from a named source only (sends and wildcards count nothing)."""
+
+    _ml: tuple[str, int, int, Any] = ("?", -1, -1, None)
+    _count = -1                 # the source (communicator rank) a receive adds to when it completes
 
     def __init__(self, req: Any, comm: _Failures, op: str, peer: int, tag: int, buf: Any, count: int) -> None:
-        # count: the source (communicator rank) a receive adds to when it completes; -1 for sends and wildcards
-        self._comm, self._op, self._peer, self._tag, self._buf, self._count = comm, op, peer, tag, buf, count
+        self._comm, self._ml = comm, (op, peer, tag, buf)
+        if count >= 0:
+            self._count = count
+
+    @property
+    def _op(self) -> str:
+        return self._ml[0]
+
+    @property
+    def _peer(self) -> int:
+        return self._ml[1]
+
+    @property
+    def _tag(self) -> int:
+        return self._ml[2]
+
+    @property
+    def _buf(self) -> Any:
+        return self._ml[3]
 
     def _counted(self) -> None:
-        if self._count >= 0:
-            self._comm._ml_recvd[self._count] += 1
+        c = self._count
+        if c >= 0:
+            self._comm._ml_recvd[c] += 1
             self._count = -1
 
     def Test(self, status: Any = None) -> bool:
@@ -221,7 +246,7 @@ class _LReq(_Req):
             done = _R_Test(self, status)
         except MPI.Exception as e:
             raise self._comm._convert(e) from e
-        if done:
+        if done and self._count >= 0:
             self._counted()
         return done
 
@@ -230,7 +255,9 @@ class _LReq(_Req):
             _R_Wait(self, status)
         except MPI.Exception as e:
             raise self._comm._convert(e) from e
-        self._counted()
+        if self._count >= 0:                # a receive from a named source, counted once
+            self._comm._ml_recvd[self._count] += 1
+            self._count = -1
         return True
 
     def test(self, status: Any = None) -> tuple[bool, Any]:
@@ -238,7 +265,7 @@ class _LReq(_Req):
             done, obj = _R_test(self, status)
         except MPI.Exception as e:
             raise self._comm._convert(e) from e
-        if done:
+        if done and self._count >= 0:
             self._counted()
         return done, obj
 
@@ -247,8 +274,17 @@ class _LReq(_Req):
             obj = _R_wait(self, status)
         except MPI.Exception as e:
             raise self._comm._convert(e) from e
-        self._counted()
+        if self._count >= 0:
+            self._counted()
         return obj
+
+
+def _logged(req: Any, comm: _Failures, op: str, peer: int, tag: int, buf: Any) -> _LReq:
+    """``req`` (an mpi4py request) as a recorded communicator's ``_LReq`` for a send or a wildcard
+    receive, made without Python's constructor (a third of the cost of ``_LReq(...)``)."""
+    out = _NEW_REQUEST(_LReq, req)
+    out._comm, out._ml = comm, (op, peer, tag, buf)
+    return out
 
 
 class _SyncReq(_Req):
@@ -608,7 +644,18 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> _Req | _Done:
         if self._hooks:                         # the message log or message faults
-            return self._send_posted(_ISEND, self, "Isend", buf, dest, tag, buf)
+            if self._msgfault is not None:
+                return self._send_posted(_ISEND, self, "Isend", buf, dest, tag, buf)
+            if _IS_REVOKED(self):
+                raise self._convert_revoked()
+            try:
+                out = _NEW_REQUEST(_LReq, _ISEND(self, buf, dest, tag))
+            except MPI.Exception as e:
+                raise self._convert(e) from e
+            out._comm, out._ml = self, ("Isend", dest, tag, buf)
+            if dest >= 0:                       # counted when posted
+                self._ml_sent[dest] += 1
+            return out
         if _IS_REVOKED(self):                   # Open MPI 5.0.11 would post it and complete it locally
             raise self._convert_revoked()
         try:
@@ -635,7 +682,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         if self._ml_on:
             if dest >= 0:                       # counted when posted
                 self._ml_sent[dest] += 1
-            return _LReq(req, self, name, dest, tag, logged, -1)
+            return _logged(req, self, name, dest, tag, logged)
         return _Req(req, self)
 
     def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG) -> _Req:
@@ -643,8 +690,12 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             req = _IRECV(self, buf, source, tag)
         except MPI.Exception as e:
             raise self._convert(e) from e
-        if self._ml_on:
-            return _LReq(req, self, "Irecv", source, tag, buf, source if source >= 0 else -1)
+        if self._ml_on:                         # no Python constructor here either (``_logged``)
+            rec = _NEW_REQUEST(_LReq, req)
+            rec._comm, rec._ml = self, ("Irecv", source, tag, buf)
+            if source >= 0:
+                rec._count = source
+            return rec
         out = _NEW_REQUEST(_Req, req)
         out._comm = self
         return out
@@ -1001,7 +1052,7 @@ def _made(out: Any, parent: _Failures, maker: str = "") -> Any:
             if maker in _SYNC_SENDS:
                 return _SyncReq(out, parent)
             if parent._ml_on and maker in msglog.NONBLOCKING_COLLECTIVES:
-                return _LReq(out, parent, maker, -1, -1, None, -1)     # the log reads ``Wait(Iallreduce)``
+                return _logged(out, parent, maker, -1, -1, None)     # the log reads ``Wait(Iallreduce)``
             return _Req(out, parent)
         return out                      # a generalized request: mpi4py's
     if isinstance(out, tuple | list) and any(isinstance(x, MPI.Comm | MPI.Request) for x in out):
@@ -1127,7 +1178,7 @@ def _posting(name: str, fn: Any) -> Callable[..., Any]:
         if self._ml_on:
             self._ml_seq += 1
             try:
-                return _LReq(fn(self, *args, **kwargs), self, name, -1, -1, None, -1)
+                return _logged(fn(self, *args, **kwargs), self, name, -1, -1, None)
             except MPI.Exception as e:
                 raise self._convert(e) from e
         try:

@@ -193,4 +193,22 @@ pr.Free()
 comm.Isendrecv(np.ones(4), dest=right, sendtag=24, recvbuf=buf, source=left, recvtag=24).Wait()
 _, got1 = lg.p2p_counts()
 assert got1.get(str(left), 0) == got0.get(str(left), 0) + 5, (got0, got1)
+# nonblocking sends and receives count once each: a send when posted, a receive when its Wait or
+# Test completes it, whatever is called on the request afterwards; their Wait names the operation
+sent0, got0 = lg.p2p_counts()
+rq = comm.Irecv(buf, source=left, tag=25)
+sq = comm.Isend(np.ones(4), dest=right, tag=25)
+assert (rq._op, sq._op) == ("Irecv", "Isend"), (rq._op, sq._op)
+sq.Wait()
+rq.Wait()
+rq.Wait()
+assert rq.Test()
+rq = comm.Irecv(buf, source=left, tag=26)
+comm.Isend(np.ones(4), dest=right, tag=26).Wait()
+while not rq.Test():
+    pass
+rq.Wait()
+sent1, got1 = lg.p2p_counts()
+assert sent1.get(str(right), 0) == sent0.get(str(right), 0) + 2, (sent0, sent1)
+assert got1.get(str(left), 0) == got0.get(str(left), 0) + 2, (got0, got1)
 print(f"OK msglog {rank}", flush=True)
