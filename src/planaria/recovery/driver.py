@@ -514,10 +514,14 @@ class Resilient:
         lay = self._lay
         if self.comm is not None:
             self.comm.revoke()
-            _leave(self.comm)
+        # The world first: the spares learn of the recovery from its revoke, and the shrink waits
+        # for them; the agreement on the working communicator (``_leave``) waits for the last
+        # survivor to notice the failure, and would hold the news back from them until then.
         lay.world.revoke()
         if attempts == 1 and lay.logical is not None and self._spare_world_ranks:
             wake_spares()          # the spares sleep: the revoke alone would wait for their next test
+        if self.comm is not None:
+            _leave(self.comm)
         return lay.world.shrink()
 
     def _recover_once(self, err: BaseException, at_step: int, current: State | None, t_detect: float,
