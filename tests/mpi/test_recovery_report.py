@@ -109,3 +109,16 @@ def test_a_raising_callback_stops_every_process_after_the_recovery(tmp_path: Pat
     (job,) = list((tmp_path / "jobs").iterdir())
     (rec,) = json.loads((job / "summary.json").read_text())["recoveries"]
     assert rec["replaced_by"] == [[1, 3]]
+
+
+@pytest.mark.timeout(120)
+def test_a_callback_on_one_rank_only_still_stops_every_process(tmp_path: Path) -> None:
+    # the working ranks without a callback learn, in the recovery itself, that another rank has one,
+    # and take part in the exchange that tells them it raised (none may resume alone)
+    res = _run(tmp_path, mode="one")
+    assert res.returncode == 3, res.stderr[-3000:]
+    stopped = sorted(int(ln.split("]")[0].lstrip("[").rstrip("!")) for ln in res.stderr.splitlines()
+                     if "RecoveryCallbackFailed: on_recovery raised on logical rank(s) 2 after recovery 1: "
+                        "ValueError: the callback's own bug" in ln and "planaria: rank" in ln)
+    assert stopped == [0, 2, 3], res.stderr[-3000:]
+    assert not _tagged(res.stderr, "RESULT"), res.stderr[-3000:]       # no rank finished the run

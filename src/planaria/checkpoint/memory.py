@@ -130,13 +130,11 @@ class MemoryStore(PeerStore):
                 out[o] = min(have)
         return out
 
-    def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:
-        fresh = check_fresh(comm, fresh)
-        r = comm.rank
+    def _held_by(self, rank: int, version: int, entry: Any) -> int | None:
+        return entry[0] if self._held(version, rank, entry[0]) is not None else None
 
-        def held(v: int, entry: tuple[int, Any]) -> int | None:      # the versions held in full
-            return entry[0] if self._held(v, r, entry[0]) is not None else None
-        return self._common_versions(comm, fresh, held, lambda n: self._sources(n, fresh) is not None)
+    def _possible(self, n: int, fresh: set[int]) -> bool:
+        return self._sources(n, fresh) is not None
 
     def restore(self, comm: Comm, version: int, fresh: set[int],
                 into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:

@@ -389,6 +389,18 @@ class CheckpointStore(ABC):
         vs = self.restorable_versions(comm, set(fresh))
         return max(vs) if vs else None
 
+    def offer(self, rank: int) -> Any:
+        """What logical rank ``rank`` holds, for ``restorable_among`` (small, picklable; local, no
+        messages); None when this store agrees on versions only through ``restorable``."""
+        del rank
+        return None
+
+    def restorable_among(self, offers: list[Any], fresh: set[int]) -> int | None:
+        """What ``restorable`` answers, computed locally from every rank's ``offer`` (``offers[r]``:
+        logical rank ``r``'s, None for the fresh ranks; ``len(offers)`` ranks): the caller exchanges
+        the offers in a round of its own, so agreeing on the version costs no message."""
+        raise NotImplementedError(f"{self.name} checkpoints agree on versions only through restorable")
+
     @abstractmethod
     def restore(self, comm: Comm, version: int, fresh: set[int],
                 into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -563,25 +575,48 @@ class PeerStore(CheckpointStore):
                                   f"of {old_size}")
         return version, lost, inv
 
-    def _common_versions(self, comm: Comm, fresh: set[int], held: Callable[[int, Any], int | None],
-                         possible: Callable[[int], bool]) -> set[int]:
-        """``restorable_versions`` from one fixed-size buffer Allgather of (version, ranks at save)
-        of the ``KEEP`` newest versions each non-fresh rank holds (``held(version, entry)``: the
-        ranks at save, or None when this rank does not hold it in full); none when
-        ``possible(n)`` says that the fresh ranks cannot be rebuilt."""
+    def _held_by(self, rank: int, version: int, entry: Any) -> int | None:
+        """The ranks at save of ``version`` when logical rank ``rank`` holds its part in full, else None."""
+        raise NotImplementedError
+
+    def _possible(self, n: int, fresh: set[int]) -> bool:
+        """Whether the data of the ``fresh`` ranks of ``n`` can be rebuilt at all (where copies live)."""
+        raise NotImplementedError
+
+    def offer(self, rank: int) -> list[tuple[int, int]]:
+        """``(version, ranks at save)`` of the ``KEEP`` newest versions this rank holds in full."""
+        out: list[tuple[int, int]] = []
+        for v, e in sorted(self._data.items())[-KEEP:]:
+            ns = self._held_by(rank, v, e)
+            if ns is not None:
+                out.append((int(v), int(ns)))
+        return out
+
+    def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:
+        """One fixed-size buffer Allgather of every non-fresh rank's ``offer``, then ``_common``."""
+        fresh = check_fresh(comm, fresh)
         n, r = comm.size, comm.rank
         mine = np.full(2 * KEEP, -1, dtype=np.int64)
         if r not in fresh:
-            for i, (v, e) in enumerate(sorted(self._data.items())[-KEEP:]):
-                ns = held(v, e)
-                if ns is not None:
-                    mine[2 * i:2 * i + 2] = (v, ns)
+            for i, pair in enumerate(self.offer(r)):
+                mine[2 * i:2 * i + 2] = pair
         inv = np.empty((n, 2 * KEEP), dtype=np.int64)
         comm.Allgather(mine, inv)
-        if not possible(n):
+        offers = [None if rank in fresh else [(int(row[2 * i]), int(row[2 * i + 1])) for i in range(KEEP)
+                                               if row[2 * i] >= 0] for rank, row in enumerate(inv)]
+        return self._common(offers, fresh)
+
+    def restorable_among(self, offers: list[Any], fresh: set[int]) -> int | None:
+        vs = self._common(offers, {int(f) for f in fresh})
+        return max(vs) if vs else None
+
+    def _common(self, offers: list[Any], fresh: set[int]) -> set[int]:
+        """The versions every non-fresh rank offers, saved by ``len(offers)`` ranks; none when
+        the fresh ranks cannot be rebuilt (``_possible``)."""
+        n = len(offers)
+        if not self._possible(n, fresh):
             return set()
-        live = [{int(row[2 * i]) for i in range(KEEP) if row[2 * i] >= 0 and row[2 * i + 1] == n}
-                for rank, row in enumerate(inv) if rank not in fresh]
+        live = [{v for v, ns in offers[rank] if ns == n} for rank in range(n) if rank not in fresh]
         return set.intersection(*live) if live else set()
 
 

@@ -161,9 +161,11 @@ class XorStore(PeerStore):
                 return False
         return True
 
-    def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:
-        fresh = check_fresh(comm, fresh)
-        return self._common_versions(comm, fresh, lambda v, e: e.n, lambda n: self._restorable_groups(n, fresh))
+    def _held_by(self, rank: int, version: int, entry: Any) -> int | None:
+        return int(entry.n)
+
+    def _possible(self, n: int, fresh: set[int]) -> bool:
+        return self._restorable_groups(n, fresh)
 
     def restore(self, comm: Comm, version: int, fresh: set[int],
                 into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:

@@ -147,7 +147,8 @@ class Resilient:
     the protocol: the driver catches it, finishes the recovery, and then every working rank learns
     (one ``allgather``) whether the callback raised anywhere; if so, every living process, spares
     included, raises ``RecoveryCallbackFailed`` (a ``RecoveryStopped``: exit status 3), and the rank
-    where it was raised prints its traceback first. ``res.comm`` is the repaired working
+    where it was raised prints its traceback first. When no process has a callback, that
+    ``allgather`` is skipped (every process learns it during the recovery). ``res.comm`` is the repaired working
     communicator by then; a ``FailureError`` out of the callback's own communication on it starts
     the next recovery, like one in a step.
     """
@@ -199,6 +200,7 @@ class Resilient:
         self._announced = 0                       # recoveries handed to on_recovery
         self._untold: list[Recovery] = []         # ... and not yet told to the controller
         self._callback_error: BaseException | None = None    # what on_recovery raised here, not yet told
+        self._callbacks = on_recovery is not None  # some process has on_recovery (learnt in each recovery)
         self._ck_pending: list[list[float]] = []  # checkpoints not yet told to the controller
         self._ck_told = time.monotonic()
 
@@ -282,7 +284,8 @@ class Resilient:
 
         Every working rank comes here at the same point, and one ``allgather`` on the working
         communicator keeps them on one path: all resume, or all raise ``RecoveryCallbackFailed``
-        (the spares too, through ``run``). A failure during the exchange is recovered from like a
+        (the spares too, through ``run``). It is skipped when no process has a callback: every
+        rank learnt that from the recovery's own allgather, so all skip it alike. A failure during the exchange is recovered from like a
         failure in a step; what a callback raised is told after that recovery then.
         """
         new = self.recoveries[self._announced:]
@@ -298,6 +301,8 @@ class Resilient:
                     self._callback_error = exc
                     break
         err = self._callback_error
+        if not self._callbacks:
+            return                        # no process has a callback (the recovery's allgather said)
         said = comm.allgather(None if err is None else f"{type(err).__name__}: {err}".splitlines()[0][:200])
         bad = [(lg, what) for lg, what in enumerate(said) if what is not None]
         if not bad:
@@ -509,10 +514,14 @@ class Resilient:
         lay = self._lay
         if self.comm is not None:
             self.comm.revoke()
-            _leave(self.comm)
+        # The world first: the spares learn of the recovery from its revoke, and the shrink waits
+        # for them; the agreement on the working communicator (``_leave``) waits for the last
+        # survivor to notice the failure, and would hold the news back from them until then.
         lay.world.revoke()
         if attempts == 1 and lay.logical is not None and self._spare_world_ranks:
             wake_spares()          # the spares sleep: the revoke alone would wait for their next test
+        if self.comm is not None:
+            _leave(self.comm)
         return lay.world.shrink()
 
     def _recover_once(self, err: BaseException, at_step: int, current: State | None, t_detect: float,
@@ -527,9 +536,13 @@ class Resilient:
         # (logical rank, holds its state?, job rank, last recovery completed): a spare that took a
         # rank but was interrupted before its restore finished still holds nothing, and must be
         # restored as fresh; the newest recovery anyone completed numbers this one
-        pairs = world.allgather((lay.logical, self._has_state, self._world_rank, self._done))
+        # ... whether it has an on_recovery callback (none anywhere: no agreement on its outcome), and
+        # what checkpoints it holds, when the store can agree on a version from that without messages
+        pairs = world.allgather((lay.logical, self._has_state, self._world_rank, self._done,
+                                 self.on_recovery is not None, self._offer()))
         info = [p[0] for p in pairs]
         number = max(p[3] for p in pairs) + 1
+        self._callbacks = any(p[4] for p in pairs)
         lost = sorted(set(range(lay.nwork)) - {lg for lg in info if lg is not None})
         empty = {p[0] for p in pairs if p[0] is not None and not p[1]}
         spare_ranks = [r for r, lg in enumerate(info) if lg is None]
@@ -556,7 +569,8 @@ class Resilient:
             if self._waker is not None:      # a working rank now: not woken as a spare
                 self._waker.close()
         warm = WARM.held()
-        version, state = self._restore(comm, lost, set(lost) | empty, mine, current)
+        offers = {p[0]: p[5] for p in pairs if p[0] is not None and p[1]}
+        version, state = self._restore(comm, lost, set(lost) | empty, mine, current, offers)
         t3 = time.perf_counter()
         if was_spare:
             self.role = "recovered"
@@ -571,10 +585,26 @@ class Resilient:
                                         world_rank=self._world_rank, t_done=time.time()))
         return version, state
 
+    def _offer(self) -> Any:
+        """What this working rank holds, for the store to agree on a version without messages
+        (``store.offer``); None on a spare, without a state, or when the store cannot."""
+        offer = getattr(self.store, "offer", None)
+        if offer is None or self._lay.logical is None or not self._has_state:
+            return None
+        return offer(self._lay.logical)
+
     def _restore(self, comm: Comm, lost: list[int], fresh: set[int], mine: int,
-                 current: State | None) -> tuple[int, State]:
-        """Agree on the version to restore and restore it (from the start when nothing was ever saved)."""
-        version = self.store.restorable(comm, fresh)
+                 current: State | None, offers: dict[int, Any]) -> tuple[int, State]:
+        """Agree on the version to restore and restore it (from the start when nothing was ever saved).
+
+        ``offers``: logical rank -> what it holds (``store.offer``), from the recovery's allgather;
+        when every rank that is not fresh gave one, the version is agreed on from them, else with
+        ``store.restorable``. Every rank sees the same offers, so all take the same path."""
+        others = [lg for lg in range(comm.size) if lg not in fresh]
+        if others and all(offers.get(lg) is not None for lg in others):
+            version = self.store.restorable_among([offers.get(lg) for lg in range(comm.size)], fresh)
+        else:
+            version = self.store.restorable(comm, fresh)
         newest = max(self._newest_saved, -1 if self.resumed_from is None else self.resumed_from)
         if version is None and comm.allreduce(newest, op=max) <= 0:
             # Nothing past the initial state was ever saved or resumed from (version 0

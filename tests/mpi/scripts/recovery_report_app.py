@@ -2,7 +2,7 @@
 
 Each working rank prints ``CALLBACK {json}`` per recovery it is told of, every process ``EVENT
 {json}`` per ``PLANARIA_EVENT_RECOVERED`` event it receives, and ``RESULT {json}`` at the end (its role and logical rank). With ``raise`` as the third argument the callback raises on
-logical rank 0; with ``ps``, logical rank 0 prints ``planaria ps`` of its own job at the end
+logical rank 0; with ``one``, only job rank 2 has the callback, and it raises; with ``ps``, logical rank 0 prints ``planaria ps`` of its own job at the end
 (after a heartbeat has carried every rank's new role), each line prefixed ``PS``.
 """
 import json
@@ -26,11 +26,13 @@ mode = sys.argv[3] if len(sys.argv) > 3 else "ok"
 def on_recovery(rec: Recovery) -> None:
     print("CALLBACK " + json.dumps({"world": pl.world().rank, "logical": res.logical_rank, "role": res.role,
                                     **rec.to_dict()}), flush=True)
-    if mode == "raise" and res.logical_rank == 0:
+    if (mode == "raise" and res.logical_rank == 0) or mode == "one":
         raise ValueError("the callback's own bug")
 
 
-res = Resilient(MemoryStore(copies=1), every=every, on_recovery=on_recovery)
+# ``one``: only job rank 2 has a callback (it raises); the others must still learn that it raised
+res = Resilient(MemoryStore(copies=1), every=every,
+                on_recovery=on_recovery if mode != "one" or pl.world().rank == 2 else None)
 events.register(events.RECOVERED, lambda ev, results: print(
     "EVENT " + json.dumps({"world": pl.world().rank, "source": ev.source, "affected": sorted(ev.affected),
                            **ev.info}), flush=True), name="recovered-printer")
