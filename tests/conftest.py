@@ -8,8 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
+
+# the suite shares 2 cores with MPI jobs: a generated example's run time says nothing about its
+# correctness, so no per-example deadline (a property that must be fast is a benchmark's goal)
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 
 def _mpich_python() -> Path:

@@ -157,7 +157,7 @@ from planaria.abft.verify import (CORRECT, TRANSIENT, UNRECOVERABLE, RefereeVerd
                                   referee_verdict)
 from planaria.comm.errors import FailureError
 from planaria.terrain import DemInfo, dem_info, kernels, read_dem_rows, write_dem_rows
-from planaria.terrain.compiled import warm_up
+from planaria.terrain.dispatch import worth_loading
 from planaria.terrain.window import output_dtype, slab_bounds
 
 T_START, T_RESULT, T_FINISH, T_CMD, T_MASTER, T_ACK, T_CPU = 11, 12, 13, 14, 16, 17, 18
@@ -947,8 +947,11 @@ def run_rank(comm: Any, args: argparse.Namespace, info: DemInfo) -> tuple[int, d
     communicator, so that a message or a pending receive of one run never matches in another."""
     n = comm.Get_size() - 2
     blocks = partition(info.shape[0], n, kernels[args.kernel][1])
-    # the compiled kernel's machine code, loaded from numba's cache (or compiled) now, not in the first task
-    warm_up(args.kernel, info.dtype, out_dtype(info, args.dtype))
+    # a worker whose blocks run the compiled kernel loads its machine code (numba's cache) now, not in
+    # the first task; the masters compute single referee rows, which the numpy kernel does at once
+    if comm.Get_rank() >= 2 and worth_loading(max(b.in1 - b.in0 for b in blocks) * info.shape[1]):
+        from planaria.terrain.compiled import warm_up
+        warm_up(args.kernel, info.dtype, out_dtype(info, args.dtype))
     if args.bench:
         comm.Barrier()
     if comm.Get_rank() >= 2:

@@ -22,7 +22,7 @@ exactly rounded mean by at most about ``window**2 * eps * max|z|``, i.e.
 ~3e-14 relative to the elevations for 11x11.  The result is rounded to the output dtype
 (``dtype``, by default the input's float type) when stored.
 
-:func:`cut_depth` runs the compiled loop of :mod:`planaria.terrain.compiled`;
+:func:`cut_depth` runs the compiled loop of :mod:`planaria.terrain.compiled` where it pays (:mod:`planaria.terrain.dispatch`);
 :func:`cut_depth_reference`, the numpy kernel, is the reference it is tested against bit for bit.
 """
 
@@ -32,7 +32,7 @@ import functools
 
 import numpy as np
 
-from planaria.terrain import compiled
+from planaria.terrain.dispatch import compiled_for
 from planaria.terrain.window import halo, run_window_kernel
 
 WINDOW = 11
@@ -46,16 +46,18 @@ def cut_depth(
     dtype: np.dtype | type | None = None,
     window: int = WINDOW,
     *,
-    reference: bool = False,
+    method: str | None = None,
 ) -> np.ndarray:
     """Cut depth of ``z``; ``cell_size`` is accepted for a uniform kernel
     signature and not used.  ``rows`` as in :mod:`planaria.terrain.window`.
 
-    Compiled; bit-identical to the numpy kernel (``reference=True``, or
+    ``method``: ``compiled``, ``numpy`` or ``auto`` (default, :mod:`planaria.terrain.dispatch`: compiled
+    for large slabs or once loaded). Both give the same bits: the numpy kernel (``method="numpy"``, or
     :func:`cut_depth_reference`), which runs when the compiled loop does not take the dtypes."""
     h = halo(window)
     count = float(window * window)
-    if not reference:
+    compiled = compiled_for(np.size(z), method)
+    if compiled is not None:
         out = compiled.run(z, window, nodata, rows, dtype, compiled.cut_depth_rows, h, count)
         if out is not None:
             return out
@@ -63,7 +65,7 @@ def cut_depth(
 
 
 #: the numpy cut-depth kernel (tiles of separable passes): the reference for :func:`cut_depth`
-cut_depth_reference = functools.partial(cut_depth, reference=True)
+cut_depth_reference = functools.partial(cut_depth, method="numpy")
 
 
 def _cut_depth_reference(z: np.ndarray, nodata: float | None, rows: tuple[int, int] | None,

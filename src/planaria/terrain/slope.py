@@ -27,7 +27,7 @@ Each output value is computed from its own 9 inputs with a fixed sequence of
 elementwise operations, so it does not depend on the slab it was computed in.
 See :mod:`planaria.terrain.window` for the ``rows``/halo contract.
 
-:func:`slope_degrees` runs the compiled loop of :mod:`planaria.terrain.compiled`;
+:func:`slope_degrees` runs the compiled loop of :mod:`planaria.terrain.compiled` where it pays (:mod:`planaria.terrain.dispatch`);
 :func:`slope_degrees_reference`, the numpy kernel, is the reference it is tested against bit for bit.
 """
 
@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from planaria.terrain import compiled
+from planaria.terrain.dispatch import compiled_for
 from planaria.terrain.window import run_window_kernel
 
 WINDOW = 3
@@ -61,15 +61,17 @@ def slope_degrees(
     rows: tuple[int, int] | None = None,
     dtype: np.dtype | type | None = None,
     *,
-    reference: bool = False,
+    method: str | None = None,
 ) -> np.ndarray:
     """Slope (degrees) of ``z``; with ``rows=(r0, r1)``, ``z`` is the slab
     ``slab_bounds(r0, r1, H, 3)`` and only those output rows are returned.
 
-    Compiled; bit-identical to the numpy kernel (``reference=True``, or
+    ``method``: ``compiled``, ``numpy`` or ``auto`` (default, :mod:`planaria.terrain.dispatch`: compiled
+    for large slabs or once loaded). Both give the same bits: the numpy kernel (``method="numpy"``, or
     :func:`slope_degrees_reference`), which runs when the compiled loop does not take the dtypes."""
     dx, dy = _check_cell_size(cell_size)
-    if not reference:
+    compiled = compiled_for(np.size(z), method)
+    if compiled is not None:
         out = compiled.run(z, WINDOW, nodata, rows, dtype, compiled.slope_rows, 8.0 * dx, 8.0 * dy)
         if out is not None:
             return out
@@ -77,7 +79,7 @@ def slope_degrees(
 
 
 #: the numpy slope kernel (tiles of in-place elementwise passes): the reference for :func:`slope_degrees`
-slope_degrees_reference = functools.partial(slope_degrees, reference=True)
+slope_degrees_reference = functools.partial(slope_degrees, method="numpy")
 
 
 def _side(mid: np.ndarray, first: np.ndarray, last: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

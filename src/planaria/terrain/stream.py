@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from planaria.terrain.dem import RowReader, check_output, dem_info, write_dem_rows
+from planaria.terrain.dispatch import worth_loading
 from planaria.terrain.window import output_dtype, slab_bounds
 
 BAND_CELLS = 1 << 22  # output cells per band (16 MB of float32; 277 rows of a 15,120-cell row)
@@ -50,6 +51,8 @@ def run_file(kernel: str, dem: str | os.PathLike[str], out: str | os.PathLike[st
     out_dt = output_dtype(info.stored_dtype or info.dtype, dtype)
     height, width = info.shape
     step = rows_per_band or band_rows(width)
+    # the whole raster, not one band, decides whether loading the compiled loops pays
+    method = "compiled" if worth_loading(height * width) else None
     times = {"read": 0.0, "compute": 0.0}
 
     def bands() -> Iterator[tuple[int, np.ndarray]]:
@@ -60,7 +63,7 @@ def run_file(kernel: str, dem: str | os.PathLike[str], out: str | os.PathLike[st
                 t0 = time.perf_counter()
                 slab = rd.rows(s0, s1)
                 t1 = time.perf_counter()
-                vals = fn(slab.data, info.cell_size, info.nodata, rows=(r0, r1), dtype=out_dt)
+                vals = fn(slab.data, info.cell_size, info.nodata, rows=(r0, r1), dtype=out_dt, method=method)
                 times["read"] += t1 - t0
                 times["compute"] += time.perf_counter() - t1
                 yield r0, vals

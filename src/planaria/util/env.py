@@ -33,6 +33,7 @@ PLANARIA_FINALIZE_TIMEOUT = "PLANARIA_FINALIZE_TIMEOUT"   # seconds MPI_Finalize
 PLANARIA_ORPHAN_TIMEOUT = "PLANARIA_ORPHAN_TIMEOUT"       # seconds of controller silence before an agent ends its rank
 PLANARIA_EVENTS_CACHE = "PLANARIA_EVENTS_CACHE"  # how many events a process keeps for late handlers; events.local reads it
 PLANARIA_JOB_ID = "PLANARIA_JOB_ID"             # a job id from another launcher; the fragments doorbell names its sockets by it
+PLANARIA_TERRAIN_KERNELS = "PLANARIA_TERRAIN_KERNELS"   # auto | compiled | numpy: terrain.dispatch reads it
 
 # ---- fragments (paper 003): set by `planaria fragments run` (cli/fragments.py) or users, read by planaria.fragments
 PLANARIA_FRAGMENT_THREADS = "PLANARIA_FRAGMENT_THREADS"   # worker threads per rank
