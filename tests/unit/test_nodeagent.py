@@ -101,7 +101,9 @@ def test_ranks_behind_node_agents_are_served_like_direct_ones(tmp_path: Path, mo
     the controller, ranks 1 and 2's through it, as a branch of the tree), an event reaches every
     rank, a rank whose process died is lost at once, ``planaria ctl kill`` is carried out by the
     rank's node agent, a bad token is refused, and the node agents end with the controller."""
-    monkeypatch.setattr(controller_mod, "HEARTBEAT_SILENCE", 1.0)      # silence is a loss sooner
+    # no loss by silence while the table is checked (rank 2's process is gone from the start, and a
+    # loaded machine may take seconds between the steps); a short silence later, for ranks 0 and 1
+    monkeypatch.setattr(controller_mod, "HEARTBEAT_SILENCE", 60.0)
     jd = JobDir.create(tmp_path)
     ctl = Controller(jd)
     uri = ctl.start()
@@ -144,8 +146,9 @@ def test_ranks_behind_node_agents_are_served_like_direct_ones(tmp_path: Path, mo
         t0 = time.monotonic()
         ranks[2].sock.close()
         row = _until(lambda: (_ps(jd).get(2) or {}).get("state") == "lost" and _ps(jd)[2])
-        assert time.monotonic() - t0 < 0.9, "waited for the heartbeat silence instead"
+        assert time.monotonic() - t0 < 5, "waited for the heartbeat silence instead"
         # ranks 0 and 1 send no more heartbeats, but their process (the node agent's pid) lives: not lost
+        monkeypatch.setattr(controller_mod, "HEARTBEAT_SILENCE", 1.0)
         time.sleep(1.6)
         rows = _ps(jd)
         assert rows[0]["state"] == rows[1]["state"] == "running", rows
