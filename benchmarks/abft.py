@@ -130,10 +130,10 @@ def run_once(dem: Path, kernel: str, mode: str, workers: int, scratch: Path, tim
         "planaria.abft.masterworker", "--kernel", kernel, "--dem", str(dem), "--out", str(out), "--mode", mode, "--bench",
         "--report", str(report), "--backend", backend]
     t0 = time.perf_counter()
-    _run_job(cmd, {**THREAD_ENV, **(env or {})}, timeout, f"abft {kernel} {mode}")
+    stderr = _run_job(cmd, {**THREAD_ENV, **(env or {})}, timeout, f"abft {kernel} {mode}")
     launch_s = time.perf_counter() - t0
     if not report.is_file():
-        raise BenchError(f"abft {kernel} {mode}: no report: {' '.join(cmd)}")
+        raise BenchError(f"abft {kernel} {mode}: exit 0 and no report: {' '.join(cmd)}\n{stderr[-3000:]}")
     rep = json.loads(report.read_text())
     digest = file_digest(out)
     out.unlink()
@@ -152,9 +152,9 @@ def run_series(dem: Path, kernels: list[str], modes: list[str], workers: int, re
         "--modes", ",".join(modes), "--reps", str(reps), "--warmup", str(warmup), "--settle", str(settle),
         "--backend", backend, "--out", str(out)]
     nruns = (reps + warmup) * len(kernels) * len(modes)
-    _run_job(cmd, {**THREAD_ENV, **(env or {})}, timeout * nruns, f"abft series of {nruns} runs")
+    stderr = _run_job(cmd, {**THREAD_ENV, **(env or {})}, timeout * nruns, f"abft series of {nruns} runs")
     if not out.is_file():
-        raise BenchError(f"abft series: no result: {' '.join(cmd)}")
+        raise BenchError(f"abft series: exit 0 and no result: {' '.join(cmd)}\n{stderr[-3000:]}")
     res = json.loads(out.read_text())
     out.unlink()
     line = " ".join(cmd)

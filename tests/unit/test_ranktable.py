@@ -206,3 +206,29 @@ def test_ctl_signals() -> None:
         ctl_signal("explode", None)
     with pytest.raises(ValueError, match="unknown signal"):
         parse_signal("NOPE")
+
+
+def test_a_stop_kills_a_rank_process_but_never_a_pid_handed_out_again() -> None:
+    """``kill_all``'s last step: the pid must still be the process that said hello (same start time)."""
+    import os
+
+    from planaria.launch.supervise import kill_ranks
+    from planaria.util.procstat import start_ticks
+    rank = subprocess.Popen(["sleep", "60"])
+    other = subprocess.Popen(["sleep", "60"])         # stands for a process that got an old rank's pid
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    try:
+        table = RankTable("here", pid_check=False)
+        for r, (p, st) in enumerate([(rank.pid, start_ticks(rank.pid)), (other.pid, (start_ticks(other.pid) or 0) + 1),
+                                     (dead.pid, 1), (os.getpid(), None)]):
+            table.update({"type": "hello", "rank": r, "pid": p, "st": st, "host": "here"}, 0.0)
+        procs = table.processes()
+        assert sorted(p for p, _ in procs) == sorted([rank.pid, other.pid, dead.pid])   # no start time: never
+        assert kill_ranks(procs) == [rank.pid]
+        assert rank.wait(timeout=10) == -signal.SIGKILL and other.poll() is None
+    finally:
+        rank.kill()
+        other.kill()
+        rank.wait()
+        other.wait()

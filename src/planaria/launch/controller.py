@@ -221,6 +221,10 @@ class Controller:
         """Pids of all ranks that said hello."""
         return self.rank_table.pids()
 
+    def processes(self) -> list[tuple[int, int]]:
+        """(pid, start ticks) of all ranks that said hello: a process, not just a pid number."""
+        return self.rank_table.processes()
+
     def failures_known(self) -> bool:
         """Whether the controller knows of any failed or lost rank of this job."""
         return self.rank_table.failures_known()

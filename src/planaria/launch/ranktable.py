@@ -71,7 +71,7 @@ def pace(info: Row, step: Any, now: float) -> None:
 
 
 def _on_hello(info: Row, msg: dict[str, Any], now: float) -> None:
-    info.update(pid=msg.get("pid"), host=msg.get("host"), role=msg.get("role"),
+    info.update(pid=msg.get("pid"), st=msg.get("st"), host=msg.get("host"), role=msg.get("role"),
                 backend=msg.get("backend"), hello_time=now, last_hb=now,
                 ep=msg.get("ep"), size=msg.get("size"))
     if info["state"] not in ("failed", "finished", "lost"):
@@ -269,6 +269,12 @@ class RankTable:
         """Pids of all ranks that said hello."""
         with self.lock:
             return [int(v["pid"]) for v in self.ranks.values() if v.get("pid")]
+
+    def processes(self) -> list[tuple[int, int]]:
+        """(pid, start time in clock ticks) of every rank that said hello with both."""
+        with self.lock:
+            return [(int(v["pid"]), int(v["st"])) for v in self.ranks.values()
+                    if isinstance(v.get("pid"), int) and isinstance(v.get("st"), int)]
 
     def failures_known(self) -> bool:
         """Whether any rank of this job is known failed or lost."""

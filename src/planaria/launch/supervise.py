@@ -26,6 +26,7 @@ from planaria.launch.jobdir import JobDir
 from planaria.launch.options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TIMEOUT
 from planaria.launch.output import Output
 from planaria.launch.plaininject import PlainKills
+from planaria.util.procstat import start_ticks
 
 KILL_GRACE = 3.0
 TICK = 0.1                 # seconds the loop waits for mpiexec's exit between two rounds of the watchers
@@ -125,11 +126,24 @@ def kill_all(proc: subprocess.Popen[bytes], controller: Controller) -> None:
             break
         except subprocess.TimeoutExpired:
             continue
-    for pid in controller.pids():
+    kill_ranks(controller.processes())
+
+
+def kill_ranks(processes: list[tuple[int, int]]) -> list[int]:
+    """SIGKILL each (pid, start ticks) that is still that process on this machine; the pids signalled.
+
+    A rank that ended long ago may have left its pid to another process of this user, and a rank
+    of another host (or pid namespace) names a pid of its own: the start time tells them apart."""
+    killed = []
+    for pid, st in processes:
+        if start_ticks(pid) != st:
+            continue
         try:
             os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
         except (ProcessLookupError, PermissionError):
             pass
+    return killed
 
 
 def diagnose_now(controller: Controller, out: Output, why: str, ending: bool = False) -> bool:

@@ -31,6 +31,7 @@ from planaria.events.channel import FrameError, Reader, Writer, address_for, con
 from planaria.runtime import nodelink, state
 from planaria.events.local import deliver as _deliver
 from planaria.util.env import PLANARIA_CONTROL_URI, PLANARIA_ORPHAN_TIMEOUT, PLANARIA_SECRET_FILE
+from planaria.util.procstat import start_ticks
 
 if TYPE_CHECKING:
     import zmq
@@ -238,8 +239,8 @@ class Agent:
 
     def _hello(self) -> dict[str, Any]:
         return {"type": "hello", "rank": self.rank, "size": self.size, "pid": os.getpid(),
-                "host": socket.gethostname(), "role": self.role, "backend": self.backend,
-                "t": time.time(), "ep": self.endpoint}
+                "st": start_ticks(os.getpid()), "host": socket.gethostname(), "role": self.role,
+                "backend": self.backend, "t": time.time(), "ep": self.endpoint}
 
     def _send(self, sock: zmq.Socket | None, msg: dict[str, Any]) -> None:
         if sock is None:
