@@ -524,11 +524,13 @@ class Master:
         t0 = time.monotonic()
         f0: dict[int, int] = {}
         while True:
+            self.prefetch_referee()
+            # what the workers sent is read after the referee row, which may take a while, and before
+            # any task is judged late: a message that came meanwhile counts
             self.poll_workers()
             self.master_link()
             if self.role == "replica-passive":
                 return {}
-            self.prefetch_referee()
             now = time.monotonic()
             # a worker busy with a started task does not start its next queued one yet
             busy = {self.assign[t] for t in self.started if t not in self.results}
@@ -947,9 +949,10 @@ def run_rank(comm: Any, args: argparse.Namespace, info: DemInfo) -> tuple[int, d
     communicator, so that a message or a pending receive of one run never matches in another."""
     n = comm.Get_size() - 2
     blocks = partition(info.shape[0], n, kernels[args.kernel][1])
-    # a worker whose blocks run the compiled kernel loads its machine code (numba's cache) now, not in
-    # the first task; the masters compute single referee rows, which the numpy kernel does at once
-    if comm.Get_rank() >= 2 and worth_loading(max(b.in1 - b.in0 for b in blocks) * info.shape[1]):
+    # a rank whose kernel calls run the compiled loops loads their machine code (numba's cache) now,
+    # not in its first task or referee row: a worker's calls cover its block, a master's one row's window
+    rows = max(b.in1 - b.in0 for b in blocks) if comm.Get_rank() >= 2 else kernels[args.kernel][1]
+    if worth_loading(rows * info.shape[1]):
         from planaria.terrain.compiled import warm_up
         warm_up(args.kernel, info.dtype, out_dtype(info, args.dtype))
     if args.bench:
