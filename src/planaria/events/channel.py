@@ -10,17 +10,18 @@ ZeroMQ socket (``planaria.launch.protocol``); one stream per rank keeps them in 
 """
 from __future__ import annotations
 
-import os
 import socket
 import struct
 import threading
 from collections import deque
+
 from planaria.errors import PlanariaError
+from planaria.util.agentsock import SOCKET_NAME as SOCKET_NAME  # where it was defined before
+from planaria.util.agentsock import address_for as address_for
 
 HEADER = struct.Struct("<I")        # payload length, little endian
 MAX_FRAME = 16 << 20                # a frame announcing more is refused (the connection is closed)
 MAX_BACKLOG = 64 << 20              # bytes waiting for a peer that does not read; later frames are dropped
-SOCKET_NAME = "agents.sock"
 
 
 class FrameError(PlanariaError, ValueError):
@@ -30,13 +31,6 @@ class FrameError(PlanariaError, ValueError):
 def frame(payload: bytes) -> bytes:
     """``payload`` with its length header."""
     return HEADER.pack(len(payload)) + payload
-
-
-def address_for(control_uri: str) -> str | None:
-    """The channel's socket path for a controller at ``control_uri`` (Unix sockets only), else None."""
-    if not control_uri.startswith("ipc://"):
-        return None
-    return os.path.join(os.path.dirname(control_uri[len("ipc://"):]), SOCKET_NAME)
 
 
 class Reader:

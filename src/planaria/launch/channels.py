@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 
 from planaria.events.channel import FrameError, Reader, Writer, peer_pid
+from planaria.launch.address import listen_unix
 
 _IN = select.EPOLLIN | select.EPOLLRDHUP
 _RECV = 1 << 18
@@ -46,19 +47,10 @@ class Peer:
 class ChannelServer:
     """Accepts agent connections on ``path`` (mode 0600) and moves their frames."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, listener: socket.socket | None = None) -> None:
         self.path = path
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            if os.path.exists(path):
-                os.unlink(path)
-            self.listener.bind(path)
-            os.chmod(path, 0o600)
-            self.listener.listen(1024)
-        except OSError:
-            self.listener.close()
-            raise
-        self.listener.setblocking(False)
+        # ``listener``: bound already (``planaria.launch.address``), its connections waiting
+        self.listener = listener if listener is not None else listen_unix(path)
         self.peers: dict[int, Peer] = {}
         self.ep = select.epoll()
         self.ep.register(self.listener.fileno(), select.EPOLLIN)
