@@ -25,6 +25,8 @@ def main() -> None:
 
 def __getattr__(name: str) -> Any:
     """The typer assembly's names (``app``, ``usage_line``...), read from here as before."""
+    if name.startswith("__"):     # the import system's questions (``__path__``...) load nothing
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from planaria.cli import commands
     try:
         return getattr(commands, name)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import threading
 import time
 import weakref
@@ -33,7 +32,7 @@ def jobs_root(cwd: str | os.PathLike[str] | None = None) -> Path:
 def new_job_id(now: float | None = None) -> str:
     """A job id like ``20261121-224700-ab12`` (local time plus 4 random hex digits)."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
-    return f"{stamp}-{secrets.token_hex(2)}"
+    return f"{stamp}-{os.urandom(2).hex()}"
 
 
 def _jsonable(obj: Any) -> Any:
@@ -117,7 +116,7 @@ class JobDir:
 
     # --- secret -------------------------------------------------------
     def _write_secret(self) -> None:
-        token = secrets.token_hex(32)
+        token = os.urandom(32).hex()           # as secrets.token_hex, without its import
         fd = os.open(str(self.secret_path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, token.encode("ascii"))
