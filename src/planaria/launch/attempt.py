@@ -288,7 +288,8 @@ class Attempt:
                 job.command, job.total, backend=job.backend, hosts=layout.hosts_arg(opts), planaria_env=penv,
                 mpiexec_args=extra + slurm.restart_args(self.number, extra),
                 launch_prefix=layout.launch_prefix(opts), ssh_agent=layout.ssh_agent(opts),
-                rank_prefix=rankfate.shim_argv() if opts.rank_fates else (), one_machine=layout.hostset is not None)
+                rank_prefix=rankfate.recorder_argv(layout.this_machine(opts)) if opts.rank_fates else (),
+                one_machine=layout.hostset is not None)
         except LaunchError as exc:
             raise self._give_up(str(exc)) from None
         if layout.hostset is not None:   # prted and friends for the remote side of the test hosts

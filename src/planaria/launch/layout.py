@@ -150,6 +150,21 @@ class Layout:
                 names = []
         return any(not is_local(h) for h in names)
 
+    def this_machine(self, opts: RunOptions) -> bool:
+        """Whether every rank runs on this machine (its test hosts share its files): as for
+        ``node_agents``, the hosts named, else the batch allocation's, else this machine."""
+        if self.hostset is not None:
+            return True
+        names = self.names()
+        if not names and opts.hosts:
+            names = [h for h, _ in parse_hosts(opts.hosts)]
+        if not names:
+            try:
+                names = [h for h, _ in allocation_hosts(os.environ, use_scontrol=False) or []]
+            except LaunchError:
+                return False
+        return all(is_local(h) for h in names)
+
     def drop(self, gone: set[str]) -> None:
         self.hosts = [(h, s) for h, s in self.hosts or [] if h not in gone]
         self.explicit = True
