@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from planaria._lazy import np
 from mpi4py import MPI
@@ -996,7 +997,7 @@ def ulfm_comm(mpi_comm: Any) -> Any:
     """The planaria ULFM communicator of ``mpi_comm``'s class (``UlfmCartcomm`` for a ``Cartcomm``...)."""
     for kind, cls in _CLASSES:
         if isinstance(mpi_comm, kind):
-            return cls(mpi_comm)
+            return _ready(cls)(mpi_comm)
     raise TypeError(f"not an mpi4py communicator: {type(mpi_comm).__name__}")
 
 
@@ -1030,6 +1031,7 @@ def _made(out: Any, parent: _Failures, maker: str = "") -> Any:
             return out
         for kind, cls in _CLASSES:
             if isinstance(out, kind):
+                cls = _ready(cls)
                 if maker in _NONBLOCKING_MAKERS:
                     new = cls.__new__(cls, out)
                     new._pending(parent, -1, -1)
@@ -1202,6 +1204,7 @@ def _named(call: Any, name: str, fn: Any) -> Callable[..., Any]:
 
 
 _SCALARS = frozenset({int, bool, float, str})
+_C = TypeVar("_C")
 
 
 def _static(cls: type, name: str) -> Any:
@@ -1234,7 +1237,20 @@ def _delegate(cls: type, mpi_cls: type) -> None:
 
 
 _delegate(UlfmComm, MPI.Intracomm)
-_delegate(UlfmCartcomm, MPI.Cartcomm)
-_delegate(UlfmGraphcomm, MPI.Graphcomm)
-_delegate(UlfmDistgraphcomm, MPI.Distgraphcomm)
-_delegate(UlfmIntercomm, MPI.Intercomm)
+#: the other classes get their wrappers when their first communicator is made (``_ready``): a rank
+#: that makes no Cartesian, graph or intercommunicator does not pay for their ~190 (about 2 ms of
+#: its start)
+_UNDELEGATED: dict[type, type] = {UlfmCartcomm: MPI.Cartcomm, UlfmGraphcomm: MPI.Graphcomm,
+                                  UlfmDistgraphcomm: MPI.Distgraphcomm, UlfmIntercomm: MPI.Intercomm}
+_DELEGATING = threading.Lock()
+
+
+def _ready(cls: type[_C]) -> type[_C]:
+    """``cls`` with its wrappers, made now if this is its first communicator (any thread)."""
+    if cls in _UNDELEGATED:
+        with _DELEGATING:
+            mpi_cls = _UNDELEGATED.get(cls)
+            if mpi_cls is not None:
+                _delegate(cls, mpi_cls)
+                del _UNDELEGATED[cls]
+    return cls

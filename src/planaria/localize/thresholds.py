@@ -20,8 +20,8 @@ docs/benchmarks.md), hence the long default. Under ``planaria run`` a knock thro
 controller wakes a probe's target at once; without a controller the target answers at its next
 idle tick, hence a probe waits 3 s for its answer.
 """
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: typing.NamedTuple would compile each field's string
+# annotation (five compiles, about 1 ms of every rank's start, which parses the thresholds)
 import math
 import re
 from typing import NamedTuple
@@ -49,7 +49,7 @@ class Thresholds(NamedTuple):
     probe: float = 3.0
 
     @classmethod
-    def parse(cls, text: str | None) -> Thresholds:
+    def parse(cls, text: str | None) -> "Thresholds":
         """``"p2p=2,coll=3"`` -> Thresholds; ValueError (one line, naming the item) on bad input."""
         out = cls()
         if not text or not text.strip():
