@@ -41,8 +41,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import msgpack
-
 from planaria.comm import msglog
 from planaria.localize import iowatch
 from planaria.localize.thresholds import Thresholds
@@ -206,6 +204,7 @@ class Service:
         if dest == self.rank:
             self._dispatch(self.rank, tag, obj)
             return
+        import msgpack          # with the first probe: no rank's start pays for it
         buf = msgpack.packb(obj, use_bin_type=True, default=str)
         if len(buf) > _max_payload():
             obj = {k: v for k, v in obj.items() if k not in ("evidence", "sent", "recvd")}
@@ -246,6 +245,7 @@ class Service:
             if msg is None:
                 return
             buf = bytearray(status.Get_count(MPI.BYTE))
+            import msgpack
             try:
                 msg.Recv([buf, MPI.BYTE])
                 obj = msgpack.unpackb(bytes(buf), raw=False, strict_map_key=False)

@@ -15,22 +15,21 @@ file descriptor 0 on the first push.
 """
 from __future__ import annotations
 
-import _socket          # the C module behind ``socket``: its calls without socket's import (~2 ms of a rank's start)
+import _signal  # type: ignore[import-not-found]  # (no stubs) the C modules behind signal and socket:
+import _socket          # without their imports (their enum conversions: ~2.5 ms of a rank's start)
 import itertools
 import os
 import select
-import signal
 import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
-import msgpack
-
 from planaria.events.channel import FrameError, Reader, Writer, address_for, connect, frame
 from planaria.runtime import nodelink, state
 from planaria.events.local import deliver as _deliver
 from planaria.util.env import PLANARIA_CONTROL_URI, PLANARIA_ORPHAN_TIMEOUT, PLANARIA_SECRET_FILE
+from planaria.util.packlite import packb
 
 if TYPE_CHECKING:
     import zmq
@@ -234,7 +233,7 @@ class Agent:
     # --- agent thread ---------------------------------------------------
     def _pack(self, msg: dict[str, Any]) -> bytes:
         msg["tok"] = self._secret
-        return msgpack.packb(msg, use_bin_type=True, default=str)
+        return packb(msg)             # msgpack itself loads with the first reply (``_on_reply``)
 
     def _hello(self) -> dict[str, Any]:
         return {"type": "hello", "rank": self.rank, "size": self.size, "pid": os.getpid(),
@@ -257,6 +256,7 @@ class Agent:
             self._send(sock, queued.popleft())
 
     def _on_reply(self, payload: bytes) -> None:
+        import msgpack
         try:
             msg = msgpack.unpackb(payload, raw=False)
         except Exception:  # noqa: BLE001 - an undecodable reply is dropped
@@ -352,6 +352,7 @@ class Agent:
         return tree
 
     def _on_tree(self, tree: zmq.Socket) -> None:
+        import msgpack
         import zmq
         while True:
             try:
@@ -521,7 +522,7 @@ class Agent:
             self._add_work(hb, work, now)
         self._send(sock, hb)
         if self.orphan_timeout > 0 and now - self.last_reply > self.orphan_timeout:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), _signal.SIGKILL)
 
     def _add_work(self, hb: dict[str, Any], work: Any, now: float) -> None:
         """Put the task runtime's counters in ``hb`` as ``cf`` [done, queued, moved, busy %] when they
