@@ -46,7 +46,7 @@ def test_a_ranks_start_imports_none_of_them():
     code = ("import sys\n"
             "import planaria.runtime.bootstrap, planaria.runtime.agent, planaria.localize.service\n"
             "import planaria.events.channel, planaria.runtime.nodelink, planaria.localize.iowatch\n"
-            "print(' '.join(sorted(m for m in ('socket', 'selectors', 'queue', 'heapq', 'signal', 'msgpack',\n"
+            "print(' '.join(sorted(m for m in ('socket', 'selectors', 'queue', 'heapq', 'signal', 'msgpack', 'typing',\n"
             "                                  'datetime', 'encodings.ascii') if m in sys.modules)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from planaria.errors import PlanariaError
+
 if TYPE_CHECKING:
     from planaria.launch.options import RunOptions
 
@@ -60,7 +62,7 @@ for _names, (_param, _kind, _) in OPTIONS.items():
             _VALUE[_name] = (_param, _kind)
 
 
-class _NotMine(Exception):
+class _NotMine(PlanariaError):
     """The command line is left to typer."""
 
 
@@ -125,7 +127,7 @@ def run_fast(args: list[str]) -> int | None:
     return start(*parsed)
 
 
-class _Usage(Exception):
+class _Usage(PlanariaError):
     """A usage error, already told in one line: the command's exit status is 2."""
 
 

@@ -20,11 +20,11 @@ docs/benchmarks.md), hence the long default. Under ``planaria run`` a knock thro
 controller wakes a probe's target at once; without a controller the target answers at its next
 idle tick, hence a probe waits 3 s for its answer.
 """
-# No ``from __future__ import annotations``: typing.NamedTuple would compile each field's string
-# annotation (five compiles, about 1 ms of every rank's start, which parses the thresholds)
+from __future__ import annotations
+
 import math
 import re
-from typing import NamedTuple
+from collections import namedtuple
 
 from planaria.util.env import PLANARIA_DETECT_TIMEOUTS
 
@@ -35,21 +35,33 @@ TICK_MIN = 0.005     # seconds: the shortest, whatever the thresholds (no busy l
 
 _SECONDS = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|infinity)\Z", re.I)
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple
 
-class Thresholds(NamedTuple):
+    class _Fields(NamedTuple):
+        p2p: float = 10.0
+        coll: float = 20.0
+        remote: float = 1.5
+        slow: float = 0.25
+        probe: float = 3.0
+else:
+    # the same fields and defaults from collections: typing's NamedTuple would load typing and
+    # compile each field's annotation, about 4 ms of every rank's start (tests compare the two)
+    _Fields = namedtuple("_Fields", ("p2p", "coll", "remote", "slow", "probe"),
+                         defaults=(10.0, 20.0, 1.5, 0.25, 3.0))
+
+
+class Thresholds(_Fields):
     """Timer thresholds in seconds (see the module docstring).
 
     A named tuple rather than a frozen dataclass: every rank parses them in ``world()``, and the
     dataclasses module (with inspect and ast) would add about 8 ms to each rank's start."""
 
-    p2p: float = 10.0
-    coll: float = 20.0
-    remote: float = 1.5
-    slow: float = 0.25
-    probe: float = 3.0
+    __slots__ = ()
 
     @classmethod
-    def parse(cls, text: str | None) -> "Thresholds":
+    def parse(cls, text: str | None) -> Thresholds:
         """``"p2p=2,coll=3"`` -> Thresholds; ValueError (one line, naming the item) on bad input."""
         out = cls()
         if not text or not text.strip():
