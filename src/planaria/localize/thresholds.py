@@ -33,7 +33,9 @@ TICK_MAX = 1.0       # seconds: the longest interval between the service's wake-
 TICK_MIN = 0.005     # seconds: the shortest, whatever the thresholds (no busy loop)
 
 
-_SECONDS = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|infinity)\Z", re.I)
+# a number of seconds in plain ASCII digits; compiled on first use (re caches it): every rank
+# loads this module, few parse a setting
+_SECONDS = r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|infinity)\Z"
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,7 +78,7 @@ class Thresholds(_Fields):
             if not eq or key not in names:
                 raise ValueError(f"bad detection timeout {item!r} (expected one of {', '.join(sorted(names))} = seconds)")
             # float() alone also takes "1_0" and non-ASCII digits ("٣"); seconds are plain ASCII decimals
-            if not _SECONDS.match(val.strip()):
+            if not re.match(_SECONDS, val.strip(), re.I):
                 raise ValueError(f"bad detection timeout {item!r}: {val.strip()!r} is not a number")
             num = float(val)
             if not math.isfinite(num) or num <= 0:
