@@ -19,10 +19,10 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from planaria.util.record import field, record
 from planaria.launch import progressbar, rankfate, sessiondirs, shmfiles, slurm
 from planaria.launch.address import default_address, early_listener
 from planaria.launch.errors import LaunchError
@@ -81,7 +81,7 @@ if TYPE_CHECKING:        # loaded once mpiexec runs (``Attempt.launch``): ZeroMQ
 LIVE: dict[int, tuple[subprocess.Popen[bytes], Controller]] = {}
 
 
-@dataclass
+@record
 class Job:
     """What every attempt of one job shares."""
 
@@ -97,7 +97,7 @@ class Job:
     layout: Layout
 
 
-@dataclass
+@record
 class AttemptResult:
     """What one mpiexec run left behind."""
 

@@ -7,10 +7,10 @@ import os
 import shlex
 import socket
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planaria.util.record import record
 from planaria.launch import slurm
 from planaria.launch.errors import LaunchError
 from planaria.launch.mpiexec import allocation_hosts, parse_hosts
@@ -109,7 +109,7 @@ def probe_host(host: str, *, hostset: Any = None, ssh_agent: str | None = None,
     return cp2.returncode == 0
 
 
-@dataclass
+@record
 class Layout:
     """The hosts of the next attempt and how to reach them."""
 

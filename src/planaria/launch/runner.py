@@ -13,9 +13,9 @@ import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
+from planaria.util.record import record
 from planaria.launch import onhang, rankfate, recoveries, slurm
 from planaria.launch.attempt import Attempt, AttemptResult, Job, kill_live
 from planaria.launch.errors import LaunchError
@@ -342,7 +342,7 @@ def _check_words(opts: RunOptions) -> None:
         raise LaunchError("--netns cannot be combined with --hosts (it sets the hosts and how to reach them)")
 
 
-@dataclass
+@record
 class _Plan:
     """What the checks found: how every attempt is launched."""
 

@@ -15,11 +15,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from planaria.util.record import record
 from planaria.launch import onhang, rankfate
 from planaria.launch.jobdir import JobDir
 from planaria.launch.options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TIMEOUT
@@ -35,7 +35,7 @@ TICK = 0.1                 # seconds the loop waits for mpiexec's exit between t
 FINISHED, TIMEOUT, INTERRUPTED, ABORTED, HUNG = "finished", "timeout", "interrupted", "aborted", "hung"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Outcome:
     """How the supervision of an attempt ended: mpiexec exited (``finished``), or the launcher
     stops the job (``timeout``, ``interrupted``, ``aborted``, ``hung``)."""
