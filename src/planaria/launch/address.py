@@ -7,8 +7,8 @@ import, comes up while mpiexec starts the ranks. Nothing here imports ZeroMQ or 
 """
 from __future__ import annotations
 
+import _socket          # the C module behind socket (its import is not on the way to mpiexec)
 import os
-import socket
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,9 +31,10 @@ def default_address(jobdir: JobDir) -> str:
     return f"ipc://{path}"
 
 
-def listen_unix(path: str) -> socket.socket:
-    """A non-blocking Unix stream socket listening on ``path`` (mode 0600; a stale file is replaced)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def listen_unix(path: str) -> _socket.socket:
+    """A non-blocking Unix stream socket listening on ``path`` (mode 0600; a stale file is replaced);
+    ``_socket``'s (``planaria.launch.channels`` makes it a ``socket.socket`` to accept with)."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         if os.path.exists(path):
             os.unlink(path)
@@ -47,7 +48,7 @@ def listen_unix(path: str) -> socket.socket:
     return sock
 
 
-def early_listener(uri: str) -> socket.socket | None:
+def early_listener(uri: str) -> _socket.socket | None:
     """The agent channel's listener for a controller that will bind ``uri``, bound now; None when
     ``uri`` has no channel (TCP) or the socket cannot be made (the controller then starts first)."""
     path = address_for(uri)

@@ -71,7 +71,7 @@ from planaria.util.env import (
 )
 
 if TYPE_CHECKING:        # loaded once mpiexec runs (``Attempt.launch``): ZeroMQ and the event code
-    import socket
+    import _socket
 
     from planaria.launch.controller import Controller
     from planaria.launch.progressbar import ProgressBar
@@ -185,7 +185,7 @@ class Attempt:
         self.job, self.opts, self.number, self.inject = job, job.opts, number, inject
         self.fates_dir = job.jobdir.path / "fates" / str(number)
         self._ctl: Controller | None = None   # started in ``prepare`` or ``launch``
-        self._listener: socket.socket | None = None   # the agent channel's, bound before the controller
+        self._listener: _socket.socket | None = None   # the agent channel's, bound before the controller
         self._requested = ""                  # the controller's address (``prepare``)
         self._open_files = (0, 0)             # the open-file limit before and after it was raised
         self.env: dict[str, str] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import _socket
 import select
 import socket
 import time
@@ -47,10 +48,12 @@ class Peer:
 class ChannelServer:
     """Accepts agent connections on ``path`` (mode 0600) and moves their frames."""
 
-    def __init__(self, path: str, listener: socket.socket | None = None) -> None:
+    def __init__(self, path: str, listener: _socket.socket | None = None) -> None:
         self.path = path
         # ``listener``: bound already (``planaria.launch.address``), its connections waiting
-        self.listener = listener if listener is not None else listen_unix(path)
+        raw = listener if listener is not None else listen_unix(path)
+        self.listener = raw if isinstance(raw, socket.socket) else socket.socket(fileno=raw.detach())
+        self.listener.setblocking(False)
         self.peers: dict[int, Peer] = {}
         self.ep = select.epoll()
         self.ep.register(self.listener.fileno(), select.EPOLLIN)

@@ -11,6 +11,7 @@ thread wakes it every SWEEP_INTERVAL for the pid/heartbeat sweep.
 """
 from __future__ import annotations
 
+import _socket
 import os
 import socket
 import threading
@@ -52,7 +53,7 @@ class Controller:
     """Control-plane server of one job, running in a background thread."""
 
     def __init__(self, jobdir: JobDir, address: str | None = None, t0: float | None = None,
-                 pid_check: bool = True, listener: socket.socket | None = None) -> None:
+                 pid_check: bool = True, listener: _socket.socket | None = None) -> None:
         self.jobdir = jobdir
         self.secret = jobdir.secret().encode("utf-8")
         self._tok = self.secret.decode("utf-8")
@@ -83,7 +84,7 @@ class Controller:
                           "wake-spares": self.fanout.on_wake_spares, "part": self._on_part,
                           **{t: self.tools.handle for t in protocol.TOOL_TYPES}}
 
-    def _make_parts(self, pid_check: bool, listener: socket.socket | None) -> None:
+    def _make_parts(self, pid_check: bool, listener: _socket.socket | None) -> None:
         """The parts, and their state under the names the launcher and the tests use (``listener``:
         the agent channel's, bound before, see ``planaria.launch.address``)."""
         self.log = EventLog(self.jobdir)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import shlex
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -64,6 +63,8 @@ def is_local(host: str) -> bool:
     """Whether ``host`` names this machine."""
     if host in ("localhost", "127.0.0.1", "::1") or host.startswith("127."):
         return True
+    import socket       # hosts named: not on the way to mpiexec on this machine
+
     try:
         mine = {socket.gethostname(), socket.getfqdn()}
     except OSError:

@@ -10,8 +10,8 @@ that fail their check are refused: the peer is named in the job record (at most
 """
 from __future__ import annotations
 
+import _socket
 import os
-import socket
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
@@ -53,7 +53,7 @@ Handler = Callable[[Dest, bytes], bool]
 class Transport:
     """The controller's ROUTER socket and agent channels: made, read, written to and closed."""
 
-    def __init__(self, requested: str, secret: str, log: EventLog, listener: socket.socket | None = None) -> None:
+    def __init__(self, requested: str, secret: str, log: EventLog, listener: _socket.socket | None = None) -> None:
         self.requested = requested
         self.listener = listener          # the agent channel's listener, bound before (``launch.address``)
         self._tok = secret
