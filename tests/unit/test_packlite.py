@@ -51,3 +51,12 @@ def test_a_ranks_start_imports_none_of_them():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == []
+
+
+def test_the_agent_knows_a_heartbeats_answer_by_its_bytes():
+    # the agent reads "hbok" without msgpack when the controller's packing gives these very bytes
+    # (any other bytes take msgpack's way, which reads them too)
+    from planaria.launch import protocol
+
+    secret = "ab" * 32
+    assert packb({"type": "hbok", "tok": secret}) == protocol.pack({"type": "hbok"}, secret)

@@ -63,6 +63,7 @@ class Agent:
         self._role_news = False               # role/logical changed: the next heartbeat says so
         self.last_reply = time.monotonic()
         self._secret = secret
+        self._hbok = packb({"type": "hbok", "tok": secret})   # the controller's answer to a heartbeat
         self._queue: deque[dict[str, Any]] = deque()          # append/popleft are thread-safe
         self._pending: dict[str, threading.Event] = {}
         self._ids = itertools.count(1)
@@ -258,6 +259,9 @@ class Agent:
             self._send(sock, queued.popleft())
 
     def _on_reply(self, payload: bytes) -> None:
+        if payload == self._hbok:         # a heartbeat's answer, byte for byte: read without msgpack
+            self.last_reply = time.monotonic()
+            return
         import msgpack
         try:
             msg = msgpack.unpackb(payload, raw=False)
