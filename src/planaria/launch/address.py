@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import _socket          # the C module behind socket (its import is not on the way to mpiexec)
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +25,8 @@ def default_address(jobdir: JobDir) -> str:
     """``ipc://<jobdir>/control.sock``, or a short private temp dir if that path is too long."""
     path = jobdir.socket_path
     if len(str(path)) > UNIX_PATH_MAX:
+        import tempfile
+
         short = Path(tempfile.mkdtemp(prefix="planaria-"))  # mode 0700
         path = short / "control.sock"
     return f"ipc://{path}"

@@ -1,7 +1,6 @@
 """Job directory: ``.planaria/jobs/<id>/`` with manifest, secret, events and summary."""
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -51,6 +50,8 @@ def _jsonable(obj: Any) -> Any:
 
 def dump_json(obj: Any) -> str:
     """Serialize ``obj`` as indented JSON (bytes decoded, unknown types as str)."""
+    import json     # after mpiexec has started: not on its way
+
     return json.dumps(_jsonable(obj), indent=2, sort_keys=True, default=str) + "\n"
 
 
@@ -135,6 +136,8 @@ class JobDir:
 
     def read_json(self, name: str) -> Any:
         """Read a JSON file of the job dir."""
+        import json
+
         return json.loads((self.path / name).read_text(encoding="utf-8"))
 
     def write_manifest(self, manifest: dict[str, Any]) -> Path:
@@ -174,6 +177,8 @@ class JobDir:
 
     def append_events(self, records: list[dict[str, Any]]) -> None:
         """Append records to ``events.jsonl`` in one write."""
+        import json
+
         text = "".join(json.dumps(_jsonable(r), sort_keys=True, default=str) + "\n" for r in records)
         data = text.encode("utf-8")
         with self._lock:
@@ -189,6 +194,8 @@ class JobDir:
 
     def events(self) -> list[dict[str, Any]]:
         """All records of ``events.jsonl``."""
+        import json
+
         if not self.events_path.exists():
             return []
         out = []
