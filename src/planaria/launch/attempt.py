@@ -1,9 +1,10 @@
 """One attempt of a job: one mpiexec run, in stages.
 
 ``prepare`` (the controller's address, the ranks' environment, the command line) → ``launch``
-(mpiexec, then the controller, the manifest and the output pumps) → ``supervise`` (the watchers of ``supervise.py``, until an
-``Outcome``) → ``stop`` (a last diagnosis and the kill, when the launcher ends the job) →
-``teardown`` (how every rank ended, the final rank table, cleanup) → ``classify`` (the exit status).
+(mpiexec, then the controller, the manifest and the output pumps) → ``supervise`` (the watchers
+of ``supervise.py``, until an ``Outcome``) → ``stop`` (a last diagnosis and the kill, when the
+launcher ends the job) → ``teardown`` (how every rank ended, the final rank table, cleanup) →
+``classify`` (the exit status).
 A problem before mpiexec runs raises ``LaunchError``.
 
 mpiexec starts before the controller: the ranks need only its address, and the agent channel's
@@ -22,7 +23,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planaria.util.record import field, record
 from planaria.launch import progressbar, rankfate, sessiondirs, shmfiles, slurm
 from planaria.launch.address import default_address, early_listener
 from planaria.launch.errors import LaunchError
@@ -69,6 +69,7 @@ from planaria.util.env import (
     PLANARIA_SPARES,
     PLANARIA_T0,
 )
+from planaria.util.record import field, record
 
 if TYPE_CHECKING:        # loaded once mpiexec runs (``Attempt.launch``): ZeroMQ and the event code
     import _socket
