@@ -99,9 +99,12 @@ def run(nprocs: int, repeat: int, timeout: float, progress: Any = None) -> dict[
     import compileall
 
     import planaria
+    from planaria.launch import rankfate
     # ranks run with compiled modules, as after an install (where PYTHONDONTWRITEBYTECODE is set, a
-    # source checkout's ranks would otherwise compile planaria each time and time that)
+    # source checkout's ranks would otherwise compile planaria each time and time that), and under
+    # the C rank recorder as after a first job (which builds it once)
     compileall.compile_dir(str(Path(planaria.__file__).parent), quiet=1)
+    rankfate.recorder_binary()
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     for i in range(repeat):
         for mode in MODES:

@@ -144,8 +144,8 @@ def test_a_verb_loads_only_its_group():
     env = dict(os.environ, COLUMNS="100", TERM="dumb", NO_COLOR="1")
     run = subprocess.run([sys.executable, "-c", code, "run", "--help"], env=env, capture_output=True, text=True,
                          timeout=60)
-    assert run.stderr.split() == ["planaria.cli._common", "planaria.cli.helptext", "planaria.cli.main",
-                                  "planaria.cli.run"], run.stderr
+    assert run.stderr.split() == ["planaria.cli._common", "planaria.cli.commands", "planaria.cli.helptext",
+                                  "planaria.cli.main", "planaria.cli.run", "planaria.cli.runjob"], run.stderr
     assert "Usage: planaria run" in run.stdout
     every = subprocess.run([sys.executable, "-c", code, "--help"], env=env, capture_output=True, text=True,
                            timeout=60)

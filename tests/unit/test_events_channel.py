@@ -3,6 +3,7 @@ talking over it in this process (real Unix sockets), including refusals of a cli
 the job secret."""
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -259,5 +260,36 @@ def test_a_rank_on_a_channel_is_collected_over_it_without_zeromq(controller):
         coll = report["collect"]
         assert coll["behind_nodes"] == 1 and coll["nodes"]["answered"] == 1, coll
         assert report["answered"] == 1 and not report["missing"], report["text"]
+    finally:
+        agent.close()
+
+
+@pytest.mark.timeout(30)
+def test_agents_that_start_before_the_controller_wait_in_its_listener(tmp_path):
+    """``planaria run`` starts mpiexec before the controller: the agent channel's listener is bound
+    first (``launch.address``), an agent connects and says hello, and the controller, started
+    afterwards on that listener, reads the hello and answers it."""
+    from planaria.launch.address import default_address, early_listener
+    from planaria.launch.controller import Controller
+    from planaria.launch.jobdir import JobDir
+    from planaria.runtime.agent import Agent
+
+    jd = JobDir.create(tmp_path)
+    uri = default_address(jd)
+    listener = early_listener(uri)
+    assert listener is not None
+    agent = Agent(uri, jd.secret(), 3, 4, backend="sim", heartbeat=0.2)   # before any controller
+    try:
+        assert agent._chan is not None                     # on the channel, not ZeroMQ
+        ctl = Controller(jd, uri, listener=listener)
+        try:
+            assert ctl.start() == uri
+            deadline = time.monotonic() + 10
+            while 3 not in ctl.table() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert ctl.table()[3]["pid"] == os.getpid()
+            assert agent.report("note", wait=True, timeout=5.0)      # and it answers
+        finally:
+            ctl.stop()
     finally:
         agent.close()

@@ -60,3 +60,18 @@ def test_tick_is_within_every_bound(p2p, coll, slow, probe):
     assert TICK_MIN <= busy <= t <= TICK_MAX
     assert t <= max(TICK_MIN, probe / 3) and t <= max(TICK_MIN, th.slow_after() / 2)
     assert t <= max(TICK_MIN, min(p2p, coll) / 8) and busy <= max(TICK_MIN, probe / 20)
+
+
+def test_the_runtime_fields_are_those_the_type_checker_sees():
+    # the named tuple is made by collections at run time and declared with typing for the type checker
+    import ast
+    import inspect
+
+    from planaria.localize import thresholds
+
+    tree = ast.parse(inspect.getsource(thresholds))
+    typed = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "_Fields")
+    declared = {f.target.id: ast.literal_eval(f.value) for f in typed.body if isinstance(f, ast.AnnAssign)}
+    assert Thresholds._fields == tuple(declared)
+    assert Thresholds._field_defaults == declared
+    assert repr(Thresholds()) == "Thresholds(p2p=10.0, coll=20.0, remote=1.5, slow=0.25, probe=3.0)"

@@ -17,12 +17,26 @@ from planaria.launch import rankfate
 pytestmark = pytest.mark.timeout(30)
 
 
-def shim(tmp: Path | None, *cmd: str, rank: int = 2, **kw) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k not in (rankfate.FATES_ENV, "OMPI_COMM_WORLD_RANK", "PMIX_RANK")}
+@pytest.fixture(params=["python", "c"])
+def recorder(request) -> list[str]:
+    """Each recorder's command prefix: the Python one, and the C one (built on first use)."""
+    if request.param == "python":
+        return rankfate.shim_argv()
+    exe = rankfate.recorder_binary()
+    if exe is None:
+        pytest.skip("no C compiler: the C recorder cannot be built here")
+    return [exe]
+
+
+def shim(prefix: list[str], tmp: Path | None, *cmd: str, rank: int = 2, env: dict[str, str] | None = None,
+         **kw) -> subprocess.Popen[str]:
+    run_env = {k: v for k, v in os.environ.items()
+               if k not in (rankfate.FATES_ENV, rankfate.STDIN_ENV, "OMPI_COMM_WORLD_RANK", "PMIX_RANK")}
     if tmp is not None:
-        env[rankfate.FATES_ENV] = str(tmp)
-        env["OMPI_COMM_WORLD_RANK"] = str(rank)
-    return subprocess.Popen(rankfate.shim_argv() + list(cmd), env=env, text=True,
+        run_env[rankfate.FATES_ENV] = str(tmp)
+        run_env["OMPI_COMM_WORLD_RANK"] = str(rank)
+    run_env.update(env or {})
+    return subprocess.Popen(prefix + list(cmd), env=run_env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 
@@ -36,8 +50,8 @@ def wait_record(tmp: Path, rank: int, key: str, timeout: float = 10.0) -> dict:
     raise AssertionError(f"no record of rank {rank} with {key!r} in {timeout} s")
 
 
-def test_exit_code_is_recorded_and_passed_on(tmp_path):
-    p = shim(tmp_path, "sh", "-c", "exit 3")
+def test_exit_code_is_recorded_and_passed_on(recorder, tmp_path):
+    p = shim(recorder, tmp_path, "sh", "-c", "exit 3")
     p.communicate(timeout=20)
     assert p.returncode == 3
     rec = json.loads((tmp_path / "2.json").read_text())
@@ -47,8 +61,8 @@ def test_exit_code_is_recorded_and_passed_on(tmp_path):
     assert rankfate.describe(rec) == "exit 3"
 
 
-def test_signal_is_recorded_and_the_recorder_ends_by_it(tmp_path):
-    p = shim(tmp_path, "sh", "-c", "kill -KILL $$")
+def test_signal_is_recorded_and_the_recorder_ends_by_it(recorder, tmp_path):
+    p = shim(recorder, tmp_path, "sh", "-c", "kill -KILL $$")
     p.communicate(timeout=20)
     assert p.returncode == -signal.SIGKILL      # mpiexec sees what it would see without the recorder
     rec = rankfate.read_one(tmp_path, 2)
@@ -71,9 +85,9 @@ sys.exit(10 + n)
 """
 
 
-def test_a_group_signal_reaches_the_command_once(tmp_path):
+def test_a_group_signal_reaches_the_command_once(recorder, tmp_path):
     # the MPI runtime signals the process group: the recorder must not pass it on a second time
-    p = shim(tmp_path, sys.executable, "-c", COUNT_TERMS, start_new_session=True)
+    p = shim(recorder, tmp_path, sys.executable, "-c", COUNT_TERMS, start_new_session=True)
     assert p.stdout.readline().strip() == "ready"
     start = wait_record(tmp_path, 2, "pid")
     assert "end" not in start and rankfate.describe(start).startswith("ended, how")
@@ -83,16 +97,16 @@ def test_a_group_signal_reaches_the_command_once(tmp_path):
     assert rankfate.read_one(tmp_path, 2)["exit_code"] == 11
 
 
-def test_a_signal_from_another_process_is_passed_on(tmp_path):
-    p = shim(tmp_path, sys.executable, "-c", COUNT_TERMS, start_new_session=True)
+def test_a_signal_from_another_process_is_passed_on(recorder, tmp_path):
+    p = shim(recorder, tmp_path, sys.executable, "-c", COUNT_TERMS, start_new_session=True)
     assert p.stdout.readline().strip() == "ready"
     subprocess.run(["kill", "-TERM", str(p.pid)], check=True, timeout=10)   # to the recorder alone
     p.communicate(timeout=20)
     assert p.returncode == 11
 
 
-def test_a_command_killed_by_a_passed_on_signal_is_recorded_so(tmp_path):
-    p = shim(tmp_path, "sleep", "30")
+def test_a_command_killed_by_a_passed_on_signal_is_recorded_so(recorder, tmp_path):
+    p = shim(recorder, tmp_path, "sleep", "30")
     start = wait_record(tmp_path, 2, "pid")
     subprocess.run(["kill", "-TERM", str(p.pid)], check=True, timeout=10)
     p.communicate(timeout=20)
@@ -101,22 +115,22 @@ def test_a_command_killed_by_a_passed_on_signal_is_recorded_so(tmp_path):
     assert rec["signal"] == signal.SIGTERM and rec["pid"] == start["pid"]
 
 
-def test_without_a_records_directory_the_command_replaces_the_recorder():
-    p = shim(None, "sh", "-c", "echo $$")
+def test_without_a_records_directory_the_command_replaces_the_recorder(recorder):
+    p = shim(recorder, None, "sh", "-c", "echo $$")
     out, _ = p.communicate(timeout=20)
     assert p.returncode == 0 and int(out) == p.pid
 
 
-def test_missing_command_is_one_line_and_127(tmp_path):
-    p = shim(tmp_path, "no-such-command-xyz")
+def test_missing_command_is_one_line_and_127(recorder, tmp_path):
+    p = shim(recorder, tmp_path, "no-such-command-xyz")
     _, err = p.communicate(timeout=20)
     assert p.returncode == 127
     assert err.strip().splitlines() == ["planaria: cannot run no-such-command-xyz: No such file or directory"]
     assert rankfate.read_one(tmp_path, 2)["exit_code"] == 127
 
 
-def test_kill_leftovers_ends_only_commands_still_under_their_recorder(tmp_path):
-    p = shim(tmp_path, "sleep", "30", rank=0)
+def test_kill_leftovers_ends_only_commands_still_under_their_recorder(recorder, tmp_path):
+    p = shim(recorder, tmp_path, "sleep", "30", rank=0)
     other = subprocess.Popen(["sleep", "30"])          # this test's child, not the recorder's
     try:
         wait_record(tmp_path, 0, "pid")
@@ -326,3 +340,56 @@ def test_recorder_starts_from_its_cached_bytecode():
         out = subprocess.run(argv[:1] + ["-v"] + argv[1:] + ["true"], capture_output=True, text=True, timeout=20)
         assert out.returncode == 0, out.stderr
     assert re.search(r"code object from '.*__pycache__.rankfate\.[^']*\.pyc'", out.stderr), out.stderr[-2000:]
+
+
+def test_the_stdin_pipe_becomes_the_named_ranks_standard_input(recorder, tmp_path):
+    fifo = tmp_path / "stdin.fifo"
+    os.mkfifo(fifo)
+    spec = {rankfate.STDIN_ENV: f"2:{os.uname().nodename}:{fifo}"}
+    other = shim(recorder, tmp_path, "cat", rank=3, env=spec, stdin=subprocess.DEVNULL)   # not rank 2: its own
+    assert other.communicate(timeout=20)[0] == "" and other.returncode == 0
+    p = shim(recorder, tmp_path, "cat", env=spec)
+    with open(fifo, "w") as fh:             # the launcher's end: blocks until the recorder opens its own
+        fh.write("to rank 2\n")
+    out, _ = p.communicate(timeout=20)
+    assert (out, p.returncode) == ("to rank 2\n", 0)
+
+
+@pytest.mark.timeout(60)
+def test_the_c_recorders_wait_for_the_stdin_pipe_is_bounded(tmp_path):
+    exe = rankfate.recorder_binary()
+    if exe is None:
+        pytest.skip("no C compiler: the C recorder cannot be built here")
+    fifo = tmp_path / "stdin.fifo"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    p = shim([exe], tmp_path, "cat", env={rankfate.STDIN_ENV: f"2:{os.uname().nodename}:{fifo}"},
+             stdin=subprocess.DEVNULL)
+    _, err = p.communicate(timeout=40)      # the launcher never opens its end
+    assert p.returncode == 0 and 9 < time.monotonic() - t0 < 30
+    assert f"planaria: rank 2: no standard input: the launcher did not open {fifo} within 10 s" in err
+
+
+def test_without_a_compiler_ranks_run_under_the_python_recorder(tmp_path):
+    # a fresh cache and no cc on the path: nothing is built, nothing noted as failed (a compiler
+    # installed later is used), and the launcher takes the Python recorder
+    code = ("from planaria.launch import rankfate\n"
+            "print(rankfate.recorder_argv() == rankfate.shim_argv(), rankfate.recorder_binary())")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), PATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["True", "None"], out.stderr
+    assert not list(tmp_path.rglob("*.failed"))
+
+
+def test_the_c_recorder_is_built_once_and_only_for_ranks_on_this_machine(tmp_path):
+    if rankfate.recorder_binary() is None:
+        pytest.skip("no C compiler: the C recorder cannot be built here")
+    code = ("from planaria.launch import rankfate\n"
+            "print(rankfate.recorder_argv()[0], rankfate.recorder_argv(local=False) == rankfate.shim_argv())")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    exe, python_elsewhere = first.stdout.split()
+    assert exe.startswith(str(tmp_path / "planaria" / "rankfate-")) and python_elsewhere == "True", first.stderr
+    built = os.stat(exe).st_mtime_ns
+    again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert again.stdout.split()[0] == exe and os.stat(exe).st_mtime_ns == built

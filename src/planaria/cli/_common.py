@@ -1,13 +1,10 @@
-"""What the verb modules share with the command's assembly (``cli/main.py``): the typer app they
+"""What the verb modules share with the command's assembly (``cli/commands.py``): the typer app they
 add their commands to, and a job run with its launch error told in one line."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import typer
 
-if TYPE_CHECKING:
-    from planaria.launch.options import RunOptions
+from planaria.cli.runjob import launch_job as launch_job  # the verbs that run a job share it
 
 app = typer.Typer(
     name="planaria",
@@ -20,19 +17,5 @@ app = typer.Typer(
 
 @app.callback()
 def _group() -> None:
-    # a callback keeps every verb a sub-command, also when only one verb group is loaded (cli/main.py)
+    # a callback keeps every verb a sub-command, also when only one verb group is loaded (cli/commands.py)
     pass
-
-
-def launch_job(opts: RunOptions) -> int:
-    """``run_job(opts)``'s exit status; a launch error is told as ``PROG: MESSAGE`` and gives its status (2)."""
-    # imported here, as every verb imports its work: ``planaria --help`` does not load the launcher
-    from planaria.launch.errors import LaunchError
-    from planaria.launch.options import say
-    from planaria.launch.runner import run_job
-
-    try:
-        return run_job(opts)
-    except LaunchError as exc:
-        say(str(exc), opts.prog)
-        return exc.exit_status

@@ -1,16 +1,15 @@
-"""``planaria run``: launch an MPI job under the planaria controller."""
+"""``planaria run``: launch an MPI job under the planaria controller.
+
+The options and their help are declared here; the work is in ``planaria.cli.runjob``, which also
+reads the common command line without typer (``runjob.OPTIONS`` mirrors these options)."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import typer
 
-from planaria.cli._common import app, launch_job
-
-if TYPE_CHECKING:
-    from planaria.launch.options import RunOptions
+from planaria.cli._common import app
 
 _SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -78,75 +77,8 @@ def run(
     130 interrupted (Ctrl-C); 143 / 129 ended by SIGTERM / SIGHUP (the job is torn down as for Ctrl-C). A program without planaria's runtime (plain mpi4py): the lowest rank
     that ended badly decides, 128 + its signal or its exit code, as mpiexec without ULFM would.
     """
-    from planaria.launch.options import RunOptions
-
-    command = _command(list(ctx.args), world)
-    _check_plot(plot)
-    opts = RunOptions(command=command, nprocs=nprocs, spares=spares, backend=backend,
-                      inject=list(inject), timeout=timeout, hosts=hosts, json=json_out,
-                      mpiexec_args=list(mpiexec_arg), control=control, restart=restart,
-                      reinject=reinject, netns=netns, detect=detect, detect_timeouts=detect_timeouts,
-                      diagnose_on_timeout=diagnose_on_timeout, default_handler=default_handler,
-                      rank_fates=rank_fates, launcher_kills=launcher_kills, stdin=stdin, on_hang=on_hang,
-                      node_agents=node_agents)
-    raise typer.Exit(_launch(opts, plot))
-
-
-def _command(command: list[str], world: bool) -> list[str]:
-    """The program to run from the words after the options; exit 2 on an unknown option."""
-    if command and command[0] == "--":
-        command = command[1:]
-    if command and command[0].startswith("-"):
-        # options unknown to run are passed on as the command's first words (they may follow --)
-        print(f"planaria run: no such option: {command[0]} (the program to run goes after --; "
-              f"try 'planaria run --help')", file=sys.stderr)
-        raise typer.Exit(2)
-    return _as_world(command) if world else command
-
-
-def _launch(opts: RunOptions, plot: Path | None) -> int:
-    """Run the job, then draw its timeline when ``--plot`` asks; the job's exit status."""
-    jobdirs: list[Path] = []
-    opts.on_jobdir = jobdirs.append
-    code = launch_job(opts)
-    if plot is not None and jobdirs:
-        _plot(jobdirs[0], plot)
-    return code
-
-
-def _check_plot(plot: Path | None) -> None:
-    """Exit 2 with one line before the run when ``--plot``'s file cannot be written or matplotlib is missing."""
-    if plot is None:
-        return
-    from planaria.util.fsutil import output_problem
-    from planaria.util.plotting import matplotlib_missing
-    problem = output_problem(plot) or matplotlib_missing()
-    if problem:
-        print(f"planaria run: --plot {plot}: {problem}", file=sys.stderr)
-        raise typer.Exit(2)
-
-
-def _plot(jobdir: Path, plot: Path) -> None:
-    """The timeline of the job that just ended, written to ``plot`` (a line on stderr says where)."""
-    from planaria.launch.timeline import job_timeline, plot_timeline
-    try:
-        plot_timeline(job_timeline(jobdir), plot)
-    except (ValueError, RuntimeError, OSError) as exc:
-        print(f"planaria run: --plot {plot}: {exc}", file=sys.stderr)
-        return
-    print(f"planaria run: timeline written to {plot}", file=sys.stderr)
-
-
-def _as_world(command: list[str]) -> list[str]:
-    """``python PROG ARGS`` -> ``python -m planaria PROG ARGS`` (``--world``); anything else is a usage error."""
-    import os
-
-    exe = os.path.basename(command[0]) if command else ""
-    if not exe.startswith("python") or len(command) < 2 or command[1] in ("-c", "-"):
-        print("planaria run: --world: the command must be 'python PROGRAM.py ...' or 'python -m MODULE ...'",
-              file=sys.stderr)
-        raise typer.Exit(2)
-    return [command[0], "-m", "planaria", *command[1:]]
+    from planaria.cli.runjob import start
+    raise typer.Exit(start(ctx.params, list(ctx.args)))
 
 
 app.command("run", context_settings=_SETTINGS)(run)

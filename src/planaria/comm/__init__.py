@@ -1,7 +1,10 @@
 """Resilient communicators: one API (mpi4py's names), two backends (real ULFM, simulated failures)."""
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False          # typing stays out of a rank's start (about 3 ms of CPU)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 __all__ = ["FailureError", "ProcFailedError", "RevokedError"]
 

@@ -23,14 +23,18 @@ import pickle
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NoReturn, Protocol, TypeVar
 
 from planaria._lazy import np
 from planaria import errors as _errors
 from planaria.errors import failure_raised
 
+TYPE_CHECKING = False          # typing stays out of a rank's start (about 3 ms of CPU)
+if TYPE_CHECKING:
+    from typing import Any, Literal, NoReturn, Protocol, TypeVar
+
+    E = TypeVar("E", bound=BaseException)
+
 _PROTO = pickle.HIGHEST_PROTOCOL
-E = TypeVar("E", bound=BaseException)
 _I64 = "int64"                       # numpy dtype name (numpy is imported on first use)
 
 
@@ -149,14 +153,15 @@ def rehook(comm: Any) -> None:
     comm._hooks = bool(comm._ml_on) or comm._msgfault is not None
 
 
-class Recorder(Protocol):
-    """What a communicator recorded in the message log tells it (``comm/msglog.py`` implements it)."""
+if TYPE_CHECKING:
+    class Recorder(Protocol):
+        """What a communicator recorded in the message log tells it (``comm/msglog.py`` implements it)."""
 
-    def failed(self, comm: Any, exc: BaseException) -> None: ...
+        def failed(self, comm: Any, exc: BaseException) -> None: ...
 
-    def wildcard(self, comm: Comm, source: int, tag: int) -> None: ...
+        def wildcard(self, comm: Comm, source: int, tag: int) -> None: ...
 
-    def child(self, parent: Comm, new: Comm | None, kind: str, color: Any = None) -> None: ...
+        def child(self, parent: Comm, new: Comm | None, kind: str, color: Any = None) -> None: ...
 
 
 #: the message log, installed by ``comm/msglog.py`` when it is imported (it builds on this module,

@@ -10,17 +10,21 @@ ZeroMQ socket (``planaria.launch.protocol``); one stream per rank keeps them in 
 """
 from __future__ import annotations
 
-import os
-import socket
 import struct
 import threading
 from collections import deque
+
+# the C module behind ``socket``: a rank's one connection needs only its calls, and ``socket``'s
+# import (its enum conversions, ``selectors``) is about 2 ms of every rank's start
+import _socket
+
 from planaria.errors import PlanariaError
+from planaria.util.agentsock import SOCKET_NAME as SOCKET_NAME  # where it was defined before
+from planaria.util.agentsock import address_for as address_for
 
 HEADER = struct.Struct("<I")        # payload length, little endian
 MAX_FRAME = 16 << 20                # a frame announcing more is refused (the connection is closed)
 MAX_BACKLOG = 64 << 20              # bytes waiting for a peer that does not read; later frames are dropped
-SOCKET_NAME = "agents.sock"
 
 
 class FrameError(PlanariaError, ValueError):
@@ -30,13 +34,6 @@ class FrameError(PlanariaError, ValueError):
 def frame(payload: bytes) -> bytes:
     """``payload`` with its length header."""
     return HEADER.pack(len(payload)) + payload
-
-
-def address_for(control_uri: str) -> str | None:
-    """The channel's socket path for a controller at ``control_uri`` (Unix sockets only), else None."""
-    if not control_uri.startswith("ipc://"):
-        return None
-    return os.path.join(os.path.dirname(control_uri[len("ipc://"):]), SOCKET_NAME)
 
 
 class Reader:
@@ -72,7 +69,7 @@ class Writer:
     writable again, so no writer ever blocks on a peer that stopped reading.
     """
 
-    def __init__(self, sock: socket.socket, limit: int = MAX_BACKLOG) -> None:
+    def __init__(self, sock: _socket.socket, limit: int = MAX_BACKLOG) -> None:
         sock.setblocking(False)
         self.sock = sock
         self.limit = limit
@@ -100,7 +97,7 @@ class Writer:
                 self._queued += len(data)
                 return True
             try:
-                sent = self.sock.send(data, socket.MSG_NOSIGNAL)
+                sent = self.sock.send(data, _socket.MSG_NOSIGNAL)
             except BlockingIOError:
                 sent = 0
             except OSError:
@@ -118,7 +115,7 @@ class Writer:
             while self._backlog:
                 chunk = self._backlog[0]
                 try:
-                    sent = self.sock.send(chunk, socket.MSG_NOSIGNAL)
+                    sent = self.sock.send(chunk, _socket.MSG_NOSIGNAL)
                 except BlockingIOError:
                     return False
                 except OSError:
@@ -143,9 +140,9 @@ class Writer:
             self.sock.close()
 
 
-def connect(path: str, timeout: float = 2.0) -> socket.socket | None:
+def connect(path: str, timeout: float = 2.0) -> _socket.socket | None:
     """A connected Unix stream socket to ``path``, or None when nobody listens there."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(path)
@@ -155,10 +152,10 @@ def connect(path: str, timeout: float = 2.0) -> socket.socket | None:
     return sock
 
 
-def peer_pid(sock: socket.socket) -> int | None:
+def peer_pid(sock: _socket.socket) -> int | None:
     """The pid of the process at the other end of a Unix socket (SO_PEERCRED), if known."""
     try:
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
     except (OSError, AttributeError):
         return None
     pid = struct.unpack("3i", creds)[0]

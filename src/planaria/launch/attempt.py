@@ -1,10 +1,17 @@
 """One attempt of a job: one mpiexec run, in stages.
 
-``prepare`` (controller, the ranks' environment, the command line, the manifest) → ``launch``
-(mpiexec and its output pumps) → ``supervise`` (the watchers of ``supervise.py``, until an
-``Outcome``) → ``stop`` (a last diagnosis and the kill, when the launcher ends the job) →
-``teardown`` (how every rank ended, the final rank table, cleanup) → ``classify`` (the exit status).
+``prepare`` (the controller's address, the ranks' environment, the command line) → ``launch``
+(mpiexec, then the controller, the manifest and the output pumps) → ``supervise`` (the watchers
+of ``supervise.py``, until an ``Outcome``) → ``stop`` (a last diagnosis and the kill, when the
+launcher ends the job) → ``teardown`` (how every rank ended, the final rank table, cleanup) →
+``classify`` (the exit status).
 A problem before mpiexec runs raises ``LaunchError``.
+
+mpiexec starts before the controller: the ranks need only its address, and the agent channel's
+listener is bound first (``planaria.launch.address``), so the ranks' hellos wait in its backlog
+while the controller (and ZeroMQ's import) comes up alongside mpiexec's start. With a
+``--control`` address, or without a channel, the controller starts first, as the ranks then need
+the address it binds.
 """
 from __future__ import annotations
 
@@ -13,20 +20,19 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planaria.launch import progressbar, rankfate, sessiondirs, shmfiles, slurm
-from planaria.launch.controller import Controller
+from planaria.launch.address import default_address, early_listener
 from planaria.launch.errors import LaunchError
+from planaria.launch.fdlimit import raise_open_files
 from planaria.launch.jobdir import JobDir
 from planaria.launch.layout import Layout
 from planaria.launch.mpiexec import build_mpiexec_cmd
 from planaria.launch.options import EXIT_FAILED, EXIT_OK, RunOptions, say
 from planaria.launch.output import Output, RuntimeWatch
 from planaria.launch.plaininject import PlainKills
-from planaria.launch.progressbar import ProgressBar
 from planaria.launch.supervise import (
     ABORTED,
     FINISHED,
@@ -63,13 +69,20 @@ from planaria.util.env import (
     PLANARIA_SPARES,
     PLANARIA_T0,
 )
+from planaria.util.record import field, record
+
+if TYPE_CHECKING:        # loaded once mpiexec runs (``Attempt.launch``): ZeroMQ and the event code
+    import _socket
+
+    from planaria.launch.controller import Controller
+    from planaria.launch.progressbar import ProgressBar
 
 #: mpiexec processes of attempts still running, with their controllers: an unexpected error in the
 #: launcher ends them (``run_job``) instead of leaving the job running without its launcher
 LIVE: dict[int, tuple[subprocess.Popen[bytes], Controller]] = {}
 
 
-@dataclass
+@record
 class Job:
     """What every attempt of one job shares."""
 
@@ -85,7 +98,7 @@ class Job:
     layout: Layout
 
 
-@dataclass
+@record
 class AttemptResult:
     """What one mpiexec run left behind."""
 
@@ -172,7 +185,10 @@ class Attempt:
     def __init__(self, job: Job, number: int, inject: str) -> None:
         self.job, self.opts, self.number, self.inject = job, job.opts, number, inject
         self.fates_dir = job.jobdir.path / "fates" / str(number)
-        self.controller = Controller(job.jobdir, self.opts.control, t0=job.t0)
+        self._ctl: Controller | None = None   # started in ``prepare`` or ``launch``
+        self._listener: _socket.socket | None = None   # the agent channel's, bound before the controller
+        self._requested = ""                  # the controller's address (``prepare``)
+        self._open_files = (0, 0)             # the open-file limit before and after it was raised
         self.env: dict[str, str] = {}
         self._uri = ""                        # the control URI (``prepare``)
         self._penv: dict[str, str] = {}       # the ranks' PLANARIA_* variables (``prepare``)
@@ -181,8 +197,13 @@ class Attempt:
         self.running: set[int] = set()      # ranks still running when the launcher began to end the job
         self.t_stop = 0.0                   # when it began to
         self.kills: LauncherKills | None = None
-        # the progress bar on stderr when it is a terminal (docs/tools.md), not with --json
-        self.bar = ProgressBar(self.controller, job.out) if progressbar.wanted(self.opts.json) else None
+        self.bar: ProgressBar | None = None   # on stderr when it is a terminal (docs/tools.md), not with --json
+
+    @property
+    def controller(self) -> Controller:
+        """The attempt's controller (started by ``prepare``, or by ``launch`` once mpiexec runs)."""
+        assert self._ctl is not None, "the controller starts in prepare() or launch()"
+        return self._ctl
 
     def run(self) -> AttemptResult:
         """All the stages; raises ``LaunchError`` when mpiexec could not be started."""
@@ -219,18 +240,38 @@ class Attempt:
         }
 
     def _give_up(self, msg: str) -> LaunchError:
-        """Stop the controller; the error to raise."""
-        self.controller.stop()
+        """Stop the controller (or close the listener made for it); the error to raise."""
+        if self._ctl is not None:
+            self._ctl.stop()
+        elif self._listener is not None:
+            self._listener.close()
+            self._listener = None
         return LaunchError(msg)
 
-    def prepare(self) -> None:
-        """Controller, the ranks' environment, the fates directory, the command line, the manifest."""
-        job, opts, controller = self.job, self.opts, self.controller
+    def _start_controller(self) -> str:
+        """Make and start the controller (on the listener bound before, if any); its bound URI."""
+        from planaria.launch.controller import Controller
+
+        job = self.job
+        ctl = self._ctl = Controller(job.jobdir, self._requested, t0=job.t0, listener=self._listener)
+        self._listener = None
+        if self.opts.rank_fates:
+            ctl.fates_dir = self.fates_dir
         try:
-            uri = controller.start()
+            uri = ctl.start(open_files=self._open_files)
         except RuntimeError as exc:
-            raise LaunchError(str(exc)) from None
-        job.out.crashes.notify = controller.note_crash     # a rank's traceback says where it failed
+            raise self._give_up(str(exc)) from None
+        job.out.crashes.notify = ctl.note_crash     # a rank's traceback says where it failed
+        return uri
+
+    def prepare(self) -> None:
+        """The controller's address (the controller itself first only when the ranks need the
+        address it binds), the ranks' environment, the fates directory, the command line."""
+        job, opts = self.job, self.opts
+        self._open_files = raise_open_files()   # first: mpiexec and the ranks inherit the limit
+        self._requested = opts.control or default_address(job.jobdir)
+        self._listener = early_listener(self._requested) if opts.control is None else None
+        uri = self._requested if self._listener is not None else self._start_controller()
         penv = self._rank_env(uri)
         if "PYTHONFAULTHANDLER" not in os.environ:  # a crashing rank prints its stack (CrashSites reads it)
             penv["PYTHONFAULTHANDLER"] = "1"
@@ -240,7 +281,6 @@ class Attempt:
             except OSError as exc:
                 raise self._give_up(f"cannot create {self.fates_dir}: {exc}") from None
             penv[rankfate.FATES_ENV] = str(self.fates_dir)
-            controller.fates_dir = self.fates_dir
         self.fifo = _stdin_pipe(opts, job.jobdir, self.number, penv)
         layout = job.layout
         extra = layout.mpiexec_args(opts)
@@ -249,7 +289,8 @@ class Attempt:
                 job.command, job.total, backend=job.backend, hosts=layout.hosts_arg(opts), planaria_env=penv,
                 mpiexec_args=extra + slurm.restart_args(self.number, extra),
                 launch_prefix=layout.launch_prefix(opts), ssh_agent=layout.ssh_agent(opts),
-                rank_prefix=rankfate.shim_argv() if opts.rank_fates else (), one_machine=layout.hostset is not None)
+                rank_prefix=rankfate.recorder_argv(layout.this_machine(opts)) if opts.rank_fates else (),
+                one_machine=layout.hostset is not None)
         except LaunchError as exc:
             raise self._give_up(str(exc)) from None
         if layout.hostset is not None:   # prted and friends for the remote side of the test hosts
@@ -281,20 +322,29 @@ class Attempt:
     # ---- launch
 
     def launch(self) -> None:
-        """Start mpiexec and the threads that copy its output (and the launcher's stdin)."""
+        """Start mpiexec, then the controller if it is not running yet, the manifest, and the
+        threads that copy mpiexec's output (and the launcher's stdin)."""
         out, argv = self.job.out, self.result.argv
         out.watch = RuntimeWatch()
-        out.sink = self.controller.io
         # a killed mpiexec's session directory makes the next mpiexec with its pid fail at start
         sessiondirs.remove_stale(sessiondirs.base_dir(self.env))
         try:
             self.proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
-            self.controller.stop()
+            self._give_up("")
             self._write_manifest(status="launch-error", error=str(exc))
             raise LaunchError(f"cannot start {argv[0]}: {exc}") from None
-        LIVE[self.proc.pid] = (self.proc, self.controller)
+        if self._ctl is None:
+            try:
+                self._start_controller()
+            except LaunchError as exc:
+                kill_all(self.proc, None)
+                self._write_manifest(status="launch-error", error=str(exc))
+                raise
+        controller = self.controller
+        LIVE[self.proc.pid] = (self.proc, controller)
+        out.sink = controller.io
         self._write_manifest(status="running", mpiexec_pid=self.proc.pid)
         if self.fifo is not None:
             threading.Thread(target=_pump_stdin, args=(self.fifo,), daemon=True, name="planaria-stdin").start()
@@ -302,6 +352,9 @@ class Attempt:
                       threading.Thread(target=out.pump, args=(self.proc.stderr, True), daemon=True)]
         for th in self.pumps:
             th.start()
+        if progressbar.wanted(self.opts.json):
+            from planaria.launch.progressbar import ProgressBar
+            self.bar = ProgressBar(controller, out)
 
     # ---- supervise
 

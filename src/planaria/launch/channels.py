@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import errno
 import os
+import _socket
 import select
 import socket
 import time
 from collections.abc import Iterator
 
 from planaria.events.channel import FrameError, Reader, Writer, peer_pid
+from planaria.launch.address import listen_unix
 
 _IN = select.EPOLLIN | select.EPOLLRDHUP
 _RECV = 1 << 18
@@ -46,18 +48,11 @@ class Peer:
 class ChannelServer:
     """Accepts agent connections on ``path`` (mode 0600) and moves their frames."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, listener: _socket.socket | None = None) -> None:
         self.path = path
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            if os.path.exists(path):
-                os.unlink(path)
-            self.listener.bind(path)
-            os.chmod(path, 0o600)
-            self.listener.listen(1024)
-        except OSError:
-            self.listener.close()
-            raise
+        # ``listener``: bound already (``planaria.launch.address``), its connections waiting
+        raw = listener if listener is not None else listen_unix(path)
+        self.listener = raw if isinstance(raw, socket.socket) else socket.socket(fileno=raw.detach())
         self.listener.setblocking(False)
         self.peers: dict[int, Peer] = {}
         self.ep = select.epoll()

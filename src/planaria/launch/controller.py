@@ -11,6 +11,7 @@ thread wakes it every SWEEP_INTERVAL for the pid/heartbeat sweep.
 """
 from __future__ import annotations
 
+import _socket
 import os
 import socket
 import threading
@@ -52,7 +53,7 @@ class Controller:
     """Control-plane server of one job, running in a background thread."""
 
     def __init__(self, jobdir: JobDir, address: str | None = None, t0: float | None = None,
-                 pid_check: bool = True) -> None:
+                 pid_check: bool = True, listener: _socket.socket | None = None) -> None:
         self.jobdir = jobdir
         self.secret = jobdir.secret().encode("utf-8")
         self._tok = self.secret.decode("utf-8")
@@ -77,17 +78,18 @@ class Controller:
         self._errors: list[float] = []                    # when the server loop caught errors (last second)
         self._errors_seen: set[str] = set()
         self._incident_feed: deque[tuple[dict[str, Any], Any]] = deque()   # for the launcher's console
-        self._make_parts(pid_check)
+        self._make_parts(pid_check, listener)
         # message type -> handler; any other type is a rank's report (``_from_rank``)
         self._dispatch = {"ps": self._on_ps, "diagnose": self._on_diagnose, "knock": self.fanout.on_knock,
                           "wake-spares": self.fanout.on_wake_spares, "part": self._on_part,
                           **{t: self.tools.handle for t in protocol.TOOL_TYPES}}
 
-    def _make_parts(self, pid_check: bool) -> None:
-        """The parts, and their state under the names the launcher and the tests use."""
+    def _make_parts(self, pid_check: bool, listener: _socket.socket | None) -> None:
+        """The parts, and their state under the names the launcher and the tests use (``listener``:
+        the agent channel's, bound before, see ``planaria.launch.address``)."""
         self.log = EventLog(self.jobdir)
         self.rank_table = RankTable(self.host, pid_check)
-        self.transport = Transport(self.requested, self._tok, self.log)
+        self.transport = Transport(self.requested, self._tok, self.log, listener)
         self.fanout = Fanout(self.rank_table, self.transport, self.log, self._tok, self.host)
         self.tools = ToolService(self.rank_table, self.transport, self.fanout, self.log, self._outbox, self._tok)
         self.ranks: dict[int, dict[str, Any]] = self.rank_table.ranks
@@ -150,9 +152,12 @@ class Controller:
         return self.fanout.subscriptions.subs
 
     # --- lifecycle -----------------------------------------------------
-    def start(self, timeout: float = 10.0) -> str:
-        """Bind the socket in the server thread, write ``control.uri``; return the bound URI."""
-        self.transport.open_files = raise_open_files()     # one descriptor per agent connection
+    def start(self, timeout: float = 10.0, open_files: tuple[int, int] | None = None) -> str:
+        """Bind the socket in the server thread, write ``control.uri``; return the bound URI.
+
+        ``open_files``: the open-file limit before and after the launcher raised it (raised here
+        when not given: one descriptor per agent connection)."""
+        self.transport.open_files = open_files or raise_open_files()
         self._thread = threading.Thread(target=self._serve, name="planaria-controller", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):

@@ -1,9 +1,7 @@
 """Job directory: ``.planaria/jobs/<id>/`` with manifest, secret, events and summary."""
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import threading
 import time
 import weakref
@@ -33,7 +31,7 @@ def jobs_root(cwd: str | os.PathLike[str] | None = None) -> Path:
 def new_job_id(now: float | None = None) -> str:
     """A job id like ``20261121-224700-ab12`` (local time plus 4 random hex digits)."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
-    return f"{stamp}-{secrets.token_hex(2)}"
+    return f"{stamp}-{os.urandom(2).hex()}"
 
 
 def _jsonable(obj: Any) -> Any:
@@ -52,6 +50,8 @@ def _jsonable(obj: Any) -> Any:
 
 def dump_json(obj: Any) -> str:
     """Serialize ``obj`` as indented JSON (bytes decoded, unknown types as str)."""
+    import json     # after mpiexec has started: not on its way
+
     return json.dumps(_jsonable(obj), indent=2, sort_keys=True, default=str) + "\n"
 
 
@@ -117,7 +117,7 @@ class JobDir:
 
     # --- secret -------------------------------------------------------
     def _write_secret(self) -> None:
-        token = secrets.token_hex(32)
+        token = os.urandom(32).hex()           # as secrets.token_hex, without its import
         fd = os.open(str(self.secret_path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, token.encode("ascii"))
@@ -136,6 +136,8 @@ class JobDir:
 
     def read_json(self, name: str) -> Any:
         """Read a JSON file of the job dir."""
+        import json
+
         return json.loads((self.path / name).read_text(encoding="utf-8"))
 
     def write_manifest(self, manifest: dict[str, Any]) -> Path:
@@ -175,6 +177,8 @@ class JobDir:
 
     def append_events(self, records: list[dict[str, Any]]) -> None:
         """Append records to ``events.jsonl`` in one write."""
+        import json
+
         text = "".join(json.dumps(_jsonable(r), sort_keys=True, default=str) + "\n" for r in records)
         data = text.encode("utf-8")
         with self._lock:
@@ -190,6 +194,8 @@ class JobDir:
 
     def events(self) -> list[dict[str, Any]]:
         """All records of ``events.jsonl``."""
+        import json
+
         if not self.events_path.exists():
             return []
         out = []

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 import os
 import shlex
-import socket
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planaria.util.record import record
 from planaria.launch import slurm
 from planaria.launch.errors import LaunchError
 from planaria.launch.mpiexec import allocation_hosts, parse_hosts
@@ -64,6 +63,8 @@ def is_local(host: str) -> bool:
     """Whether ``host`` names this machine."""
     if host in ("localhost", "127.0.0.1", "::1") or host.startswith("127."):
         return True
+    import socket       # hosts named: not on the way to mpiexec on this machine
+
     try:
         mine = {socket.gethostname(), socket.getfqdn()}
     except OSError:
@@ -109,7 +110,7 @@ def probe_host(host: str, *, hostset: Any = None, ssh_agent: str | None = None,
     return cp2.returncode == 0
 
 
-@dataclass
+@record
 class Layout:
     """The hosts of the next attempt and how to reach them."""
 
@@ -149,6 +150,21 @@ class Layout:
             except LaunchError:
                 names = []
         return any(not is_local(h) for h in names)
+
+    def this_machine(self, opts: RunOptions) -> bool:
+        """Whether every rank runs on this machine (its test hosts share its files): as for
+        ``node_agents``, the hosts named, else the batch allocation's, else this machine."""
+        if self.hostset is not None:
+            return True
+        names = self.names()
+        if not names and opts.hosts:
+            names = [h for h, _ in parse_hosts(opts.hosts)]
+        if not names:
+            try:
+                names = [h for h, _ in allocation_hosts(os.environ, use_scontrol=False) or []]
+            except LaunchError:
+                return False
+        return all(is_local(h) for h in names)
 
     def drop(self, gone: set[str]) -> None:
         self.hosts = [(h, s) for h, s in self.hosts or [] if h not in gone]

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from planaria.util.record import field, record
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -13,7 +14,7 @@ EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
 
 
-@dataclass
+@record
 class RunOptions:
     """Options of one ``planaria run``."""
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from planaria.launch.controller import Controller
-from planaria.launch.output import Output
+if TYPE_CHECKING:
+    from planaria.launch.controller import Controller
+    from planaria.launch.output import Output
 
 EVERY = 0.5               # seconds between two looks at the rank table
 HELD_MAX = 2000           # lines held for the terminal before they are printed without waiting

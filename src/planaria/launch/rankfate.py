@@ -2,15 +2,18 @@
 
 With ``--with-ft ulfm``, Open MPI 5's mpiexec exits 0 when ranks are killed by a signal, and after
 an ``MPI_Abort`` it can exit while other ranks still run. So ``planaria run`` starts every rank's
-command under this file (``python -S -I -c 'import rankfate ...' CMD...``: standard library
-only, so it starts in about 10 ms). It runs CMD as its only child, passes on the signals sent
-to it alone (the MPI runtime signals the whole process group, CMD included), writes ``$PLANARIA_FATES_DIR/<world rank>.json`` when the child starts and again
-when it ends (exit code or signal), and then ends the way its child did, so mpiexec sees what it
-would have seen. The launcher reads the records (``read_fates``) and ends what outlived mpiexec
-(``kill_leftovers``).
+command under a recorder. It runs CMD as its only child, passes on the signals sent to it alone
+(the MPI runtime signals the whole process group, CMD included), writes
+``$PLANARIA_FATES_DIR/<world rank>.json`` when the child starts and again when it ends (exit code
+or signal), and then ends the way its child did, so mpiexec sees what it would have seen. The
+launcher reads the records (``read_fates``) and ends what outlived mpiexec (``kill_leftovers``).
 
-Written by hand rather than with a process-supervision package: it must start fast with nothing
-but the standard library, under an interpreter run with ``-S -I``.
+The recorder is ``rankfate.c``, built on first use with the system's C compiler into the user's
+cache (``recorder_binary``): it starts in well under a millisecond of CPU. Without a compiler,
+or for ranks on other hosts (whose caches may not hold the build), it is this file (``python -S
+-I -c 'import rankfate ...' CMD...``: standard library only, so it starts in about 10 ms), which
+records the same. Written by hand rather than with a process-supervision package: it must start
+fast with nothing but the standard library, under an interpreter run with ``-S -I``.
 """
 from __future__ import annotations
 
@@ -188,6 +191,71 @@ def shim_argv(python: str | None = None) -> list[str]:
     here = os.path.dirname(os.path.realpath(__file__))
     stub = f"import sys; sys.path.append({here!r}); import rankfate; sys.exit(rankfate.main(sys.argv[1:]))"
     return [python or sys.executable, "-S", "-I", "-c", stub]
+
+
+def recorder_argv(local: bool = True) -> list[str]:
+    """The command prefix that runs a rank under a recorder: the C recorder (``rankfate.c``) when
+    every rank runs on this machine and it could be built, else the Python one (``shim_argv``).
+
+    The C recorder starts in well under a millisecond of CPU where the interpreter takes about ten,
+    once per rank while the ranks start. Other hosts may not have its build in their cache."""
+    exe = recorder_binary() if local else None
+    return [exe] if exe is not None else shim_argv()
+
+
+#: what every rank's recorder is built with
+CFLAGS = ("-O2",)
+
+
+def recorder_binary() -> str | None:
+    """The built C recorder (built now, once, if its source is newer than any build), or None when
+    it cannot be: no C compiler, or its build failed (noted next to where the build would be, and
+    not tried again)."""
+    here = os.path.dirname(os.path.realpath(__file__))
+    src = os.path.join(here, "rankfate.c")
+    try:
+        with open(src, "rb") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    import zlib
+
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "planaria")
+    exe = os.path.join(cache, f"rankfate-{zlib.crc32(text):08x}-{os.uname().machine}")
+    if os.access(exe, os.X_OK):
+        return exe
+    if os.path.exists(f"{exe}.failed"):
+        return None
+    return _build(src, exe)
+
+
+def _build(src: str, exe: str) -> str | None:
+    """Compile ``src`` into ``exe`` with the system's ``cc``; None (and ``exe.failed`` saying why) if that fails."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None                     # tried again next time: a compiler may be installed
+    try:
+        os.makedirs(os.path.dirname(exe), mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    tmp = f"{exe}.{os.getpid()}.tmp"
+    try:
+        res = subprocess.run([cc, *CFLAGS, "-o", tmp, src], capture_output=True, text=True, timeout=120)
+        why = "" if res.returncode == 0 else res.stderr[-4000:] or f"{cc} exited {res.returncode}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        why = str(exc)
+    try:
+        if not why:
+            os.replace(tmp, exe)        # at once: launchers building it together each rename their own
+            return exe
+        with open(f"{exe}.failed", "w") as fh:
+            fh.write(why)
+    except OSError:
+        pass
+    return None
 
 
 def read_fates(where: Path, skip: set[int] | None = None) -> dict[int, dict[str, Any]]:

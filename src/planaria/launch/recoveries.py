@@ -5,7 +5,6 @@ shown for a spare that took over a logical rank. Pure but the table (rich).
 """
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -42,6 +41,8 @@ def kill_times(ranks: Iterable[dict[str, Any]]) -> list[float]:
 
 
 def _median(values: Sequence[float]) -> float | None:
+    import statistics     # at the job's end only
+
     return float(statistics.median(values)) if values else None
 
 

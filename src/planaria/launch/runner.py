@@ -6,16 +6,15 @@ same job directory on the hosts that are still reachable; see ``docs/launcher.md
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
+from planaria.util.record import record
 from planaria.launch import onhang, rankfate, recoveries, slurm
 from planaria.launch.attempt import Attempt, AttemptResult, Job, kill_live
 from planaria.launch.errors import LaunchError
@@ -256,6 +255,8 @@ def _misnamed(att: AttemptResult, gone: list[str]) -> str:
 
 
 def _append_attempt(jobdir: JobDir, record: dict[str, Any]) -> None:
+    import json     # after mpiexec has started: not on its way
+
     line = json.dumps(_jsonable(record), sort_keys=True, default=str) + "\n"
     with open(jobdir.file(ATTEMPTS_LOG), "a", encoding="utf-8") as fh:
         fh.write(line)
@@ -342,7 +343,7 @@ def _check_words(opts: RunOptions) -> None:
         raise LaunchError("--netns cannot be combined with --hosts (it sets the hosts and how to reach them)")
 
 
-@dataclass
+@record
 class _Plan:
     """What the checks found: how every attempt is launched."""
 
@@ -480,6 +481,8 @@ def _restart(job: Job, att: AttemptResult, record: dict[str, Any]) -> str | None
 
 def _finish(job: Job, att: AttemptResult, attempts: list[dict[str, Any]]) -> int:
     """Summary and manifest written, the end told on the console; the job's exit status."""
+    import json     # after mpiexec has started: not on its way
+
     jobdir, opts = job.jobdir, job.opts
     rows = att.table or fate_table(att.fates)   # a program without planaria's runtime: no rank talked
     for r, row in rows.items():                 # a crashed rank: where its Python was

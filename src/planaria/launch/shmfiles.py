@@ -12,7 +12,7 @@ may run jobs whose processes this one cannot see.
 from __future__ import annotations
 
 import os
-import socket
+import _socket          # the C module behind socket: its import is not on the way to mpiexec
 import stat
 import time
 from pathlib import Path
@@ -49,7 +49,7 @@ def mapped_files(under: Path = SHM_DIR, proc: Path = Path("/proc")) -> set[str]:
 
 def host_names() -> set[str]:
     """The names Open MPI may give this host in a file name: the host name, and its part before the first dot."""
-    name = socket.gethostname()
+    name = _socket.gethostname()
     return {name, name.split(".", 1)[0]}
 
 

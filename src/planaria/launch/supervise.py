@@ -15,18 +15,20 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from planaria.util.record import record
 from planaria.launch import onhang, rankfate
-from planaria.launch.controller import Controller
 from planaria.launch.jobdir import JobDir
 from planaria.launch.options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TIMEOUT
 from planaria.launch.output import Output
 from planaria.launch.plaininject import PlainKills
 from planaria.util.procstat import start_ticks
+
+if TYPE_CHECKING:       # the controller (and ZeroMQ) loads once mpiexec runs (``attempt.py``)
+    from planaria.launch.controller import Controller
 
 KILL_GRACE = 3.0
 TICK = 0.1                 # seconds the loop waits for mpiexec's exit between two rounds of the watchers
@@ -34,7 +36,7 @@ TICK = 0.1                 # seconds the loop waits for mpiexec's exit between t
 FINISHED, TIMEOUT, INTERRUPTED, ABORTED, HUNG = "finished", "timeout", "interrupted", "aborted", "hung"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Outcome:
     """How the supervision of an attempt ended: mpiexec exited (``finished``), or the launcher
     stops the job (``timeout``, ``interrupted``, ``aborted``, ``hung``)."""
@@ -108,8 +110,9 @@ class Signals:
         return EXIT_INTERRUPTED if self.by == "Ctrl-C" else 128 + _SIGNUMS.get(self.by, 15)
 
 
-def kill_all(proc: subprocess.Popen[bytes], controller: Controller) -> None:
-    """SIGTERM the mpiexec process group, SIGKILL it after a grace period, SIGKILL known ranks."""
+def kill_all(proc: subprocess.Popen[bytes], controller: Controller | None) -> None:
+    """SIGTERM the mpiexec process group, SIGKILL it after a grace period, SIGKILL the ranks the
+    controller knows (none without a controller)."""
     for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, 2.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -126,7 +129,7 @@ def kill_all(proc: subprocess.Popen[bytes], controller: Controller) -> None:
             break
         except subprocess.TimeoutExpired:
             continue
-    kill_ranks(controller.processes())
+    kill_ranks(controller.processes() if controller is not None else [])
 
 
 def kill_ranks(processes: list[tuple[int, int]]) -> list[int]:

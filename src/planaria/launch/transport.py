@@ -10,11 +10,10 @@ that fail their check are refused: the peer is named in the job record (at most
 """
 from __future__ import annotations
 
+import _socket
 import os
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple, cast
 
 import zmq
@@ -22,12 +21,11 @@ import zmq
 from planaria.events import curve
 from planaria.events.channel import address_for, frame
 from planaria.launch import protocol, tcpguard
+from planaria.launch.address import default_address as default_address  # kept importable from here
 from planaria.launch.channels import ACCEPT_PAUSE, ChannelServer, Peer
 from planaria.launch.eventlog import EventLog
-from planaria.launch.jobdir import JobDir
 
 MAX_REFUSED_LOGGED = 1000
-_UNIX_PATH_MAX = 100
 
 
 class Routed(NamedTuple):
@@ -39,15 +37,6 @@ class Routed(NamedTuple):
 
 
 Dest = bytes | Peer | Routed              # a ZeroMQ peer identity, an agent channel, or a rank behind a node agent
-
-
-def default_address(jobdir: JobDir) -> str:
-    """``ipc://<jobdir>/control.sock``, or a short private temp dir if that path is too long."""
-    path = jobdir.socket_path
-    if len(str(path)) > _UNIX_PATH_MAX:
-        short = Path(tempfile.mkdtemp(prefix="planaria-"))  # mode 0700
-        path = short / "control.sock"
-    return f"ipc://{path}"
 
 
 def label(dest: Dest) -> str:
@@ -64,8 +53,9 @@ Handler = Callable[[Dest, bytes], bool]
 class Transport:
     """The controller's ROUTER socket and agent channels: made, read, written to and closed."""
 
-    def __init__(self, requested: str, secret: str, log: EventLog) -> None:
+    def __init__(self, requested: str, secret: str, log: EventLog, listener: _socket.socket | None = None) -> None:
         self.requested = requested
+        self.listener = listener          # the agent channel's listener, bound before (``launch.address``)
         self._tok = secret
         self.log = log
         self.uri: str | None = None
@@ -106,8 +96,9 @@ class Transport:
                 pass
         path = address_for(uri)
         if path is not None:
+            listener, self.listener = self.listener, None
             try:
-                self.channels = ChannelServer(path)
+                self.channels = ChannelServer(path, listener)
             except OSError:               # agents then use the ZeroMQ socket for everything
                 self.channels = None
         return uri
@@ -127,6 +118,9 @@ class Transport:
         """Close the agent channels and the sockets (``linger`` ms for the last messages to leave)."""
         if self.channels is not None:
             self.channels.close()
+        if self.listener is not None:     # never taken over (the ROUTER could not bind)
+            self.listener.close()
+            self.listener = None
         if self.monitor is not None:
             assert self.sock is not None
             self.sock.disable_monitor()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import NamedTuple
+from collections import namedtuple
 
 from planaria.util.env import PLANARIA_DETECT_TIMEOUTS
 
@@ -33,20 +33,34 @@ TICK_MAX = 1.0       # seconds: the longest interval between the service's wake-
 TICK_MIN = 0.005     # seconds: the shortest, whatever the thresholds (no busy loop)
 
 
-_SECONDS = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|infinity)\Z", re.I)
+# a number of seconds in plain ASCII digits; compiled on first use (re caches it): every rank
+# loads this module, few parse a setting
+_SECONDS = r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|infinity)\Z"
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple
+
+    class _Fields(NamedTuple):
+        p2p: float = 10.0
+        coll: float = 20.0
+        remote: float = 1.5
+        slow: float = 0.25
+        probe: float = 3.0
+else:
+    # the same fields and defaults from collections: typing's NamedTuple would load typing and
+    # compile each field's annotation, about 4 ms of every rank's start (tests compare the two)
+    _Fields = namedtuple("_Fields", ("p2p", "coll", "remote", "slow", "probe"),
+                         defaults=(10.0, 20.0, 1.5, 0.25, 3.0))
 
 
-class Thresholds(NamedTuple):
+class Thresholds(_Fields):
     """Timer thresholds in seconds (see the module docstring).
 
     A named tuple rather than a frozen dataclass: every rank parses them in ``world()``, and the
     dataclasses module (with inspect and ast) would add about 8 ms to each rank's start."""
 
-    p2p: float = 10.0
-    coll: float = 20.0
-    remote: float = 1.5
-    slow: float = 0.25
-    probe: float = 3.0
+    __slots__ = ()
 
     @classmethod
     def parse(cls, text: str | None) -> Thresholds:
@@ -64,7 +78,7 @@ class Thresholds(NamedTuple):
             if not eq or key not in names:
                 raise ValueError(f"bad detection timeout {item!r} (expected one of {', '.join(sorted(names))} = seconds)")
             # float() alone also takes "1_0" and non-ASCII digits ("٣"); seconds are plain ASCII decimals
-            if not _SECONDS.match(val.strip()):
+            if not re.match(_SECONDS, val.strip(), re.I):
                 raise ValueError(f"bad detection timeout {item!r}: {val.strip()!r} is not a number")
             num = float(val)
             if not math.isfinite(num) or num <= 0:

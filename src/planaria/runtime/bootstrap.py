@@ -10,14 +10,13 @@ Rules this module enforces (see design.md, traps seen with Open MPI 5 + ULFM):
 """
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # the C module behind signal: no enums (0.5 ms of a start)
 import atexit
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from planaria.comm.base import Comm, rehook
 from planaria.runtime.state import RT, current_step
@@ -29,6 +28,10 @@ from planaria.util.env import (
     PLANARIA_SPARES,
 )
 from planaria.util.paths import shown
+
+TYPE_CHECKING = False          # typing stays out of a rank's start (about 3 ms of CPU)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 _RT = RT      # this process's record (runtime/state.py), filled here
@@ -352,7 +355,7 @@ def fail_stop(reason: str, _tb: Any = None) -> None:
             _final_exit(0)
     _stop_services()
     _flush()
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), _signal.SIGKILL)
     time.sleep(10)  # pragma: no cover - SIGKILL does not return
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +11,8 @@ from pathlib import Path
 def _replacing(target: Path, suffix: str) -> Iterator[tuple[int, str]]:
     """A temporary file beside ``target`` (its descriptor and path) for the body to write and rename
     onto ``target``; on an error it is removed, after the body the directory is fsynced."""
+    import tempfile     # (with random) not on the way to mpiexec: planaria run's first write follows it
+
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=str(target.parent))
     try:
         yield fd, tmp
