@@ -30,7 +30,8 @@ def test_the_bytes_are_msgpacks(value):
     assert packb(value) == msgpack.packb(value, use_bin_type=True, default=str)
 
 
-@pytest.mark.parametrize("value", [{"at": 1j}, {"big": 2**70}, [object()], {"s": {1, 2}}], ids=repr)
+@pytest.mark.parametrize("value", [{"at": 1j}, {"big": 2**70}, [object()], {"s": {1, 2}}],
+                         ids=["complex", "int over 64 bits", "object", "set"])
 def test_other_values_go_to_msgpack(value):
     try:
         expected = msgpack.packb(value, use_bin_type=True, default=str)
