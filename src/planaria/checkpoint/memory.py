@@ -145,7 +145,7 @@ class MemoryStore(PeerStore):
         is settled at the end by statuses and verdicts (``Verdict``). Survivors change nothing
         (``into``, versions kept) before the verdict. With ``offers`` showing that every survivor
         holds the version (``CheckpointStore.restore``), no statuses are sent: a fresh rank waits
-        only for its sources' data, and survivors unpack their own state while it arrives.
+        only for its sources' data.
         """
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
@@ -170,7 +170,7 @@ class MemoryStore(PeerStore):
     def _restore_source(self, comm: Comm, version: int, verdict: Verdict, sources: dict[int, int],
                         into: dict[str, np.ndarray] | None, agreed: bool) -> dict[str, np.ndarray]:
         """A survivor: the states it is the source of to the fresh ranks, its status (unless
-        ``agreed``), then the verdict; its own state unpacked after it (before it when ``agreed``)."""
+        ``agreed``), then the verdict; its own state unpacked after it."""
         n, r = comm.size, comm.rank
         held = self._held(version, r, n)
         reqs: list[Any] = []
@@ -185,13 +185,11 @@ class MemoryStore(PeerStore):
                     meta, buf = held[o]
                     reqs.append(comm.Isend(buf, dest=f, tag=TAG_RESEED))
                     reqs.append(comm.isend((o, meta), f, TAG_REBUILD))
-        early = None
-        if agreed and held is not None:      # no verdict can say no (every rank holds the version)
-            early = unpack(*held[r], into=into)
-        elif not agreed:
+        if not agreed:
             reqs += verdict.tell(0 if held is not None else -1)
         ok = verdict.outcome()
-        out = self._keep(version, r, held, into, early) if ok and held is not None else None
+        # its own state only now: copied while the fresh rank receives, it would slow that down
+        out = self._keep(version, r, held, into) if ok and held is not None else None
         for q in reqs:
             q.Wait()
         if out is None:
@@ -200,14 +198,12 @@ class MemoryStore(PeerStore):
         return out
 
     def _keep(self, version: int, r: int, held: dict[int, tuple[Meta, np.ndarray]],
-              into: dict[str, np.ndarray] | None,
-              done: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """A survivor's side of a restore that went through: drop newer versions, unpack its own
-        state (``done``: unpacked already)."""
+              into: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """A survivor's side of a restore that went through: drop newer versions, unpack its own state."""
         self._data = {v: d for v, d in self._data.items() if v <= version}
         self._rank = r
         self._done.settled = True         # every rank holds ``version``: the restore went through
-        return done if done is not None else unpack(*held[r], into=into)
+        return unpack(*held[r], into=into)
 
     def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict,
                        sources: dict[int, int], agreed: bool) -> dict[str, np.ndarray]:

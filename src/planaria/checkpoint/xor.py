@@ -176,8 +176,7 @@ class XorStore(PeerStore):
         went through is settled at the end by statuses and verdicts (``Verdict``). Survivors
         change nothing (``into``, versions kept) before the verdict. With ``offers`` showing that
         every survivor holds the version (``CheckpointStore.restore``), no statuses are sent: a
-        fresh rank learns the chunk size from the chunks themselves, and survivors unpack their
-        own data while they go.
+        fresh rank learns the chunk size from the chunks themselves.
         """
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
@@ -203,7 +202,7 @@ class XorStore(PeerStore):
     def _restore_member(self, comm: Comm, version: int, verdict: Verdict, e: _Entry | None,
                         into: dict[str, np.ndarray] | None, agreed: bool) -> dict[str, np.ndarray]:
         """A survivor: its status (unless ``agreed``), its chunks to the fresh member of its group,
-        then the verdict; its own data unpacked after it (before it when ``agreed``)."""
+        then the verdict; its own data unpacked after it."""
         n, r = comm.size, comm.rank
         g = group_of(r, n, self.group_size)
         reqs = verdict.tell(e.c if e is not None else -1) if not agreed else []
@@ -217,11 +216,9 @@ class XorStore(PeerStore):
             # the m chunks straight from the store's buffers, in order (MPI keeps the order of
             # messages with one tag between two ranks): no copy into a vector first
             reqs.extend(comm.Isend(p, dest=f, tag=TAG_RESEED) for p in parts)
-        early = None
-        if agreed and e is not None:        # no verdict can say no (every rank holds the version)
-            early = unpack(e.metas[g.index(r)], e.buf, into=into)
         ok = verdict.outcome()
-        out = self._keep(version, r, n, e, into, early) if ok and e is not None else None
+        # its own data only now: copied while the fresh rank receives, it would slow that down
+        out = self._keep(version, r, n, e, into) if ok and e is not None else None
         for q in reqs:
             q.Wait()
         self._inflight = []
@@ -230,15 +227,14 @@ class XorStore(PeerStore):
                                   f"with fresh ranks {sorted(verdict.fresh)}: not every rank holds it")
         return out
 
-    def _keep(self, version: int, r: int, n: int, e: _Entry, into: dict[str, np.ndarray] | None,
-              done: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """A survivor's side of a restore that went through: drop newer versions, unpack its own
-        data (``done``: unpacked already)."""
+    def _keep(self, version: int, r: int, n: int, e: _Entry,
+              into: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """A survivor's side of a restore that went through: drop newer versions, unpack its own data."""
         self._data = {v: x for v, x in self._data.items() if v <= version}
         g = group_of(r, n, self.group_size)
         self._me = g.index(r)
         self._done.settled = True         # every rank holds ``version``: the restore went through
-        return done if done is not None else unpack(e.metas[self._me], e.buf, into=into)
+        return unpack(e.metas[self._me], e.buf, into=into)
 
     def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict, agreed: bool) -> dict[str, np.ndarray]:
         """A fresh rank: each survivor's m chunks into place, XORed together (data and parity)."""
