@@ -700,14 +700,11 @@ class Verdict:
         return [self.comm.Isend(buf, dest=f, tag=TAG_STATUS) for f in self.fresh]
 
     def outcome(self) -> bool:
-        """Wait for every fresh rank's verdict; True when all say the restore went through.
-
-        The wait leaves the core to others between its tests (``yielding``): the fresh ranks are
-        still receiving and copying, on cores this rank would otherwise spin on."""
+        """Wait for every fresh rank's verdict; True when all say the restore went through."""
         got = np.zeros(len(self.fresh), dtype=np.int64)
         self._bufs.append(got)
         for i in range(len(self.fresh)):
-            yielding(self.comm.Irecv(got[i:i + 1], tag=TAG_DECISION))   # any source: see the class docstring
+            self.comm.Recv(got[i:i + 1], tag=TAG_DECISION)     # any source: see the class docstring
         return bool(got.all())
 
     # -- on a fresh rank --------------------------------------------------------------------------
@@ -723,21 +720,6 @@ class Verdict:
         self._bufs.append(buf)
         reqs = [self.comm.Isend(buf, dest=x, tag=TAG_DECISION) for x in self.others]
         wait_sends(reqs)
-
-
-YIELD_AFTER = 50          # tests of a request before ``yielding`` sleeps between them
-YIELD_S = 50e-6           # s slept between two tests after that
-
-
-def yielding(req: Any) -> None:
-    """Wait for ``req`` by testing it, sleeping ``YIELD_S`` between tests after the first ``YIELD_AFTER``:
-    unlike MPI's own wait, which spins, this leaves the core to processes that share it. Its own
-    ``Test`` raises a failure as its ``Wait`` would."""
-    k = 0
-    while not req.Test():
-        k += 1
-        if k > YIELD_AFTER:
-            time.sleep(YIELD_S)
 
 
 def wait_sends(reqs: list[Any]) -> None:
