@@ -15,8 +15,11 @@ buffers faulted in beforehand; the definitions are in that module's docstring):
   after the floor's restore in the same round. As under ``Resilient`` (whose spares fault in
   the buffers a restore needs while they wait, and whose survivors restore into the arrays they
   hold), the lost rank first reserves the store's ``footprint()`` in ``WARM`` (untimed) and the
-  others pass ``into=state``; ``--cold`` does neither. Timed: the lost rank, from the barrier to
-  its state being back (``restore_all_s``: the slowest rank); the state is checked bit-exact.
+  others pass ``into=state``; ``--cold`` does neither. As under ``Resilient``, whose recovery
+  exchanges the stores' ``offer``s in the allgather it makes anyway, the ranks first exchange
+  their offers (untimed) and pass them to the restore (memory and XOR; the file store makes
+  none). Timed: the lost rank, from the barrier to its state being back (``restore_all_s``: the
+  slowest rank); the state is checked bit-exact.
 
 Each store records where the time of its last save and restore went (``last_save`` /
 ``last_restore``: copy, metadata, exchange, fsync...), and so does each floor; a row carries the
@@ -206,9 +209,11 @@ class _StoreRun:
                 self._lose(path)
             into = None if self.args.cold or rank == lost else self.state
             store = self.store
+            offers = comm.allgather(None if rank == lost else store.offer(rank))
+            offers = offers if all(o is not None for i, o in enumerate(offers) if i != lost) else None
             comm.Barrier()
             t0 = time.perf_counter()
-            back = store.restore(comm, last, {lost}, into=into)
+            back = store.restore(comm, last, {lost}, into=into, offers=offers)
             dt = time.perf_counter() - t0
             if rank == lost:
                 got = back["u"]

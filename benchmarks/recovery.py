@@ -17,7 +17,9 @@ Per working rank after the run, from ``res.recoveries[0]``:
 - detection = its ``t_detect`` - ``t_kill`` (the spare notices through the revoked world);
 - revoke+shrink, substitution (allgather of roles + split of the new working communicator), and
   restore (agreeing on the version + ``store.restore``), as timed by the driver;
-- kill -> resumed = end of the first step this rank completed after ``t_detect`` - ``t_kill``.
+- kill -> resumed = end of the first step this rank completed after ``t_detect`` - ``t_kill``;
+- the phases of the store's last restore on this rank (``last_restore``: where the time of the
+  restore of the rank that lost its state went).
 
 Also measured in the same job, after the run, on every working rank at once: ``np.copyto`` of the
 same number of bytes (median of 5, after one untimed copy), the memcpy reference for the restore
@@ -136,7 +138,8 @@ def _rank_figures(comm: Any, res: Any, world_rank: int, u: Any, ends: list[tuple
         mine.update(t_detect=r.t_detect, error=r.error, detected_at=r.detected_at, lost=r.lost,
                     version=r.version, attempts=r.attempts, revoke_shrink_s=r.revoke_shrink_s,
                     substitution_s=r.substitution_s, restore_s=r.restore_s,
-                    t_first_step=after[0][0] if after else None, first_step=after[0][1] if after else None)
+                    t_first_step=after[0][0] if after else None, first_step=after[0][1] if after else None,
+                    restore_phases=dict(getattr(res.store, "last_restore", {}) or {}))
     return mine, floor_s
 
 
@@ -152,6 +155,8 @@ def _per_rank_rows(rec: list[dict[str, Any]], t_kill: float) -> list[dict[str, A
             "kill_to_resumed_ms": (p["t_first_step"] - t_kill) * ms, "first_step": p["first_step"],
             "version": p["version"], "attempts": p["attempts"], "memcpy_ms": p["memcpy_s"] * ms,
             "save_ms_median": p["save_s_median"] * ms, "ok": p["ok"],
+            # where the store's last restore went on this rank (the recovery's, unless it restored again)
+            "restore_phases_ms": {k: v * ms for k, v in p.get("restore_phases", {}).items()},
         })
     return per_rank
 

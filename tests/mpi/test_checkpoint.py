@@ -10,6 +10,8 @@ pytestmark = [pytest.mark.mpi]
 RECOVER = str(SCRIPTS / "checkpoint_recover.py")
 RESTART = str(SCRIPTS / "checkpoint_restart.py")
 PARTIAL = str(SCRIPTS / "checkpoint_partial.py")
+AGREED = str(SCRIPTS / "checkpoint_agreed.py")
+FILE_VERDICT = str(SCRIPTS / "checkpoint_file_verdict.py")
 
 # case -> (processes, world ranks expected to print OK)
 CASES = {
@@ -70,3 +72,22 @@ def test_restore_refused_when_a_survivor_lacks_the_version(backend: str) -> None
     res = mpiexec(4, [PARTIAL, backend], ft=(backend == "ulfm"), timeout=60)
     assert "FAIL" not in res.out, _detail(res)
     assert res.ok_ranks("partial") == [0, 1, 2, 3] and res.code == 0, _detail(res)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_restore_with_offers_waits_for_no_status(backend: str) -> None:
+    """Memory and XOR told every rank's offers: the fresh rank does not wait for a late survivor
+    that sends it nothing; offers that show a rank lacking the version still refuse everywhere."""
+    res = mpiexec(4, [AGREED, backend], ft=(backend == "ulfm"), timeout=60)
+    assert "FAIL" not in res.out, _detail(res)
+    assert res.ok_ranks("agreed") == [0, 1, 2, 3] and res.code == 0, _detail(res)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_file_restore_with_a_fresh_rank_is_all_or_nothing(backend: str, tmp_path) -> None:
+    """A damaged file of a survivor, or of the fresh rank: the restore raises on every rank."""
+    res = mpiexec(4, [FILE_VERDICT, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=60)
+    assert "FAIL" not in res.out, _detail(res)
+    assert res.ok_ranks("fileverdict") == [0, 1, 2, 3] and res.code == 0, _detail(res)

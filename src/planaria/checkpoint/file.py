@@ -43,8 +43,8 @@ import numpy as np
 
 from planaria.checkpoint._fileio import DIGEST, digest_of, new_digest, read_exact, read_into, write_file
 from planaria.checkpoint.store import (
-    KEEP, WARM, CheckpointError, CheckpointStore, Meta, Phases, all_true, check_fresh, check_logical, check_version,
-    describe, unpack,
+    KEEP, WARM, CheckpointError, CheckpointStore, Meta, Phases, Verdict, all_true, check_fresh, check_logical,
+    check_version, describe, unpack, wait_sends,
 )
 from planaria.comm.base import Comm
 
@@ -228,6 +228,26 @@ def _write_root_manifest(vdir: Path, version: int, nranks: int,
     except OSError as e:
         return 0, e
     return 1, None
+
+
+def _read_everywhere(comm: Comm, verdict: Verdict | None, listening: tuple[np.ndarray, list[Any]] | None,
+                     ok: bool) -> bool:
+    """Whether every rank read its file (``ok`` here): the fresh rank's verdict on the others'
+    statuses (``listening``: on it, its receives of them), or an agreement without ``verdict``."""
+    if verdict is None:
+        return all_true(comm, ok)
+    if listening is None:                        # not the fresh rank: tell it, hear its verdict
+        sends = verdict.tell(0 if ok else -1)
+        out = verdict.outcome()
+        wait_sends(sends)
+        return out
+    status, reqs = listening
+    for q in reqs:
+        q.Wait()
+    out = ok and bool((status >= 0).all())
+    verdict.announce(out)
+    return out
+
 
 class FileStore(CheckpointStore):
     """Checkpoints as per-rank files plus a manifest written last (see the module docstring).
@@ -495,20 +515,26 @@ class FileStore(CheckpointStore):
         return unpack(meta, buf, copy=False)     # views of a buffer nobody else keeps
 
     def restore(self, comm: Comm, version: int, fresh: set[int],
-                into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """Every rank reads and verifies its own file; one agreement (an ``Allreduce``) then makes
-        every rank raise ``CheckpointError`` when any rank could not. With ``into`` the data is
-        read straight into the arrays that match (see ``read_rank``)."""
+                into: dict[str, np.ndarray] | None = None, offers: list[Any] | None = None) -> dict[str, np.ndarray]:
+        """Every rank reads and verifies its own file; then every rank raises ``CheckpointError``
+        when any rank could not. With one fresh rank, each other rank tells it whether it could
+        and it tells them the outcome (``Verdict``): its restore ends once its own read is checked
+        and their statuses are in, without the rounds of a collective; else one agreement (an
+        ``Allreduce``). With ``into`` the data is read straight into the arrays that match (see
+        ``read_rank``). ``offers``: not used (this store agrees on versions through ``restorable``)."""
+        del offers
         ph = Phases()
         version = check_version(version)
-        check_fresh(comm, fresh)
+        fresh = check_fresh(comm, fresh)
         self._join_prune()
+        verdict = Verdict(comm, fresh) if len(fresh) == 1 else None
+        listening = verdict.listen() if verdict is not None and comm.rank in fresh else None
         out, problem = None, None
         try:
             out = self.read_rank(version, comm.rank, comm.size, ph, into=into)
         except CheckpointError as e:
             problem = e
-        ok = all_true(comm, problem is None)
+        ok = _read_everywhere(comm, verdict, listening, problem is None)
         ph.mark("agree")
         if not ok:
             raise problem or CheckpointError(f"file checkpoint version {version}: another rank could not "

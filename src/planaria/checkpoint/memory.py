@@ -137,13 +137,15 @@ class MemoryStore(PeerStore):
         return self._sources(n, fresh) is not None
 
     def restore(self, comm: Comm, version: int, fresh: set[int],
-                into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                into: dict[str, np.ndarray] | None = None, offers: list[Any] | None = None) -> dict[str, np.ndarray]:
         """Sources send each fresh rank its state and the copies it keeps, no collective first.
 
         Every rank derives the same plan from (fresh, copies, distance, n); a source that lacks
         the version sends a "missing" notice instead of data; whether the restore went through
         is settled at the end by statuses and verdicts (``Verdict``). Survivors change nothing
-        (``into``, versions kept) before the verdict.
+        (``into``, versions kept) before the verdict. With ``offers`` showing that every survivor
+        holds the version (``CheckpointStore.restore``), no statuses are sent: a fresh rank waits
+        only for its sources' data.
         """
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
@@ -159,9 +161,17 @@ class MemoryStore(PeerStore):
                 raise CheckpointError(f"memory checkpoint version {version} is not held by every rank")
             assert held is not None                     # held everywhere (above)
             return self._keep(version, r, held, into)
+        agreed = self._agreed(offers, version, n, fresh)
         verdict = Verdict(comm, fresh)
         if r in fresh:
-            return self._restore_fresh(comm, version, verdict, sources)
+            return self._restore_fresh(comm, version, verdict, sources, agreed)
+        return self._restore_source(comm, version, verdict, sources, into, agreed)
+
+    def _restore_source(self, comm: Comm, version: int, verdict: Verdict, sources: dict[int, int],
+                        into: dict[str, np.ndarray] | None, agreed: bool) -> dict[str, np.ndarray]:
+        """A survivor: the states it is the source of to the fresh ranks, its status (unless
+        ``agreed``), then the verdict; its own state unpacked after it."""
+        n, r = comm.size, comm.rank
         held = self._held(version, r, n)
         reqs: list[Any] = []
         for f in verdict.fresh:              # the data first, then its description, then the status
@@ -175,14 +185,16 @@ class MemoryStore(PeerStore):
                     meta, buf = held[o]
                     reqs.append(comm.Isend(buf, dest=f, tag=TAG_RESEED))
                     reqs.append(comm.isend((o, meta), f, TAG_REBUILD))
-        reqs += verdict.tell(0 if held is not None else -1)
+        if not agreed:
+            reqs += verdict.tell(0 if held is not None else -1)
         ok = verdict.outcome()
+        # its own state only now: copied while the fresh rank receives, it would slow that down
         out = self._keep(version, r, held, into) if ok and held is not None else None
         for q in reqs:
             q.Wait()
         if out is None:
             raise CheckpointError(f"memory checkpoint version {version} cannot be restored "
-                                  f"with fresh ranks {sorted(fresh)}: not every rank holds it")
+                                  f"with fresh ranks {sorted(verdict.fresh)}: not every rank holds it")
         return out
 
     def _keep(self, version: int, r: int, held: dict[int, tuple[Meta, np.ndarray]],
@@ -194,19 +206,19 @@ class MemoryStore(PeerStore):
         return unpack(*held[r], into=into)
 
     def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict,
-                       sources: dict[int, int]) -> dict[str, np.ndarray]:
+                       sources: dict[int, int], agreed: bool) -> dict[str, np.ndarray]:
         """A fresh rank: its own state (unpacked at once into warm arrays) and the copies it keeps.
 
         Each source sends, per owner, the data and then its description (a source lacking the
         version: an empty message and ``None``). The data's size is read from the message itself
         (a probe), so its receive is posted the moment a source's message shows up, whichever
         source is ready first (sources enter the restore at different times); the descriptions,
-        sent right behind, are read once the data is in.
+        sent right behind, are read once the data is in. ``agreed``: no statuses to wait for.
         """
         from mpi4py import MPI
         ph = Phases()
         n, r = comm.size, comm.rank
-        status, sreqs = verdict.listen()
+        status, sreqs = verdict.listen() if not agreed else (np.zeros(0, dtype=np.int64), [])
         self._inflight = [status]
         due: dict[int, list[int]] = {}              # source -> owners it sends, in the order it sends them
         for o in self._standard(r, n):

@@ -137,7 +137,8 @@ class MultiLevel(CheckpointStore):
         return out
 
     def restore(self, comm: Comm, version: int, fresh: set[int],
-                into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                into: dict[str, np.ndarray] | None = None, offers: list[Any] | None = None) -> dict[str, np.ndarray]:
+        del offers                       # no offers of its own: it agrees on versions through restorable
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
         ordered = self._by_speed()

@@ -403,7 +403,7 @@ class CheckpointStore(ABC):
 
     @abstractmethod
     def restore(self, comm: Comm, version: int, fresh: set[int],
-                into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                into: dict[str, np.ndarray] | None = None, offers: list[Any] | None = None) -> dict[str, np.ndarray]:
         """Collective over the repaired working comm: this rank's state at ``version``.
 
         ``fresh``: logical ranks whose process is new and holds nothing; their data is rebuilt
@@ -412,6 +412,9 @@ class CheckpointStore(ABC):
         dropped (they belong to a future that did not happen). ``into``: this rank's current
         state; the stores overwrite in place, and return, the arrays that match the checkpoint
         (name, dtype, shape; see ``unpack``; the file store reads into them only when all match).
+        ``offers``: every rank's ``offer`` (the list ``restorable_among`` was given, the same on
+        every rank, taken after the last save or restore), when the caller agreed on ``version``
+        from them: a store that can then skips asking every rank whether it holds the version.
         """
 
 
@@ -609,6 +612,15 @@ class PeerStore(CheckpointStore):
     def restorable_among(self, offers: list[Any], fresh: set[int]) -> int | None:
         vs = self._common(offers, {int(f) for f in fresh})
         return max(vs) if vs else None
+
+    def _agreed(self, offers: list[Any] | None, version: int, n: int, fresh: set[int]) -> bool:
+        """Whether ``offers`` (every rank's ``offer``, from the caller) show that every non-fresh
+        rank holds ``version`` saved by ``n`` ranks: the same answer on every rank (local)."""
+        if offers is None or len(offers) != n or not fresh:
+            return False
+        if any(offers[x] is None for x in range(n) if x not in fresh):
+            return False
+        return version in self._common(offers, fresh)
 
     def _common(self, offers: list[Any], fresh: set[int]) -> set[int]:
         """The versions every non-fresh rank offers, saved by ``len(offers)`` ranks; none when

@@ -21,6 +21,7 @@ i.e. ``f``'s data and its parity chunk, so redundancy is whole again after one r
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -168,12 +169,14 @@ class XorStore(PeerStore):
         return self._restorable_groups(n, fresh)
 
     def restore(self, comm: Comm, version: int, fresh: set[int],
-                into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                into: dict[str, np.ndarray] | None = None, offers: list[Any] | None = None) -> dict[str, np.ndarray]:
         """The surviving members of a fresh rank's group send it their chunks, no collective first.
 
         A member that lacks the version sends nothing but its status (-1); whether the restore
         went through is settled at the end by statuses and verdicts (``Verdict``). Survivors
-        change nothing (``into``, versions kept) before the verdict.
+        change nothing (``into``, versions kept) before the verdict. With ``offers`` showing that
+        every survivor holds the version (``CheckpointStore.restore``), no statuses are sent: a
+        fresh rank learns the chunk size from the chunks themselves.
         """
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
@@ -190,12 +193,20 @@ class XorStore(PeerStore):
                 raise CheckpointError(f"xor checkpoint version {version} is not held by every rank")
             assert e is not None                        # held everywhere (above)
             return self._keep(version, r, n, e, into)
+        agreed = self._agreed(offers, version, n, fresh)
         verdict = Verdict(comm, fresh)
         if r in fresh:
-            return self._restore_fresh(comm, version, verdict)
+            return self._restore_fresh(comm, version, verdict, agreed)
+        return self._restore_member(comm, version, verdict, e, into, agreed)
+
+    def _restore_member(self, comm: Comm, version: int, verdict: Verdict, e: _Entry | None,
+                        into: dict[str, np.ndarray] | None, agreed: bool) -> dict[str, np.ndarray]:
+        """A survivor: its status (unless ``agreed``), its chunks to the fresh member of its group,
+        then the verdict; its own data unpacked after it."""
+        n, r = comm.size, comm.rank
         g = group_of(r, n, self.group_size)
-        reqs = verdict.tell(e.c if e is not None else -1)
-        lost = [x for x in g if x in fresh]
+        reqs = verdict.tell(e.c if e is not None else -1) if not agreed else []
+        lost = [x for x in g if x in verdict.fresh]
         if lost and e is not None:
             f = lost[0]
             parts = self._parts(e, g, r, f)
@@ -206,13 +217,14 @@ class XorStore(PeerStore):
             # messages with one tag between two ranks): no copy into a vector first
             reqs.extend(comm.Isend(p, dest=f, tag=TAG_RESEED) for p in parts)
         ok = verdict.outcome()
+        # its own data only now: copied while the fresh rank receives, it would slow that down
         out = self._keep(version, r, n, e, into) if ok and e is not None else None
         for q in reqs:
             q.Wait()
         self._inflight = []
         if out is None:
             raise CheckpointError(f"xor checkpoint version {version} cannot be restored "
-                                  f"with fresh ranks {sorted(fresh)}: not every rank holds it")
+                                  f"with fresh ranks {sorted(verdict.fresh)}: not every rank holds it")
         return out
 
     def _keep(self, version: int, r: int, n: int, e: _Entry,
@@ -224,40 +236,19 @@ class XorStore(PeerStore):
         self._done.settled = True         # every rank holds ``version``: the restore went through
         return unpack(e.metas[self._me], e.buf, into=into)
 
-    def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict) -> dict[str, np.ndarray]:
+    def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict, agreed: bool) -> dict[str, np.ndarray]:
         """A fresh rank: each survivor's m chunks into place, XORed together (data and parity)."""
         ph = Phases()
         n, r = comm.size, comm.rank
         g = group_of(r, n, self.group_size)
         m = len(g)
         survivors = [x for x in g if x != r]
-        status, sreqs = verdict.listen()
+        status, sreqs = verdict.listen() if not agreed else (np.zeros(0, dtype=np.int64), [])
         self._inflight = [status]
-        pos = {x: i for i, x in enumerate(verdict.others)}
-        # a member's status says whether (and what chunk size) it sends: its chunks' receives are
-        # posted as soon as it is in, whichever member enters the restore first
-        cs: dict[int, int] = {}
         bufs: dict[int, np.ndarray] = {}
-        reqs: list[tuple[int, list[Any]]] = []
         self._inflight.append(bufs)
-        waiting, idle = list(survivors), 0
-        while waiting:
-            for x in list(waiting):
-                q = sreqs[pos[x]]
-                if idle > 200:                   # nothing for a while: block on one member
-                    q.Wait()
-                elif not q.Test():
-                    continue
-                idle = -1
-                waiting.remove(x)
-                ph.mark("wait")                  # for the member to enter the restore
-                c = cs[x] = int(status[pos[x]])
-                if c >= 0:
-                    bufs[x] = WARM.take(m * c)
-                    reqs.append((x, [comm.Irecv(bufs[x][k * c:(k + 1) * c], source=x, tag=TAG_RESEED)
-                                     for k in range(m)]))
-                    ph.mark("receive")
-            idle += 1
+        ready = self._chunk_sizes(comm, verdict, status, sreqs, agreed)
+        cs, reqs = self._post_chunks(comm, survivors, m, ready, bufs, ph)
         problem = ""
         hdr = None
         if cs[survivors[0]] >= 0:
@@ -293,6 +284,56 @@ class XorStore(PeerStore):
         self._announce(version, verdict, status, sreqs, problem, ph, commit)
         assert out is not None
         return out
+
+    @staticmethod
+    def _chunk_sizes(comm: Comm, verdict: Verdict, status: np.ndarray, sreqs: list[Any],
+                     agreed: bool) -> Callable[[int, bool], int | None]:
+        """``ready(member, block)``: the chunk size member sends (-1: none), or None while unknown;
+        from its status, or (``agreed``: no statuses) from its first chunk's message."""
+        from mpi4py import MPI
+        pos = {x: i for i, x in enumerate(verdict.others)}
+        st = MPI.Status()
+        mc: Any = comm                  # Probe and Iprobe: mpi4py's calls that Comm passes through
+
+        def ready(x: int, block: bool) -> int | None:
+            if agreed:
+                if block:
+                    mc.Probe(source=x, tag=TAG_RESEED, status=st)
+                elif not mc.Iprobe(source=x, tag=TAG_RESEED, status=st):
+                    return None
+                return int(st.Get_count(MPI.BYTE))
+            q = sreqs[pos[x]]
+            if block:
+                q.Wait()
+            elif not q.Test():
+                return None
+            return int(status[pos[x]])
+        return ready
+
+    @staticmethod
+    def _post_chunks(comm: Comm, survivors: list[int], m: int, ready: Callable[[int, bool], int | None],
+                     bufs: dict[int, np.ndarray], ph: Phases) -> tuple[dict[int, int], list[tuple[int, list[Any]]]]:
+        """The receives of each survivor's m chunks, posted as soon as it is in (whichever member
+        enters the restore first): (chunk size per member, [(member, its receives)])."""
+        cs: dict[int, int] = {}
+        reqs: list[tuple[int, list[Any]]] = []
+        waiting, idle = list(survivors), 0
+        while waiting:
+            for x in list(waiting):
+                c = ready(x, idle > 200)         # nothing for a while: block on one member
+                if c is None:
+                    continue
+                idle = -1
+                waiting.remove(x)
+                ph.mark("wait")                  # for the member to enter the restore
+                cs[x] = c
+                if c >= 0:
+                    bufs[x] = WARM.take(m * c)
+                    reqs.append((x, [comm.Irecv(bufs[x][k * c:(k + 1) * c], source=x, tag=TAG_RESEED)
+                                     for k in range(m)]))
+                    ph.mark("receive")
+            idle += 1
+        return cs, reqs
 
     def footprint(self) -> list[int]:
         if not self._data:

@@ -598,11 +598,14 @@ class Resilient:
         """Agree on the version to restore and restore it (from the start when nothing was ever saved).
 
         ``offers``: logical rank -> what it holds (``store.offer``), from the recovery's allgather;
-        when every rank that is not fresh gave one, the version is agreed on from them, else with
+        when every rank that is not fresh gave one, the version is agreed on from them, and the
+        store's restore is told so (it need not ask every rank again), else with
         ``store.restorable``. Every rank sees the same offers, so all take the same path."""
         others = [lg for lg in range(comm.size) if lg not in fresh]
+        known: list[Any] | None = None
         if others and all(offers.get(lg) is not None for lg in others):
-            version = self.store.restorable_among([offers.get(lg) for lg in range(comm.size)], fresh)
+            known = [offers.get(lg) for lg in range(comm.size)]
+            version = self.store.restorable_among(known, fresh)
         else:
             version = self.store.restorable(comm, fresh)
         newest = max(self._newest_saved, -1 if self.resumed_from is None else self.resumed_from)
@@ -614,7 +617,8 @@ class Resilient:
             raise Unrecoverable(f"no checkpoint version can be restored after losing logical rank(s) {lost}")
         else:
             keep = current if self._has_state and mine not in fresh else None
-            state = self.store.restore(comm, version, fresh, into=keep)
+            state = (self.store.restore(comm, version, fresh, into=keep, offers=known) if known is not None
+                     else self.store.restore(comm, version, fresh, into=keep))
         self._has_state = True
         return version, state
 
