@@ -6,7 +6,8 @@ on that path. ``@record`` reads the class's annotated fields and their defaults 
 ``__init__`` (positional or keyword, in the fields' order), ``__repr__`` and ``__eq__`` like a
 dataclass's; ``@record(frozen=True)`` also refuses assignments and hashes the fields.
 ``field(default_factory=...)`` makes a default anew for each instance. The type checker sees
-them as dataclasses (``dataclass_transform``).
+them as dataclasses (``dataclass_transform``). It imports ``typing``, which a rank's start avoids:
+the values every rank loads (the events') are :mod:`planaria.util.frozen` classes instead.
 """
 from __future__ import annotations
 
