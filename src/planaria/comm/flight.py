@@ -49,6 +49,11 @@ _MV: Any = None                 # the file's words (memoryview cast to int64), N
 _MAP: mmap.mmap | None = None
 _CODE_IDS: dict[int, int] = {}           # id(code object) -> code-table index
 _CODE_KEEP: list[Any] = []
+# what each slot's fields hold now, by word index (a call that repeats them writes its number only)
+_OP: list[int] = []
+_BYTES: list[int] = []
+_SITE_CODE: list[Any] = []
+_SITE_AT: list[int] = []
 _slots_used = 0
 _getframe = sys._getframe
 
@@ -97,7 +102,15 @@ def open_file(path: str | os.PathLike[str], world_rank: int) -> bool:
     _slots_used = 0
     _CODE_IDS.clear()
     _CODE_KEEP.clear()
+    _forget_fields()
     return True
+
+
+def _forget_fields() -> None:
+    """Every slot's fields taken as not written (the file is new)."""
+    words = _SLOT0 + SLOTS * WORDS
+    _OP[:] = _BYTES[:] = _SITE_AT[:] = [-1] * words
+    _SITE_CODE[:] = [None] * words
 
 
 def close() -> None:
@@ -128,23 +141,32 @@ def note(comm: Any, op: int, buf: Any, alt: Any = None) -> None:
     """Record that ``comm``'s current collective (number ``comm._ml_seq``) is ``op`` with ``buf``
     (``alt`` when ``buf`` has no size, e.g. ``MPI.IN_PLACE``), called from ``comm``'s method.
     The call site is kept as code object and instruction offset (``f_lineno`` costs a scan of the
-    line table, several hundred ns in a long module; the reader maps the offset to its line)."""
+    line table, several hundred ns in a long module; the reader maps the offset to its line).
+    A call that repeats the slot's operation, size and call site writes its number only."""
     i = comm._fl
     mv = _MV
     if i and mv is not None:
         f = _getframe(2)
         code = f.f_code
-        k = _CODE_IDS.get(id(code))        # by id: a code object's hash is computed anew every time
-        if k is None:
-            k = _code(code)
+        lasti = f.f_lasti
         n = getattr(buf, "nbytes", None)
         if n is None:
             n = size(buf) or size(alt)
-        mv[i + 1] = op
-        mv[i + 2] = n
-        mv[i + 3] = k
-        mv[i + 4] = f.f_lasti
+        if code is not _SITE_CODE[i] or lasti != _SITE_AT[i] or n != _BYTES[i] or op != _OP[i]:
+            _fields(mv, i, op, n, code, lasti)
         mv[i] = comm._ml_seq
+
+
+def _fields(mv: Any, i: int, op: int, n: int, code: Any, lasti: int) -> None:
+    """Write the fields of the slot at word ``i`` other than its number, and remember them."""
+    k = _CODE_IDS.get(id(code))            # by id: a code object's hash is computed anew every time
+    if k is None:
+        k = _code(code)
+    mv[i + 1] = _OP[i] = op
+    mv[i + 2] = _BYTES[i] = n
+    mv[i + 3] = k
+    mv[i + 4] = _SITE_AT[i] = lasti
+    _SITE_CODE[i] = code
 
 
 def _code(code: Any) -> int:
