@@ -49,11 +49,9 @@ _MV: Any = None                 # the file's words (memoryview cast to int64), N
 _MAP: mmap.mmap | None = None
 _CODE_IDS: dict[int, int] = {}           # id(code object) -> code-table index
 _CODE_KEEP: list[Any] = []
-# what each slot's fields hold now, by word index (a call that repeats them writes its number only)
-_OP: list[int] = []
-_BYTES: list[int] = []
-_SITE_CODE: list[Any] = []
-_SITE_AT: list[int] = []
+# what each slot's fields hold now, by word index: (code, instruction offset, bytes, op); a call
+# that repeats them writes its number only
+_LAST: list[tuple[Any, int, int, int]] = []
 _slots_used = 0
 _getframe = sys._getframe
 
@@ -108,9 +106,7 @@ def open_file(path: str | os.PathLike[str], world_rank: int) -> bool:
 
 def _forget_fields() -> None:
     """Every slot's fields taken as not written (the file is new)."""
-    words = _SLOT0 + SLOTS * WORDS
-    _OP[:] = _BYTES[:] = _SITE_AT[:] = [-1] * words
-    _SITE_CODE[:] = [None] * words
+    _LAST[:] = [(None, -1, -1, -1)] * (_SLOT0 + SLOTS * WORDS)
 
 
 def close() -> None:
@@ -152,7 +148,8 @@ def note(comm: Any, op: int, buf: Any, alt: Any = None) -> None:
         n = getattr(buf, "nbytes", None)
         if n is None:
             n = size(buf) or size(alt)
-        if code is not _SITE_CODE[i] or lasti != _SITE_AT[i] or n != _BYTES[i] or op != _OP[i]:
+        last = _LAST[i]
+        if code is not last[0] or lasti != last[1] or n != last[2] or op != last[3]:
             _fields(mv, i, op, n, code, lasti)
         mv[i] = comm._ml_seq
 
@@ -162,11 +159,11 @@ def _fields(mv: Any, i: int, op: int, n: int, code: Any, lasti: int) -> None:
     k = _CODE_IDS.get(id(code))            # by id: a code object's hash is computed anew every time
     if k is None:
         k = _code(code)
-    mv[i + 1] = _OP[i] = op
-    mv[i + 2] = _BYTES[i] = n
+    mv[i + 1] = op
+    mv[i + 2] = n
     mv[i + 3] = k
-    mv[i + 4] = _SITE_AT[i] = lasti
-    _SITE_CODE[i] = code
+    mv[i + 4] = lasti
+    _LAST[i] = (code, lasti, n, op)
 
 
 def _code(code: Any) -> int:
