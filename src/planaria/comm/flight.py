@@ -7,7 +7,8 @@ rank down with it. What the diagnosis needs is what each rank had passed. With d
 every collective whose counts must agree on all ranks (``OPS``) writes, on entry, its number on
 the communicator (``_ml_seq``), the operation, the bytes of its buffer and the call site into this
 rank's slot for the communicator: a few stores into a file mapped shared (``mmap``), whose pages
-the kernel keeps when the process dies. ``read_dir`` reads the files back and
+the kernel keeps when the process dies. A call whose operation, bytes and call site are those
+the slot holds already (a loop's collective) stores its number only. ``read_dir`` reads the files back and
 ``size_mismatch`` finds the ranks whose count disagrees in the same call.
 
 Layout (little-endian 64-bit words, ``WORDS`` per slot): a header (magic, world rank, slots,
