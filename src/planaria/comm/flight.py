@@ -7,8 +7,7 @@ rank down with it. What the diagnosis needs is what each rank had passed. With d
 every collective whose counts must agree on all ranks (``OPS``) writes, on entry, its number on
 the communicator (``_ml_seq``), the operation, the bytes of its buffer and the call site into this
 rank's slot for the communicator: a few stores into a file mapped shared (``mmap``), whose pages
-the kernel keeps when the process dies. A call whose operation, bytes and call site are those
-the slot holds already (a loop's collective) stores its number only. ``read_dir`` reads the files back and
+the kernel keeps when the process dies. ``read_dir`` reads the files back and
 ``size_mismatch`` finds the ranks whose count disagrees in the same call.
 
 Layout (little-endian 64-bit words, ``WORDS`` per slot): a header (magic, world rank, slots,
@@ -50,9 +49,6 @@ _MV: Any = None                 # the file's words (memoryview cast to int64), N
 _MAP: mmap.mmap | None = None
 _CODE_IDS: dict[int, int] = {}           # id(code object) -> code-table index
 _CODE_KEEP: list[Any] = []
-# what each slot's fields hold now, by word index: (code, instruction offset, bytes, op); a call
-# that repeats them writes its number only
-_LAST: list[tuple[Any, int, int, int]] = []
 _slots_used = 0
 _getframe = sys._getframe
 
@@ -101,13 +97,7 @@ def open_file(path: str | os.PathLike[str], world_rank: int) -> bool:
     _slots_used = 0
     _CODE_IDS.clear()
     _CODE_KEEP.clear()
-    _forget_fields()
     return True
-
-
-def _forget_fields() -> None:
-    """Every slot's fields taken as not written (the file is new)."""
-    _LAST[:] = [(None, -1, -1, -1)] * (_SLOT0 + SLOTS * WORDS)
 
 
 def close() -> None:
@@ -138,33 +128,23 @@ def note(comm: Any, op: int, buf: Any, alt: Any = None) -> None:
     """Record that ``comm``'s current collective (number ``comm._ml_seq``) is ``op`` with ``buf``
     (``alt`` when ``buf`` has no size, e.g. ``MPI.IN_PLACE``), called from ``comm``'s method.
     The call site is kept as code object and instruction offset (``f_lineno`` costs a scan of the
-    line table, several hundred ns in a long module; the reader maps the offset to its line).
-    A call that repeats the slot's operation, size and call site writes its number only."""
+    line table, several hundred ns in a long module; the reader maps the offset to its line)."""
     i = comm._fl
     mv = _MV
     if i and mv is not None:
         f = _getframe(2)
         code = f.f_code
-        lasti = f.f_lasti
+        k = _CODE_IDS.get(id(code))        # by id: a code object's hash is computed anew every time
+        if k is None:
+            k = _code(code)
         n = getattr(buf, "nbytes", None)
         if n is None:
             n = size(buf) or size(alt)
-        last = _LAST[i]
-        if code is not last[0] or lasti != last[1] or n != last[2] or op != last[3]:
-            _fields(mv, i, op, n, code, lasti)
+        mv[i + 1] = op
+        mv[i + 2] = n
+        mv[i + 3] = k
+        mv[i + 4] = f.f_lasti
         mv[i] = comm._ml_seq
-
-
-def _fields(mv: Any, i: int, op: int, n: int, code: Any, lasti: int) -> None:
-    """Write the fields of the slot at word ``i`` other than its number, and remember them."""
-    k = _CODE_IDS.get(id(code))            # by id: a code object's hash is computed anew every time
-    if k is None:
-        k = _code(code)
-    mv[i + 1] = op
-    mv[i + 2] = n
-    mv[i + 3] = k
-    mv[i + 4] = lasti
-    _LAST[i] = (code, lasti, n, op)
 
 
 def _code(code: Any) -> int:

@@ -255,9 +255,8 @@ class _LReq(_Req):
             _R_Wait(self, status)
         except MPI.Exception as e:
             raise self._comm._convert(e) from e
-        c = self._count
-        if c >= 0:                          # a receive from a named source, counted once
-            self._comm._ml_recvd[c] += 1
+        if self._count >= 0:                # a receive from a named source, counted once
+            self._comm._ml_recvd[self._count] += 1
             self._count = -1
         return True
 
@@ -280,17 +279,10 @@ class _LReq(_Req):
         return obj
 
 
-class _LQuiet(_LReq):
-    """A recorded request that counts nothing when done (a send, a receive from any source, a
-    nonblocking collective): ``_Req``'s own calls, without the test of ``_count`` in each."""
-
-    Test, Wait, test, wait = _Req.Test, _Req.Wait, _Req.test, _Req.wait
-
-
 def _logged(req: Any, comm: _Failures, op: str, peer: int, tag: int, buf: Any) -> _LReq:
-    """``req`` (an mpi4py request) as a recorded communicator's ``_LQuiet`` for a send or a wildcard
+    """``req`` (an mpi4py request) as a recorded communicator's ``_LReq`` for a send or a wildcard
     receive, made without Python's constructor (a third of the cost of ``_LReq(...)``)."""
-    out = _NEW_REQUEST(_LQuiet, req)
+    out = _NEW_REQUEST(_LReq, req)
     out._comm, out._ml = comm, (op, peer, tag, buf)
     return out
 
@@ -657,7 +649,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             if _IS_REVOKED(self):
                 raise self._convert_revoked()
             try:
-                out = _NEW_REQUEST(_LQuiet, _ISEND(self, buf, dest, tag))
+                out = _NEW_REQUEST(_LReq, _ISEND(self, buf, dest, tag))
             except MPI.Exception as e:
                 raise self._convert(e) from e
             out._comm, out._ml = self, ("Isend", dest, tag, buf)
@@ -699,13 +691,10 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on:                         # no Python constructor here either (``_logged``)
-            rec: _LReq
-            if source < 0:
-                rec = _NEW_REQUEST(_LQuiet, req)
-            else:
-                rec = _NEW_REQUEST(_LReq, req)
-                rec._count = source
+            rec = _NEW_REQUEST(_LReq, req)
             rec._comm, rec._ml = self, ("Irecv", source, tag, buf)
+            if source >= 0:
+                rec._count = source
             return rec
         out = _NEW_REQUEST(_Req, req)
         out._comm = self
