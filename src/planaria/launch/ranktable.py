@@ -206,7 +206,7 @@ class RankTable:
         plain = none_known and (ended or now - float(rec.get("start") or now) >= PLAIN_AFTER)
         state = ("finished" if rec.get("exit_code") == 0 else "failed") if ended else \
             "paused" if r in self.ctl_paused else "running" if plain else "starting"
-        return {"rank": r, "state": state, "pid": rec.get("pid"), "host": rec.get("host"), "role": None,
+        return {"rank": r, "state": state, "pid": rec.get("pid"), "shim": rec.get("shim"), "host": rec.get("host"), "role": None,
                 "backend": None, "last_hb": None, "step": None, "runtime": False if plain else None,
                 "start_time": rec.get("start"), "end_time": rec.get("end"), "exit_code": rec.get("exit_code"),
                 "reason": rankfate.describe(rec) if ended else None, **self.crashes.get(r, {})}

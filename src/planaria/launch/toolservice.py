@@ -25,6 +25,7 @@ from planaria.launch.fanout import Fanout
 from planaria.launch.ranktable import REACHABLE, RankTable, Row
 from planaria.launch.relay import KVStore
 from planaria.launch.transport import Dest, Routed, Transport
+from planaria.util.procstat import parent_of, start_ticks
 
 _CTL_SIGNALS = {"kill": _signal.SIGKILL, "pause": _signal.SIGSTOP, "resume": _signal.SIGCONT}
 
@@ -142,6 +143,10 @@ class ToolService:
             self.outbox.append((dest.node, {"type": "signal", "l": [dest.lid], "sig": int(sig)}))
             by_node.append(rank)
             return None
+        if not _same_process(int(pid), info):
+            # its pid names no process here that started when the rank did: the rank runs on
+            # another host (without a node agent), or it ended and the pid went to another process
+            return f"its process is not on this host or has ended (pid {pid} on {info.get('host')})"
         try:
             os.kill(int(pid), sig)
         except OSError as exc:
@@ -175,3 +180,11 @@ class ToolService:
         sent = [r for r in self.table.reachable(msg.get("ranks"))
                 if r in idents and self.transport.send_packed(idents[r], payload)]
         return {"ranks": sent}
+
+
+def _same_process(pid: int, info: Row) -> bool:
+    """Whether ``pid`` on this host is still the rank's process: the start time its hello gave, or,
+    for a program without the runtime, the rank recorder (``shim``) as its parent."""
+    if isinstance(info.get("st"), int):
+        return start_ticks(pid) == info["st"]
+    return isinstance(info.get("shim"), int) and parent_of(pid) == info["shim"]

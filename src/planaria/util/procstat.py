@@ -7,12 +7,22 @@ is the process's start time in clock ticks since boot; the pair (pid, start) nam
 from __future__ import annotations
 
 
-def start_ticks(pid: int) -> int | None:
-    """The start time of process ``pid`` (clock ticks since boot), or None when it is gone or unreadable."""
+def _field(pid: int, index: int) -> int | None:
+    """Field ``index`` of ``/proc/<pid>/stat`` counted from field 3 (state) as 0; None when unreadable."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as fh:
             stat = fh.read()
-        # fields after the command name, which may hold spaces and parentheses: state is field 3
-        return int(stat.rsplit(b")", 1)[1].split()[19])
+        # the fields after the command name, which may hold spaces and parentheses
+        return int(stat.rsplit(b")", 1)[1].split()[index])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def start_ticks(pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks since boot), or None when it is gone or unreadable."""
+    return _field(pid, 19)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid of process ``pid``, or None when it is gone or unreadable."""
+    return _field(pid, 1)
