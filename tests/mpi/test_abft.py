@@ -202,6 +202,9 @@ def test_bad_options_exit_2(tmp_path) -> None:
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"planaria abft: {tmp_path / out}: {problem}"), res.stderr
     assert not (tmp_path / "missing-dir").exists()
+    res, _, _ = _abft(tmp_path, "slope", env_extra={PLANARIA_TERRAIN_KERNELS: "fast"})
+    assert res.returncode == 2 and res.stderr.strip() == (
+        f"planaria abft: {PLANARIA_TERRAIN_KERNELS} must be one of auto, compiled, numpy, got 'fast'"), res.stderr
 
 
 @pytest.mark.timeout(120)

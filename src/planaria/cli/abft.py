@@ -86,6 +86,8 @@ def _check(dem: str, n: int, out: str, error_rate: float, backend: str, timeout:
             _usage(" ".join(str(exc).split()))
     try:
         from planaria.terrain import check_output, dem_info
+        from planaria.terrain.dispatch import method_of
+        method_of()                     # PLANARIA_TERRAIN_KERNELS, read by every rank
         rows = dem_info(dem).shape[0]
         check_output(out)
     except ValueError as exc:
