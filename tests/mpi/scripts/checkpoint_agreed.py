@@ -14,7 +14,6 @@ Every rank that checks out prints ``OK agreed <rank>``.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -24,18 +23,13 @@ import planaria as pl
 from planaria.checkpoint import MemoryStore, XorStore
 from planaria.checkpoint.store import CheckpointError
 
+from ckpt_common import checker, state_of
+
 LATE = 0.5
 
 
 def state_for(version: int, rank: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(100 * version + rank)
-    return {"u": rng.standard_normal(20000 + 13 * rank), "v": np.array(version, dtype=np.int32)}
-
-
-def check(cond: bool, what: str) -> None:
-    if not cond:
-        print(f"FAIL agreed rank {R}: {what}", flush=True)
-        os._exit(3)
+    return state_of(version, rank, 20000)
 
 
 def offers_of(store) -> list:  # type: ignore[no-untyped-def]
@@ -88,6 +82,7 @@ def run(make) -> None:  # type: ignore[no-untyped-def]
 
 COMM = pl.world(sys.argv[1])
 R = COMM.rank
+check = checker("agreed", R)
 run(lambda: MemoryStore(copies=1, distance=1))
 run(lambda: XorStore(group_size=2))
 print(f"OK agreed {R}", flush=True)

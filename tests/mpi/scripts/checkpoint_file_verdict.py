@@ -7,7 +7,6 @@ everywhere. Every rank that checks out prints ``OK fileverdict <rank>``.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -18,16 +17,11 @@ from planaria.checkpoint import FileStore
 from planaria.checkpoint.file import rank_file_name, vdir_name
 from planaria.checkpoint.store import CheckpointError
 
+from ckpt_common import checker, state_of
+
 
 def state_for(version: int, rank: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(100 * version + rank)
-    return {"u": rng.standard_normal(30000 + 13 * rank), "v": np.array(version, dtype=np.int32)}
-
-
-def check(cond: bool, what: str) -> None:
-    if not cond:
-        print(f"FAIL fileverdict rank {R}: {what}", flush=True)
-        os._exit(3)
+    return state_of(version, rank, 30000)
 
 
 def flip(rank: int) -> None:
@@ -50,6 +44,7 @@ def refused(store: FileStore, who: int) -> None:
 
 COMM = pl.world(sys.argv[1])
 R = COMM.rank
+check = checker("fileverdict", R)
 DIR = sys.argv[2]
 store = FileStore(DIR)
 for v in (1, 2):

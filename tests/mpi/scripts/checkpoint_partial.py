@@ -9,7 +9,6 @@ rank that checks out prints ``OK partial <rank>``.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -18,16 +17,11 @@ import planaria as pl
 from planaria.checkpoint import MemoryStore, XorStore
 from planaria.checkpoint.store import CheckpointError
 
+from ckpt_common import checker, state_of
+
 
 def state_for(version: int, rank: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(100 * version + rank)
-    return {"u": rng.standard_normal(500 + 13 * rank), "v": np.array(version, dtype=np.int32)}
-
-
-def check(cond: bool, what: str) -> None:
-    if not cond:
-        print(f"FAIL partial rank {R}: {what}", flush=True)
-        os._exit(3)
+    return state_of(version, rank, 500)
 
 
 def run(make) -> None:  # type: ignore[no-untyped-def]
@@ -53,6 +47,7 @@ def run(make) -> None:  # type: ignore[no-untyped-def]
 
 COMM = pl.world(sys.argv[1])
 R = COMM.rank
+check = checker("partial", R)
 run(lambda: MemoryStore())
 run(lambda: XorStore(group_size=4))
 print(f"OK partial {R}", flush=True)
