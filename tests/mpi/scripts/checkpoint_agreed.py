@@ -23,7 +23,7 @@ import planaria as pl
 from planaria.checkpoint import MemoryStore, XorStore
 from planaria.checkpoint.store import CheckpointError
 
-from ckpt_common import checker, state_of
+from ckpt_common import checker, saved_with_a_gap, state_of
 
 LATE = 0.5
 
@@ -69,13 +69,7 @@ def late_survivor(store) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(make) -> None:  # type: ignore[no-untyped-def]
-    store = make()
-    for v in (1, 2):
-        store.save(COMM, v, state_for(v, R))
-    if R == 1:
-        store = make()                                   # a fresh process: holds nothing
-    if R == 2:
-        store._data.pop(2)                               # this survivor lacks version 2
+    store = saved_with_a_gap(make, COMM, R, state_for)
     refused(store)
     late_survivor(store)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -20,3 +21,17 @@ def checker(tag: str, rank: int) -> Callable[[bool, str], None]:
             print(f"FAIL {tag} rank {rank}: {what}", flush=True)
             os._exit(3)
     return check
+
+
+def saved_with_a_gap(make: Callable[[], Any], comm: Any, rank: int,
+                     state_for: Callable[[int, int], dict[str, np.ndarray]]) -> Any:
+    """A store of ``make()`` with versions 1 and 2 saved, then rank 1 starting over empty (a fresh
+    process) and rank 2 without version 2 (a survivor that lacks it)."""
+    store = make()
+    for v in (1, 2):
+        store.save(comm, v, state_for(v, rank))
+    if rank == 1:
+        store = make()
+    if rank == 2:
+        store._data.pop(2)
+    return store
