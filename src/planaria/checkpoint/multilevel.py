@@ -119,6 +119,11 @@ class MultiLevel(CheckpointStore):
             if self._due(every, version):
                 store.save(comm, version, state)
 
+    def wait_complete(self, comm: Comm) -> None:
+        """Every level's newest version saved on ``comm`` held in full by every rank."""
+        for store, _ in self.levels:
+            store.wait_complete(comm)
+
     def footprint(self) -> list[int]:
         """The fastest level's footprint: the level a fresh rank's restore normally uses."""
         return self._by_speed()[0][0].footprint()

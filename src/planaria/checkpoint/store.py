@@ -418,6 +418,13 @@ class CheckpointStore(ABC):
         """
 
 
+    def wait_complete(self, comm: Comm) -> None:
+        """Collective over ``comm``: return once the newest version this rank saved on ``comm`` is held
+        in full by every rank, so that a failure from now on restores it; raises ``FailureError``.
+
+        A store whose ``save`` returns only once every rank's part is in (files) returns at once."""
+        del comm
+
     def set_spacing(self, every: int) -> None:
         """Told by the recovery driver: versions are step numbers ``every`` steps apart. Only
         ``MultiLevel`` uses it (its levels' intervals count checkpoints); other stores ignore it."""
@@ -493,6 +500,11 @@ class PeerStore(CheckpointStore):
     @abstractmethod
     def _save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
         """The save itself (see the store's class)."""
+
+    def wait_complete(self, comm: Comm) -> None:
+        """Wait for the nonblocking barrier that ends the last save on ``comm`` (``Completion``): once
+        it completed, every rank holds that version in full. Raises ``FailureError``."""
+        self._done.settle(comm)
 
     def _pool(self, version: int, settled: bool, buffers: Callable[[Any], Iterable[np.ndarray]]) -> BufferPool:
         """Double buffering for a save of ``version`` (versions from it on are dropped): once the

@@ -217,6 +217,8 @@ class Resilient:
         run under the same protection as the steps: a failure inside it, or before every rank
         has come out of it, is recovered from the final checkpoint and ``finish`` runs again on
         the repaired communicator. When given, ``run`` returns its result instead of the state.
+        The steps end (and ``finish`` starts) only once the checkpoint of the last step is held in
+        full by every working rank, so a failure from then on resumes from it: no step runs twice.
         Spares are released only once ``finish`` has succeeded everywhere. When the job cannot
         go on (``SparesExhausted``, ``Unrecoverable``), every living process raises the same
         error, spares that were still waiting included.
@@ -265,6 +267,7 @@ class Resilient:
                         self._save(i, state)
                     if lay.world.is_revoked():
                         raise failure_raised(pl.RevokedError("world revoked (a spare failed or recovery started elsewhere)"))
+                self._last_complete()
                 result = state
                 if finish is not None:
                     result = self._finish(finish, state)
@@ -342,6 +345,16 @@ class Resilient:
         """The working communicator (a working rank always has one; a spare has none)."""
         assert self.comm is not None
         return self.comm
+
+    def _last_complete(self) -> None:
+        """Return once the checkpoint of the last step is held in full by every working rank.
+
+        A memory store's save returns before its partners hold their copies: a rank that went on
+        into ``finish`` and failed there could otherwise leave a checkpoint before the last one
+        as the newest complete, and the steps after it would be run again."""
+        wait = getattr(self.store, "wait_complete", None)
+        if wait is not None:
+            wait(self._working())
 
     def _finish(self, finish: Callable[[Comm, State], Any], state: State) -> Any:
         """Run the epilogue and leave it uniformly: every working rank ends in the same agreement.
