@@ -12,6 +12,7 @@ RESTART = str(SCRIPTS / "checkpoint_restart.py")
 PARTIAL = str(SCRIPTS / "checkpoint_partial.py")
 AGREED = str(SCRIPTS / "checkpoint_agreed.py")
 FILE_VERDICT = str(SCRIPTS / "checkpoint_file_verdict.py")
+COMPLETE = str(SCRIPTS / "checkpoint_complete.py")
 
 # case -> (processes, world ranks expected to print OK)
 CASES = {
@@ -91,3 +92,13 @@ def test_file_restore_with_a_fresh_rank_is_all_or_nothing(backend: str, tmp_path
     res = mpiexec(4, [FILE_VERDICT, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=60)
     assert "FAIL" not in res.out, _detail(res)
     assert res.ok_ranks("fileverdict") == [0, 1, 2, 3] and res.code == 0, _detail(res)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wait_complete_holds_every_rank_until_the_version_is_held_everywhere(backend: str, tmp_path) -> None:
+    """A save returns before the partners hold their copies; ``wait_complete`` returns only once
+    every rank holds the version (memory, XOR, and a memory + file multi-level store)."""
+    res = mpiexec(4, [COMPLETE, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=60)
+    assert "FAIL" not in res.out, _detail(res)
+    assert res.ok_ranks("complete") == [0, 1, 2, 3] and res.code == 0, _detail(res)
