@@ -417,7 +417,6 @@ class CheckpointStore(ABC):
         from them: a store that can then skips asking every rank whether it holds the version.
         """
 
-
     def wait_complete(self, comm: Comm) -> None:
         """Collective over ``comm``: return once the newest version this rank saved on ``comm`` is held
         in full by every rank, so that a failure from now on restores it; raises ``FailureError``.
