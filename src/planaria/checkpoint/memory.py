@@ -30,8 +30,9 @@ def holders(owner: int, n: int, copies: int, distance: int) -> list[int]:
 
 
 def owners_held_by(rank: int, n: int, copies: int, distance: int) -> list[int]:
-    """The ranks whose copies ``rank`` holds."""
-    return [o for o in range(n) if o != rank and rank in holders(o, n, copies, distance)]
+    """The ranks whose copies ``rank`` holds (ascending): among ``rank - k*distance``, k = 1..copies."""
+    near = {(rank - k * distance) % n for k in range(1, copies + 1)}
+    return sorted(o for o in near if o != rank and rank in holders(o, n, copies, distance))
 
 
 class MemoryStore(PeerStore):
