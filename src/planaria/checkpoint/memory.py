@@ -250,17 +250,18 @@ class MemoryStore(PeerStore):
         posted: list[tuple[int, Meta, np.ndarray, Any]] = []     # (owner, description, buffer, receive)
         self._inflight = [status, heads, posted]
         problem = ""
+        # a source's data receives are posted in the order it sends (its headers may complete in
+        # another order here): each header in turn, once it and those before it are in
+        order: dict[int, list[int]] = {}
+        for i, (s, _, _) in enumerate(heads):
+            order.setdefault(s, []).append(i)
+        done: set[int] = set()
         for i in arrivals(hreqs):
             ph.mark("wait")                          # for the source to enter the restore and send
-            s, o, head = heads[i]
-            (o2, nbytes), meta = head_decode(head, comm, s)
-            if meta is None or nbytes < 0:
-                problem = problem or f"rank {s} does not hold it"
-                continue
-            if o2 != o or meta.nbytes != nbytes:
-                problem = problem or f"rank {r} expected the state of rank {o}, got {o2}"
-            buf = WARM.take(nbytes)                  # received even when not used: nothing left in flight
-            posted.append((o, meta, buf, comm.Irecv(buf, source=s, tag=TAG_RESEED)))
+            done.add(i)
+            queue = order[heads[i][0]]
+            while queue and queue[0] in done:
+                problem = self._post_one(comm, heads[queue.pop(0)], posted, problem)
             ph.mark("receive")
         got: dict[int, tuple[Meta, np.ndarray]] = {}
         out: dict[str, np.ndarray] | None = None
@@ -274,6 +275,21 @@ class MemoryStore(PeerStore):
         self._announce(version, verdict, status, sreqs, problem, ph, lambda: self._commit(r, version, n, got, heads=False))
         assert out is not None
         return out
+
+    @staticmethod
+    def _post_one(comm: Comm, head: tuple[int, int, np.ndarray], posted: list[tuple[int, Meta, np.ndarray, Any]],
+                  problem: str) -> str:
+        """The data receive that the header ``head`` (source, owner, received header) announces,
+        appended to ``posted``; the first problem seen so far (a source lacking the version, a mix-up)."""
+        s, o, raw = head
+        (o2, nbytes), meta = head_decode(raw, comm, s)
+        if meta is None or nbytes < 0:
+            return problem or f"rank {s} does not hold it"
+        if o2 != o or meta.nbytes != nbytes:
+            problem = problem or f"rank {comm.rank} expected the state of rank {o}, got {o2}"
+        buf = WARM.take(nbytes)                  # received even when not used: nothing left in flight
+        posted.append((o, meta, buf, comm.Irecv(buf, source=s, tag=TAG_RESEED)))
+        return problem
 
     def footprint(self) -> list[int]:
         if not self._data:
