@@ -31,6 +31,10 @@ _READ_BLOCK = 1 << 20               # bytes per read on a restore (each block ch
 # smaller reads are hashed on the calling thread: with 8 ranks on 2 cores a helper thread waits
 # for a core, and a 2 MB file's checksum then ended 2 ms after its last block was read
 _PIPELINE_MIN = 16 * _READ_BLOCK
+# Below this size a save starts its file's writeback on its own thread before checksumming: a
+# new thread must first be scheduled, which on a machine with more processes than cores can
+# take milliseconds, far more than starting the writeback of a small file (0.1 ms for 2 MB).
+_WRITEBACK_THREAD_MIN = 64 << 20
 
 
 def _fast_crc32() -> Callable[[Any, int], int]:
@@ -137,6 +141,11 @@ def write_all(fd: int, parts: list[memoryview]) -> int:
     return total
 
 
+def _writeback_threaded(size: int) -> bool:
+    """Whether a file of ``size`` bytes starts its writeback on a helper thread (see ``_WRITEBACK_THREAD_MIN``)."""
+    return _SYNC_FILE_RANGE is not None and size >= _WRITEBACK_THREAD_MIN
+
+
 def write_file(path: str | os.PathLike[str], parts: list[memoryview], fsync: bool, ph: Phases,
                reuse: str | os.PathLike[str] | None = None) -> tuple[int, str, Callable[[], None]]:
     """Write ``parts`` as the file ``path`` with ``writev``, start its writeback to the disk on a
@@ -147,7 +156,8 @@ def write_file(path: str | os.PathLike[str], parts: list[memoryview], fsync: boo
     so the write lands in page-cache pages that already exist (new pages are first-touch page
     faults, which on a virtual machine can cost more than the copy); else ``path`` is created
     (or truncated). The writeback is started with ``sync_file_range(SYNC_FILE_RANGE_WRITE)``
-    (Linux; elsewhere nothing is started early), which leaves the pages cached; the fsync is
+    (Linux; elsewhere nothing is started early), which leaves the pages cached; on a helper
+    thread for large files (``_WRITEBACK_THREAD_MIN``), before the checksum for others; the fsync is
     left to ``finish``, so files fsynced together then share one journal commit."""
     reused = False
     if reuse is not None:
@@ -163,7 +173,12 @@ def write_file(path: str | os.PathLike[str], parts: list[memoryview], fsync: boo
             os.ftruncate(fd, size)               # the old file may have been longer
         ph.mark("write")
 
-        helper = _Thread(lambda: start_writeback(fd)) if fsync and _SYNC_FILE_RANGE is not None else None
+        helper = None
+        if fsync and _writeback_threaded(size):
+            helper = _Thread(lambda: start_writeback(fd))
+        elif fsync:
+            start_writeback(fd)
+            ph.mark("writeback")
         h = new_digest()
         for p in parts:
             h.update(p)
