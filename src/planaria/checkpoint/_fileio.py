@@ -1,6 +1,5 @@
 """The file store's I/O: a rank file written from the arrays' own memory, checksummed while it
-is fsynced; read back block by block, each block checksummed (on a helper thread) as soon as it
-is in.
+is fsynced; read back block by block, each block checksummed as soon as it is in.
 
 The checksum is CRC-32 (the CRC of zlib, gzip and Ethernet): it catches every burst of up to 32
 flipped bits and any other damage but for one chance in 2**32, which is what a checkpoint file
@@ -8,15 +7,12 @@ needs (it guards against damage, not against an adversary). It is computed with 
 carry-less-multiply kernel (the ``isal`` package, 14 GB/s on one core of the machine the
 benchmarks ran on) when that is installed, else with ``zlib.crc32`` (2.6-3.5 GB/s; SHA-256: 1.2
 GB/s); both give the same value, so manifests do not depend on which one wrote them. Manifests
-written before CRC-32 record SHA-256 and are still read (``digest_of``). The checksum and the
-``os`` calls release the GIL on large buffers, so on a large restore the checksum runs while
-the next block is read.
+written before CRC-32 record SHA-256 and are still read (``digest_of``).
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import queue
 import threading
 import zlib
 from collections.abc import Callable
@@ -27,10 +23,14 @@ from planaria.checkpoint.store import Phases
 #: the checksum a manifest records for every rank file written now
 DIGEST = "crc32"
 _IOV_MAX = 512                      # buffers per writev (Linux allows 1024)
-_READ_BLOCK = 1 << 20               # bytes per read on a restore (each block checksummed as soon as it is in)
-# smaller reads are hashed on the calling thread: with 8 ranks on 2 cores a helper thread waits
-# for a core, and a 2 MB file's checksum then ended 2 ms after its last block was read
-_PIPELINE_MIN = 16 * _READ_BLOCK
+# bytes per read on a restore, each block checksummed once it is in: large, so that the kernel
+# keeps many requests in flight to the disk, where 1 MB reads wait for one another behind its
+# readahead window (256 MB evicted from the page cache: 0.17-0.25 s against 0.21-1.6 s)
+_READ_BLOCK = 64 << 20
+# Below this size a save starts its file's writeback on its own thread before checksumming: a
+# new thread must first be scheduled, which on a machine with more processes than cores can
+# take milliseconds, far more than starting the writeback of a small file (0.1 ms for 2 MB).
+_WRITEBACK_THREAD_MIN = 64 << 20
 
 
 def _fast_crc32() -> Callable[[Any, int], int]:
@@ -137,6 +137,11 @@ def write_all(fd: int, parts: list[memoryview]) -> int:
     return total
 
 
+def _writeback_threaded(size: int) -> bool:
+    """Whether a file of ``size`` bytes starts its writeback on a helper thread (see ``_WRITEBACK_THREAD_MIN``)."""
+    return _SYNC_FILE_RANGE is not None and size >= _WRITEBACK_THREAD_MIN
+
+
 def write_file(path: str | os.PathLike[str], parts: list[memoryview], fsync: bool, ph: Phases,
                reuse: str | os.PathLike[str] | None = None) -> tuple[int, str, Callable[[], None]]:
     """Write ``parts`` as the file ``path`` with ``writev``, start its writeback to the disk on a
@@ -147,7 +152,8 @@ def write_file(path: str | os.PathLike[str], parts: list[memoryview], fsync: boo
     so the write lands in page-cache pages that already exist (new pages are first-touch page
     faults, which on a virtual machine can cost more than the copy); else ``path`` is created
     (or truncated). The writeback is started with ``sync_file_range(SYNC_FILE_RANGE_WRITE)``
-    (Linux; elsewhere nothing is started early), which leaves the pages cached; the fsync is
+    (Linux; elsewhere nothing is started early), which leaves the pages cached; on a helper
+    thread for large files (``_WRITEBACK_THREAD_MIN``), before the checksum for others; the fsync is
     left to ``finish``, so files fsynced together then share one journal commit."""
     reused = False
     if reuse is not None:
@@ -163,7 +169,12 @@ def write_file(path: str | os.PathLike[str], parts: list[memoryview], fsync: boo
             os.ftruncate(fd, size)               # the old file may have been longer
         ph.mark("write")
 
-        helper = _Thread(lambda: start_writeback(fd)) if fsync and _SYNC_FILE_RANGE is not None else None
+        helper = None
+        if fsync and _writeback_threaded(size):
+            helper = _Thread(lambda: start_writeback(fd))
+        elif fsync:
+            start_writeback(fd)
+            ph.mark("writeback")
         h = new_digest()
         for p in parts:
             h.update(p)
@@ -184,33 +195,6 @@ def write_file(path: str | os.PathLike[str], parts: list[memoryview], fsync: boo
     return size, h.hexdigest(), finish
 
 
-class _Hasher:
-    """A digest fed block by block; on a helper thread when the data is large."""
-
-    def __init__(self, h: Any, threaded: bool) -> None:
-        self.h = h
-        self._q: queue.SimpleQueue[memoryview | None] | None = queue.SimpleQueue() if threaded else None
-        self._t = _Thread(self._run) if threaded else None
-
-    def _run(self) -> None:
-        assert self._q is not None
-        while (block := self._q.get()) is not None:
-            self.h.update(block)
-
-    def feed(self, block: memoryview) -> None:
-        if self._q is None:
-            self.h.update(block)
-        else:
-            self._q.put(block)
-
-    def hexdigest(self) -> str:
-        if self._t is not None:
-            assert self._q is not None
-            self._q.put(None)
-            self._t.join()
-        return self.h.hexdigest()
-
-
 def read_exact(fd: int, n: int) -> bytes:
     """``n`` bytes from ``fd`` (fewer only at the end of the file)."""
     out = bytearray()
@@ -226,24 +210,20 @@ def read_into(fd: int, dests: list[memoryview], h: Any, ph: Phases) -> int:
     """Fill the buffers ``dests`` in turn from ``fd`` (from its current offset), feeding ``h``
     each block as it arrives; returns the bytes read (fewer than asked only at the end of the file).
 
-    Large reads go in blocks of ``_READ_BLOCK``, checksummed on a helper thread while the next
-    block is read (on the machine the benchmarks ran on this beat one read followed by the
-    checksum, and asking the kernel to read everything ahead first)."""
-    total = sum(len(d) for d in dests)
-    hasher = _Hasher(h, threaded=total >= _PIPELINE_MIN)
+    Reads go in blocks of ``_READ_BLOCK``, each checksummed right after it is read, while it is
+    still in the cache; the kernel's readahead fetches the next blocks from the disk meanwhile.
+    No helper thread: with more processes than cores it waits for a core, and handing it each
+    block cost more than the checksum (ISA-L: under 0.1 ms per block)."""
     got = 0
-    try:
-        for dest in dests:
-            pos = 0
-            while pos < len(dest):
-                k = os.readv(fd, [dest[pos:pos + _READ_BLOCK]])
-                if not k:
-                    return got
-                hasher.feed(dest[pos:pos + k])
-                pos += k
-                got += k
-        ph.mark("read")
-    finally:
-        hasher.hexdigest()               # joins the helper thread whatever happened
-        ph.mark("hash")
+    for dest in dests:
+        pos = 0
+        while pos < len(dest):
+            k = os.readv(fd, [dest[pos:pos + _READ_BLOCK]])
+            if not k:
+                ph.mark("read")
+                return got
+            h.update(dest[pos:pos + k])
+            pos += k
+            got += k
+    ph.mark("read")
     return got

@@ -11,9 +11,9 @@ arrays' own memory (no packed copy). A save: every rank writes its file (from th
 with ``keep >= 2``, over its file of the oldest version kept, renamed: double buffering, as in
 the memory stores, so the writes land in page-cache pages that exist already), starts its
 writeback and checksums it (CRC-32) meanwhile; rank 0 gathers every rank's entry (file, size,
-checksum, dtypes and shapes) and writes the manifest; then every rank fsyncs its file and rank
-0 the manifest and the directory (one journal commit takes them all), and an agreement ends
-the save (if any rank failed, every rank raises and rank 0 removes the manifest). Rank 0 then
+checksum, dtypes and shapes); every other rank fsyncs its file as soon as its entry is sent,
+while rank 0 writes the manifest and then fsyncs its file, the manifest and the directory; an
+agreement ends the save (if any rank failed, every rank raises and rank 0 removes the manifest). Rank 0 then
 deletes the versions older than the ``keep`` newest complete ones, in the background.
 
 The manifest can reach the disk before a rank file does: what makes a version usable is its
@@ -277,8 +277,8 @@ class FileStore(CheckpointStore):
     # -- save ----------------------------------------------------------------------------------
     def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
         """Each rank writes its file straight from its arrays, then checksums it while the disk
-        takes it; rank 0 writes the manifest (a gather of the checksums); then every rank fsyncs
-        (one journal commit takes the files and the manifest), and an agreement ends the save.
+        takes it; rank 0 writes the manifest (a gather of the checksums) while the others fsync
+        their files, then fsyncs its own, the manifest and the directory; an agreement ends the save.
 
         Double buffering, as the memory stores: once ``keep`` (>= 2) versions were saved, each
         rank renames its file of the oldest one to its new file and overwrites it, so the newest
@@ -310,9 +310,6 @@ class FileStore(CheckpointStore):
             assert entries is not None
             written, problem = _write_root_manifest(vdir, version, comm.size, entries)
             ph.mark("manifest")
-        # every rank fsyncs once the manifest is written: one journal commit takes them all
-        written = comm.bcast(written, root=0)
-        ph.mark("gather")
         if finish is not None:
             synced = self._commit(finish, r == 0 and bool(written), vdir)
             problem = problem or synced

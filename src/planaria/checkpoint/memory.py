@@ -11,15 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from planaria.checkpoint._head import HEAD_BYTES, arrivals, head_decode, head_encode, send_head
 from planaria.checkpoint.store import (
     TAG_DATA, TAG_META, TAG_REBUILD, TAG_RESEED, WARM, CheckpointError, Completion, Meta, PeerStore, Phases, Verdict,
     all_true, check_fresh, check_version, pack, unpack,
 )
 from planaria.comm.base import Comm
-
-
-#: what a restore source that lacks the version sends in place of a state
-_NOTHING = np.zeros(0, dtype=np.uint8)
 
 
 def holders(owner: int, n: int, copies: int, distance: int) -> list[int]:
@@ -33,8 +30,9 @@ def holders(owner: int, n: int, copies: int, distance: int) -> list[int]:
 
 
 def owners_held_by(rank: int, n: int, copies: int, distance: int) -> list[int]:
-    """The ranks whose copies ``rank`` holds."""
-    return [o for o in range(n) if o != rank and rank in holders(o, n, copies, distance)]
+    """The ranks whose copies ``rank`` holds (ascending): among ``rank - k*distance``, k = 1..copies."""
+    near = {(rank - k * distance) % n for k in range(1, copies + 1)}
+    return sorted(o for o in near if o != rank and rank in holders(o, n, copies, distance))
 
 
 class MemoryStore(PeerStore):
@@ -60,6 +58,8 @@ class MemoryStore(PeerStore):
         self._rank: int | None = None
         self._inflight: list[object] = []   # buffers of an interrupted exchange (kept alive)
         self._done = Completion()           # the nonblocking barrier that completes the last save
+        self._heads: dict[int, dict[int, tuple[np.ndarray, np.ndarray | None]]] = {}   # version -> owner -> header
+        self._plans: dict[tuple[int, frozenset[int]], dict[int, int] | None] = {}     # (n, fresh) -> sources
 
     def __repr__(self) -> str:
         return f"MemoryStore(copies={self.copies}, distance={self.distance})"
@@ -101,9 +101,22 @@ class MemoryStore(PeerStore):
         held[r] = (meta, buf)
         self._complete(comm, settled, lambda: self._commit(r, version, n, held), ph)
 
-    def _commit(self, rank: int, version: int, n: int, held: dict[int, tuple[Meta, np.ndarray]]) -> None:
+    def _commit(self, rank: int, version: int, n: int, held: dict[int, tuple[Meta, np.ndarray]],
+                heads: bool = True) -> None:
+        """``held`` becomes ``version``; with ``heads`` (a save), the restore headers of what this
+        rank holds are made now, off the path of a recovery (else when a restore needs them)."""
         self._rank = rank
         self._add_version(version, (n, held))
+        self._heads = {v: h for v, h in self._heads.items() if v in self._data and v != version}
+        if heads:
+            self._heads[version] = {o: head_encode((o, m.nbytes), m) for o, (m, _) in held.items()}
+
+    def _head(self, version: int, owner: int, meta: Meta) -> tuple[np.ndarray, np.ndarray | None]:
+        """The restore header of ``owner``'s state at ``version`` (made at save, or now)."""
+        mine = self._heads.setdefault(version, {})
+        if owner not in mine:
+            mine[owner] = head_encode((owner, meta.nbytes), meta)
+        return mine[owner]
 
     # -- restore ---------------------------------------------------------------------------------
     def _standard(self, rank: int, n: int) -> list[int]:
@@ -121,6 +134,13 @@ class MemoryStore(PeerStore):
         """owner -> the rank that sends the owner's state to the fresh ranks needing it (the lowest
         non-fresh rank holding it); None when some needed state has no non-fresh holder left.
         Where copies live is fixed by (copies, distance, n), so every rank computes the same plan."""
+        key = (n, frozenset(fresh))
+        if key not in self._plans:
+            self._plans[key] = self._plan(n, fresh)
+        return self._plans[key]
+
+    def _plan(self, n: int, fresh: set[int]) -> dict[int, int] | None:
+        """``_sources``, computed."""
         out: dict[int, int] = {}
         for f in fresh:
             for o in self._standard(f, n):
@@ -150,13 +170,15 @@ class MemoryStore(PeerStore):
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
         n, r = comm.size, comm.rank
-        self._done.forget(False)          # a barrier of a save before the failure is never waited for
         sources = self._sources(n, fresh)
         if sources is None:
             raise CheckpointError(f"memory checkpoint version {version} cannot be restored "
                                   f"with fresh ranks {sorted(fresh)}")
+        held = self._held(version, r, n) if r not in fresh else None
+        # a source's sends first: the fresh ranks wait for nothing else
+        reqs = self._send_rebuild(comm, version, held, sources, sorted(fresh)) if r not in fresh else []
+        self._done.forget(False)          # a barrier of a save before the failure is never waited for
         if not fresh:                                   # a roll-back: every rank has its own state
-            held = self._held(version, r, n)
             if not all_true(comm, held is not None):
                 raise CheckpointError(f"memory checkpoint version {version} is not held by every rank")
             assert held is not None                     # held everywhere (above)
@@ -165,26 +187,32 @@ class MemoryStore(PeerStore):
         verdict = Verdict(comm, fresh)
         if r in fresh:
             return self._restore_fresh(comm, version, verdict, sources, agreed)
-        return self._restore_source(comm, version, verdict, sources, into, agreed)
+        return self._restore_source(comm, version, verdict, held, reqs, into, agreed)
 
-    def _restore_source(self, comm: Comm, version: int, verdict: Verdict, sources: dict[int, int],
-                        into: dict[str, np.ndarray] | None, agreed: bool) -> dict[str, np.ndarray]:
-        """A survivor: the states it is the source of to the fresh ranks, its status (unless
-        ``agreed``), then the verdict; its own state unpacked after it."""
+    def _send_rebuild(self, comm: Comm, version: int, held: dict[int, tuple[Meta, np.ndarray]] | None,
+                      sources: dict[int, int], fresh: list[int]) -> list[Any]:
+        """A survivor's sends to the fresh ranks: per state it is the source of, a header (owner,
+        size, description, made at save; size -1 when it lacks the version), then the data. The requests."""
         n, r = comm.size, comm.rank
-        held = self._held(version, r, n)
+        self._inflight = []
         reqs: list[Any] = []
-        for f in verdict.fresh:              # the data first, then its description, then the status
+        for f in fresh:
             for o in self._standard(f, n):
                 if sources[o] != r:
                     continue
                 if held is None:
-                    reqs.append(comm.Isend(_NOTHING, dest=f, tag=TAG_RESEED))
-                    reqs.append(comm.isend((o, None), f, TAG_REBUILD))
-                else:
-                    meta, buf = held[o]
-                    reqs.append(comm.Isend(buf, dest=f, tag=TAG_RESEED))
-                    reqs.append(comm.isend((o, meta), f, TAG_REBUILD))
+                    reqs += send_head(comm, f, TAG_REBUILD, head_encode((o, -1), None), self._inflight)
+                    continue
+                reqs += send_head(comm, f, TAG_REBUILD, self._head(version, o, held[o][0]), self._inflight)
+                reqs.append(comm.Isend(held[o][1], dest=f, tag=TAG_RESEED))
+        return reqs
+
+    def _restore_source(self, comm: Comm, version: int, verdict: Verdict,
+                        held: dict[int, tuple[Meta, np.ndarray]] | None, reqs: list[Any],
+                        into: dict[str, np.ndarray] | None, agreed: bool) -> dict[str, np.ndarray]:
+        """A survivor, its sends (``reqs``) posted: its status (unless ``agreed``), then the verdict;
+        its own state unpacked after it."""
+        r = comm.rank
         if not agreed:
             reqs += verdict.tell(0 if held is not None else -1)
         ok = verdict.outcome()
@@ -192,6 +220,7 @@ class MemoryStore(PeerStore):
         out = self._keep(version, r, held, into) if ok and held is not None else None
         for q in reqs:
             q.Wait()
+        self._inflight = []
         if out is None:
             raise CheckpointError(f"memory checkpoint version {version} cannot be restored "
                                   f"with fresh ranks {sorted(verdict.fresh)}: not every rank holds it")
@@ -209,58 +238,58 @@ class MemoryStore(PeerStore):
                        sources: dict[int, int], agreed: bool) -> dict[str, np.ndarray]:
         """A fresh rank: its own state (unpacked at once into warm arrays) and the copies it keeps.
 
-        Each source sends, per owner, the data and then its description (a source lacking the
-        version: an empty message and ``None``). The data's size is read from the message itself
-        (a probe), so its receive is posted the moment a source's message shows up, whichever
-        source is ready first (sources enter the restore at different times); the descriptions,
-        sent right behind, are read once the data is in. ``agreed``: no statuses to wait for.
+        The receives of every source's fixed-size headers (``_head``: owner, size, description)
+        are posted first; each data receive is posted the moment its header is in, whichever
+        source enters the restore first. ``agreed``: no statuses to wait for.
         """
-        from mpi4py import MPI
         ph = Phases()
         n, r = comm.size, comm.rank
         status, sreqs = verdict.listen() if not agreed else (np.zeros(0, dtype=np.int64), [])
-        self._inflight = [status]
-        due: dict[int, list[int]] = {}              # source -> owners it sends, in the order it sends them
-        for o in self._standard(r, n):
-            due.setdefault(sources[o], []).append(o)
-        posted: list[tuple[int, int, np.ndarray, Any]] = []     # (source, owner, buffer, receive)
-        self._inflight.append(posted)
-        st = MPI.Status()
-        mc: Any = comm                  # Probe and Iprobe: mpi4py's calls that Comm passes through
-        idle = 0
-        while due:
-            for s in list(due):
-                if idle > 200:                       # nothing for a while: block on one source
-                    mc.Probe(source=s, tag=TAG_RESEED, status=st)
-                elif not mc.Iprobe(source=s, tag=TAG_RESEED, status=st):
-                    continue
-                idle = -1
-                ph.mark("wait")                      # for the source to enter the restore and send
-                buf = WARM.take(st.Get_count(MPI.BYTE))
-                posted.append((s, due[s].pop(0), buf, comm.Irecv(buf, source=s, tag=TAG_RESEED)))
-                ph.mark("receive")                   # the single copy often happens right here
-                if not due[s]:
-                    del due[s]
-            idle += 1
+        heads = [(sources[o], o, np.empty(HEAD_BYTES, dtype=np.uint8)) for o in self._standard(r, n)]
+        hreqs = [comm.Irecv(h, source=s, tag=TAG_REBUILD) for s, _, h in heads]
+        posted: list[tuple[int, Meta, np.ndarray, Any]] = []     # (owner, description, buffer, receive)
+        self._inflight = [status, heads, posted]
+        problem = ""
+        # a source's data receives are posted in the order it sends (its headers may complete in
+        # another order here): each header in turn, once it and those before it are in
+        order: dict[int, list[int]] = {}
+        for i, (s, _, _) in enumerate(heads):
+            order.setdefault(s, []).append(i)
+        done: set[int] = set()
+        for i in arrivals(hreqs):
+            ph.mark("wait")                          # for the source to enter the restore and send
+            done.add(i)
+            queue = order[heads[i][0]]
+            while queue and queue[0] in done:
+                problem = self._post_one(comm, heads[queue.pop(0)], posted, problem)
+            ph.mark("receive")
         got: dict[int, tuple[Meta, np.ndarray]] = {}
         out: dict[str, np.ndarray] | None = None
-        problem = ""
-        for s, o, buf, q in posted:
+        for o, meta, buf, q in posted:
             q.Wait()
             ph.mark("receive")
-            o2, meta = comm.recv(source=s, tag=TAG_REBUILD)
-            if meta is None:
-                problem = problem or f"rank {s} does not hold it"
-            elif o2 != o or meta.nbytes != buf.size:
-                problem = problem or f"rank {r} expected the state of rank {o}, got {o2}"
-            else:
-                got[o] = (meta, buf)
-                if o == r:
-                    out = unpack(meta, buf, pool=WARM)
-                    ph.mark("copy")
-        self._announce(version, verdict, status, sreqs, problem, ph, lambda: self._commit(r, version, n, got))
+            got[o] = (meta, buf)
+            if o == r and not problem:
+                out = unpack(meta, buf, pool=WARM)
+                ph.mark("copy")
+        self._announce(version, verdict, status, sreqs, problem, ph, lambda: self._commit(r, version, n, got, heads=False))
         assert out is not None
         return out
+
+    @staticmethod
+    def _post_one(comm: Comm, head: tuple[int, int, np.ndarray], posted: list[tuple[int, Meta, np.ndarray, Any]],
+                  problem: str) -> str:
+        """The data receive that the header ``head`` (source, owner, received header) announces,
+        appended to ``posted``; the first problem seen so far (a source lacking the version, a mix-up)."""
+        s, o, raw = head
+        (o2, nbytes), meta = head_decode(raw, comm, s)
+        if meta is None or nbytes < 0:
+            return problem or f"rank {s} does not hold it"
+        if o2 != o or meta.nbytes != nbytes:
+            problem = problem or f"rank {comm.rank} expected the state of rank {o}, got {o2}"
+        buf = WARM.take(nbytes)                  # received even when not used: nothing left in flight
+        posted.append((o, meta, buf, comm.Irecv(buf, source=s, tag=TAG_RESEED)))
+        return problem
 
     def footprint(self) -> list[int]:
         if not self._data:

@@ -21,11 +21,11 @@ i.e. ``f``'s data and its parity chunk, so redundancy is whole again after one r
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from planaria.checkpoint._head import HEAD_BYTES, arrivals, head_decode, head_encode, send_head
 from planaria.checkpoint.store import (
     TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, WARM, CheckpointError, Completion, Meta, PeerStore, Phases,
     Verdict, all_true, check_fresh, check_version, describe, pack, unpack,
@@ -193,29 +193,44 @@ class XorStore(PeerStore):
                 raise CheckpointError(f"xor checkpoint version {version} is not held by every rank")
             assert e is not None                        # held everywhere (above)
             return self._keep(version, r, n, e, into)
+        # a member's sends first: the fresh rank of its group waits for nothing else
+        reqs = self._send_rebuild(comm, version, e, fresh) if r not in fresh else []
         agreed = self._agreed(offers, version, n, fresh)
         verdict = Verdict(comm, fresh)
         if r in fresh:
             return self._restore_fresh(comm, version, verdict, agreed)
-        return self._restore_member(comm, version, verdict, e, into, agreed)
+        return self._restore_member(comm, version, verdict, e, reqs, into, agreed)
 
-    def _restore_member(self, comm: Comm, version: int, verdict: Verdict, e: _Entry | None,
-                        into: dict[str, np.ndarray] | None, agreed: bool) -> dict[str, np.ndarray]:
-        """A survivor: its status (unless ``agreed``), its chunks to the fresh member of its group,
-        then the verdict; its own data unpacked after it."""
+    def _send_rebuild(self, comm: Comm, version: int, e: _Entry | None, fresh: set[int]) -> list[Any]:
+        """A survivor's sends to the fresh member of its group, if any: a header (version, chunk size
+        or -1 when it lacks the version, ranks at save; the group's descriptions from its first
+        survivor), then its ``m`` chunks. The requests."""
         n, r = comm.size, comm.rank
         g = group_of(r, n, self.group_size)
-        reqs = verdict.tell(e.c if e is not None else -1) if not agreed else []
-        lost = [x for x in g if x in verdict.fresh]
-        if lost and e is not None:
-            f = lost[0]
+        lost = [x for x in g if x in fresh]
+        self._inflight = []
+        if not lost:
+            return []
+        f = lost[0]
+        first = r == [x for x in g if x != f][0]
+        head = head_encode((version, -1 if e is None else e.c, -1 if e is None else e.n),
+                           e.metas if first and e is not None else None)
+        reqs = send_head(comm, f, TAG_REBUILD, head, self._inflight)
+        if e is not None:
             parts = self._parts(e, g, r, f)
-            self._inflight = [parts]
-            if r == [x for x in g if x != f][0]:
-                reqs.append(comm.isend((version, e.n, e.metas, e.c), f, TAG_REBUILD))
+            self._inflight.append(parts)
             # the m chunks straight from the store's buffers, in order (MPI keeps the order of
             # messages with one tag between two ranks): no copy into a vector first
             reqs.extend(comm.Isend(p, dest=f, tag=TAG_RESEED) for p in parts)
+        return reqs
+
+    def _restore_member(self, comm: Comm, version: int, verdict: Verdict, e: _Entry | None, reqs: list[Any],
+                        into: dict[str, np.ndarray] | None, agreed: bool) -> dict[str, np.ndarray]:
+        """A survivor, its sends (``reqs``) posted: its status (unless ``agreed``), then the verdict;
+        its own data unpacked after it."""
+        n, r = comm.size, comm.rank
+        if not agreed:
+            reqs += verdict.tell(e.c if e is not None else -1)
         ok = verdict.outcome()
         # its own data only now: copied while the fresh rank receives, it would slow that down
         out = self._keep(version, r, n, e, into) if ok and e is not None else None
@@ -237,27 +252,34 @@ class XorStore(PeerStore):
         return unpack(e.metas[self._me], e.buf, into=into)
 
     def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict, agreed: bool) -> dict[str, np.ndarray]:
-        """A fresh rank: each survivor's m chunks into place, XORed together (data and parity)."""
+        """A fresh rank: each survivor's m chunks into place, XORed together (data and parity).
+
+        The receives of the survivors' fixed-size headers (``_head``) are posted first; each
+        survivor's chunk receives the moment its header is in, whichever enters the restore first.
+        """
         ph = Phases()
         n, r = comm.size, comm.rank
         g = group_of(r, n, self.group_size)
         m = len(g)
         survivors = [x for x in g if x != r]
+        heads = [np.empty(HEAD_BYTES, dtype=np.uint8) for _ in survivors]
+        hreqs = [comm.Irecv(h, source=x, tag=TAG_REBUILD) for h, x in zip(heads, survivors, strict=True)]
         status, sreqs = verdict.listen() if not agreed else (np.zeros(0, dtype=np.int64), [])
-        self._inflight = [status]
         bufs: dict[int, np.ndarray] = {}
-        self._inflight.append(bufs)
-        ready = self._chunk_sizes(comm, verdict, status, sreqs, agreed)
-        cs, reqs = self._post_chunks(comm, survivors, m, ready, bufs, ph)
-        problem = ""
-        hdr = None
-        if cs[survivors[0]] >= 0:
-            hdr = comm.recv(source=survivors[0], tag=TAG_REBUILD)
-        if len(reqs) < len(survivors):
-            problem = "a member of its group does not hold it"
-        elif len(set(cs.values())) != 1 or hdr is None or hdr[0] != version or hdr[3] != cs[survivors[0]]:
-            problem = f"the members of its group disagree on it ({cs}, {hdr and hdr[0]})"
-        ph.mark("header")
+        self._inflight = [status, heads, bufs]
+        got: dict[int, tuple[list[int], Any]] = {}
+        reqs: list[tuple[int, list[Any]]] = []
+        for i in arrivals(hreqs):
+            ph.mark("wait")                      # for the member to enter the restore and send
+            x = survivors[i]
+            got[x] = head_decode(heads[i], comm, x)
+            c = got[x][0][1]
+            if c >= 0:
+                bufs[x] = WARM.take(m * c)
+                reqs.append((x, [comm.Irecv(bufs[x][k * c:(k + 1) * c], source=x, tag=TAG_RESEED)
+                                 for k in range(m)]))
+            ph.mark("receive")
+        problem = self._head_problem(version, got, survivors)
         acc = None
         for x, rs in reqs:
             for req in rs:
@@ -272,11 +294,12 @@ class XorStore(PeerStore):
                 ph.mark("xor")
         out, entry = None, None
         if not problem:
-            assert acc is not None and hdr is not None
-            _, n_saved, metas, c = hdr
+            assert acc is not None
+            (_, c, n_saved), metas = got[survivors[0]]
             entry = _Entry(n_saved, metas, acc[:(m - 1) * c], acc[(m - 1) * c:], c)
             out = unpack(metas[g.index(r)], entry.buf, pool=WARM)
             ph.mark("copy")
+
         def commit() -> None:
             assert entry is not None
             self._add_version(version, entry)
@@ -286,54 +309,16 @@ class XorStore(PeerStore):
         return out
 
     @staticmethod
-    def _chunk_sizes(comm: Comm, verdict: Verdict, status: np.ndarray, sreqs: list[Any],
-                     agreed: bool) -> Callable[[int, bool], int | None]:
-        """``ready(member, block)``: the chunk size member sends (-1: none), or None while unknown;
-        from its status, or (``agreed``: no statuses) from its first chunk's message."""
-        from mpi4py import MPI
-        pos = {x: i for i, x in enumerate(verdict.others)}
-        st = MPI.Status()
-        mc: Any = comm                  # Probe and Iprobe: mpi4py's calls that Comm passes through
-
-        def ready(x: int, block: bool) -> int | None:
-            if agreed:
-                if block:
-                    mc.Probe(source=x, tag=TAG_RESEED, status=st)
-                elif not mc.Iprobe(source=x, tag=TAG_RESEED, status=st):
-                    return None
-                return int(st.Get_count(MPI.BYTE))
-            q = sreqs[pos[x]]
-            if block:
-                q.Wait()
-            elif not q.Test():
-                return None
-            return int(status[pos[x]])
-        return ready
-
-    @staticmethod
-    def _post_chunks(comm: Comm, survivors: list[int], m: int, ready: Callable[[int, bool], int | None],
-                     bufs: dict[int, np.ndarray], ph: Phases) -> tuple[dict[int, int], list[tuple[int, list[Any]]]]:
-        """The receives of each survivor's m chunks, posted as soon as it is in (whichever member
-        enters the restore first): (chunk size per member, [(member, its receives)])."""
-        cs: dict[int, int] = {}
-        reqs: list[tuple[int, list[Any]]] = []
-        waiting, idle = list(survivors), 0
-        while waiting:
-            for x in list(waiting):
-                c = ready(x, idle > 200)         # nothing for a while: block on one member
-                if c is None:
-                    continue
-                idle = -1
-                waiting.remove(x)
-                ph.mark("wait")                  # for the member to enter the restore
-                cs[x] = c
-                if c >= 0:
-                    bufs[x] = WARM.take(m * c)
-                    reqs.append((x, [comm.Irecv(bufs[x][k * c:(k + 1) * c], source=x, tag=TAG_RESEED)
-                                     for k in range(m)]))
-                    ph.mark("receive")
-            idle += 1
-        return cs, reqs
+    def _head_problem(version: int, got: dict[int, tuple[list[int], Any]], survivors: list[int]) -> str:
+        """What is wrong with the survivors' headers (``{member: ([version, chunk size, ranks], metas)}``), or ''."""
+        if any(v[1] < 0 for v, _ in got.values()):
+            return "a member of its group does not hold it"
+        keys = {(v[0], v[1], v[2]) for v, _ in got.values()}
+        metas = got[survivors[0]][1]
+        if len(keys) != 1 or next(iter(keys))[0] != version or not isinstance(metas, list) \
+                or len(metas) != len(survivors) + 1:
+            return f"the members of its group disagree on it ({sorted(keys)})"
+        return ""
 
     def footprint(self) -> list[int]:
         if not self._data:

@@ -34,7 +34,9 @@ def state_for(version: int, logical: int) -> dict[str, np.ndarray]:
             "ids": rng.integers(0, 2**62, (3, logical + 1), dtype=np.int64),
             "c": rng.standard_normal((2, 2)).astype(np.complex64),
             "step": np.array(version, dtype=np.int32),
-            "tag": np.frombuffer(f"r{logical}v{version}".encode(), dtype=np.uint8).copy()}
+            "tag": np.frombuffer(f"r{logical}v{version}".encode(), dtype=np.uint8).copy(),
+            # from logical rank 2 on, descriptions too long for a restore's fixed-size header
+            **{f"extra_{k:03d}": np.full(k % 5, version * k, dtype=np.int16) for k in range(20 * logical)}}
 
 
 def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
