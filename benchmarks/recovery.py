@@ -97,6 +97,7 @@ def rank_main(args: argparse.Namespace) -> None:
     comm = res.comm
     mine, floor_s = _rank_figures(comm, res, world.rank, state["u"], ends, args)
     everyone = comm.gather(mine, root=0)
+    raw = _raw_revoke_shrink(comm, args) if args.backend == "ulfm" else None
     if comm.rank != 0:
         return
     assert everyone is not None
@@ -106,7 +107,62 @@ def rank_main(args: argparse.Namespace) -> None:
     except (OSError, ValueError, KeyError):
         emit({"error": "the victim left no kill time (did it die?)", "per_rank": everyone}, args.out)
         return
-    emit(_job_result(everyone, t_kill, floor_s, comm.size, world.size, args), args.out)
+    result = _job_result(everyone, t_kill, floor_s, comm.size, world.size, args)
+    if raw is not None and "error" not in result:
+        result["raw_ulfm"] = raw
+    emit(result, args.out)
+
+
+RAW_KILL_AT = 20          # iteration of the raw loop at whose start its victim dies
+
+
+def _raw_revoke_shrink(comm: Any, args: argparse.Namespace) -> dict[str, Any] | None:
+    """ULFM's own recovery floor, after the run, on the working ranks: mpi4py's ``Revoke`` and
+    ``Shrink`` on a plain duplicate of the working communicator, nothing of planaria around them.
+
+    Its last rank dies (SIGKILL) at the start of an iteration of a loop of 8-byte ``Allreduce``,
+    as the benchmark's victim does; every other rank times, from the error that tells it, its
+    ``Revoke`` and ``Shrink``. Collective over ``comm``; on its rank 0 the figures in ms (maxima
+    over the ranks), None elsewhere; the last rank does not return."""
+    import signal
+
+    import numpy as np
+    from mpi4py import MPI
+
+    raw = MPI.Intracomm(comm._c).Dup()
+    raw.Set_errhandler(MPI.ERRORS_RETURN)
+    victim = raw.Get_size() - 1
+    one, out = np.ones(1), np.zeros(1)
+    raw.Barrier()
+    t_kill = 0.0
+    for i in range(10 * RAW_KILL_AT):
+        if i == RAW_KILL_AT and raw.Get_rank() == victim:
+            with open(os.path.join(args.scratch, "raw_victim.json"), "w") as f:
+                json.dump({"t_kill": time.time()}, f)
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            raw.Allreduce(one, out)
+        except MPI.Exception:
+            break
+    t_detect = time.time()
+    t0 = time.perf_counter()
+    raw.Revoke()
+    t1 = time.perf_counter()
+    shrunk = raw.Shrink()
+    t2 = time.perf_counter()
+    times = shrunk.gather((t_detect, t1 - t0, t2 - t0, t2 - t1), root=0)
+    if shrunk.Get_rank() != 0:
+        return None
+    with open(os.path.join(args.scratch, "raw_victim.json")) as f:
+        t_kill = float(json.load(f)["t_kill"])
+    ms = 1e3
+    last_detect = max(t for t, *_ in times)
+    return {"processes": raw.Get_size(), "living": shrunk.Get_size(),
+            "detect_ms_max": (last_detect - t_kill) * ms,
+            "revoke_ms_max": max(r for _, r, _, _ in times) * ms,
+            "shrink_ms_max": max(s for _, _, _, s in times) * ms,
+            "revoke_shrink_ms_max": max(rs for _, _, rs, _ in times) * ms,
+            "last_detect_to_shrunk_ms": (max(t + rs for t, _, rs, _ in times) - last_detect) * ms}
 
 
 def _rank_figures(comm: Any, res: Any, world_rank: int, u: Any, ends: list[tuple[float, int]],
@@ -139,7 +195,8 @@ def _rank_figures(comm: Any, res: Any, world_rank: int, u: Any, ends: list[tuple
                     version=r.version, attempts=r.attempts, revoke_shrink_s=r.revoke_shrink_s,
                     substitution_s=r.substitution_s, restore_s=r.restore_s,
                     t_first_step=after[0][0] if after else None, first_step=after[0][1] if after else None,
-                    restore_phases=dict(getattr(res.store, "last_restore", {}) or {}))
+                    restore_phases=dict(getattr(res.store, "last_restore", {}) or {}),
+                    marks=list(__import__("planaria.recovery.driver", fromlist=["x"]).MARKS))
     return mine, floor_s
 
 
@@ -157,6 +214,7 @@ def _per_rank_rows(rec: list[dict[str, Any]], t_kill: float) -> list[dict[str, A
             "save_ms_median": p["save_s_median"] * ms, "ok": p["ok"],
             # where the store's last restore went on this rank (the recovery's, unless it restored again)
             "restore_phases_ms": {k: v * ms for k, v in p.get("restore_phases", {}).items()},
+            "marks": [(k, (t - t_kill) * ms) for k, t in p.get("marks", [])],
         })
     return per_rank
 

@@ -36,6 +36,13 @@ SPARE_POLL = 0.005       # s between a spare's tests of its receive when nothing
 SPARE_BACKSTOP = 0.1     # ... when the working ranks wake it (``wake_spares``): a backstop only
 HOT_POLL = 0.001         # after a wake, until the news (a revoke, a release) has reached its MPI
 HOT_WINDOW = 0.1
+#: this process's wall-clock marks of its last recovery's steps, (name, time.time()), for
+#: benchmarks to show where the time of a recovery goes
+MARKS: list[tuple[str, float]] = []
+
+
+def _mark(name: str) -> None:
+    MARKS.append((name, time.time()))
 
 
 _STOPPED = {"SparesExhausted": SparesExhausted, "Unrecoverable": Unrecoverable,
@@ -424,6 +431,7 @@ class Resilient:
             try:
                 done, msg = req.test()
             except pl.RevokedError as err:      # the working ranks started a recovery: join it
+                _mark("spare-saw-revoke")
                 return self._recover(err, -1)
             except pl.ProcFailedError:
                 # Some process failed. Only the working ranks decide whether that needs a recovery
@@ -442,6 +450,7 @@ class Resilient:
             if time.monotonic() < hot_until:
                 time.sleep(HOT_POLL)
             elif self._sleep():
+                _mark("spare-woken")
                 hot_until = time.monotonic() + HOT_WINDOW
 
     def _sleep(self) -> bool:
@@ -512,17 +521,27 @@ class Resilient:
     def _shrink(self, attempts: int) -> Comm:
         """Revoke the working and world communicators, wake the spares, shrink the world."""
         lay = self._lay
+        _mark("shrink-in")
         if self.comm is not None:
             self.comm.revoke()
+        _mark("rv-work")
         # The world first: the spares learn of the recovery from its revoke, and the shrink waits
         # for them; the agreement on the working communicator (``_leave``) waits for the last
         # survivor to notice the failure, and would hold the news back from them until then.
+        first = not lay.world.is_revoked()
         lay.world.revoke()
-        if attempts == 1 and lay.logical is not None and self._spare_world_ranks:
+        _mark("rv-world")
+        if first and attempts == 1 and lay.logical is not None and self._spare_world_ranks:
             wake_spares()          # the spares sleep: the revoke alone would wait for their next test
-        if self.comm is not None:
-            _leave(self.comm)
-        return lay.world.shrink()
+        _mark("revoked-woke")
+        vote = _leave_begin(self.comm) if self.comm is not None else None
+        _mark("left")
+        try:
+            w = lay.world.shrink()
+        finally:
+            _leave_end(vote)
+        _mark("shrunk")
+        return w
 
     def _recover_once(self, err: BaseException, at_step: int, current: State | None, t_detect: float,
                       attempts: int, made: list[Comm]) -> tuple[int, State] | None:
@@ -540,6 +559,7 @@ class Resilient:
         # what checkpoints it holds, when the store can agree on a version from that without messages
         pairs = world.allgather((lay.logical, self._has_state, self._world_rank, self._done,
                                  self.on_recovery is not None, self._offer()))
+        _mark("allgathered")
         info = [p[0] for p in pairs]
         number = max(p[3] for p in pairs) + 1
         self._callbacks = any(p[4] for p in pairs)
@@ -557,6 +577,7 @@ class Resilient:
         if comm is not None:
             made.append(comm)
         t2 = time.perf_counter()
+        _mark("split")
         self._spare_ranks = spare_ranks[len(lost):]
         self._fp_sent = None          # the spares left learn footprints again on the new world
         lay.world, lay.logical, self.comm = world, mine, comm
@@ -572,6 +593,7 @@ class Resilient:
         offers = {p[0]: p[5] for p in pairs if p[0] is not None and p[1]}
         version, state = self._restore(comm, lost, set(lost) | empty, mine, current, offers)
         t3 = time.perf_counter()
+        _mark("restored")
         if was_spare:
             self.role = "recovered"
             WARM.reserve([])            # what the restore did not take (another rank's sizes)
@@ -757,6 +779,30 @@ def _agree(comm: Comm, flag: bool) -> bool:
         return bool(comm.agree(flag))
     finally:
         _AGREED.add(comm)
+
+
+def _leave_begin(comm: Comm) -> Any:
+    """``_leave`` started: the vote posted without waiting (a nonblocking agreement, where the
+    backend has one), so that the next collective runs alongside it; ``_leave_end`` completes it."""
+    start = getattr(comm, "iagree", None)
+    if start is None or comm in _AGREED:
+        _leave(comm)
+        return None
+    _AGREED.add(comm)
+    try:
+        return start(False)
+    except FailureError:
+        return None
+
+
+def _leave_end(vote: Any) -> None:
+    """Complete the vote ``_leave_begin`` posted."""
+    if vote is None:
+        return
+    try:
+        vote.Wait()
+    except FailureError:
+        pass                     # raised at every member alike: the agreement is over
 
 
 def _leave(comm: Comm) -> None:
