@@ -196,8 +196,14 @@ def _rank_figures(comm: Any, res: Any, world_rank: int, u: Any, ends: list[tuple
                     substitution_s=r.substitution_s, restore_s=r.restore_s,
                     t_first_step=after[0][0] if after else None, first_step=after[0][1] if after else None,
                     restore_phases=dict(getattr(res.store, "last_restore", {}) or {}),
-                    marks=list(__import__("planaria.recovery.driver", fromlist=["x"]).MARKS))
+                    marks=list(recovery_marks()))
     return mine, floor_s
+
+
+def recovery_marks() -> list[tuple[str, float]]:
+    """This process's marks of its last recovery (``planaria.recovery.driver.MARKS``)."""
+    from planaria.recovery.driver import MARKS
+    return MARKS
 
 
 def _per_rank_rows(rec: list[dict[str, Any]], t_kill: float) -> list[dict[str, Any]]:

@@ -160,7 +160,8 @@ class MemoryStore(PeerStore):
             if not all_true(comm, held is not None):
                 raise CheckpointError(f"memory checkpoint version {version} is not held by every rank")
             assert held is not None                     # held everywhere (above)
-            return self._keep(version, r, held, into)
+            self._keep(version, r)
+            return unpack(*held[r], into=into)
         agreed = self._agreed(offers, version, n, fresh)
         verdict = Verdict(comm, fresh)
         if r in fresh:
@@ -187,23 +188,24 @@ class MemoryStore(PeerStore):
                     reqs.append(comm.isend((o, meta), f, TAG_REBUILD))
         if not agreed:
             reqs += verdict.tell(0 if held is not None else -1)
+        # its own state copied back while the fresh ranks receive theirs (the held copies stay as
+        # they are: a failure before the verdict restores from them again)
+        out = unpack(*held[r], into=into) if held is not None else None
         ok = verdict.outcome()
-        # its own state only now: copied while the fresh rank receives, it would slow that down
-        out = self._keep(version, r, held, into) if ok and held is not None else None
+        if ok and out is not None:
+            self._keep(version, r)
         for q in reqs:
             q.Wait()
-        if out is None:
+        if out is None or not ok:
             raise CheckpointError(f"memory checkpoint version {version} cannot be restored "
                                   f"with fresh ranks {sorted(verdict.fresh)}: not every rank holds it")
         return out
 
-    def _keep(self, version: int, r: int, held: dict[int, tuple[Meta, np.ndarray]],
-              into: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-        """A survivor's side of a restore that went through: drop newer versions, unpack its own state."""
+    def _keep(self, version: int, r: int) -> None:
+        """A survivor's side of a restore that went through: drop the newer versions."""
         self._data = {v: d for v, d in self._data.items() if v <= version}
         self._rank = r
         self._done.settled = True         # every rank holds ``version``: the restore went through
-        return unpack(*held[r], into=into)
 
     def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict,
                        sources: dict[int, int], agreed: bool) -> dict[str, np.ndarray]:
@@ -243,7 +245,6 @@ class MemoryStore(PeerStore):
                     del due[s]
             idle += 1
         got: dict[int, tuple[Meta, np.ndarray]] = {}
-        out: dict[str, np.ndarray] | None = None
         problem = ""
         for s, o, buf, q in posted:
             q.Wait()
@@ -255,11 +256,11 @@ class MemoryStore(PeerStore):
                 problem = problem or f"rank {r} expected the state of rank {o}, got {o2}"
             else:
                 got[o] = (meta, buf)
-                if o == r:
-                    out = unpack(meta, buf, pool=WARM)
-                    ph.mark("copy")
         self._announce(version, verdict, status, sreqs, problem, ph, lambda: self._commit(r, version, n, got))
-        assert out is not None
+        # its own state cut out of the copy it keeps after the verdict: the survivors resume meanwhile
+        out = unpack(*got[r], pool=WARM)
+        ph.mark("copy")
+        self.last_restore = ph.out
         return out
 
     def footprint(self) -> list[int]:

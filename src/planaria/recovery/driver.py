@@ -27,7 +27,7 @@ from planaria.checkpoint.store import WARM
 from planaria.comm.base import Comm
 from planaria.comm.errors import FailureError, failure_raised
 from planaria.errors import RecoveryCallbackFailed, RecoveryStopped, SparesExhausted, Unrecoverable
-from planaria.runtime.bootstrap import spare_waker, tell, wake_spares
+from planaria.runtime.bootstrap import prepare_wake, spare_waker, tell, wake_spares
 from planaria.util.env import PLANARIA_RESTART, PLANARIA_SPARES
 
 State = dict[str, np.ndarray]
@@ -182,6 +182,8 @@ class Resilient:
         nwork = self.world.size - self.spares
         logical = self.world.rank if self.world.rank < nwork else None
         self._waker = spare_waker() if logical is None else None
+        if logical is not None and self.spares:
+            prepare_wake()
         if spare_poll is None:
             spare_poll = SPARE_BACKSTOP if self._waker is not None else SPARE_POLL
         if not 0 < spare_poll <= 1:
@@ -416,6 +418,8 @@ class Resilient:
                 lay.world.send(("warm", lay.logical, fp), dest=r, tag=SPARE_TAG)
             except FailureError:
                 pass      # a dead spare, or a recovery under way: the step loop checks the world
+        if self._spare_world_ranks:
+            wake_spares()   # a sleeping spare warms up now, not at its next backstop test (or never)
 
     def _warm_up(self, logical: int, fp: list[int]) -> None:
         """On a spare: keep warm the buffers of the largest rank it might replace."""
@@ -425,6 +429,7 @@ class Resilient:
     def _spare_wait(self) -> tuple[int, State] | None:
         """Wait without spinning until released (None) or needed (returns where to resume)."""
         world = self._lay.world
+        MARKS.clear()
         req = world.irecv_matched(tag=SPARE_TAG)
         hot_until = 0.0            # after a wake: test every millisecond until the news is in
         while True:
@@ -443,6 +448,7 @@ class Resilient:
                 if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "warm":
                     self._warm_up(msg[1], msg[2])
                     req = world.irecv_matched(tag=SPARE_TAG)
+                    hot_until = 0.0         # what woke it is read: back to sleeping
                     continue
                 if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "stop" and msg[1] in _STOPPED:
                     raise _STOPPED[msg[1]](msg[2])
@@ -492,6 +498,8 @@ class Resilient:
         ``current``: this rank's state when the failure struck; a survivor's restore overwrites
         it in place (memory it already uses) instead of allocating new arrays."""
         t_detect = time.time()
+        if self._lay.logical is not None:
+            MARKS.clear()           # a spare keeps the marks of its wait
         attempts = 0
         while True:
             attempts += 1
@@ -532,6 +540,7 @@ class Resilient:
         lay.world.revoke()
         _mark("rv-world")
         if first and attempts == 1 and lay.logical is not None and self._spare_world_ranks:
+            _mark("wake-in")
             wake_spares()          # the spares sleep: the revoke alone would wait for their next test
         _mark("revoked-woke")
         vote = _leave_begin(self.comm) if self.comm is not None else None
