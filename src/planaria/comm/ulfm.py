@@ -848,19 +848,6 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             raise self._convert(e) from e
         return bool(out) if isinstance(flag, bool) else int(out)
 
-    def iagree(self, flag: bool | int) -> Request:
-        """Nonblocking ``agree`` (``MPIX_Comm_iagree``): a request whose ``Wait`` raises planaria's
-        errors; it keeps the flag's buffer alive until it completes."""
-        if self._ml_on:
-            self._ml_seq += 1
-        buf = np.array([int(flag)], dtype=np.intc)
-        try:
-            req = _Req(self._c.Iagree(buf), self)
-        except MPI.Exception as e:
-            raise self._convert(e) from e
-        req._flag = buf
-        return req
-
     def ack_failed(self) -> int:
         try:
             return int(self._c.Ack_failed())

@@ -34,7 +34,7 @@ State = dict[str, np.ndarray]
 SPARE_TAG = 31001
 SPARE_POLL = 0.005       # s between a spare's tests of its receive when nothing can wake it
 SPARE_BACKSTOP = 0.1     # ... when the working ranks wake it (``wake_spares``): a backstop only
-HOT_POLL = 0.001         # after a wake, until the news (a revoke, a release) has reached its MPI
+HOT_POLL = 0.0002        # after a wake, until the news (a revoke, a release) has reached its MPI
 HOT_WINDOW = 0.1
 #: this process's wall-clock marks of its last recovery's steps, (name, time.time()), for
 #: benchmarks to show where the time of a recovery goes
@@ -543,12 +543,10 @@ class Resilient:
             _mark("wake-in")
             wake_spares()          # the spares sleep: the revoke alone would wait for their next test
         _mark("revoked-woke")
-        vote = _leave_begin(self.comm) if self.comm is not None else None
+        if self.comm is not None:
+            _leave(self.comm)
         _mark("left")
-        try:
-            w = lay.world.shrink()
-        finally:
-            _leave_end(vote)
+        w = lay.world.shrink()
         _mark("shrunk")
         return w
 
@@ -788,30 +786,6 @@ def _agree(comm: Comm, flag: bool) -> bool:
         return bool(comm.agree(flag))
     finally:
         _AGREED.add(comm)
-
-
-def _leave_begin(comm: Comm) -> Any:
-    """``_leave`` started: the vote posted without waiting (a nonblocking agreement, where the
-    backend has one), so that the next collective runs alongside it; ``_leave_end`` completes it."""
-    start = getattr(comm, "iagree", None)
-    if start is None or comm in _AGREED:
-        _leave(comm)
-        return None
-    _AGREED.add(comm)
-    try:
-        return start(False)
-    except FailureError:
-        return None
-
-
-def _leave_end(vote: Any) -> None:
-    """Complete the vote ``_leave_begin`` posted."""
-    if vote is None:
-        return
-    try:
-        vote.Wait()
-    except FailureError:
-        pass                     # raised at every member alike: the agreement is over
 
 
 def _leave(comm: Comm) -> None:
