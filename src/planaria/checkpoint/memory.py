@@ -142,8 +142,9 @@ class MemoryStore(PeerStore):
 
         Every rank derives the same plan from (fresh, copies, distance, n); a source that lacks
         the version sends a "missing" notice instead of data; whether the restore went through
-        is settled at the end by statuses and verdicts (``Verdict``). Survivors change nothing
-        (``into``, versions kept) before the verdict. With ``offers`` showing that every survivor
+        is settled at the end by statuses and verdicts (``Verdict``). Survivors copy their own state
+        into ``into`` while the fresh ranks receive, but keep every version (the copies a next
+        attempt restores from) until the verdict. With ``offers`` showing that every survivor
         holds the version (``CheckpointStore.restore``), no statuses are sent: a fresh rank waits
         only for its sources' data.
         """
@@ -171,7 +172,7 @@ class MemoryStore(PeerStore):
     def _restore_source(self, comm: Comm, version: int, verdict: Verdict, sources: dict[int, int],
                         into: dict[str, np.ndarray] | None, agreed: bool) -> dict[str, np.ndarray]:
         """A survivor: the states it is the source of to the fresh ranks, its status (unless
-        ``agreed``), then the verdict; its own state unpacked after it."""
+        ``agreed``), its own state unpacked, then the verdict."""
         n, r = comm.size, comm.rank
         held = self._held(version, r, n)
         reqs: list[Any] = []
@@ -209,7 +210,7 @@ class MemoryStore(PeerStore):
 
     def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict,
                        sources: dict[int, int], agreed: bool) -> dict[str, np.ndarray]:
-        """A fresh rank: its own state (unpacked at once into warm arrays) and the copies it keeps.
+        """A fresh rank: its own state and the copies it keeps; the verdict, then its state cut into warm arrays.
 
         Each source sends, per owner, the data and then its description (a source lacking the
         version: an empty message and ``None``). The data's size is read from the message itself
