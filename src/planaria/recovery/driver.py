@@ -212,6 +212,7 @@ class Resilient:
         self._callbacks = on_recovery is not None  # some process has on_recovery (learnt in each recovery)
         self._ck_pending: list[list[float]] = []  # checkpoints not yet told to the controller
         self._ck_told = time.monotonic()
+        self._after_resume: list[Callable[[], None]] = []   # run after the first step resumed after a recovery
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -328,7 +329,11 @@ class Resilient:
         """The recoveries not told yet, to the controller; from logical rank 0 also as
         ``PLANARIA_EVENT_RECOVERED`` once every working rank ``agreed`` to resume. Called after the
         first resumed step, not before it: the messages and the event's fan-out to every process
-        would otherwise delay the step on a host whose cores the ranks share."""
+        would otherwise delay the step on a host whose cores the ranks share. What a recovery left
+        for after that step (``_after_resume``) runs first."""
+        after, self._after_resume = self._after_resume, []
+        for fn in after:
+            fn()
         untold, self._untold = self._untold, []
         for rec in untold:
             tell("recovery", restart=_restart(), **rec.to_dict())
@@ -594,8 +599,7 @@ class Resilient:
         assert comm is not None     # a working rank's split gives one
         if was_spare:
             self._has_state = False
-            if self._waker is not None:      # a working rank now: not woken as a spare
-                self._waker.close()
+            self._after_resume.append(self._no_longer_spare)
         warm = WARM.held()
         offers = {p[0]: p[5] for p in pairs if p[0] is not None and p[1]}
         version, state = self._restore(comm, lost, set(lost) | empty, mine, current, offers)
@@ -603,7 +607,6 @@ class Resilient:
         _mark("restored")
         if was_spare:
             self.role = "recovered"
-            WARM.reserve([])            # what the restore did not take (another rank's sizes)
         elif self.role == "initial":
             self.role = "survivor"
         _tell_role(self.role, mine)
@@ -612,7 +615,15 @@ class Resilient:
                                         t1 - t0, t2 - t1, t3 - t2, attempts, comm.size, warm_bytes=warm,
                                         number=number, replaced_by=replaced, logical=mine,
                                         world_rank=self._world_rank, t_done=time.time()))
+        _mark("resuming")
         return version, state
+
+    def _no_longer_spare(self) -> None:
+        """A spare that took over a rank, after its first resumed step (off the recovery's critical
+        path): no longer woken as a spare, and the warm memory its restore did not take given back."""
+        if self._waker is not None:
+            self._waker.close()
+        WARM.reserve([])
 
     def _offer(self) -> Any:
         """What this working rank holds, for the store to agree on a version without messages
