@@ -37,7 +37,9 @@ SPARE_BACKSTOP = 0.1     # ... when the working ranks wake it (``wake_spares``):
 HOT_POLL = 0.0002        # after a wake, until the news (a revoke, a release) has reached its MPI
 HOT_WINDOW = 0.1
 #: this process's wall-clock marks of its last recovery's steps, (name, time.time()), for
-#: benchmarks to show where the time of a recovery goes
+#: benchmarks to show where the time of a recovery goes: a spare's "woken" and "revoke seen",
+#: then "recovering", "revoked", "spares woken" (the rank that woke them), "voted" (in the old
+#: working communicator's agreement), "shrunk", "roles" (gathered), "split", "restored", "resuming"
 MARKS: list[tuple[str, float]] = []
 
 
@@ -436,12 +438,12 @@ class Resilient:
         world = self._lay.world
         MARKS.clear()
         req = world.irecv_matched(tag=SPARE_TAG)
-        hot_until = 0.0            # after a wake: test every millisecond until the news is in
+        hot_until = 0.0            # after a wake: test every HOT_POLL s until the news is in
         while True:
             try:
                 done, msg = req.test()
             except pl.RevokedError as err:      # the working ranks started a recovery: join it
-                _mark("spare-saw-revoke")
+                _mark("revoke seen")
                 return self._recover(err, -1)
             except pl.ProcFailedError:
                 # Some process failed. Only the working ranks decide whether that needs a recovery
@@ -461,7 +463,7 @@ class Resilient:
             if time.monotonic() < hot_until:
                 time.sleep(HOT_POLL)
             elif self._sleep():
-                _mark("spare-woken")
+                _mark("woken")
                 hot_until = time.monotonic() + HOT_WINDOW
 
     def _sleep(self) -> bool:
@@ -534,23 +536,21 @@ class Resilient:
     def _shrink(self, attempts: int) -> Comm:
         """Revoke the working and world communicators, wake the spares, shrink the world."""
         lay = self._lay
-        _mark("shrink-in")
+        _mark("recovering")
         if self.comm is not None:
             self.comm.revoke()
-        _mark("rv-work")
         # The world first: the spares learn of the recovery from its revoke, and the shrink waits
         # for them; the agreement on the working communicator (``_leave``) waits for the last
         # survivor to notice the failure, and would hold the news back from them until then.
         first = not lay.world.is_revoked()
         lay.world.revoke()
-        _mark("rv-world")
+        _mark("revoked")
         if first and attempts == 1 and lay.logical is not None and self._spare_world_ranks:
-            _mark("wake-in")
             wake_spares()          # the spares sleep: the revoke alone would wait for their next test
-        _mark("revoked-woke")
+            _mark("spares woken")
         if self.comm is not None:
             _leave(self.comm)
-        _mark("left")
+            _mark("voted")
         w = lay.world.shrink()
         _mark("shrunk")
         return w
@@ -571,7 +571,7 @@ class Resilient:
         # what checkpoints it holds, when the store can agree on a version from that without messages
         pairs = world.allgather((lay.logical, self._has_state, self._world_rank, self._done,
                                  self.on_recovery is not None, self._offer()))
-        _mark("allgathered")
+        _mark("roles")
         info = [p[0] for p in pairs]
         number = max(p[3] for p in pairs) + 1
         self._callbacks = any(p[4] for p in pairs)
