@@ -86,10 +86,6 @@ def _pack(v: Any, out: list[bytes]) -> bool:
     return True
 
 
-class _Foreign(Exception):
-    """A value this module does not read (an extension type): msgpack itself reads the message."""
-
-
 _FIXED = {0xCA: (">f", 4), 0xCB: (">d", 8), 0xCC: (">B", 1), 0xCD: (">H", 2), 0xCE: (">I", 4),
           0xCF: (">Q", 8), 0xD0: (">b", 1), 0xD1: (">h", 2), 0xD2: (">i", 4), 0xD3: (">q", 8)}
 _SIZED = {0xD9: ("s", 1), 0xDA: ("s", 2), 0xDB: ("s", 4), 0xC4: ("b", 1), 0xC5: ("b", 2), 0xC6: ("b", 4),
@@ -102,7 +98,7 @@ def unpackb(data: bytes) -> Any:
     (the controller's messages); msgpack itself reads anything else. ValueError on a broken message."""
     try:
         value, end = _read(memoryview(data), 0)
-    except _Foreign:
+    except NotImplementedError:         # a value this module does not read (an extension type)
         import msgpack
 
         return msgpack.unpackb(data, raw=False)
@@ -135,7 +131,7 @@ def _read(buf: memoryview, pos: int) -> tuple[Any, int]:
         n = int.from_bytes(buf[pos:pos + size], "big")
         pos += size
         return _items(buf, pos, n, kind) if kind in "am" else _chunk(buf, pos, n, kind)
-    raise _Foreign(code)
+    raise NotImplementedError(f"msgpack type 0x{code:02x}")
 
 
 def _chunk(buf: memoryview, pos: int, n: int, kind: str) -> tuple[Any, int]:
