@@ -76,6 +76,19 @@ def test_spares_wake_on_the_recovery_not_on_their_poll(tmp_path, backend: str) -
 
 
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_a_spare_is_warm_for_a_failure_soon_after_the_start(tmp_path, backend: str) -> None:
+    # a spare that would test its receive only once a second, and a kill 60 ms of steps after the
+    # first checkpoint: the working ranks wake it with the sizes, so it has faulted them in
+    res, results = run_app(tmp_path, backend, 4, 1, ["kill:rank=2,iter=12"], steps=20, step_sleep=0.005,
+                           spare_poll=1.0)
+    assert res.returncode == 0, res.stderr[-3000:]
+    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    assert working[2]["role"] == "recovered" and all(r["ok"] for r in working.values()), results
+    packed = (1000 + 20) * 8          # x and trace (one float64 per step)
+    assert working[2]["recoveries"][0]["warm_bytes"] == 3 * packed, working[2]["recoveries"]
+
+
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
 def test_spares_exhausted_stops_everywhere(tmp_path, backend: str) -> None:
     res, _ = run_app(tmp_path, backend, 4, 1, ["kill:rank=2,iter=12", "kill:rank=3,iter=31"])
     stopped = sorted(int(line.split()[2].rstrip(":")) for line in res.stdout.splitlines() if "EXHAUSTED" in line)

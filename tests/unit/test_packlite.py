@@ -1,4 +1,4 @@
-"""``planaria.util.packlite`` writes what msgpack writes, and a rank's start imports neither
+"""``planaria.util.packlite`` writes what msgpack writes and reads it back as msgpack does, and a rank's start imports neither
 msgpack nor the Python modules it takes from their C modules."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import msgpack
 import pytest
 
-from planaria.util.packlite import packb
+from planaria.util.packlite import packb, unpackb
 
 EDGES = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**64 - 1,
          -1, -32, -33, -128, -129, -32768, -32769, -2**31, -2**31 - 1, -2**63]
@@ -61,3 +61,35 @@ def test_the_agent_knows_a_heartbeats_answer_by_its_bytes():
 
     secret = "ab" * 32
     assert packb({"type": "hbok", "tok": secret}) == protocol.pack({"type": "hbok"}, secret)
+
+
+def _both_encodings(value):
+    out = [msgpack.packb(value, use_bin_type=True)]
+    try:
+        out.append(msgpack.packb(value, use_bin_type=False))     # str8-less raw strings
+    except Exception:  # noqa: BLE001 - only values both forms take
+        pass
+    return out
+
+
+@pytest.mark.parametrize("value", EDGES + TEXTS + [v for v in VALUES if not isinstance(v, dict) or
+                                                   all(isinstance(k, str) for k in v)],
+                         ids=lambda v: repr(v)[:40])
+def test_unpackb_reads_what_msgpack_reads(value):
+    for data in _both_encodings(value):
+        expected = msgpack.unpackb(data, raw=False)
+        got = unpackb(data)
+        assert got == expected and type(got) is type(expected)
+
+
+def test_unpackb_reads_single_floats_and_leaves_extensions_to_msgpack():
+    assert unpackb(msgpack.packb(1.5, use_single_float=True)) == 1.5
+    ext = msgpack.packb({"x": msgpack.ExtType(5, b"ab")})
+    assert unpackb(ext) == {"x": msgpack.ExtType(5, b"ab")}
+
+
+@pytest.mark.parametrize("data", [b"\x92\x01", b"\xa5ab", b"\x01\x02", b"\xd9\x05ab", b"\xc4\x09"],
+                         ids=["short array", "short fixstr", "extra bytes", "short str8", "short bin8"])
+def test_unpackb_rejects_broken_messages(data):
+    with pytest.raises(ValueError):
+        unpackb(data)

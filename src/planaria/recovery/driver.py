@@ -27,15 +27,24 @@ from planaria.checkpoint.store import WARM
 from planaria.comm.base import Comm
 from planaria.comm.errors import FailureError, failure_raised
 from planaria.errors import RecoveryCallbackFailed, RecoveryStopped, SparesExhausted, Unrecoverable
-from planaria.runtime.bootstrap import spare_waker, tell, wake_spares
+from planaria.runtime.bootstrap import prepare_wake, spare_waker, tell, wake_spares
 from planaria.util.env import PLANARIA_RESTART, PLANARIA_SPARES
 
 State = dict[str, np.ndarray]
 SPARE_TAG = 31001
 SPARE_POLL = 0.005       # s between a spare's tests of its receive when nothing can wake it
 SPARE_BACKSTOP = 0.1     # ... when the working ranks wake it (``wake_spares``): a backstop only
-HOT_POLL = 0.001         # after a wake, until the news (a revoke, a release) has reached its MPI
+HOT_POLL = 0.0002        # after a wake, until the news (a revoke, a release) has reached its MPI
 HOT_WINDOW = 0.1
+#: this process's wall-clock marks of its last recovery's steps, (name, time.time()), for
+#: benchmarks to show where the time of a recovery goes: a spare's "woken" and "revoke seen",
+#: then "recovering", "revoked", "spares woken" (the rank that woke them), "voted" (in the old
+#: working communicator's agreement), "shrunk", "roles" (gathered), "split", "restored", "resuming"
+MARKS: list[tuple[str, float]] = []
+
+
+def _mark(name: str) -> None:
+    MARKS.append((name, time.time()))
 
 
 _STOPPED = {"SparesExhausted": SparesExhausted, "Unrecoverable": Unrecoverable,
@@ -175,6 +184,8 @@ class Resilient:
         nwork = self.world.size - self.spares
         logical = self.world.rank if self.world.rank < nwork else None
         self._waker = spare_waker() if logical is None else None
+        if logical is not None and self.spares:
+            prepare_wake()
         if spare_poll is None:
             spare_poll = SPARE_BACKSTOP if self._waker is not None else SPARE_POLL
         if not 0 < spare_poll <= 1:
@@ -203,6 +214,7 @@ class Resilient:
         self._callbacks = on_recovery is not None  # some process has on_recovery (learnt in each recovery)
         self._ck_pending: list[list[float]] = []  # checkpoints not yet told to the controller
         self._ck_told = time.monotonic()
+        self._after_resume: list[Callable[[], None]] = []   # run after the first step resumed after a recovery
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -322,7 +334,11 @@ class Resilient:
         """The recoveries not told yet, to the controller; from logical rank 0 also as
         ``PLANARIA_EVENT_RECOVERED`` once every working rank ``agreed`` to resume. Called after the
         first resumed step, not before it: the messages and the event's fan-out to every process
-        would otherwise delay the step on a host whose cores the ranks share."""
+        would otherwise delay the step on a host whose cores the ranks share. What a recovery left
+        for after that step (``_after_resume``) runs first."""
+        after, self._after_resume = self._after_resume, []
+        for fn in after:
+            fn()
         untold, self._untold = self._untold, []
         for rec in untold:
             tell("recovery", restart=_restart(), **rec.to_dict())
@@ -422,6 +438,8 @@ class Resilient:
                 lay.world.send(("warm", lay.logical, fp), dest=r, tag=SPARE_TAG)
             except FailureError:
                 pass      # a dead spare, or a recovery under way: the step loop checks the world
+        if self._spare_world_ranks:
+            wake_spares()   # a sleeping spare warms up now, not at its next backstop test (or never)
 
     def _warm_up(self, logical: int, fp: list[int]) -> None:
         """On a spare: keep warm the buffers of the largest rank it might replace."""
@@ -431,12 +449,14 @@ class Resilient:
     def _spare_wait(self) -> tuple[int, State] | None:
         """Wait without spinning until released (None) or needed (returns where to resume)."""
         world = self._lay.world
+        MARKS.clear()
         req = world.irecv_matched(tag=SPARE_TAG)
-        hot_until = 0.0            # after a wake: test every millisecond until the news is in
+        hot_until = 0.0            # after a wake: test every HOT_POLL s until the news is in
         while True:
             try:
                 done, msg = req.test()
             except pl.RevokedError as err:      # the working ranks started a recovery: join it
+                _mark("revoke seen")
                 return self._recover(err, -1)
             except pl.ProcFailedError:
                 # Some process failed. Only the working ranks decide whether that needs a recovery
@@ -448,6 +468,7 @@ class Resilient:
                 if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "warm":
                     self._warm_up(msg[1], msg[2])
                     req = world.irecv_matched(tag=SPARE_TAG)
+                    hot_until = 0.0         # what woke it is read: back to sleeping
                     continue
                 if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "stop" and msg[1] in _STOPPED:
                     raise _STOPPED[msg[1]](msg[2])
@@ -455,6 +476,7 @@ class Resilient:
             if time.monotonic() < hot_until:
                 time.sleep(HOT_POLL)
             elif self._sleep():
+                _mark("woken")
                 hot_until = time.monotonic() + HOT_WINDOW
 
     def _sleep(self) -> bool:
@@ -496,6 +518,8 @@ class Resilient:
         ``current``: this rank's state when the failure struck; a survivor's restore overwrites
         it in place (memory it already uses) instead of allocating new arrays."""
         t_detect = time.time()
+        if self._lay.logical is not None:
+            MARKS.clear()           # a spare keeps the marks of its wait
         attempts = 0
         while True:
             attempts += 1
@@ -525,17 +549,24 @@ class Resilient:
     def _shrink(self, attempts: int) -> Comm:
         """Revoke the working and world communicators, wake the spares, shrink the world."""
         lay = self._lay
+        _mark("recovering")
         if self.comm is not None:
             self.comm.revoke()
         # The world first: the spares learn of the recovery from its revoke, and the shrink waits
         # for them; the agreement on the working communicator (``_leave``) waits for the last
         # survivor to notice the failure, and would hold the news back from them until then.
+        first = not lay.world.is_revoked()
         lay.world.revoke()
-        if attempts == 1 and lay.logical is not None and self._spare_world_ranks:
+        _mark("revoked")
+        if first and attempts == 1 and lay.logical is not None and self._spare_world_ranks:
             wake_spares()          # the spares sleep: the revoke alone would wait for their next test
+            _mark("spares woken")
         if self.comm is not None:
             _leave(self.comm)
-        return lay.world.shrink()
+            _mark("voted")
+        w = lay.world.shrink()
+        _mark("shrunk")
+        return w
 
     def _recover_once(self, err: BaseException, at_step: int, current: State | None, t_detect: float,
                       attempts: int, made: list[Comm]) -> tuple[int, State] | None:
@@ -553,6 +584,7 @@ class Resilient:
         # what checkpoints it holds, when the store can agree on a version from that without messages
         pairs = world.allgather((lay.logical, self._has_state, self._world_rank, self._done,
                                  self.on_recovery is not None, self._offer()))
+        _mark("roles")
         info = [p[0] for p in pairs]
         number = max(p[3] for p in pairs) + 1
         self._callbacks = any(p[4] for p in pairs)
@@ -570,6 +602,7 @@ class Resilient:
         if comm is not None:
             made.append(comm)
         t2 = time.perf_counter()
+        _mark("split")
         self._spare_ranks = spare_ranks[len(lost):]
         self._fp_sent = None          # the spares left learn footprints again on the new world
         lay.world, lay.logical, self.comm = world, mine, comm
@@ -579,15 +612,14 @@ class Resilient:
         assert comm is not None     # a working rank's split gives one
         if was_spare:
             self._has_state = False
-            if self._waker is not None:      # a working rank now: not woken as a spare
-                self._waker.close()
+            self._after_resume.append(self._no_longer_spare)
         warm = WARM.held()
         offers = {p[0]: p[5] for p in pairs if p[0] is not None and p[1]}
         version, state = self._restore(comm, lost, set(lost) | empty, mine, current, offers)
         t3 = time.perf_counter()
+        _mark("restored")
         if was_spare:
             self.role = "recovered"
-            WARM.reserve([])            # what the restore did not take (another rank's sizes)
         elif self.role == "initial":
             self.role = "survivor"
         _tell_role(self.role, mine)
@@ -596,7 +628,15 @@ class Resilient:
                                         t1 - t0, t2 - t1, t3 - t2, attempts, comm.size, warm_bytes=warm,
                                         number=number, replaced_by=replaced, logical=mine,
                                         world_rank=self._world_rank, t_done=time.time()))
+        _mark("resuming")
         return version, state
+
+    def _no_longer_spare(self) -> None:
+        """A spare that took over a rank, after its first resumed step (off the recovery's critical
+        path): no longer woken as a spare, and the warm memory its restore did not take given back."""
+        if self._waker is not None:
+            self._waker.close()
+        WARM.reserve([])
 
     def _offer(self) -> Any:
         """What this working rank holds, for the store to agree on a version without messages

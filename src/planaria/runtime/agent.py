@@ -28,7 +28,7 @@ from planaria.events.channel import FrameError, Reader, Writer, address_for, con
 from planaria.runtime import nodelink, state
 from planaria.events.local import deliver as _deliver
 from planaria.util.env import PLANARIA_CONTROL_URI, PLANARIA_ORPHAN_TIMEOUT, PLANARIA_SECRET_FILE
-from planaria.util.packlite import packb
+from planaria.util.packlite import packb, unpackb
 from planaria.util.procstat import start_ticks
 
 TYPE_CHECKING = False          # typing stays out of a rank's start (about 3 ms of CPU)
@@ -237,7 +237,7 @@ class Agent:
     # --- agent thread ---------------------------------------------------
     def _pack(self, msg: dict[str, Any]) -> bytes:
         msg["tok"] = self._secret
-        return packb(msg)             # msgpack itself loads with the first reply (``_on_reply``)
+        return packb(msg)             # msgpack is never imported for the usual messages (packlite)
 
     def _hello(self) -> dict[str, Any]:
         return {"type": "hello", "rank": self.rank, "size": self.size, "pid": os.getpid(),
@@ -263,9 +263,8 @@ class Agent:
         if payload == self._hbok:         # a heartbeat's answer, byte for byte: read without msgpack
             self.last_reply = time.monotonic()
             return
-        import msgpack
         try:
-            msg = msgpack.unpackb(payload, raw=False)
+            msg = unpackb(payload)        # not msgpack's import: the first message may come mid-recovery
         except Exception:  # noqa: BLE001 - an undecodable reply is dropped
             return
         if not isinstance(msg, dict) or msg.get("tok") != self._secret:
@@ -359,7 +358,6 @@ class Agent:
         return tree
 
     def _on_tree(self, tree: zmq.Socket) -> None:
-        import msgpack
         import zmq
         while True:
             try:
@@ -367,7 +365,7 @@ class Agent:
             except zmq.Again:
                 return
             try:
-                msg = msgpack.unpackb(frames[-1], raw=False)
+                msg = unpackb(frames[-1])
             except Exception:  # noqa: BLE001 - an undecodable request is skipped
                 continue
             if not isinstance(msg, dict) or msg.get("tok") != self._secret or msg.get("type") != "collect":

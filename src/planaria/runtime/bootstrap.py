@@ -286,6 +286,13 @@ def spare_waker() -> Any:
     return waker
 
 
+def prepare_wake() -> None:
+    """Load what ``wake_spares`` needs now (a working rank of a job with spares), not during the
+    recovery that calls it: an import there costs milliseconds of its critical path."""
+    if _RT.agent is not None:
+        from planaria.runtime import sparewake  # noqa: F401
+
+
 def wake_spares() -> bool:
     """Wake every spare of the job now (a recovery started, or the spares are released): their MPI
     receive has news. Those on this host directly, all of them through the controller. False

@@ -1,4 +1,4 @@
-"""msgpack's encoding of plain values, without msgpack's import.
+"""msgpack's encoding of plain values, without msgpack's import (``packb``, and ``unpackb`` to read them).
 
 A rank's agent says hello (and its first heartbeats) before it has read anything from the
 controller; importing msgpack (with ``msgpack.ext``'s ``datetime``) costs every rank about 2 ms of
@@ -84,3 +84,75 @@ def _pack(v: Any, out: list[bytes]) -> bool:
     else:
         return False
     return True
+
+
+_FIXED = {0xCA: (">f", 4), 0xCB: (">d", 8), 0xCC: (">B", 1), 0xCD: (">H", 2), 0xCE: (">I", 4),
+          0xCF: (">Q", 8), 0xD0: (">b", 1), 0xD1: (">h", 2), 0xD2: (">i", 4), 0xD3: (">q", 8)}
+_SIZED = {0xD9: ("s", 1), 0xDA: ("s", 2), 0xDB: ("s", 4), 0xC4: ("b", 1), 0xC5: ("b", 2), 0xC6: ("b", 4),
+          0xDC: ("a", 2), 0xDD: ("a", 4), 0xDE: ("m", 2), 0xDF: ("m", 4)}
+_CONST = {0xC0: None, 0xC2: False, 0xC3: True}
+
+
+def unpackb(data: bytes) -> Any:
+    """``msgpack.unpackb(data, raw=False)``, without msgpack's import for the values ``packb`` writes
+    (the controller's messages); msgpack itself reads anything else. ValueError on a broken message."""
+    try:
+        value, end = _read(memoryview(data), 0)
+    except NotImplementedError:         # a value this module does not read (an extension type)
+        import msgpack
+
+        return msgpack.unpackb(data, raw=False)
+    except (IndexError, struct.error, UnicodeDecodeError, TypeError) as exc:
+        raise ValueError(f"not a msgpack message: {exc}") from None
+    if end != len(data):
+        raise ValueError("extra bytes after a msgpack message")
+    return value
+
+
+def _read(buf: memoryview, pos: int) -> tuple[Any, int]:
+    """The value at ``pos`` and the position after it."""
+    code = buf[pos]
+    pos += 1
+    if code < 0x80 or code >= 0xE0:
+        return (code if code < 0x80 else code - 0x100), pos
+    if code < 0x90:
+        return _items(buf, pos, code & 0x0F, "m")
+    if code < 0xA0:
+        return _items(buf, pos, code & 0x0F, "a")
+    if code < 0xC0:
+        return _chunk(buf, pos, code & 0x1F, "s")
+    if code in _CONST:
+        return _CONST[code], pos
+    if code in _FIXED:
+        fmt, size = _FIXED[code]
+        return struct.unpack_from(fmt, buf, pos)[0], pos + size
+    if code in _SIZED:
+        kind, size = _SIZED[code]
+        n = int.from_bytes(buf[pos:pos + size], "big")
+        pos += size
+        return _items(buf, pos, n, kind) if kind in "am" else _chunk(buf, pos, n, kind)
+    raise NotImplementedError(f"msgpack type 0x{code:02x}")
+
+
+def _chunk(buf: memoryview, pos: int, n: int, kind: str) -> tuple[Any, int]:
+    """A string (``kind`` "s") or bytes ("b") of ``n`` bytes from ``pos``."""
+    if pos + n > len(buf):
+        raise IndexError("a string runs past the message")
+    chunk = buf[pos:pos + n]
+    return (str(chunk, "utf-8") if kind == "s" else bytes(chunk)), pos + n
+
+
+def _items(buf: memoryview, pos: int, n: int, kind: str) -> tuple[Any, int]:
+    """An array (``kind`` "a") or a map ("m") of ``n`` entries from ``pos``."""
+    if kind == "a":
+        out = []
+        for _ in range(n):
+            v, pos = _read(buf, pos)
+            out.append(v)
+        return out, pos
+    m = {}
+    for _ in range(n):
+        k, pos = _read(buf, pos)
+        v, pos = _read(buf, pos)
+        m[k] = v
+    return m, pos
