@@ -112,10 +112,22 @@ class Signals:
 
 def kill_all(proc: subprocess.Popen[bytes], controller: Controller | None) -> None:
     """End the job: SIGTERM to every rank still running on this machine and up to a grace period
-    for them to end (``end_ranks``), then SIGTERM to the mpiexec process group, SIGKILL to it
-    after a grace period, and SIGKILL to the ranks the controller knows (none without a controller)."""
-    if controller is not None:
-        end_ranks(local_ranks(controller))
+    for them to end (``end_ranks``), SIGTERM to what they left in their process groups, then
+    SIGTERM to the mpiexec process group, SIGKILL to it after a grace period, and SIGKILL to the
+    ranks' groups and to the ranks the controller knows (none without a controller)."""
+    pids = local_ranks(controller) if controller is not None else []
+    groups = rank_groups(pids, exclude=proc.pid)
+    end_ranks(pids)
+    # the processes a rank started: mpiexec signals a rank's whole group, but it has nothing to
+    # signal once the rank has ended (its recorder, if still writing, ends as its command did)
+    signal_groups(groups, signal.SIGTERM)
+    _stop_mpiexec(proc)
+    signal_groups(groups, signal.SIGKILL)
+    kill_ranks(controller.processes() if controller is not None else [])
+
+
+def _stop_mpiexec(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the mpiexec process group, SIGKILL it after a grace period or once mpiexec has gone."""
     for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, 2.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -132,7 +144,27 @@ def kill_all(proc: subprocess.Popen[bytes], controller: Controller | None) -> No
             break
         except subprocess.TimeoutExpired:
             continue
-    kill_ranks(controller.processes() if controller is not None else [])
+
+
+def rank_groups(pids: Sequence[int], exclude: int) -> list[int]:
+    """The process groups of ``pids`` (mpiexec starts each rank in a group of its own), but the
+    launcher's and ``exclude`` (mpiexec's)."""
+    groups = set()
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+        except (ProcessLookupError, PermissionError):
+            continue
+    return sorted(groups - {os.getpgrp(), exclude, 0, 1})
+
+
+def signal_groups(groups: Sequence[int], sig: int) -> None:
+    """Send ``sig`` to each process group of ``groups`` that still has a member."""
+    for pgid in groups:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def local_ranks(controller: Controller) -> list[int]:

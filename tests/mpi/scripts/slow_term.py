@@ -1,15 +1,17 @@
 """Test job: a rank that saves its state on SIGTERM, taking RANK * SECONDS to do it (argv: DIR
-SECONDS MODE; MODE ``runtime`` starts planaria's runtime, ``plain`` does not). The saved state is
-DIR/saved-<rank>; the rank then dies by the signal."""
+SECONDS MODE MARKER; MODE ``runtime`` starts planaria's runtime, ``plain`` does not). The saved
+state is DIR/saved-<rank>; the rank then dies by the signal. Each rank first starts a helper
+process that sleeps (its command line holds MARKER)."""
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from mpi4py import MPI
 
-out, seconds, mode = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+out, seconds, mode, marker = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
 if mode == "runtime":
     import planaria as pl
     comm = pl.world()
@@ -26,5 +28,6 @@ def save(signum, _frame):
 
 
 signal.signal(signal.SIGTERM, save)
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(100)", marker])
 print(f"rank {rank} waiting", flush=True)
 time.sleep(100)
