@@ -285,6 +285,35 @@ def test_signals_tear_down(tmp_path, sig, status):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["runtime", "plain"])
+def test_every_rank_has_the_grace_to_act_on_sigterm(tmp_path, mode):
+    """When the launcher ends a job, every rank gets SIGTERM and time to act on it, even after a
+    quicker rank has ended: mpiexec alone SIGKILLs the rest as soon as the first has exited. Rank 1
+    needs 1.5 s to save its state, rank 0 none; both save it and die by the SIGTERM. The processes
+    the ranks started end with them."""
+    marker = f"planaria-marker-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(planaria(tmp_path, "-n", "2", "--", "python", str(SCRIPTS / "slow_term.py"),
+                                     str(tmp_path), "1.5", mode, marker),
+                            env=env_for(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        log = wait_file("*/output.log", tmp_path, 30)
+        deadline = time.time() + 30       # both ranks have their handler
+        while time.time() < deadline and len(re.findall(r"rank \d waiting", log.read_text())) < 2:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)          # as a batch system's time limit ends the job
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert sorted(p.name for p in tmp_path.glob("saved-*")) == ["saved-0", "saved-1"], err
+    fates = only_job(tmp_path) / "fates" / "1"
+    assert [json.loads((fates / f"{r}.json").read_text()).get("signal") for r in (0, 1)] == [15, 15]
+    time.sleep(0.5)
+    assert alive(marker) == []
+
+
+@pytest.mark.timeout(60)
 def test_a_closed_output_pipe_does_not_leave_the_job_running(tmp_path):
     """``planaria run ... 2>&1 | head -1``: the launcher's console is gone, yet at the timeout it
     still ends mpiexec and the ranks and writes the summary."""

@@ -54,6 +54,30 @@ def test_fibonacci_runs_out_of_order_and_finishes(tmp_path):
     assert all(r["type"] == "int" and r["cf"] in cf_ids for r in sets)
 
 
+SEEN: list = []
+
+
+@fr.atomic
+def look(path: str):
+    SEEN.append(open(path).read())
+
+
+@fr.sub
+def look_main(path: str):
+    look(path)
+
+
+def test_the_run_record_is_on_disk_while_the_run_goes_on(tmp_path):
+    """The trace's first record reaches the file when the run starts, not at the first flush: a
+    rank SIGKILLed before that flush is still known to have run (``ranks_without_exit``)."""
+    from planaria.trace.writer import trace_path
+    SEEN.clear()
+    res = fr.run(look_main, str(trace_path(tmp_path, 0)), comm=None, trace_dir=str(tmp_path))
+    assert res.status == "finished"
+    (seen,) = SEEN
+    assert [json.loads(ln)["k"] for ln in seen.splitlines()] == ["run"]
+
+
 @fr.atomic
 def slow_put(x: fr.Name, v: int, delay: float):
     time.sleep(delay)

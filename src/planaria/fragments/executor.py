@@ -534,6 +534,10 @@ class Executor:
                   "balancer": self.brank, "threads": self.threads, "termination": self.ring.rule,
                   "wakeups": "doorbell" if self.bell.armed else "poll",
                   "pid": os.getpid(), "argv": sys.argv})
+        if self.tw is not None:
+            # on disk at once: a rank SIGKILLed before its first flush still shows up in the
+            # analysis as one that ran and has no exit record, not as no rank at all
+            self.tw.flush()
         self.signals.install()
         self.bell.wake_on_signals()
         from planaria.runtime import snapshot, state

@@ -384,13 +384,22 @@ def _ppid_of(pid: int) -> int | None:
         return None
 
 
+def command_pid(rec: dict[str, Any]) -> int | None:
+    """The pid of the command of ``rec`` while it still runs as its recorder's child on this
+    machine (a reused pid, or one of another host, does not), else None."""
+    if "end" in rec:
+        return None
+    pid, shim = rec.get("pid"), rec.get("shim")
+    if not isinstance(pid, int) or not isinstance(shim, int) or _ppid_of(pid) != shim:
+        return None
+    return pid
+
+
 def kill_command(rec: dict[str, Any]) -> bool:
     """SIGKILL the command of ``rec`` while it still runs as its recorder's child (a reused pid is
     left alone); True when the signal was sent."""
-    if "end" in rec:
-        return False
-    pid, shim = rec.get("pid"), rec.get("shim")
-    if not isinstance(pid, int) or not isinstance(shim, int) or _ppid_of(pid) != shim:
+    pid = command_pid(rec)
+    if pid is None:
         return False
     try:
         os.kill(pid, signal.SIGKILL)

@@ -25,7 +25,7 @@ from planaria.launch.jobdir import JobDir
 from planaria.launch.options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TIMEOUT
 from planaria.launch.output import Output
 from planaria.launch.plaininject import PlainKills
-from planaria.util.procstat import start_ticks
+from planaria.util.procstat import running, start_ticks
 
 if TYPE_CHECKING:       # the controller (and ZeroMQ) loads once mpiexec runs (``attempt.py``)
     from planaria.launch.controller import Controller
@@ -111,8 +111,23 @@ class Signals:
 
 
 def kill_all(proc: subprocess.Popen[bytes], controller: Controller | None) -> None:
-    """SIGTERM the mpiexec process group, SIGKILL it after a grace period, SIGKILL the ranks the
-    controller knows (none without a controller)."""
+    """End the job: SIGTERM to every rank still running on this machine and up to a grace period
+    for them to end (``end_ranks``), SIGTERM to what they left in their process groups, then
+    SIGTERM to the mpiexec process group, SIGKILL to it after a grace period, and SIGKILL to the
+    ranks' groups and to the ranks the controller knows (none without a controller)."""
+    pids = local_ranks(controller) if controller is not None else []
+    groups = rank_groups(pids, exclude=proc.pid)
+    end_ranks(pids)
+    # the processes a rank started: mpiexec signals a rank's whole group, but it has nothing to
+    # signal once the rank has ended (its recorder, if still writing, ends as its command did)
+    signal_groups(groups, signal.SIGTERM)
+    _stop_mpiexec(proc)
+    signal_groups(groups, signal.SIGKILL)
+    kill_ranks(controller.processes() if controller is not None else [])
+
+
+def _stop_mpiexec(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the mpiexec process group, SIGKILL it after a grace period or once mpiexec has gone."""
     for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, 2.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -129,7 +144,66 @@ def kill_all(proc: subprocess.Popen[bytes], controller: Controller | None) -> No
             break
         except subprocess.TimeoutExpired:
             continue
-    kill_ranks(controller.processes() if controller is not None else [])
+
+
+def rank_groups(pids: Sequence[int], exclude: int) -> list[int]:
+    """The process groups of ``pids`` (mpiexec starts each rank in a group of its own), but the
+    launcher's and ``exclude`` (mpiexec's)."""
+    groups = set()
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+        except (ProcessLookupError, PermissionError):
+            continue
+    return sorted(groups - {os.getpgrp(), exclude, 0, 1})
+
+
+def signal_groups(groups: Sequence[int], sig: int) -> None:
+    """Send ``sig`` to each process group of ``groups`` that still has a member."""
+    for pgid in groups:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def local_ranks(controller: Controller) -> list[int]:
+    """Pids of the job's rank processes still running on this machine: those whose hello the
+    controller has (same pid and start time) and the commands the rank recorders still run."""
+    pids = {pid for pid, st in controller.processes() if start_ticks(pid) == st}
+    if controller.fates_dir is not None:
+        for rec in rankfate.read_fates(controller.fates_dir).values():
+            pid = rankfate.command_pid(rec)
+            if pid is not None:
+                pids.add(pid)
+    return sorted(pids)
+
+
+def end_ranks(pids: Sequence[int], grace: float = KILL_GRACE) -> list[int]:
+    """SIGTERM each of ``pids`` (and SIGCONT, for a stopped one) and wait up to ``grace`` s for them
+    to end; the pids still running then.
+
+    The launcher does this itself before it stops mpiexec: Open MPI's mpiexec (PRRTE) ends its
+    ranks with SIGTERM and SIGKILLs them all 250 ms later, or as soon as the first of them has
+    exited, so a rank that saves its state on SIGTERM (a fragmented program's trace) would lose
+    it whenever another rank was quicker."""
+    procs: list[tuple[int, int]] = []
+    for pid in pids:
+        st = start_ticks(pid)
+        if st is None:
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            continue
+        procs.append((pid, st))
+    deadline = time.monotonic() + grace
+    while True:
+        procs = [(pid, st) for pid, st in procs if running(pid, st)]
+        if not procs or time.monotonic() >= deadline:
+            return [pid for pid, _ in procs]
+        time.sleep(0.02)
 
 
 def kill_ranks(processes: list[tuple[int, int]]) -> list[int]:

@@ -7,14 +7,22 @@ is the process's start time in clock ticks since boot; the pair (pid, start) nam
 from __future__ import annotations
 
 
-def _field(pid: int, index: int) -> int | None:
-    """Field ``index`` of ``/proc/<pid>/stat`` counted from field 3 (state) as 0; None when unreadable."""
+def _fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` from field 3 (state) on; None when unreadable."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as fh:
             stat = fh.read()
-        # the fields after the command name, which may hold spaces and parentheses
-        return int(stat.rsplit(b")", 1)[1].split()[index])
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError):
+        return None
+    # the fields after the command name, which may hold spaces and parentheses
+    return stat.rsplit(b")", 1)[-1].split()
+
+
+def _field(pid: int, index: int) -> int | None:
+    """Field ``index`` of ``/proc/<pid>/stat`` counted from field 3 (state) as 0; None when unreadable."""
+    try:
+        return int((_fields(pid) or [])[index])
+    except (ValueError, IndexError):
         return None
 
 
@@ -26,3 +34,13 @@ def start_ticks(pid: int) -> int | None:
 def parent_of(pid: int) -> int | None:
     """The parent pid of process ``pid``, or None when it is gone or unreadable."""
     return _field(pid, 1)
+
+
+def running(pid: int, ticks: int) -> bool:
+    """Whether process ``pid`` is still the one that started at ``ticks`` and has not ended (a
+    zombie, not yet reaped by its parent, has)."""
+    fields = _fields(pid)
+    try:
+        return fields is not None and int(fields[19]) == ticks and fields[0] not in (b"Z", b"X")
+    except (ValueError, IndexError):
+        return False

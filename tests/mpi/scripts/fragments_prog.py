@@ -140,7 +140,7 @@ if __name__ == "__main__":
         res = fr.run(skewed_main, 0, trace_dir=trace_dir, threads=1, timeout=30, balancer=fr.BalancerConfig(2, 0.2))
     elif mode == "kill":
         res = fr.run(kill_main, 6, trace_dir=trace_dir, flush_bytes=1, timeout=30)
-    elif mode == "spin":                           # default flush threshold: nothing is flushed before the signal
+    elif mode == "spin":                           # default flush threshold: only the run record is on disk before the signal
         res = fr.run(spin_main, 6, trace_dir=trace_dir, timeout=60)
     elif mode == "halves":                         # two runs at once, on disjoint communicators of one size
         half = comm.split(comm.rank % 2, comm.rank)
