@@ -18,6 +18,10 @@ then ``D_s[f]``. The XOR of the survivors' vectors is
     D_f[i] = P_i XOR (XOR over s not in {i, f} of D_s[i])   and   P_f = XOR over s != f of D_s[f]
 
 i.e. ``f``'s data and its parity chunk, so redundancy is whole again after one restore.
+
+A member keeps its data chunks and its parity chunk in one buffer (``[D_s[0] .. D_s[m-2], P_s]``),
+and sends that buffer to ``f`` as it is, one message; ``f`` takes each chunk of it where its
+vector needs it (``_perm``) as it XORs the survivors' buffers together.
 """
 from __future__ import annotations
 
@@ -65,24 +69,38 @@ def _xor_into(acc: np.ndarray, other: np.ndarray) -> None:
     np.bitwise_xor(acc.view(np.uint64), other.view(np.uint64), out=acc.view(np.uint64))
 
 
-def _gather_xor(acc: np.ndarray, buf: np.ndarray, perm: list[int],
-                first: tuple[np.ndarray, list[int]] | None = None, fill: bool = False) -> None:
-    """Chunk ``k`` of ``acc`` XORed with chunk ``perm[k]`` of ``buf`` (``m`` chunks of one size each).
-
-    With ``first`` (a buffer and its order) ``acc`` becomes the XOR of the two, unread; with
-    ``fill``, a copy of ``buf`` in that order."""
+def _gather_xor(acc: np.ndarray, buf: np.ndarray, perm: list[int]) -> None:
+    """Chunk ``k`` of ``acc`` XORed with chunk ``perm[k]`` of ``buf`` (``m`` chunks of one size each)."""
     m = len(perm)
     a, b = acc.view(np.uint64).reshape(m, -1), buf.view(np.uint64).reshape(m, -1)
-    if first is not None:
-        f0 = first[0].view(np.uint64).reshape(m, -1)
-        for k in range(m):
-            np.bitwise_xor(f0[first[1][k]], b[perm[k]], out=a[k])
-    elif fill:
-        for k in range(m):
-            np.copyto(a[k], b[perm[k]])
-    else:
-        for k in range(m):
-            np.bitwise_xor(a[k], b[perm[k]], out=a[k])
+    for k in range(m):
+        np.bitwise_xor(a[k], b[perm[k]], out=a[k])
+
+
+def _reorder_xor(buf: np.ndarray, order: list[int], other: np.ndarray | None = None,
+                 other_order: list[int] | None = None) -> None:
+    """Chunk ``k`` of ``buf`` becomes its chunk ``order[k]`` (XORed with chunk ``other_order[k]`` of
+    ``other``), in place: each cycle of the permutation walked once, its first chunk kept aside."""
+    m = len(order)
+    a = buf.view(np.uint64).reshape(m, -1)
+    b = None if other is None else other.view(np.uint64).reshape(m, -1)
+    q = other_order if other_order is not None else order
+    done = [False] * m
+    for k0 in range(m):
+        if done[k0]:
+            continue
+        kept = a[k0].copy() if order[k0] != k0 else a[k0]
+        k = k0
+        while not done[k]:
+            j = order[k]
+            src = kept if j == k0 else a[j]      # a[j] is written after this read (next in the cycle)
+            if b is None:
+                if j != k:
+                    np.copyto(a[k], src)
+            else:
+                np.bitwise_xor(src, b[q[k]], out=a[k])
+            done[k] = True
+            k = j
 
 
 class _Entry:
@@ -298,10 +316,11 @@ class XorStore(PeerStore):
         return unpack(e.metas[self._me], e.buf, into=into)
 
     def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict, agreed: bool) -> dict[str, np.ndarray]:
-        """A fresh rank: each survivor's m chunks into place, XORed together (data and parity).
+        """A fresh rank: each survivor's buffer received, the chunks XORed together in this rank's
+        order (data and parity).
 
         The receives of the survivors' fixed-size headers (``_head``) are posted first; each
-        survivor's chunk receives the moment its header is in, whichever enters the restore first.
+        survivor's data receive the moment its header is in, whichever enters the restore first.
         """
         ph = Phases()
         n, r = comm.size, comm.rank
@@ -325,20 +344,23 @@ class XorStore(PeerStore):
                 reqs.append((x, comm.Irecv(bufs[x], source=x, tag=TAG_RESEED)))
             ph.mark("receive")
         problem = self._head_problem(version, got, survivors)
-        acc = None if problem else WARM.take(m * got[survivors[0]][0][1])
-        first: tuple[np.ndarray, list[int]] | None = None
-        filled = False
+        acc, order = None, None        # the first buffer in, in its sender's order until the second
         for x, req in reqs:
             req.Wait()
             ph.mark("receive")
+            if problem:
+                continue
             if acc is None:
+                acc, order = bufs.pop(x), _perm(g, x, r)
                 continue
-            if not filled and first is None and len(survivors) > 1:
-                first = (bufs[x], _perm(g, x, r))        # XORed with the next one into ``acc``
-                continue
-            _gather_xor(acc, bufs[x], _perm(g, x, r), first, fill=not filled)
-            first, filled = None, True
+            if order is not None:
+                _reorder_xor(acc, order, bufs.pop(x), _perm(g, x, r))
+                order = None
+            else:
+                _gather_xor(acc, bufs.pop(x), _perm(g, x, r))
             ph.mark("xor")
+        if acc is not None and order is not None:       # a group of two: one survivor
+            _reorder_xor(acc, order)
         bufs.clear()
         out, entry = None, None
         if not problem:
