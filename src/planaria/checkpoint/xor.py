@@ -80,7 +80,7 @@ def _gather_xor(acc: np.ndarray, buf: np.ndarray, perm: list[int]) -> None:
 def _reorder_xor(buf: np.ndarray, order: list[int], other: np.ndarray | None = None,
                  other_order: list[int] | None = None) -> None:
     """Chunk ``k`` of ``buf`` becomes its chunk ``order[k]`` (XORed with chunk ``other_order[k]`` of
-    ``other``), in place: each cycle of the permutation walked once, its first chunk kept aside."""
+    ``other``, which this overwrites), in place: each cycle of the permutation walked once."""
     m = len(order)
     a = buf.view(np.uint64).reshape(m, -1)
     b = None if other is None else other.view(np.uint64).reshape(m, -1)
@@ -89,18 +89,27 @@ def _reorder_xor(buf: np.ndarray, order: list[int], other: np.ndarray | None = N
     for k0 in range(m):
         if done[k0]:
             continue
-        kept = a[k0].copy() if order[k0] != k0 else a[k0]
+        last = order.index(k0)                   # the cycle's last position reads chunk k0
+        done[k0] = done[last] = True
+        if last == k0:                           # a chunk in place already
+            if b is not None:
+                np.bitwise_xor(a[k0], b[q[k0]], out=a[k0])
+            continue
+        if b is not None:                        # its result first, into the chunk of ``other`` it uses
+            np.bitwise_xor(a[k0], b[q[last]], out=b[q[last]])
+            kept = b[q[last]]
+        else:
+            kept = a[k0].copy()
         k = k0
-        while not done[k]:
-            j = order[k]
-            src = kept if j == k0 else a[j]      # a[j] is written after this read (next in the cycle)
+        while k != last:
+            j = order[k]                         # a[j] is written after this read (next in the cycle)
             if b is None:
-                if j != k:
-                    np.copyto(a[k], src)
+                np.copyto(a[k], a[j])
             else:
-                np.bitwise_xor(src, b[q[k]], out=a[k])
+                np.bitwise_xor(a[j], b[q[k]], out=a[k])
             done[k] = True
             k = j
+        np.copyto(a[last], kept)
 
 
 class _Entry:
