@@ -102,3 +102,18 @@ def test_wait_complete_holds_every_rank_until_the_version_is_held_everywhere(bac
     res = mpiexec(4, [COMPLETE, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=60)
     assert "FAIL" not in res.out, _detail(res)
     assert res.ok_ranks("complete") == [0, 1, 2, 3] and res.code == 0, _detail(res)
+
+
+POSITIONS = str(SCRIPTS / "checkpoint_xor_positions.py")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("group_size", [2, 3, 4])
+def test_xor_rebuilds_every_position(group_size: int) -> None:
+    """Each rank in turn rebuilt by its group (groups of 2, 3 and 4 on 7 ranks: a trailing group
+    of one joins the one before), rebuilt ranks serving as sources next: every state bit-exact."""
+    res = mpiexec(7, [POSITIONS, "ulfm", str(group_size)], ft=True, timeout=90)
+    detail = _detail(res)
+    assert "FAIL" not in res.out, detail
+    assert res.ok_ranks("positions") == list(range(7)), detail
+    assert res.code == 0, f"exit code {res.code}{detail}"

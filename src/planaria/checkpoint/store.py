@@ -95,15 +95,17 @@ def describe(state: dict[str, np.ndarray]) -> Meta:
 
 
 def pack(state: dict[str, np.ndarray], extra: int = 0,
-         pool: BufferPool | None = None) -> tuple[Meta, np.ndarray]:
-    """Copy ``state`` into one uint8 buffer (``extra`` zero bytes of room after the data).
+         pool: BufferPool | None = None, spare: int = 0) -> tuple[Meta, np.ndarray]:
+    """Copy ``state`` into one uint8 buffer (``extra`` zero bytes of room after the data, then
+    ``spare`` bytes left as they are, for the caller to fill).
 
     The buffer is new, or a recycled one of the right size taken from ``pool``.
     """
     meta = describe(state)
-    buf = pool.take(meta.nbytes + extra) if pool is not None else np.empty(meta.nbytes + extra, dtype=np.uint8)
+    size = meta.nbytes + extra + spare
+    buf = pool.take(size) if pool is not None else np.empty(size, dtype=np.uint8)
     if extra:
-        buf[meta.nbytes:] = 0
+        buf[meta.nbytes:meta.nbytes + extra] = 0
     for off, arr in zip(meta.offsets, state.values(), strict=True):
         n = arr.nbytes
         if n:

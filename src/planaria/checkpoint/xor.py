@@ -18,6 +18,10 @@ then ``D_s[f]``. The XOR of the survivors' vectors is
     D_f[i] = P_i XOR (XOR over s not in {i, f} of D_s[i])   and   P_f = XOR over s != f of D_s[f]
 
 i.e. ``f``'s data and its parity chunk, so redundancy is whole again after one restore.
+
+A member keeps its data chunks and its parity chunk in one buffer (``[D_s[0] .. D_s[m-2], P_s]``),
+and sends that buffer to ``f`` as it is, one message; ``f`` takes each chunk of it where its
+vector needs it (``_perm``) as it XORs the survivors' buffers together.
 """
 from __future__ import annotations
 
@@ -65,11 +69,77 @@ def _xor_into(acc: np.ndarray, other: np.ndarray) -> None:
     np.bitwise_xor(acc.view(np.uint64), other.view(np.uint64), out=acc.view(np.uint64))
 
 
-class _Entry:
-    __slots__ = ("n", "metas", "buf", "parity", "c")
+def _gather_xor(acc: np.ndarray, buf: np.ndarray, perm: list[int]) -> None:
+    """Chunk ``k`` of ``acc`` XORed with chunk ``perm[k]`` of ``buf`` (``m`` chunks of one size each)."""
+    m = len(perm)
+    a, b = acc.view(np.uint64).reshape(m, -1), buf.view(np.uint64).reshape(m, -1)
+    for k in range(m):
+        np.bitwise_xor(a[k], b[perm[k]], out=a[k])
 
-    def __init__(self, n: int, metas: list[Meta], buf: np.ndarray, parity: np.ndarray, c: int) -> None:
-        self.n, self.metas, self.buf, self.parity, self.c = n, metas, buf, parity, c
+
+def _reorder_xor(buf: np.ndarray, order: list[int], other: np.ndarray | None = None,
+                 other_order: list[int] | None = None) -> None:
+    """Chunk ``k`` of ``buf`` becomes its chunk ``order[k]`` (XORed with chunk ``other_order[k]`` of
+    ``other``, which this overwrites), in place: each cycle of the permutation walked once."""
+    m = len(order)
+    a = buf.view(np.uint64).reshape(m, -1)
+    b = None if other is None else other.view(np.uint64).reshape(m, -1)
+    q = other_order if other_order is not None else order
+    done = [False] * m
+    for k0 in range(m):
+        if done[k0]:
+            continue
+        last = order.index(k0)                   # the cycle's last position reads chunk k0
+        done[k0] = done[last] = True
+        if last == k0:                           # a chunk in place already
+            if b is not None:
+                np.bitwise_xor(a[k0], b[q[k0]], out=a[k0])
+            continue
+        if b is not None:                        # its result first, into the chunk of ``other`` it uses
+            np.bitwise_xor(a[k0], b[q[last]], out=b[q[last]])
+            kept = b[q[last]]
+        else:
+            kept = a[k0].copy()
+        k = k0
+        while k != last:
+            j = order[k]                         # a[j] is written after this read (next in the cycle)
+            if b is None:
+                np.copyto(a[k], a[j])
+            else:
+                np.bitwise_xor(a[j], b[q[k]], out=a[k])
+            done[k] = True
+            k = j
+        np.copyto(a[last], kept)
+
+
+class _Entry:
+    """A version a member holds: its data (``m - 1`` chunks) and its parity chunk, laid out in
+    one buffer (``whole``), so that the member sends both to a fresh rank as one message; and
+    the headers of such a message, made at save (with the group's descriptions, and without)."""
+
+    __slots__ = ("n", "metas", "whole", "buf", "parity", "c", "heads")
+
+    def __init__(self, n: int, metas: list[Meta], whole: np.ndarray, c: int, version: int = -1) -> None:
+        m = len(metas)
+        self.n, self.metas, self.whole, self.c = n, metas, whole, c
+        # a group of one (c == 0): the data alone, no parity
+        self.buf, self.parity = (whole[:(m - 1) * c], whole[(m - 1) * c:m * c]) if c else (whole, whole[:0])
+        self.heads = _heads(version, self) if c and version >= 0 else None
+
+
+def _heads(version: int, e: _Entry) -> tuple[Any, Any]:
+    """The headers a member holding ``e`` sends a fresh rank: with the group's descriptions, and without."""
+    values = (version, e.c, e.n)
+    return head_encode(values, e.metas), head_encode(values, None)
+
+
+def _perm(g: list[int], s: int, f: int) -> list[int]:
+    """Where member ``s``'s buffer holds each of the ``m`` chunks of fresh member ``f``'s vector
+    (module docstring): chunk indices of ``s``'s ``whole``, in ``f``'s order."""
+    spos, fpos = g.index(s), g.index(f)
+    m = len(g)
+    out = [m - 1 if i == s else _slot(spos, ipos) for ipos, i in enumerate(g) if i != f]
+    return out + [_slot(spos, fpos)]
 
 
 class XorStore(PeerStore):
@@ -111,7 +181,7 @@ class XorStore(PeerStore):
         ph.mark("settle")
         if m < 2:               # a job of one rank: nothing to protect against
             meta, buf = pack(state)
-            self._add_version(version, _Entry(n, [meta], buf, np.zeros(0, np.uint8), 0))
+            self._add_version(version, _Entry(n, [meta], buf, 0))
             self._done.start(comm)
             if not settled:
                 self._done.finish()
@@ -125,16 +195,17 @@ class XorStore(PeerStore):
             q.Wait()
         ph.mark("metadata")
         c = chunk_len(max(mt.nbytes for mt in metas), m)
-        pool = self._pool(version, settled, lambda e: (e.buf, e.parity))
-        _, buf = pack(state, extra=(m - 1) * c - pack_meta.nbytes, pool=pool)
-        parity = pool.take(c)
+        pool = self._pool(version, settled, lambda e: (e.whole,))
+        # data and parity in one buffer (data chunks, then the parity chunk): see ``_Entry``
+        _, whole = pack(state, extra=(m - 1) * c - pack_meta.nbytes, pool=pool, spare=c)
+        buf, parity = whole[:(m - 1) * c], whole[(m - 1) * c:]
         pool.clear()
         # the first member's chunk lands in the parity buffer itself, the others' in scratch
         # buffers this store keeps from save to save (no new memory to fault in)
         if len(self._scratch) != m - 2 or any(b.size != c for b in self._scratch):
             self._scratch = [np.empty(c, dtype=np.uint8) for _ in range(m - 2)]
         ph.mark("copy")
-        self._inflight = [buf, parity, self._scratch]
+        self._inflight = [whole, self._scratch]
         into = [parity] + self._scratch
         recvs = [comm.Irecv(into[k], source=x, tag=TAG_PARITY) for k, x in enumerate(others)]
         sends = []
@@ -150,7 +221,7 @@ class XorStore(PeerStore):
         for q in sends:
             q.Wait()
         ph.mark("exchange")
-        entry = _Entry(n, metas, buf, parity, c)
+        entry = _Entry(n, metas, whole, c, version)
         self._complete(comm, settled, lambda: self._add_version(version, entry), ph)
 
     # -- restore ---------------------------------------------------------------------------------
@@ -204,7 +275,7 @@ class XorStore(PeerStore):
     def _send_rebuild(self, comm: Comm, version: int, e: _Entry | None, fresh: set[int]) -> list[Any]:
         """A survivor's sends to the fresh member of its group, if any: a header (version, chunk size
         or -1 when it lacks the version, ranks at save; the group's descriptions from its first
-        survivor), then its ``m`` chunks. The requests."""
+        survivor), then its data and parity as one message. The requests."""
         n, r = comm.size, comm.rank
         g = group_of(r, n, self.group_size)
         lost = [x for x in g if x in fresh]
@@ -212,16 +283,18 @@ class XorStore(PeerStore):
         if not lost:
             return []
         f = lost[0]
-        first = r == [x for x in g if x != f][0]
-        head = head_encode((version, -1 if e is None else e.c, -1 if e is None else e.n),
-                           e.metas if first and e is not None else None)
+        first = r == (g[1] if g[0] == f else g[0])
+        if e is None:
+            head = head_encode((version, -1, -1), None)
+        else:
+            if e.heads is None:          # an entry rebuilt by a restore: its headers made now
+                e.heads = _heads(version, e)
+            head = e.heads[0] if first else e.heads[1]
         reqs = send_head(comm, f, TAG_REBUILD, head, self._inflight)
         if e is not None:
-            parts = self._parts(e, g, r, f)
-            self._inflight.append(parts)
-            # the m chunks straight from the store's buffers, in order (MPI keeps the order of
-            # messages with one tag between two ranks): no copy into a vector first
-            reqs.extend(comm.Isend(p, dest=f, tag=TAG_RESEED) for p in parts)
+            # the store's own buffer, as it is: the fresh rank puts the chunks in its order
+            self._inflight.append(e.whole)
+            reqs.append(comm.Isend(e.whole, dest=f, tag=TAG_RESEED))
         return reqs
 
     def _restore_member(self, comm: Comm, version: int, verdict: Verdict, e: _Entry | None, reqs: list[Any],
@@ -252,10 +325,11 @@ class XorStore(PeerStore):
         return unpack(e.metas[self._me], e.buf, into=into)
 
     def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict, agreed: bool) -> dict[str, np.ndarray]:
-        """A fresh rank: each survivor's m chunks into place, XORed together (data and parity).
+        """A fresh rank: each survivor's buffer received, the chunks XORed together in this rank's
+        order (data and parity).
 
         The receives of the survivors' fixed-size headers (``_head``) are posted first; each
-        survivor's chunk receives the moment its header is in, whichever enters the restore first.
+        survivor's data receive the moment its header is in, whichever enters the restore first.
         """
         ph = Phases()
         n, r = comm.size, comm.rank
@@ -268,7 +342,7 @@ class XorStore(PeerStore):
         bufs: dict[int, np.ndarray] = {}
         self._inflight = [status, heads, bufs]
         got: dict[int, tuple[list[int], Any]] = {}
-        reqs: list[tuple[int, list[Any]]] = []
+        reqs: list[tuple[int, Any]] = []
         for i in arrivals(hreqs):
             ph.mark("wait")                      # for the member to enter the restore and send
             x = survivors[i]
@@ -276,27 +350,32 @@ class XorStore(PeerStore):
             c = got[x][0][1]
             if c >= 0:
                 bufs[x] = WARM.take(m * c)
-                reqs.append((x, [comm.Irecv(bufs[x][k * c:(k + 1) * c], source=x, tag=TAG_RESEED)
-                                 for k in range(m)]))
+                reqs.append((x, comm.Irecv(bufs[x], source=x, tag=TAG_RESEED)))
             ph.mark("receive")
         problem = self._head_problem(version, got, survivors)
-        acc = None
-        for x, rs in reqs:
-            for req in rs:
-                req.Wait()
+        acc, order = None, None        # the first buffer in, in its sender's order until the second
+        for x, req in reqs:
+            req.Wait()
             ph.mark("receive")
             if problem:
                 continue
             if acc is None:
-                acc = bufs.pop(x)
+                acc, order = bufs.pop(x), _perm(g, x, r)
+                continue
+            if order is not None:
+                _reorder_xor(acc, order, bufs.pop(x), _perm(g, x, r))
+                order = None
             else:
-                _xor_into(acc, bufs.pop(x))
-                ph.mark("xor")
+                _gather_xor(acc, bufs.pop(x), _perm(g, x, r))
+            ph.mark("xor")
+        if acc is not None and order is not None:       # a group of two: one survivor
+            _reorder_xor(acc, order)
+        bufs.clear()
         out, entry = None, None
         if not problem:
             assert acc is not None
             (_, c, n_saved), metas = got[survivors[0]]
-            entry = _Entry(n_saved, metas, acc[:(m - 1) * c], acc[(m - 1) * c:], c)
+            entry = _Entry(n_saved, metas, acc, c)
             out = unpack(metas[g.index(r)], entry.buf, pool=WARM)
             ph.mark("copy")
 
@@ -327,7 +406,7 @@ class XorStore(PeerStore):
         if e.c == 0:                     # a group of one: no parity, nothing to rebuild from
             return []
         m = len(e.metas)
-        return [m * e.c] * (m - 1) + [e.metas[self._me].nbytes]
+        return [m * e.c] * m + [e.metas[self._me].nbytes]
 
     # -- continuing on fewer ranks ---------------------------------------------------------------
     def _parts(self, e: _Entry, g: list[int], me: int, f: int) -> list[np.ndarray]:
