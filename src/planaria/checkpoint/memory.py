@@ -162,9 +162,8 @@ class MemoryStore(PeerStore):
 
         Every rank derives the same plan from (fresh, copies, distance, n); a source that lacks
         the version sends a "missing" notice instead of data; whether the restore went through
-        is settled at the end by statuses and verdicts (``Verdict``). Survivors copy their own state
-        into ``into`` while the fresh ranks receive, but keep every version (the copies a next
-        attempt restores from) until the verdict. With ``offers`` showing that every survivor
+        is settled at the end by statuses and verdicts (``Verdict``). Survivors change nothing
+        (``into``, versions kept) before the verdict. With ``offers`` showing that every survivor
         holds the version (``CheckpointStore.restore``), no statuses are sent: a fresh rank waits
         only for its sources' data.
         """
@@ -183,8 +182,7 @@ class MemoryStore(PeerStore):
             if not all_true(comm, held is not None):
                 raise CheckpointError(f"memory checkpoint version {version} is not held by every rank")
             assert held is not None                     # held everywhere (above)
-            self._keep(version, r)
-            return unpack(*held[r], into=into)
+            return self._keep(version, r, held, into)
         agreed = self._agreed(offers, version, n, fresh)
         verdict = Verdict(comm, fresh)
         if r in fresh:
@@ -212,34 +210,33 @@ class MemoryStore(PeerStore):
     def _restore_source(self, comm: Comm, version: int, verdict: Verdict,
                         held: dict[int, tuple[Meta, np.ndarray]] | None, reqs: list[Any],
                         into: dict[str, np.ndarray] | None, agreed: bool) -> dict[str, np.ndarray]:
-        """A survivor, its sends (``reqs``) posted: its status (unless ``agreed``), its own state
-        unpacked, then the verdict."""
+        """A survivor, its sends (``reqs``) posted: its status (unless ``agreed``), then the verdict;
+        its own state unpacked after it."""
         r = comm.rank
         if not agreed:
             reqs += verdict.tell(0 if held is not None else -1)
-        # its own state copied back while the fresh ranks receive theirs (the held copies stay as
-        # they are: a failure before the verdict restores from them again)
-        out = unpack(*held[r], into=into) if held is not None else None
         ok = verdict.outcome()
-        if ok and out is not None:
-            self._keep(version, r)
+        # its own state only now: copied while the fresh rank receives, it would slow that down
+        out = self._keep(version, r, held, into) if ok and held is not None else None
         for q in reqs:
             q.Wait()
         self._inflight = []
-        if out is None or not ok:
+        if out is None:
             raise CheckpointError(f"memory checkpoint version {version} cannot be restored "
                                   f"with fresh ranks {sorted(verdict.fresh)}: not every rank holds it")
         return out
 
-    def _keep(self, version: int, r: int) -> None:
-        """A survivor's side of a restore that went through: drop the newer versions."""
+    def _keep(self, version: int, r: int, held: dict[int, tuple[Meta, np.ndarray]],
+              into: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """A survivor's side of a restore that went through: drop newer versions, unpack its own state."""
         self._data = {v: d for v, d in self._data.items() if v <= version}
         self._rank = r
         self._done.settled = True         # every rank holds ``version``: the restore went through
+        return unpack(*held[r], into=into)
 
     def _restore_fresh(self, comm: Comm, version: int, verdict: Verdict,
                        sources: dict[int, int], agreed: bool) -> dict[str, np.ndarray]:
-        """A fresh rank: its own state and the copies it keeps; the verdict, then its state cut into warm arrays.
+        """A fresh rank: its own state (unpacked at once into warm arrays) and the copies it keeps.
 
         The receives of every source's fixed-size headers (``_head``: owner, size, description)
         are posted first; each data receive is posted the moment its header is in, whichever
@@ -267,15 +264,16 @@ class MemoryStore(PeerStore):
                 problem = self._post_one(comm, heads[queue.pop(0)], posted, problem)
             ph.mark("receive")
         got: dict[int, tuple[Meta, np.ndarray]] = {}
+        out: dict[str, np.ndarray] | None = None
         for o, meta, buf, q in posted:
             q.Wait()
             ph.mark("receive")
             got[o] = (meta, buf)
+            if o == r and not problem:
+                out = unpack(meta, buf, pool=WARM)
+                ph.mark("copy")
         self._announce(version, verdict, status, sreqs, problem, ph, lambda: self._commit(r, version, n, got, heads=False))
-        # its own state cut out of the copy it keeps after the verdict: the survivors resume meanwhile
-        out = unpack(*got[r], pool=WARM)
-        ph.mark("copy")
-        self.last_restore = ph.out
+        assert out is not None
         return out
 
     @staticmethod
