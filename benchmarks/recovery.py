@@ -205,9 +205,17 @@ def _rank_figures(comm: Any, res: Any, world_rank: int, u: Any, ends: list[tuple
                     version=r.version, attempts=r.attempts, revoke_shrink_s=r.revoke_shrink_s,
                     substitution_s=r.substitution_s, restore_s=r.restore_s,
                     t_first_step=after[0][0] if after else None, first_step=after[0][1] if after else None,
+                    t_resumed=r.t_done, step_s_median=_step_median(ends, r.t_detect),
                     restore_phases=dict(getattr(res.store, "last_restore", {}) or {}),
                     marks=list(recovery_marks()))
     return mine, floor_s
+
+
+def _step_median(ends: list[tuple[float, int]], t_detect: float) -> float | None:
+    """The median time of one step before the failure (between consecutive step ends)."""
+    before = [t for t, _ in ends if t < t_detect]
+    gaps = [b - a for a, b in zip(before, before[1:])]
+    return median(gaps) if gaps else None
 
 
 def recovery_marks() -> list[tuple[str, float]]:
@@ -226,6 +234,9 @@ def _per_rank_rows(rec: list[dict[str, Any]], t_kill: float) -> list[dict[str, A
             "detect_ms": (p["t_detect"] - t_kill) * ms, "revoke_shrink_ms": p["revoke_shrink_s"] * ms,
             "substitution_ms": p["substitution_s"] * ms, "restore_ms": p["restore_s"] * ms,
             "kill_to_resumed_ms": (p["t_first_step"] - t_kill) * ms, "first_step": p["first_step"],
+            # the first resumed step (from the recovery's end) against a step before the failure
+            "first_step_ms": (p["t_first_step"] - p["t_resumed"]) * ms,
+            "step_ms_median": p["step_s_median"] * ms if p.get("step_s_median") is not None else None,
             "version": p["version"], "attempts": p["attempts"], "memcpy_ms": p["memcpy_s"] * ms,
             "save_ms_median": p["save_s_median"] * ms, "ok": p["ok"],
             # where the store's last restore went on this rank (the recovery's, unless it restored again)
@@ -273,8 +284,39 @@ def _job_result(everyone: list[dict[str, Any]], t_kill: float, floor_s: float | 
         result["restore_lost_GBps"] = nbytes / (lost["restore_ms"] / ms) / 1e9 if lost["restore_ms"] > 0 else None
         result["restore_vs_memcpy"] = (result["restore_lost_GBps"] / result["memcpy_GBps"]
                                        if result["restore_lost_GBps"] else None)
+    result["critical_path_ms"] = critical_path(per_rank, result["detect_survivors_ms_max"],
+                                               result["kill_to_resumed_ms_max"])
+    steps = [p["step_ms_median"] for p in per_rank if p.get("step_ms_median") is not None]
+    result["step_ms_median"] = median(steps) if steps else None
     result["per_rank"] = per_rank
     return result
+
+
+#: the driver's marks on the way from the survivors' detection to the resumed step, each with
+#: the name of the stretch that ends at it (``planaria.recovery.driver.MARKS``)
+PATH_MARKS = (("voted", "agreement on the old working communicator"), ("shrunk", "shrink of the world"),
+              ("roles", "allgather of roles"), ("split", "split of the new working communicator"),
+              ("restored", "restore"))
+
+
+def critical_path(per_rank: list[dict[str, Any]], detect_ms: float | None,
+                  resumed_ms: float) -> dict[str, float] | None:
+    """Where the time from the survivors' last detection to the last rank's resumed step went:
+    each stretch ends when the last working rank passed the mark that closes it, and the first
+    resumed step ends the path (ms; None without marks or detection)."""
+    if detect_ms is None:
+        return None
+    out: dict[str, float] = {}
+    t = detect_ms
+    for mark, name in PATH_MARKS:
+        seen = [ms for p in per_rank for k, ms in p.get("marks", []) if k == mark]
+        if not seen:
+            continue
+        last = max(seen)
+        out[name] = max(0.0, last - t)
+        t = max(t, last)
+    out["first resumed step"] = max(0.0, resumed_ms - t)
+    return out
 
 
 def _restore_floor(comm: Any, res: Any, args: argparse.Namespace, nbytes: int) -> float | None:
@@ -432,6 +474,12 @@ def table(result: dict[str, Any]) -> Any:
         cap.append(f"replacement's restore {_ms(s['restore_lost_ms'])} (median over jobs), memcpy "
                    f"{s['memcpy_GBps']:.2f} GB/s")
     cap.append(f"checkpoint save {_ms(s['save_ms_median'])}; state bit-exact: {'yes' if result['all_ok'] else 'NO'}")
+    for n, j in enumerate(result["jobs"], 1):
+        path = j.get("critical_path_ms")
+        if path:
+            cap.append(f"job {n} after the survivors' detection (last rank at each mark): "
+                       + ", ".join(f"{k} {v:.1f}" for k, v in path.items())
+                       + f" ms (a step before the failure: {_ms(j.get('step_ms_median'))})")
     t.caption = "; ".join(cap)
     return t
 

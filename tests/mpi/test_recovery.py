@@ -127,6 +127,23 @@ def test_failures_in_the_protected_epilogue_are_survived(tmp_path, backend: str)
 
 
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_a_failure_while_the_last_checkpoint_completes_is_survived(tmp_path, backend: str) -> None:
+    """Rank 2's copy for rank 3 is held back, so the ranks wait for the last checkpoint to be held
+    everywhere before ``finish``; ranks 0 and 3 die in that wait. The job ends with the right
+    result from the newest version held in full (step 20, or step 15 when the held-back copy had
+    not arrived), every survivor restoring the same versions."""
+    faults = ["kill:rank=0,phase=complete", "kill:rank=3,phase=complete", "delay:src=2,dst=3,p=1,ms=150"]
+    res, results = run_app(tmp_path, backend, 5, 2, faults, steps=20, extra=("stop", "finish"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    assert sorted(working) == list(range(5)) and all(r["ok"] for r in working.values()), results
+    assert {working[k]["role"] for k in (0, 3)} == {"recovered"}
+    versions = {tuple(rec["version"] for rec in r["recoveries"]) for r in working.values() if r["role"] == "survivor"}
+    assert len(versions) == 1, versions
+    assert all(v in (15, 20) for v in next(iter(versions))), versions
+
+
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
 def test_the_epilogue_starts_once_the_last_checkpoint_is_complete(tmp_path, backend: str) -> None:
     """Rank 2's copy for rank 3 is held back at every save, so rank 0's save of step 20 returns
     long before ranks 2 and 3 hold that version. Rank 0 dying on entering ``finish`` must still

@@ -46,7 +46,7 @@ __all__ = [
 ENV_VAR = PLANARIA_INJECT
 
 
-PHASES = ("checkpoint", "recover", "finish")
+PHASES = ("checkpoint", "recover", "complete", "finish")
 """Phases a kill can be tied to (``kill:rank=R,phase=NAME``)."""
 
 
@@ -271,8 +271,8 @@ def _set(obj: object, name: str, value: Any) -> None:
 class Kill(Fault):
     """Kill ``rank`` at iteration ``iteration``, ``time`` seconds after the start, or on entering ``phase``.
 
-    With ``phase`` (``checkpoint``, ``recover`` or ``finish``, announced by the application or the recovery
-    driver through ``planaria.phase``), ``iteration`` if given means "not before iteration I".
+    With ``phase`` (``checkpoint``, ``recover``, ``complete`` or ``finish``, announced by the application or
+    the recovery driver through ``planaria.phase``), ``iteration`` if given means "not before iteration I".
     """
 
     rank: RankSet

@@ -370,6 +370,7 @@ class Resilient:
         as the newest complete, and the steps after it would be run again."""
         wait = getattr(self.store, "wait_complete", None)
         if wait is not None:
+            pl.phase("complete")
             wait(self._working())
 
     def _finish(self, finish: Callable[[Comm, State], Any], state: State) -> Any:

@@ -308,7 +308,8 @@ def wake_spares() -> bool:
 
 
 def phase(name: str) -> None:
-    """Announce that this rank enters ``name`` (``checkpoint``, ``recover``): drives phase-tied fault injection."""
+    """Announce that this rank enters ``name`` (``checkpoint``, ``recover``, ``complete``, ``finish``): drives
+    phase-tied fault injection."""
     inj = _RT.injector
     if inj is not None:
         inj.phase(name)
