@@ -146,21 +146,27 @@ def _stop_mpiexec(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def rank_groups(pids: Sequence[int], exclude: int) -> list[int]:
+def rank_groups(pids: Sequence[int], exclude: int) -> list[tuple[int, int | None]]:
     """The process groups of ``pids`` (mpiexec starts each rank in a group of its own), but the
-    launcher's and ``exclude`` (mpiexec's)."""
+    launcher's and ``exclude`` (mpiexec's): (pgid, start time of its leader, None without one)."""
     groups = set()
     for pid in pids:
         try:
             groups.add(os.getpgid(pid))
         except (ProcessLookupError, PermissionError):
             continue
-    return sorted(groups - {os.getpgrp(), exclude, 0, 1})
+    groups -= {os.getpgrp(), exclude, 0, 1}
+    return [(g, start_ticks(g)) for g in sorted(groups)]
 
 
-def signal_groups(groups: Sequence[int], sig: int) -> None:
-    """Send ``sig`` to each process group of ``groups`` that still has a member."""
-    for pgid in groups:
+def signal_groups(groups: Sequence[tuple[int, int | None]], sig: int) -> None:
+    """Send ``sig`` to each process group of ``groups`` (``rank_groups``) that still has a member,
+    unless its number now belongs to another group: a process of the group's number that started
+    at another time than the leader noted (the leader gone, its number reused by a new leader)."""
+    for pgid, ticks in groups:
+        now = start_ticks(pgid)
+        if now is not None and now != ticks:
+            continue
         try:
             os.killpg(pgid, sig)
         except (ProcessLookupError, PermissionError):
