@@ -42,6 +42,7 @@ restore floor.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -214,7 +215,7 @@ def _rank_figures(comm: Any, res: Any, world_rank: int, u: Any, ends: list[tuple
 def _step_median(ends: list[tuple[float, int]], t_detect: float) -> float | None:
     """The median time of one step before the failure (between consecutive step ends)."""
     before = [t for t, _ in ends if t < t_detect]
-    gaps = [b - a for a, b in zip(before, before[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(before)]
     return median(gaps) if gaps else None
 
 
