@@ -29,7 +29,6 @@ member's description changed does the group exchange descriptions before its chu
 """
 from __future__ import annotations
 
-import pickle
 import zlib
 from typing import Any
 
@@ -136,7 +135,8 @@ class _Entry:
     def key(self) -> int:
         """A checksum of the group's descriptions (equal on every member holding this version)."""
         if self._key is None:
-            self._key = zlib.crc32(pickle.dumps(self.metas, protocol=pickle.HIGHEST_PROTOCOL))
+            # of their text: a pickle of equal descriptions may differ (shared objects are memoized)
+            self._key = zlib.crc32(repr(self.metas).encode())
         return self._key
 
 
