@@ -105,6 +105,19 @@ def test_wait_complete_holds_every_rank_until_the_version_is_held_everywhere(bac
 
 
 POSITIONS = str(SCRIPTS / "checkpoint_xor_positions.py")
+CHANGES = str(SCRIPTS / "checkpoint_xor_changes.py")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_xor_state_changes_between_saves(backend: str) -> None:
+    """XOR saves of states that grow, shrink and change dtype between versions, each restored
+    on rebuilt ranks bit-exact; descriptions exchanged only at a change (and at the first save)."""
+    res = mpiexec(7, [CHANGES, backend], ft=(backend == "ulfm"), timeout=90)
+    detail = _detail(res)
+    assert "FAIL" not in res.out, detail
+    assert res.ok_ranks("changes") == list(range(7)), detail
+    assert res.code == 0, f"exit code {res.code}{detail}"
 
 
 @pytest.mark.timeout(120)

@@ -94,14 +94,15 @@ def describe(state: dict[str, np.ndarray]) -> Meta:
     return Meta(tuple(names), tuple(descrs), tuple(shapes), tuple(offsets), pos)
 
 
-def pack(state: dict[str, np.ndarray], extra: int = 0,
-         pool: BufferPool | None = None, spare: int = 0) -> tuple[Meta, np.ndarray]:
+def pack(state: dict[str, np.ndarray], extra: int = 0, pool: BufferPool | None = None, spare: int = 0,
+         meta: Meta | None = None) -> tuple[Meta, np.ndarray]:
     """Copy ``state`` into one uint8 buffer (``extra`` zero bytes of room after the data, then
     ``spare`` bytes left as they are, for the caller to fill).
 
-    The buffer is new, or a recycled one of the right size taken from ``pool``.
+    The buffer is new, or a recycled one of the right size taken from ``pool``; ``meta``, when
+    given, is ``describe(state)`` made by the caller.
     """
-    meta = describe(state)
+    meta = describe(state) if meta is None else meta
     size = meta.nbytes + extra + spare
     buf = pool.take(size) if pool is not None else np.empty(size, dtype=np.uint8)
     if extra:

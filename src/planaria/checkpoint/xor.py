@@ -22,17 +22,22 @@ i.e. ``f``'s data and its parity chunk, so redundancy is whole again after one r
 A member keeps its data chunks and its parity chunk in one buffer (``[D_s[0] .. D_s[m-2], P_s]``),
 and sends that buffer to ``f`` as it is, one message; ``f`` takes each chunk of it where its
 vector needs it (``_perm``) as it XORs the survivors' buffers together.
+
+A save whose descriptions are those of the previous save (the usual case: the same arrays
+saved again) sends the chunks at once, each behind a small fixed-size header; only when some
+member's description changed does the group exchange descriptions before its chunks.
 """
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
 
 from planaria.checkpoint._head import HEAD_BYTES, arrivals, head_decode, head_encode, send_head
 from planaria.checkpoint.store import (
-    TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, WARM, CheckpointError, Completion, Meta, PeerStore, Phases,
-    Verdict, all_true, check_fresh, check_version, describe, pack, unpack,
+    TAG_META, TAG_PARITY, TAG_REBUILD, TAG_RESEED, WARM, BufferPool, CheckpointError, Completion, Meta, PeerStore,
+    Phases, Verdict, all_true, check_fresh, check_version, describe, pack, unpack,
 )
 from planaria.comm.base import Comm
 
@@ -117,14 +122,22 @@ class _Entry:
     one buffer (``whole``), so that the member sends both to a fresh rank as one message; and
     the headers of such a message, made at save (with the group's descriptions, and without)."""
 
-    __slots__ = ("n", "metas", "whole", "buf", "parity", "c", "heads")
+    __slots__ = ("n", "metas", "whole", "buf", "parity", "c", "heads", "version", "_key")
 
-    def __init__(self, n: int, metas: list[Meta], whole: np.ndarray, c: int, version: int = -1) -> None:
+    def __init__(self, n: int, metas: list[Meta], whole: np.ndarray, c: int, version: int = -1,
+                 key: int | None = None, heads: bool = True) -> None:
         m = len(metas)
-        self.n, self.metas, self.whole, self.c = n, metas, whole, c
+        self.n, self.metas, self.whole, self.c, self.version, self._key = n, metas, whole, c, version, key
         # a group of one (c == 0): the data alone, no parity
         self.buf, self.parity = (whole[:(m - 1) * c], whole[(m - 1) * c:m * c]) if c else (whole, whole[:0])
-        self.heads = _heads(version, self) if c and version >= 0 else None
+        self.heads = _heads(version, self) if heads and c and version >= 0 else None
+
+    def key(self) -> int:
+        """A checksum of the group's descriptions (equal on every member holding this version)."""
+        if self._key is None:
+            # of their text: a pickle of equal descriptions may differ (shared objects are memoized)
+            self._key = zlib.crc32(repr(self.metas).encode())
+        return self._key
 
 
 def _heads(version: int, e: _Entry) -> tuple[Any, Any]:
@@ -167,7 +180,8 @@ class XorStore(PeerStore):
 
     # -- save ----------------------------------------------------------------------------------
     def _save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
-        """Descriptions to the group, then the chunks: each member's parity is XORed as they arrive.
+        """The chunks to the group, each member's parity XORed as they arrive; the group's
+        descriptions exchanged first only when some member's differs from the previous save's.
 
         No closing barrier: the version is completed by a nonblocking barrier the next save
         waits for (``Completion``), as in ``MemoryStore``.
@@ -176,53 +190,141 @@ class XorStore(PeerStore):
         version = check_version(version)
         n, r = comm.size, comm.rank
         g = group_of(r, n, self.group_size)
-        m = len(g)
         settled = self._done.settle(comm)        # raises FailureError before anything changed
         ph.mark("settle")
-        if m < 2:               # a job of one rank: nothing to protect against
+        if len(g) < 2:          # a job of one rank: nothing to protect against
             meta, buf = pack(state)
             self._add_version(version, _Entry(n, [meta], buf, 0))
             self._done.start(comm)
             if not settled:
                 self._done.finish()
             return
-        me = self._me = g.index(r)
-        others = [x for x in g if x != r]
-        pack_meta = describe(state)
-        sends = [comm.isend(pack_meta, x, TAG_META) for x in others]
-        metas = [pack_meta if x == r else comm.recv(source=x, tag=TAG_META) for x in g]
+        self._me = g.index(r)
+        meta = describe(state)
+        base = self._base(version, n, g)
+        pool = self._pool(version, settled, lambda e: (e.whole,))
+        entry = self._save_unchanged(comm, version, state, meta, g, base, pool, ph)
+        if entry is None:
+            entry = self._save_described(comm, version, state, meta, g, pool, ph)
+        pool.clear()
+        self._complete(comm, settled, lambda: self._add_version(version, entry), ph)
+
+    def _base(self, version: int, n: int, g: list[int]) -> _Entry | None:
+        """The newest version held before ``version``, when this group of ``n`` ranks saved it."""
+        older = [v for v in self._data if v < version]
+        e = self._data[max(older)] if older else None
+        return e if e is not None and e.c and e.n == n and len(e.metas) == len(g) else None
+
+    def _buffers(self, state: dict[str, np.ndarray], meta: Meta, m: int, c: int,
+                 pool: BufferPool) -> tuple[np.ndarray, list[np.ndarray]]:
+        """This rank's data cut to ``m - 1`` chunks of ``c`` bytes, followed by room for its parity
+        chunk (one buffer, as a fresh rank receives it), and where the others' chunks land.
+
+        The others' chunks land in scratch buffers this store keeps from save to save (no new
+        memory to fault in), not in the parity chunk: received into the buffer whose data chunks
+        the group reads as they are sent, they slow the exchange down (by about a sixth of the
+        floor at 256 MB per rank); the parity chunk is written by the first XOR instead. In a
+        group of two the one chunk lands in the parity chunk itself."""
+        _, whole = pack(state, extra=(m - 1) * c - meta.nbytes, pool=pool, spare=c, meta=meta)
+        k = m - 1 if m > 2 else 0
+        if len(self._scratch) != k or any(b.size != c for b in self._scratch):
+            self._scratch = [np.empty(c, dtype=np.uint8) for _ in range(k)]
+        return whole, (self._scratch if k else [whole[(m - 1) * c:]])
+
+    @staticmethod
+    def _fold(parity: np.ndarray, into: list[np.ndarray], k: int) -> None:
+        """The ``k``-th chunk received (into ``into[k]``) folded into ``parity``."""
+        if k == 1:
+            np.bitwise_xor(into[0].view(np.uint64), into[1].view(np.uint64), out=parity.view(np.uint64))
+        elif k > 1:
+            _xor_into(parity, into[k])
+
+    def _save_unchanged(self, comm: Comm, version: int, state: dict[str, np.ndarray], meta: Meta,
+                        g: list[int], base: _Entry | None, pool: BufferPool, ph: Phases) -> _Entry | None:
+        """The save without a round of descriptions, cut as the previous version (``base``) was.
+
+        This rank's chunks go out at once behind a fixed-size header (version, chunk size, the
+        previous version and a checksum of the group's descriptions at it; chunk size -1 and no
+        chunks when this rank's description changed or it holds no such version): a receiver
+        learns from the header how many bytes follow. The new version, or None on every member
+        alike when some member's header differs from this rank's (the group then exchanges its
+        descriptions: ``_save_described``)."""
+        me, m, c = self._me, len(g), -1
+        if base is not None and base.metas[me] == meta:
+            c = base.c
+        key = np.array([version, c, base.version if base else -1, base.key() if base else -1], dtype=np.int64)
+        others = [x for x in g if x != comm.rank]
+        whole, into = self._buffers(state, meta, m, c, pool) if c >= 0 else (None, [])
+        ph.mark("copy")
+        heads = [np.empty(key.size, dtype=np.int64) for _ in others]
+        self._inflight = [key, heads, whole, into]
+        hreqs = [comm.Irecv(h, source=x, tag=TAG_META) for h, x in zip(heads, others, strict=True)]
+        sends = [comm.Isend(key, dest=x, tag=TAG_META) for x in others]
+        if whole is not None:
+            for x in others:
+                s = _slot(me, g.index(x))
+                sends.append(comm.Isend(whole[s * c:(s + 1) * c], dest=x, tag=TAG_PARITY))
+        parity = whole[(m - 1) * c:] if whole is not None else None
+        same = self._gather_parity(comm, key, heads, hreqs, others, parity, into)
+        for q in sends:
+            q.Wait()
+        ph.mark("exchange")
+        if not same:
+            if whole is not None:
+                pool.give(whole)
+            return None
+        assert base is not None and whole is not None
+        return _Entry(comm.size, base.metas, whole, c, version, base.key())
+
+    def _gather_parity(self, comm: Comm, key: np.ndarray, heads: list[np.ndarray], hreqs: list[Any],
+                       others: list[int], parity: np.ndarray | None, into: list[np.ndarray]) -> bool:
+        """Each member's chunk received as its header comes in and folded into ``parity``;
+        whether every header equals this rank's ``key``."""
+        free = list(into)
+        same = parity is not None
+        recvs: list[tuple[np.ndarray, Any]] = []
+        for i in arrivals(hreqs):
+            h = heads[i]
+            same = same and bool((h == key).all())
+            if h[1] > 0:           # a chunk follows: received even when it is not used
+                b = free.pop(0) if same else np.empty(int(h[1]), dtype=np.uint8)
+                recvs.append((b, comm.Irecv(b, source=others[i], tag=TAG_PARITY)))
+        self._inflight.append(recvs)
+        for k, (_, q) in enumerate(recvs):
+            q.Wait()
+            if same and parity is not None and len(into) > 1:
+                self._fold(parity, into, k)
+        return same
+
+    def _save_described(self, comm: Comm, version: int, state: dict[str, np.ndarray], meta: Meta,
+                        g: list[int], pool: BufferPool, ph: Phases) -> _Entry:
+        """Descriptions to the group, then the chunks, cut to the longest state of the group."""
+        m, me = len(g), self._me
+        others = [x for x in g if x != comm.rank]
+        sends = [comm.isend(meta, x, TAG_META) for x in others]
+        metas = [meta if x == comm.rank else comm.recv(source=x, tag=TAG_META) for x in g]
         for q in sends:
             q.Wait()
         ph.mark("metadata")
         c = chunk_len(max(mt.nbytes for mt in metas), m)
-        pool = self._pool(version, settled, lambda e: (e.whole,))
-        # data and parity in one buffer (data chunks, then the parity chunk): see ``_Entry``
-        _, whole = pack(state, extra=(m - 1) * c - pack_meta.nbytes, pool=pool, spare=c)
-        buf, parity = whole[:(m - 1) * c], whole[(m - 1) * c:]
-        pool.clear()
-        # the first member's chunk lands in the parity buffer itself, the others' in scratch
-        # buffers this store keeps from save to save (no new memory to fault in)
-        if len(self._scratch) != m - 2 or any(b.size != c for b in self._scratch):
-            self._scratch = [np.empty(c, dtype=np.uint8) for _ in range(m - 2)]
+        whole, into = self._buffers(state, meta, m, c, pool)
         ph.mark("copy")
-        self._inflight = [whole, self._scratch]
-        into = [parity] + self._scratch
+        self._inflight = [whole, into]
         recvs = [comm.Irecv(into[k], source=x, tag=TAG_PARITY) for k, x in enumerate(others)]
         sends = []
         for x in others:
             s = _slot(me, g.index(x))
-            sends.append(comm.Isend(buf[s * c:(s + 1) * c], dest=x, tag=TAG_PARITY))
+            sends.append(comm.Isend(whole[s * c:(s + 1) * c], dest=x, tag=TAG_PARITY))
         for k, q in enumerate(recvs):
             q.Wait()
             ph.mark("exchange")
-            if k:
-                _xor_into(parity, into[k])
+            if len(into) > 1:
+                self._fold(whole[(m - 1) * c:], into, k)
                 ph.mark("xor")
         for q in sends:
             q.Wait()
         ph.mark("exchange")
-        entry = _Entry(n, metas, whole, c, version)
-        self._complete(comm, settled, lambda: self._add_version(version, entry), ph)
+        return _Entry(comm.size, metas, whole, c, version)
 
     # -- restore ---------------------------------------------------------------------------------
     def _restorable_groups(self, n: int, fresh: set[int]) -> bool:
@@ -375,7 +477,7 @@ class XorStore(PeerStore):
         if not problem:
             assert acc is not None
             (_, c, n_saved), metas = got[survivors[0]]
-            entry = _Entry(n_saved, metas, acc, c)
+            entry = _Entry(n_saved, metas, acc, c, version, heads=False)
             out = unpack(metas[g.index(r)], entry.buf, pool=WARM)
             ph.mark("copy")
 
