@@ -217,7 +217,7 @@ def test_manifest_cut_short_does_not_count(tmp_path: Path, monkeypatch: pytest.M
     fs = FileStore(tmp_path)
     fs.save(COMM, 1, state_for(1))
 
-    def crash(path, data):
+    def crash(path, data, *rest):
         path.write_bytes(data[:len(data) // 2])
         raise OSError("power loss")
     monkeypatch.setattr(fmod, "_write_manifest", crash)
@@ -249,6 +249,33 @@ def test_resave_removes_stale_manifest_first(tmp_path: Path, monkeypatch: pytest
         fs.save(COMM, 2, state_for(22))
     monkeypatch.undo()
     assert FileStore(tmp_path).restorable(COMM, set()) == 1
+
+
+def test_old_manifest_is_gone_when_the_save_ends_and_its_failure_fails_the_save(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 removes the manifest of the version whose files a save takes on a helper thread: it
+    is gone when the save returns, and when it cannot be removed the save raises and the new
+    version does not count (its manifest is removed), the newest earlier one still does."""
+    import planaria.checkpoint.file as fmod
+    fs = FileStore(tmp_path, keep=2)
+    for v in (1, 2, 3):
+        fs.save(COMM, v, state_for(v))
+        assert not (tmp_path / vdir_name(v - 2) / MANIFEST).exists()
+    real = fmod._unlink_manifest
+
+    def refuse_old(vdir: Path) -> None:
+        if vdir.name == vdir_name(2):
+            time.sleep(0.05)                    # still running while the save writes its files
+            raise PermissionError(f"{vdir}: cannot remove the manifest")
+        real(vdir)
+    monkeypatch.setattr(fmod, "_unlink_manifest", refuse_old)
+    with pytest.raises(PermissionError, match="cannot remove"):
+        fs.save(COMM, 4, state_for(4))
+    monkeypatch.undo()
+    fs.wait_pruned()
+    assert not (tmp_path / vdir_name(4) / MANIFEST).exists()
+    assert FileStore(tmp_path).restorable(COMM, set()) == 3
+    assert same(FileStore(tmp_path).restore(COMM, 3, {0}), state_for(3))
 
 
 def test_sha256_manifest_of_earlier_saves_still_reads(tmp_path: Path) -> None:
