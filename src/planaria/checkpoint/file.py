@@ -15,11 +15,11 @@ checksum, dtypes and shapes); every other rank fsyncs its file as soon as its en
 while rank 0 writes the manifest (starting its writeback at once, so that the journal commit
 of the first fsync takes it) and then fsyncs its file, the manifest and the directory; an
 agreement ends the save (if any rank failed, every rank raises and rank 0 removes the manifest).
-The manifest of the version whose files the save takes is removed by a helper thread of rank 0,
-started when the save begins and waited for before the agreement: a removal waits behind the
-journal commits the ranks' fsyncs start (1-4 ms at 2 MB per rank, up to 25 ms at 32 MB, once on
-rank 0's own path). Rank 0 then deletes the versions older than the ``keep`` newest complete
-ones, in the background.
+The manifest of the version whose files the save takes is removed by a helper thread of rank 0
+(one for the store's life), handed the removal when the save begins and waited for before the
+agreement: a removal waits behind the journal commits the ranks' fsyncs start (1-4 ms at 2 MB
+per rank, up to 25 ms at 32 MB, once on rank 0's own path). Rank 0 then deletes the versions
+older than the ``keep`` newest complete ones, in the background.
 
 The manifest can reach the disk before a rank file does: what makes a version usable is its
 manifest *and* every rank file matching the size and checksum the manifest records, which
@@ -40,7 +40,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from planaria.checkpoint._fileio import (
-    DIGEST, Background, digest_of, new_digest, read_exact, read_into, start_writeback, write_file,
+    DIGEST, digest_of, new_digest, read_exact, read_into, start_writeback, write_file,
 )
 from planaria.checkpoint.store import (
     KEEP, WARM, CheckpointError, CheckpointStore, Meta, Phases, Verdict, all_true, check_fresh, check_logical,
@@ -117,12 +117,12 @@ def _unlink_manifest(vdir: Path) -> None:
     (vdir / MANIFEST).unlink(missing_ok=True)
 
 
-def _joined(helper: Background | None) -> OSError | None:
-    """Wait for ``helper`` (None: nothing to wait for); the OSError it raised, if any."""
-    if helper is None:
+def _joined(job: Future[None] | None) -> OSError | None:
+    """Wait for ``job`` (None: nothing to wait for); the OSError it raised, if any."""
+    if job is None:
         return None
     try:
-        helper.join()
+        job.result()
     except OSError as e:
         return e
     return None
@@ -298,6 +298,7 @@ class FileStore(CheckpointStore):
         self._footprint: list[int] = []
         self._pruner: threading.Thread | None = None
         self._saved: list[int] = []          # versions this store saved (and kept), oldest first
+        self._retirer: ThreadPoolExecutor | None = None     # rank 0: removes taken versions' manifests
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.directory)!r})"
@@ -360,9 +361,9 @@ class FileStore(CheckpointStore):
             self._prune_later(keep_from=None)
         self.last_save = ph.out
 
-    def _begin(self, version: int, r: int) -> tuple[int | None, Path, Background | None]:
+    def _begin(self, version: int, r: int) -> tuple[int | None, Path, Future[None] | None]:
         """The version whose files this save overwrites (None: new files), the version's directory,
-        and on rank 0 the helper thread removing that old version's manifest (see ``save``)."""
+        and on rank 0 the removal of that old version's manifest by the store's helper thread (see ``save``)."""
         self._saved = [v for v in self._saved if v < version]
         old = self._saved[0] if self.keep >= 2 and len(self._saved) >= self.keep else None
         retiring = None
@@ -371,7 +372,9 @@ class FileStore(CheckpointStore):
             # before any rank writes (normally there is none, and finding none costs a lookup)
             _unlink_manifest(self.directory / vdir_name(version))
             if old is not None:
-                retiring = Background(partial(_unlink_manifest, self.directory / vdir_name(old)))
+                if self._retirer is None:        # one thread for the store's life: a thread's start
+                    self._retirer = ThreadPoolExecutor(1, "planaria-ckpt-retire")   # waits for a core
+                retiring = self._retirer.submit(_unlink_manifest, self.directory / vdir_name(old))
         return old, self.directory / vdir_name(version), retiring
 
     def _write_own(self, vdir: Path, r: int, meta: Any, parts: list[memoryview], ph: Phases,
