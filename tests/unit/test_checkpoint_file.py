@@ -217,7 +217,7 @@ def test_manifest_cut_short_does_not_count(tmp_path: Path, monkeypatch: pytest.M
     fs = FileStore(tmp_path)
     fs.save(COMM, 1, state_for(1))
 
-    def crash(path, data, *rest):
+    def crash(path, data):
         path.write_bytes(data[:len(data) // 2])
         raise OSError("power loss")
     monkeypatch.setattr(fmod, "_write_manifest", crash)

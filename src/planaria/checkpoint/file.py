@@ -12,8 +12,7 @@ with ``keep >= 2``, over its file of the oldest version kept, renamed: double bu
 the memory stores, so the writes land in page-cache pages that exist already), starts its
 writeback and checksums it (CRC-32) meanwhile; rank 0 gathers every rank's entry (file, size,
 checksum, dtypes and shapes); every other rank fsyncs its file as soon as its entry is sent,
-while rank 0 writes the manifest (starting its writeback at once, so that the journal commit
-of the first fsync takes it) and then fsyncs its file, the manifest and the directory; an
+while rank 0 writes the manifest and then fsyncs its file, the manifest and the directory; an
 agreement ends the save (if any rank failed, every rank raises and rank 0 removes the manifest).
 The manifest of the version whose files the save takes is removed by a helper thread of rank 0
 (one for the store's life), handed the removal when the save begins and waited for before the
@@ -48,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from planaria.checkpoint._fileio import (
-    DIGEST, digest_of, new_digest, read_exact, read_into, start_writeback, write_file,
+    DIGEST, digest_of, new_digest, read_exact, read_into, write_file,
 )
 from planaria.checkpoint.store import (
     KEEP, WARM, CheckpointError, CheckpointStore, Meta, Phases, Verdict, all_true, check_fresh, check_logical,
@@ -95,19 +94,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_manifest(path: Path, data: bytes, writeback: bool = False) -> None:
+def _write_manifest(path: Path, data: bytes) -> None:
     """The manifest under its own name (fsynced by the caller, with the rank files). Not written
     under a temporary name and renamed: a manifest cut short by a crash is not valid JSON, and
-    ``read_manifest`` rejects it. ``writeback``: its writeback is started at once, so its block
-    is allocated in the journal transaction the rank files' fsyncs commit, and its own fsync
-    then finds it committed instead of starting another commit."""
+    ``read_manifest`` rejects it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         mv = memoryview(data)
         while mv:
             mv = mv[os.write(fd, mv):]
-        if writeback:
-            start_writeback(fd)
     finally:
         os.close(fd)
 
@@ -245,14 +240,14 @@ def _usable_everywhere(comm: Comm, cands: list[int], flags: np.ndarray) -> set[i
     return {v for v, ok in zip(cands, out.tolist(), strict=True) if ok}
 
 
-def _write_root_manifest(vdir: Path, version: int, nranks: int, entries: list[dict[str, Any] | None],
-                         writeback: bool = False) -> tuple[int, OSError | None]:
+def _write_root_manifest(vdir: Path, version: int, nranks: int,
+                         entries: list[dict[str, Any] | None]) -> tuple[int, OSError | None]:
     """Rank 0: the version's manifest, when every rank wrote its file; (1 if written, the error)."""
     if not all(e is not None for e in entries):
         return 0, None
     manifest = {"format": 2, "version": version, "nranks": nranks, "ranks": entries}
     try:
-        _write_manifest(vdir / MANIFEST, json.dumps(manifest, indent=1).encode(), writeback)
+        _write_manifest(vdir / MANIFEST, json.dumps(manifest, indent=1).encode())
     except OSError as e:
         return 0, e
     return 1, None
@@ -337,7 +332,7 @@ class FileStore(CheckpointStore):
         written = 0
         if r == 0 and problem is None:
             assert entries is not None
-            written, problem = _write_root_manifest(vdir, version, comm.size, entries, self.fsync)
+            written, problem = _write_root_manifest(vdir, version, comm.size, entries)
             ph.mark("manifest")
         if finish is not None:
             synced = self._commit(finish, r == 0 and bool(written), vdir)
