@@ -79,7 +79,7 @@ def digest_of(entry: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-class Background:
+class _Thread:
     """``fn()`` on a helper thread; ``join`` returns its result or raises its exception."""
 
     def __init__(self, fn: Callable[[], Any]) -> None:
@@ -171,7 +171,7 @@ def write_file(path: str | os.PathLike[str], parts: list[memoryview], fsync: boo
 
         helper = None
         if fsync and _writeback_threaded(size):
-            helper = Background(lambda: start_writeback(fd))
+            helper = _Thread(lambda: start_writeback(fd))
         elif fsync:
             start_writeback(fd)
             ph.mark("writeback")
