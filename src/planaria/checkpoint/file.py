@@ -46,9 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from planaria.checkpoint._fileio import (
-    DIGEST, digest_of, new_digest, read_exact, read_into, write_file,
-)
+from planaria.checkpoint._fileio import DIGEST, digest_of, new_digest, read_exact, read_into, write_file
 from planaria.checkpoint.store import (
     KEEP, WARM, CheckpointError, CheckpointStore, Meta, Phases, Verdict, all_true, check_fresh, check_logical,
     check_version, describe, unpack, wait_sends,
@@ -358,13 +356,13 @@ class FileStore(CheckpointStore):
 
     def _begin(self, version: int, r: int) -> tuple[int | None, Path, Future[None] | None]:
         """The version whose files this save overwrites (None: new files), the version's directory,
-        and on rank 0 the removal of that old version's manifest by the store's helper thread (see ``save``)."""
+        and on rank 0 the removal of that old version's manifest, on the store's helper thread."""
         self._saved = [v for v in self._saved if v < version]
         old = self._saved[0] if self.keep >= 2 and len(self._saved) >= self.keep else None
         retiring = None
         if r == 0:
-            # a manifest from an abandoned future of this version may not count any more: gone
-            # before any rank writes (normally there is none, and finding none costs a lookup)
+            # a manifest from an abandoned future of this version may not count any more (normally
+            # there is none, and finding none costs a lookup)
             _unlink_manifest(self.directory / vdir_name(version))
             if old is not None:
                 if self._retirer is None:        # one thread for the store's life: a thread's start
