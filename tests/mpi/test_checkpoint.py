@@ -97,9 +97,9 @@ def test_file_restore_with_a_fresh_rank_is_all_or_nothing(backend: str, tmp_path
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_file_save_failed_anywhere_raises_everywhere_and_counts_nowhere(backend: str, tmp_path) -> None:
-    """Rank 0 failing to remove the taken version's manifest, or another rank failing to write:
-    the save raises on every rank and the previous version stays the newest restorable one."""
+def test_file_save_failed_on_one_rank_raises_everywhere_and_counts_nowhere(backend: str, tmp_path) -> None:
+    """A rank losing the file it took from the oldest version: the save raises on every rank,
+    neither that version nor the new one counts, the previous newest one does."""
     res = mpiexec(4, [FILE_SAVE_FAILS, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=60)
     assert "FAIL" not in res.out, _detail(res)
     assert res.ok_ranks("filesavefails") == [0, 1, 2, 3] and res.code == 0, _detail(res)

@@ -14,11 +14,12 @@ writeback and checksums it (CRC-32) meanwhile; rank 0 gathers every rank's entry
 checksum, dtypes and shapes); every other rank fsyncs its file as soon as its entry is sent,
 while rank 0 writes the manifest and then fsyncs its file, the manifest and the directory; an
 agreement ends the save (if any rank failed, every rank raises and rank 0 removes the manifest).
-The manifest of the version whose files the save takes is removed by a helper thread of rank 0
-(one for the store's life), handed the removal when the save begins and waited for before the
-agreement: a removal waits behind the journal commits the ranks' fsyncs start (1-4 ms at 2 MB
-per rank, up to 25 ms at 32 MB, once on rank 0's own path). Rank 0 then deletes the versions
-older than the ``keep`` newest complete ones, in the background.
+Rank 0 then deletes the versions older than the ``keep`` newest complete ones, in the
+background, the version whose files the save took among them: its manifest stays until then,
+and that version does not count meanwhile (its rank files are gone from its directory, or differ
+from its manifest). Removing that manifest when the save began put a file removal on rank 0's
+path, which waits behind the journal commits the ranks' fsyncs start (1-4 ms at 2 MB per rank,
+up to 75 ms at 256 MB, measured).
 
 The manifest can reach the disk before a rank file does: what makes a version usable is its
 manifest *and* every rank file matching the size and checksum the manifest records, which
@@ -39,7 +40,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -103,22 +103,6 @@ def _write_manifest(path: Path, data: bytes) -> None:
             mv = mv[os.write(fd, mv):]
     finally:
         os.close(fd)
-
-
-def _unlink_manifest(vdir: Path) -> None:
-    """Remove the manifest of the version in ``vdir``, if it has one."""
-    (vdir / MANIFEST).unlink(missing_ok=True)
-
-
-def _joined(job: Future[None] | None) -> OSError | None:
-    """Wait for ``job`` (None: nothing to wait for); the OSError it raised, if any."""
-    if job is None:
-        return None
-    try:
-        job.result()
-    except OSError as e:
-        return e
-    return None
 
 
 def _fsync_path(path: Path) -> None:
@@ -291,7 +275,6 @@ class FileStore(CheckpointStore):
         self._footprint: list[int] = []
         self._pruner: threading.Thread | None = None
         self._saved: list[int] = []          # versions this store saved (and kept), oldest first
-        self._retirer: ThreadPoolExecutor | None = None     # rank 0: removes taken versions' manifests
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.directory)!r})"
@@ -307,15 +290,15 @@ class FileStore(CheckpointStore):
         complete version stays untouched. The manifest may reach the disk before some rank file:
         a version counts only when every rank file matches the size and checksum its manifest
         records, which ``restorable`` checks, so a crash before the save ended leaves a version
-        that does not count. If any rank fails to write (or rank 0 to remove the manifest of the
-        version whose files were taken), every rank raises and rank 0 removes the manifest.
+        that does not count. If any rank fails to write, every rank raises and rank 0 removes
+        the manifest.
         """
         ph = Phases()
         version = check_version(version)
         r = comm.rank
         self._join_prune()                       # the previous save's deletions, normally long done
         ph.mark("prune")
-        old, vdir, retiring = self._begin(version, r)
+        old, vdir = self._begin(version, r)
         meta = describe(state)
         hdr = _header(meta)
         parts = [memoryview(MAGIC + len(hdr).to_bytes(8, "little") + hdr)]
@@ -335,9 +318,6 @@ class FileStore(CheckpointStore):
         if finish is not None:
             synced = self._commit(finish, r == 0 and bool(written), vdir)
             problem = problem or synced
-        retired = _joined(retiring)          # the old version's manifest is gone before the agreement
-        problem = problem or retired
-        ph.mark("retire")
         ok = all_true(comm, problem is None)
         ph.mark("agree")
         if not ok:
@@ -354,21 +334,16 @@ class FileStore(CheckpointStore):
             self._prune_later(keep_from=None)
         self.last_save = ph.out
 
-    def _begin(self, version: int, r: int) -> tuple[int | None, Path, Future[None] | None]:
-        """The version whose files this save overwrites (None: new files), the version's directory,
-        and on rank 0 the removal of that old version's manifest, on the store's helper thread."""
+    def _begin(self, version: int, r: int) -> tuple[int | None, Path]:
+        """The version whose files this save overwrites (None: new files) and the version's directory;
+        rank 0 removes a manifest of this version left from an abandoned future."""
         self._saved = [v for v in self._saved if v < version]
         old = self._saved[0] if self.keep >= 2 and len(self._saved) >= self.keep else None
-        retiring = None
         if r == 0:
-            # a manifest from an abandoned future of this version may not count any more (normally
-            # there is none, and finding none costs a lookup)
-            _unlink_manifest(self.directory / vdir_name(version))
-            if old is not None:
-                if self._retirer is None:        # one thread for the store's life: a thread's start
-                    self._retirer = ThreadPoolExecutor(1, "planaria-ckpt-retire")   # waits for a core
-                retiring = self._retirer.submit(_unlink_manifest, self.directory / vdir_name(old))
-        return old, self.directory / vdir_name(version), retiring
+            # it may not count any more (normally there is none, and finding none costs a lookup);
+            # the manifest of ``old`` goes with its directory once the save is done (see above)
+            (self.directory / vdir_name(version) / MANIFEST).unlink(missing_ok=True)
+        return old, self.directory / vdir_name(version)
 
     def _write_own(self, vdir: Path, r: int, meta: Any, parts: list[memoryview], ph: Phases,
                    reuse: Path | None) -> tuple[dict[str, Any] | None, Callable[[], None] | None, OSError | None]:
