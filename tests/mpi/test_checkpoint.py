@@ -12,6 +12,7 @@ RESTART = str(SCRIPTS / "checkpoint_restart.py")
 PARTIAL = str(SCRIPTS / "checkpoint_partial.py")
 AGREED = str(SCRIPTS / "checkpoint_agreed.py")
 FILE_VERDICT = str(SCRIPTS / "checkpoint_file_verdict.py")
+FILE_SAVE_FAILS = str(SCRIPTS / "checkpoint_file_save_fails.py")
 COMPLETE = str(SCRIPTS / "checkpoint_complete.py")
 
 # case -> (processes, world ranks expected to print OK)
@@ -92,6 +93,16 @@ def test_file_restore_with_a_fresh_rank_is_all_or_nothing(backend: str, tmp_path
     res = mpiexec(4, [FILE_VERDICT, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=60)
     assert "FAIL" not in res.out, _detail(res)
     assert res.ok_ranks("fileverdict") == [0, 1, 2, 3] and res.code == 0, _detail(res)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_file_save_failed_on_one_rank_raises_everywhere_and_counts_nowhere(backend: str, tmp_path) -> None:
+    """A rank losing the file it took from the oldest version: the save raises on every rank,
+    neither that version nor the new one counts, the previous newest one does."""
+    res = mpiexec(4, [FILE_SAVE_FAILS, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=60)
+    assert "FAIL" not in res.out, _detail(res)
+    assert res.ok_ranks("filesavefails") == [0, 1, 2, 3] and res.code == 0, _detail(res)
 
 
 @pytest.mark.timeout(90)

@@ -251,6 +251,37 @@ def test_resave_removes_stale_manifest_first(tmp_path: Path, monkeypatch: pytest
     assert FileStore(tmp_path).restorable(COMM, set()) == 1
 
 
+def test_version_whose_files_a_failed_save_took_does_not_count(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest of the version whose files a save takes stays until the save's pruning: when
+    the save fails after overwriting the file, neither that version nor the new one counts, the
+    newest earlier one does; a save that goes through then removes the taken version."""
+    import planaria.checkpoint.file as fmod
+    fs = FileStore(tmp_path, keep=2)
+    for v in (1, 2):
+        fs.save(COMM, v, state_for(v))
+    real = fmod._write_rank
+
+    def write_then_fail(*args, **kwargs):
+        real(*args, **kwargs)[2]()              # the file taken from version 1, written and synced
+        raise OSError("lost after the write")
+    monkeypatch.setattr(fmod, "_write_rank", write_then_fail)
+    with pytest.raises(OSError, match="lost after the write"):
+        fs.save(COMM, 3, state_for(3))
+    monkeypatch.undo()
+    fs.wait_pruned()
+    assert (tmp_path / vdir_name(1) / MANIFEST).exists() and not rank_path(tmp_path, 1).exists()
+    assert not (tmp_path / vdir_name(3) / MANIFEST).exists()
+    fresh = FileStore(tmp_path)
+    assert fresh.restorable_versions(COMM, set()) == {2}
+    assert FileStore.latest_complete(tmp_path) == 2
+    assert same(fresh.restore(COMM, 2, {0}), state_for(2))
+    fs.save(COMM, 3, state_for(3))
+    fs.wait_pruned()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [vdir_name(2), vdir_name(3)]
+    assert FileStore(tmp_path).restorable_versions(COMM, set()) == {2, 3}
+
+
 def test_sha256_manifest_of_earlier_saves_still_reads(tmp_path: Path) -> None:
     """Manifests written before the CRC-32 checksum record SHA-256: they are checked with it."""
     import hashlib

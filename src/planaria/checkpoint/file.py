@@ -13,8 +13,13 @@ the memory stores, so the writes land in page-cache pages that exist already), s
 writeback and checksums it (CRC-32) meanwhile; rank 0 gathers every rank's entry (file, size,
 checksum, dtypes and shapes); every other rank fsyncs its file as soon as its entry is sent,
 while rank 0 writes the manifest and then fsyncs its file, the manifest and the directory; an
-agreement ends the save (if any rank failed, every rank raises and rank 0 removes the manifest). Rank 0 then
-deletes the versions older than the ``keep`` newest complete ones, in the background.
+agreement ends the save (if any rank failed, every rank raises and rank 0 removes the manifest).
+Rank 0 then deletes the versions older than the ``keep`` newest complete ones, in the
+background, the version whose files the save took among them: its manifest stays until then,
+and that version does not count meanwhile (its rank files are gone from its directory, or differ
+from its manifest). Removing that manifest when the save began put a file removal on rank 0's
+path, which waits behind the journal commits the ranks' fsyncs start (1-4 ms at 2 MB per rank,
+up to 75 ms at 256 MB, measured).
 
 The manifest can reach the disk before a rank file does: what makes a version usable is its
 manifest *and* every rank file matching the size and checksum the manifest records, which
@@ -331,17 +336,13 @@ class FileStore(CheckpointStore):
 
     def _begin(self, version: int, r: int) -> tuple[int | None, Path]:
         """The version whose files this save overwrites (None: new files) and the version's directory;
-        rank 0 removes the manifests that may no longer count."""
+        rank 0 removes a manifest of this version left from an abandoned future."""
         self._saved = [v for v in self._saved if v < version]
         old = self._saved[0] if self.keep >= 2 and len(self._saved) >= self.keep else None
         if r == 0:
-            # a manifest from an abandoned future of this version, and the one of the version
-            # whose files are about to be overwritten: neither may count any more
-            for v in [version] + ([old] if old is not None else []):
-                try:
-                    (self.directory / vdir_name(v) / MANIFEST).unlink()
-                except FileNotFoundError:
-                    pass
+            # it may not count any more (normally there is none, and finding none costs a lookup);
+            # the manifest of ``old`` goes with its directory once the save is done (see above)
+            (self.directory / vdir_name(version) / MANIFEST).unlink(missing_ok=True)
         return old, self.directory / vdir_name(version)
 
     def _write_own(self, vdir: Path, r: int, meta: Any, parts: list[memoryview], ph: Phases,
