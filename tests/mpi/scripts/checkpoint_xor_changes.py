@@ -20,7 +20,7 @@ import numpy as np
 import planaria as pl
 from planaria.checkpoint import XorStore
 
-from ckpt_common import checker
+from ckpt_common import checker, same
 
 CHANGED = {3: 2, 5: 2, 6: 5}        # version -> the rank whose description changes at it
 
@@ -33,12 +33,6 @@ def state(version: int, rank: int) -> dict[str, np.ndarray]:
     if rank == 5 and version >= 6:
         u = u.view(np.int64)
     return {"u": u, "v": np.array(version, dtype=np.int32)}
-
-
-def same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> bool:
-    return set(got) == set(want) and all(
-        got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
-        and got[k].tobytes() == want[k].tobytes() for k in want)
 
 
 def main() -> None:

@@ -13,18 +13,10 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 import planaria as pl
 from planaria.checkpoint import XorStore
 
-from ckpt_common import checker, state_of
-
-
-def same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> bool:
-    return set(got) == set(want) and all(
-        got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
-        and got[k].tobytes() == want[k].tobytes() for k in want)
+from ckpt_common import checker, same, state_of
 
 
 def main() -> None:

@@ -14,6 +14,13 @@ def state_of(version: int, rank: int, cells: int) -> dict[str, np.ndarray]:
     return {"u": rng.standard_normal(cells + 13 * rank), "v": np.array(version, dtype=np.int32)}
 
 
+def same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> bool:
+    """The same arrays under the same names: dtypes, shapes and bytes."""
+    return set(got) == set(want) and all(
+        got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
+        and got[k].tobytes() == want[k].tobytes() for k in want)
+
+
 def checker(tag: str, rank: int) -> Callable[[bool, str], None]:
     """``check(cond, what)``: print ``FAIL <tag> rank <rank>: <what>`` and exit 3 when ``cond`` is false."""
     def check(cond: bool, what: str) -> None:
