@@ -17,9 +17,9 @@ agreement ends the save (if any rank failed, every rank raises and rank 0 remove
 Rank 0 then deletes the versions older than the ``keep`` newest complete ones, in the
 background, the version whose files the save took among them: its manifest stays until then,
 and that version does not count meanwhile (its rank files are gone from its directory, or differ
-from its manifest). Removing that manifest when the save began put a file removal on rank 0's
-path, which waits behind the journal commits the ranks' fsyncs start (1-4 ms at 2 MB per rank,
-up to 75 ms at 256 MB, measured).
+from its manifest). Removed when the save begins, that manifest would put a file removal on
+rank 0's path, where it waits behind the journal commits the ranks' fsyncs start (1-4 ms at 2 MB
+per rank, up to 75 ms at 256 MB, measured).
 
 The manifest can reach the disk before a rank file does: what makes a version usable is its
 manifest *and* every rank file matching the size and checksum the manifest records, which
