@@ -86,13 +86,19 @@ def test_restore_with_offers_waits_for_no_status(backend: str) -> None:
     assert res.ok_ranks("agreed") == [0, 1, 2, 3] and res.code == 0, _detail(res)
 
 
+def _every_rank_ok(script: str, tag: str, backend: str, tmp_path, n: int = 4) -> None:
+    """Run ``script`` on ``n`` ranks with a scratch directory: no check failed, every rank reported
+    ``tag`` ok, exit 0."""
+    res = mpiexec(n, [script, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=60)
+    assert "FAIL" not in res.out, _detail(res)
+    assert res.ok_ranks(tag) == list(range(n)) and res.code == 0, _detail(res)
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_file_restore_with_a_fresh_rank_is_all_or_nothing(backend: str, tmp_path) -> None:
     """A damaged file of a survivor, or of the fresh rank: the restore raises on every rank."""
-    res = mpiexec(4, [FILE_VERDICT, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=60)
-    assert "FAIL" not in res.out, _detail(res)
-    assert res.ok_ranks("fileverdict") == [0, 1, 2, 3] and res.code == 0, _detail(res)
+    _every_rank_ok(FILE_VERDICT, "fileverdict", backend, tmp_path)
 
 
 @pytest.mark.timeout(90)
@@ -100,9 +106,7 @@ def test_file_restore_with_a_fresh_rank_is_all_or_nothing(backend: str, tmp_path
 def test_file_save_failed_on_one_rank_raises_everywhere_and_counts_nowhere(backend: str, tmp_path) -> None:
     """A rank losing the file it took from the oldest version: the save raises on every rank,
     neither that version nor the new one counts, the previous newest one does."""
-    res = mpiexec(4, [FILE_SAVE_FAILS, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=60)
-    assert "FAIL" not in res.out, _detail(res)
-    assert res.ok_ranks("filesavefails") == [0, 1, 2, 3] and res.code == 0, _detail(res)
+    _every_rank_ok(FILE_SAVE_FAILS, "filesavefails", backend, tmp_path)
 
 
 @pytest.mark.timeout(90)
@@ -110,9 +114,7 @@ def test_file_save_failed_on_one_rank_raises_everywhere_and_counts_nowhere(backe
 def test_wait_complete_holds_every_rank_until_the_version_is_held_everywhere(backend: str, tmp_path) -> None:
     """A save returns before the partners hold their copies; ``wait_complete`` returns only once
     every rank holds the version (memory, XOR, and a memory + file multi-level store)."""
-    res = mpiexec(4, [COMPLETE, backend, str(tmp_path)], ft=(backend == "ulfm"), timeout=60)
-    assert "FAIL" not in res.out, _detail(res)
-    assert res.ok_ranks("complete") == [0, 1, 2, 3] and res.code == 0, _detail(res)
+    _every_rank_ok(COMPLETE, "complete", backend, tmp_path)
 
 
 POSITIONS = str(SCRIPTS / "checkpoint_xor_positions.py")
