@@ -29,13 +29,18 @@ def run_app(tmp_path, backend: str, n: int, spares: int, kills: list[str], steps
     return res, results
 
 
+def _working(res, results) -> dict:
+    """The job ended with exit 0: its working ranks' results by logical rank."""
+    assert res.returncode == 0, res.stderr[-3000:]
+    return {r["logical"]: r for r in results if r["logical"] is not None}
+
+
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])
 def test_spares_replace_two_failures(tmp_path, backend: str) -> None:
     # 10 ms per step: the spares (polling every 20 ms) have the checkpoint sizes before the kills
     res, results = run_app(tmp_path, backend, 6, 2, ["kill:rank=2,iter=12", "kill:rank=4,iter=31"],
                            step_sleep=0.01)
-    assert res.returncode == 0, res.stderr[-3000:]
-    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    working = _working(res, results)
     assert sorted(working) == list(range(6)), results
     assert all(r["ok"] for r in working.values()), results
     assert working[2]["world"] == 6 and working[2]["role"] == "recovered"
@@ -63,8 +68,7 @@ def test_spares_wake_on_the_recovery_not_on_their_poll(tmp_path, backend: str) -
     # the controller) brings the replacement into the recovery, and the unused spare out at the end
     res, results = run_app(tmp_path, backend, 4, 2, ["kill:rank=2,iter=12"], steps=30, step_sleep=0.01,
                            spare_poll=1.0)
-    assert res.returncode == 0, res.stderr[-3000:]
-    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    working = _working(res, results)
     assert sorted(working) == list(range(4)) and all(r["ok"] for r in working.values()), results
     taken = working[2]
     assert taken["role"] == "recovered" and taken["spare_wakes"] >= 1, taken
@@ -81,8 +85,7 @@ def test_a_spare_is_warm_for_a_failure_soon_after_the_start(tmp_path, backend: s
     # first checkpoint: the working ranks wake it with the sizes, so it has faulted them in
     res, results = run_app(tmp_path, backend, 4, 1, ["kill:rank=2,iter=12"], steps=20, step_sleep=0.005,
                            spare_poll=1.0)
-    assert res.returncode == 0, res.stderr[-3000:]
-    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    working = _working(res, results)
     assert working[2]["role"] == "recovered" and all(r["ok"] for r in working.values()), results
     packed = (1000 + 20) * 8          # x and trace (one float64 per step)
     assert working[2]["recoveries"][0]["warm_bytes"] == 3 * packed, working[2]["recoveries"]
@@ -107,8 +110,7 @@ def test_unused_spare_is_released(tmp_path, backend: str) -> None:
 def test_failures_during_recovery_and_checkpoint_are_survived(tmp_path, backend: str) -> None:
     kills = ["kill:rank=2,iter=12", "kill:rank=5,phase=recover"]
     res, results = run_app(tmp_path, backend, 6, 3, kills + ["kill:rank=0,iter=33,phase=checkpoint"])
-    assert res.returncode == 0, res.stderr[-3000:]
-    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    working = _working(res, results)
     assert sorted(working) == list(range(6)) and all(r["ok"] for r in working.values()), results
     assert {working[k]["role"] for k in (0, 2, 5)} == {"recovered"}
     assert working[1]["recoveries"][0]["attempts"] >= 2      # the recovery itself was hit
@@ -119,8 +121,7 @@ def test_failures_in_the_protected_epilogue_are_survived(tmp_path, backend: str)
     """Ranks 0 and 3 die on entering ``finish`` (after the last step): a spare takes each, ``finish`` reruns."""
     kills = ["kill:rank=0,phase=finish", "kill:rank=3,phase=finish"]
     res, results = run_app(tmp_path, backend, 5, 2, kills, steps=20, extra=("stop", "finish"))
-    assert res.returncode == 0, res.stderr[-3000:]
-    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    working = _working(res, results)
     assert sorted(working) == list(range(5)) and all(r["ok"] for r in working.values()), results
     assert {working[k]["role"] for k in (0, 3)} == {"recovered"}
     assert all(rec["version"] == 20 for rec in working[1]["recoveries"]), working[1]["recoveries"]
@@ -134,8 +135,7 @@ def test_a_failure_while_the_last_checkpoint_completes_is_survived(tmp_path, bac
     not arrived), every survivor restoring the same versions."""
     faults = ["kill:rank=0,phase=complete", "kill:rank=3,phase=complete", "delay:src=2,dst=3,p=1,ms=150"]
     res, results = run_app(tmp_path, backend, 5, 2, faults, steps=20, extra=("stop", "finish"))
-    assert res.returncode == 0, res.stderr[-3000:]
-    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    working = _working(res, results)
     assert sorted(working) == list(range(5)) and all(r["ok"] for r in working.values()), results
     assert {working[k]["role"] for k in (0, 3)} == {"recovered"}
     versions = {tuple(rec["version"] for rec in r["recoveries"]) for r in working.values() if r["role"] == "survivor"}
@@ -150,8 +150,7 @@ def test_the_epilogue_starts_once_the_last_checkpoint_is_complete(tmp_path, back
     find step 20 held everywhere: every recovery restores it, and no step runs twice."""
     faults = ["kill:rank=0,phase=finish", "kill:rank=3,phase=finish", "delay:src=2,dst=3,p=1,ms=150"]
     res, results = run_app(tmp_path, backend, 5, 2, faults, steps=20, extra=("stop", "finish"))
-    assert res.returncode == 0, res.stderr[-3000:]
-    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    working = _working(res, results)
     assert sorted(working) == list(range(5)) and all(r["ok"] for r in working.values()), results
     assert {working[k]["role"] for k in (0, 3)} == {"recovered"}
     versions = {k: [rec["version"] for rec in r["recoveries"]] for k, r in working.items()}
