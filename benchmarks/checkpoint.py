@@ -7,8 +7,9 @@ data movement the store's design requires, done with plain numpy, MPI and ``os``
 buffers faulted in beforehand; the definitions are in that module's docstring):
 
 - ``save``: ``--warmup`` untimed saves first (their times are kept as ``save_cold_s``: first
-  saves touch new memory), then ``--reps`` rounds of [floor, ``store.save``], each started
-  from a barrier; the time of the slowest rank, median over the rounds;
+  saves touch new memory), then ``--reps`` rounds of [floor, ``store.save``] (every other
+  round in the opposite order, so that neither inherits more of the other's after-effects),
+  each started from a barrier; the time of the slowest rank, median over the rounds;
 - ``restore``: logical rank ``lost`` (default 1) drops its store (a new, empty store object:
   a fresh process holding nothing; for files, its rank file is dropped from the page cache
   with ``posix_fadvise(DONTNEED)``) and every rank calls ``store.restore(comm, v, fresh={lost})``,
@@ -141,24 +142,35 @@ class _StoreRun:
             t_cold.append(dt)
         for form in forms:                       # the floor's buffers, written once untimed
             floor.save(form) if form else floor.save()
-        save, save_ph = [], []
+        save: list[float] = []
+        save_ph: list[dict[str, float]] = []
         fsave: dict[Any, list[float]] = {f: [] for f in forms}
         fsave_ph: dict[Any, list[dict[str, float]]] = {f: [] for f in forms}
         last = args.warmup + self.reps
         for v in range(args.warmup + 1, last + 1):
-            for form in forms:
+            # ABBA: the store after its floors in one round, before them (in reverse) in the next,
+            # so that neither inherits more of the other's after-effects (page cache, journal)
+            first = (v - args.warmup) % 2 == 0
+            if first:
+                self._store_save(v, save, save_ph)
+            for form in (forms if not first else tuple(reversed(forms))):
                 if self.kind == "file":
                     store.wait_pruned()          # the store's deletions do not slow the floor down
                     floor.prepare_save(form)
                 dt, ph = clock.pick(*clock.timed(partial(floor.save, form) if form else floor.save), None)
                 fsave[form].append(dt)
                 fsave_ph[form].append(ph)
-            dt, ph = clock.timed(partial(store.save, self.comm, v, self.state))
-            dt, ph = clock.pick(dt, store.last_save, None)
-            save.append(dt)
-            save_ph.append(ph)
+            if not first:
+                self._store_save(v, save, save_ph)
         return {"save": save, "save_ph": save_ph, "t_cold": t_cold, "fsave": fsave, "fsave_ph": fsave_ph,
                 "last": last}
+
+    def _store_save(self, v: int, save: list[float], save_ph: list[dict[str, float]]) -> None:
+        """One timed ``store.save`` of version ``v``: its time and phases appended."""
+        dt, ph = self.clock.timed(partial(self.store.save, self.comm, v, self.state))
+        dt, ph = self.clock.pick(dt, self.store.last_save, None)
+        save.append(dt)
+        save_ph.append(ph)
 
     def _floor_restores(self, path: Any, frest: dict[Any, list[float]],
                         frest_ph: dict[Any, list[dict[str, float]]]) -> None:
