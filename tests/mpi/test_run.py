@@ -217,6 +217,33 @@ def test_timeout_kills_everything(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_a_launcher_that_starts_no_rank_is_ended_at_the_start_timeout(tmp_path):
+    """Open MPI starts a host's daemon through its launch agent (ssh, srun); one that never
+    answers leaves mpiexec waiting for ever, deaf to SIGTERM. With --start-timeout the job ends
+    once that long has passed without any rank started, exit 2, not at --timeout, and the agent,
+    started outside mpiexec's process group, is ended too."""
+    marker = f"planaria-agent-{uuid.uuid4().hex[:8]}"
+    agent = tmp_path / "agent.sh"
+    agent.write_text(f"#!/bin/bash\nexec -a {marker} sleep 300\n")
+    agent.chmod(0o755)
+    t = time.time()
+    res = run(tmp_path, "-n", "1", "--hosts", "pl-no-such-host:1", "--start-timeout", "2", "--timeout", "50",
+              "--mpiexec-arg=--prtemca", "--mpiexec-arg=plm_ssh_agent", f"--mpiexec-arg={agent}",
+              "--", "python", str(SCRIPTS / "hello.py"), timeout=45)
+    took = time.time() - t
+    assert res.returncode == 2, res.stderr
+    assert "no rank had started 2 s after the launch" in res.stderr, res.stderr
+    assert took < 20, took          # the bound (2 s) and mpiexec's grace for SIGTERM (3 s), not --timeout
+    time.sleep(0.5)
+    assert alive(marker) == []
+    job = only_job(tmp_path)
+    assert json.loads((job / "manifest.json").read_text())["status"] == "not-started"
+    diag = subprocess.run([sys.executable, "-m", "planaria.cli.main", "diagnose", str(job)], env=env_for(tmp_path),
+                          capture_output=True, text=True, timeout=30)
+    assert diag.stdout.splitlines()[1].startswith("no rank started: the MPI launcher started none"), diag.stdout
+
+
+@pytest.mark.timeout(60)
 def test_killed_job_leaves_no_shared_memory_files(tmp_path):
     """mpiexec and its ranks SIGKILLed (a node's runtime lost, an mpiexec deaf to SIGTERM) unlink none
     of Open MPI's /dev/shm files; the launcher deletes them once the job has ended."""
@@ -392,6 +419,8 @@ def test_usage_errors_exit_2_before_launch(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--timeout", "nan"], "--timeout must be a positive, finite number of seconds (got nan)"),
     (["--timeout", "inf"], "--timeout must be a positive, finite number of seconds (got inf)"),
+    (["--start-timeout", "-1"], "--start-timeout must be a finite number of seconds >= 0 (got -1.0)"),
+    (["--start-timeout", "nan"], "--start-timeout must be a finite number of seconds >= 0 (got nan)"),
     (["--hosts", ""], "--hosts is empty"),
     (["--netns", ""], "--netns is empty"),
     (["--hosts", "localhost:\u0663"], "bad --hosts entry 'localhost:\u0663'"),

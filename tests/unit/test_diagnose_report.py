@@ -76,6 +76,14 @@ def test_postmortem_blames_the_first_failure_not_its_consequences():
     assert postmortem.postmortem([], "j")["verdict"] == "no-failure"
 
 
+def test_a_job_no_rank_of_which_started_is_blamed_on_the_launcher():
+    """The launcher ended the job at --start-timeout: its first line says so, not "no rank failed"."""
+    out = postmortem.postmortem([], "j", summary=[], outcome="not-started")
+    assert out["verdict"] == "not-started" and out["root_causes"] == []
+    assert out["text"].splitlines()[1].startswith("no rank started: the MPI launcher started none")
+    assert postmortem.postmortem([], "j", summary=[], outcome="timeout")["verdict"] == "no-failure"
+
+
 def test_lost_rank_without_report_is_a_root_cause():
     out = postmortem.postmortem([{"type": "lost", "rank": 3, "t": 2.0}], "j")
     assert out["root_causes"][0]["rank_list"] == [3] and "lost" in out["root_causes"][0]["reason"]

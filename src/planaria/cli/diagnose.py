@@ -146,7 +146,7 @@ def online(job: str | None, json_out: bool, k: int = 8, hop: float = 1.0, sample
         from planaria.comm.flight import read_dir
         live = _last_live(jd.path)
         report = postmortem(jd.events(), jd.id, summary=rows if isinstance(rows, list) else None,
-                            last_live=live, flight=read_dir(jd.path))
+                            last_live=live, flight=read_dir(jd.path), outcome=status)
         report["job"] = jd.id
         drawn = report
         if live is not None and any(rc.get("source") == live[0] for rc in report.get("root_causes") or []):

@@ -21,6 +21,7 @@ def run(
     backend: str = typer.Option("auto", "--backend", help="Failure backend: ulfm, sim or auto (auto = ulfm)."),
     inject: list[str] = typer.Option([], "--inject", help="Fault to inject, e.g. 'kill:rank=2,iter=10'. Repeatable."),
     timeout: float = typer.Option(3600.0, "--timeout", help="Stop the whole job after S seconds (exit 124)."),
+    start_timeout: float = typer.Option(300.0, "--start-timeout", help="Stop the job when no rank has started S seconds after the launch (exit 2): the MPI launcher could not start its daemons or waits for resources. A rank has started once its recorder noted it (in the job directory) or it reached planaria's runtime. 0: no bound; off with --no-rank-fates."),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="Hosts: h1,h2 or h1:2,h2:2 (default: the Slurm/PBS allocation, else this machine)."),
     json_out: bool = typer.Option(False, "--json", help="Print the job summary as JSON on stdout (application output goes to stderr)."),
     mpiexec_arg: list[str] = typer.Option([], "--mpiexec-arg", help="Extra raw argument for mpiexec. Repeatable."),
@@ -72,7 +73,8 @@ def run(
     still answer, at most N times; --timeout bounds all attempts together.
 
     Exit status (of the last attempt): 0 finished; the survivors' exit code if non-zero; 1 no rank
-    finished (or the default event handler aborted the job); 2 usage or launch error; 124 --timeout
+    finished (or the default event handler aborted the job); 2 usage or launch error (or no rank
+    started by --start-timeout); 124 --timeout
     (or a hang stopped by --on-hang abort);
     130 interrupted (Ctrl-C); 143 / 129 ended by SIGTERM / SIGHUP (the job is torn down as for Ctrl-C). A program without planaria's runtime (plain mpi4py): the lowest rank
     that ended badly decides, 128 + its signal or its exit code, as mpiexec without ULFM would.

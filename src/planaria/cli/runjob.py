@@ -34,6 +34,7 @@ OPTIONS: dict[tuple[str, ...], tuple[str, Callable[[str], Any] | type, Any]] = {
     ("--backend",): ("backend", STR, "auto"),
     ("--inject",): ("inject", list, ()),
     ("--timeout",): ("timeout", FLOAT, 3600.0),
+    ("--start-timeout",): ("start_timeout", FLOAT, 300.0),
     ("--hosts",): ("hosts", STR, None),
     ("--json",): ("json_out", bool, False),
     ("--mpiexec-arg",): ("mpiexec_arg", list, ()),
@@ -143,7 +144,8 @@ def start(params: dict[str, Any], program: list[str]) -> int:
         return 2
     p = params
     opts = RunOptions(command=command, nprocs=p["nprocs"], spares=p["spares"], backend=p["backend"],
-                      inject=list(p["inject"]), timeout=p["timeout"], hosts=p["hosts"], json=p["json_out"],
+                      inject=list(p["inject"]), timeout=p["timeout"], start_timeout=p["start_timeout"],
+                      hosts=p["hosts"], json=p["json_out"],
                       mpiexec_args=list(p["mpiexec_arg"]), control=p["control"], restart=p["restart"],
                       reinject=p["reinject"], netns=p["netns"], detect=p["detect"],
                       detect_timeouts=p["detect_timeouts"], diagnose_on_timeout=p["diagnose_on_timeout"],

@@ -18,7 +18,8 @@ from planaria.diagnose.hangfilter import rank_ranges
 def postmortem(events: list[dict[str, Any]], job: str = "",
                summary: list[dict[str, Any]] | None = None,
                last_live: tuple[str, dict[str, Any]] | None = None,
-               flight: dict[int, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+               flight: dict[int, list[dict[str, Any]]] | None = None,
+               outcome: str | None = None) -> dict[str, Any]:
     """Report (same top-level keys as the live diagnosis: verdict, root_causes, evidence, text) from ``events``.
 
     ``summary`` (the rows of the job's ``summary.json``) adds the failed or lost ranks no event
@@ -28,7 +29,11 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
     last diagnosis the launcher made while the ranks still ran, e.g. just before its timeout kill)
     gives the root causes. ``flight`` (``comm.flight.read_dir`` of the job directory: each rank's
     last count-checked collective per communicator, which outlives a crash) names a count
-    mismatch as the root cause of the failures inside that call."""
+    mismatch as the root cause of the failures inside that call. ``outcome``: the job's, from its
+    manifest; ``not-started`` (the launcher's ``--start-timeout`` found no rank started) is the
+    verdict then, whatever else was recorded."""
+    if outcome == "not-started":
+        return _not_started(job)
     first = _first_failures(events, summary)
     finished = {int(row["rank"]): row for row in summary or []
                 if isinstance(row.get("rank"), int) and row.get("state") == "finished"}
@@ -85,6 +90,15 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         lines.append(f"  {line}")
     return {"verdict": verdict, "root_causes": roots, "consequences": {str(k): v for k, v in consequences.items()},
             "evidence": evidence, "text": "\n".join(lines) + "\n", "postmortem": True}
+
+
+def _not_started(job: str) -> dict[str, Any]:
+    """The report on a job none of whose ranks started: the launcher is the cause, not the program."""
+    cause = ("no rank started: the MPI launcher started none within --start-timeout (it could not start "
+             "its daemons, or waited for resources); its own messages are in the job's output.log")
+    text = f"post-mortem diagnosis of job {job} (not running; from its event log and summary)\n{cause}\n"
+    return {"verdict": "not-started", "root_causes": [], "consequences": {}, "evidence": [cause], "text": text,
+            "postmortem": True}
 
 
 def _first_failures(events: list[dict[str, Any]], summary: list[dict[str, Any]] | None) -> dict[int, dict[str, Any]]:

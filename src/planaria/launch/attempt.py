@@ -48,6 +48,8 @@ from planaria.launch.supervise import (
     Outcome,
     OutlivedRanks,
     PlainFailure,
+    StartBound,
+    end_helpers,
     Signals,
     Watcher,
     diagnose_now,
@@ -69,6 +71,7 @@ from planaria.util.env import (
     PLANARIA_SPARES,
     PLANARIA_T0,
 )
+from planaria.util import procstat
 from planaria.util.record import field, record
 
 if TYPE_CHECKING:        # loaded once mpiexec runs (``Attempt.launch``): ZeroMQ and the event code
@@ -196,6 +199,7 @@ class Attempt:
         self.mpiexec_rc: int | None = None
         self.running: set[int] = set()      # ranks still running when the launcher began to end the job
         self.t_stop = 0.0                   # when it began to
+        self.t_launch = 0.0                 # when mpiexec was started
         self.kills: LauncherKills | None = None
         self.bar: ProgressBar | None = None   # on stderr when it is a terminal (docs/tools.md), not with --json
 
@@ -342,6 +346,7 @@ class Attempt:
                 kill_all(self.proc, None)
                 self._write_manifest(status="launch-error", error=str(exc))
                 raise
+        self.t_launch = time.time()             # --start-timeout counts from here, attempt by attempt
         controller = self.controller
         LIVE[self.proc.pid] = (self.proc, controller)
         out.sink = controller.io
@@ -378,6 +383,10 @@ class Attempt:
                   Interrupted(job.signals), AbortRequest(ctl)]
         if self.bar is not None:
             found.append(self.bar)
+        if opts.rank_fates and opts.start_timeout:
+            # a plain program's ranks never say hello: only with their recorders' records can the
+            # launcher tell that none started
+            found.append(StartBound(self.t_launch, opts.start_timeout, self.fates_dir, ctl))
         if job.deadline is not None and opts.timeout is not None:
             found.append(Deadline(job.deadline, opts.timeout))
         return found
@@ -402,7 +411,12 @@ class Attempt:
         self.running = ({r for r, rec in rankfate.read_fates(self.fates_dir).items() if "end" not in rec}
                         if opts.rank_fates else set())
         self.t_stop = time.time()
+        # mpiexec's helpers outside its process group (a launch agent, ssh or srun, starting a
+        # remote daemon; PRRTE starts it in a session of its own) are found now, while they are
+        # still its descendants, and ended after it
+        helpers = procstat.descendants(self.proc.pid)
         kill_all(self.proc, self.controller)
+        end_helpers(helpers)
         self.mpiexec_rc = self.proc.poll()
 
     # ---- teardown

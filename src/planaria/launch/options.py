@@ -24,6 +24,7 @@ class RunOptions:
     backend: str = "auto"
     inject: list[str] = field(default_factory=list)
     timeout: float | None = 3600.0
+    start_timeout: float = 300.0  # end the job when no rank has started this long after the launch (0: never)
     hosts: str | None = None
     json: bool = False
     emit_summary: bool = True   # with json: print the summary (a caller embedding it in its own JSON says False)

@@ -316,6 +316,8 @@ def _check_numbers(opts: RunOptions) -> None:
     if opts.timeout is not None and not (math.isfinite(opts.timeout) and opts.timeout > 0):
         # nan compares false with everything and inf never comes: either would leave the job unbounded
         raise LaunchError(f"--timeout must be a positive, finite number of seconds (got {opts.timeout})")
+    if not (math.isfinite(opts.start_timeout) and opts.start_timeout >= 0):
+        raise LaunchError(f"--start-timeout must be a finite number of seconds >= 0 (got {opts.start_timeout})")
 
 
 def _check_words(opts: RunOptions) -> None:

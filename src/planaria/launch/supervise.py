@@ -5,7 +5,8 @@ The watchers, in the order the loop asks them (the order decides when two happen
 mpiexec's exit (the loop's tick: it waits up to 0.1 s for it), mpiexec outliving every rank, the
 launcher's timed kills (``--launcher-kills``), a failed rank of a program without the runtime,
 diagnosis requests (SIGUSR1), the ranks' incidents (``--on-hang``), Ctrl-C/SIGTERM/SIGHUP, an
-abort by the default event handler, and the ``--timeout`` deadline.
+abort by the default event handler, no rank started by ``--start-timeout``, and the ``--timeout``
+deadline.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from planaria.util.record import record
 from planaria.launch import onhang, rankfate
 from planaria.launch.jobdir import JobDir
-from planaria.launch.options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TIMEOUT
+from planaria.launch.options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TIMEOUT, EXIT_USAGE
 from planaria.launch.output import Output
 from planaria.launch.plaininject import PlainKills
 from planaria.util.procstat import running, start_ticks
@@ -34,6 +35,7 @@ KILL_GRACE = 3.0
 TICK = 0.1                 # seconds the loop waits for mpiexec's exit between two rounds of the watchers
 
 FINISHED, TIMEOUT, INTERRUPTED, ABORTED, HUNG = "finished", "timeout", "interrupted", "aborted", "hung"
+NOT_STARTED = "not-started"
 
 
 @record(frozen=True)
@@ -124,6 +126,24 @@ def kill_all(proc: subprocess.Popen[bytes], controller: Controller | None) -> No
     _stop_mpiexec(proc)
     signal_groups(groups, signal.SIGKILL)
     kill_ranks(controller.processes() if controller is not None else [])
+
+
+def end_helpers(procs: Sequence[tuple[int, int]], grace: float = 1.0) -> None:
+    """After mpiexec ended: SIGTERM to those of ``procs`` (pid, start ticks) still running, then
+    SIGKILL after ``grace`` seconds to those left (an ``srun`` given SIGTERM cancels its step)."""
+    left = [(pid, ticks) for pid, ticks in procs if running(pid, ticks)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid, _ in left:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        end = time.monotonic() + grace
+        while left and time.monotonic() < end:
+            time.sleep(0.05)
+            left = [(pid, ticks) for pid, ticks in left if running(pid, ticks)]
+        if not left:
+            return
 
 
 def _stop_mpiexec(proc: subprocess.Popen[bytes]) -> None:
@@ -411,6 +431,35 @@ class AbortRequest:
         if request is None:
             return None
         return Outcome(ABORTED, why=_abort_why(request), ender="the job abort (default handler)")
+
+
+class StartBound:
+    """``--start-timeout``: no rank has started that long after the launch. A rank has started once
+    its recorder wrote its record (``rankfate``) or it said hello to the controller; an MPI
+    launcher that cannot start its daemons (a host that does not answer, a Slurm step that waits
+    for resources) starts none and may wait for ever, so the job ends then, not at ``--timeout``."""
+
+    def __init__(self, t0: float, bound: float, fates_dir: Path, controller: Controller,
+                 interval: float = 0.5) -> None:
+        self.t0, self.bound, self.fates_dir, self.controller = t0, bound, fates_dir, controller
+        self.interval = interval
+        self._next = 0.0
+        self.started = False
+
+    def check(self) -> Outcome | None:
+        now = time.time()
+        if self.started or now < self._next:
+            return None
+        self._next = now + self.interval
+        if self.controller.pids() or rankfate.read_fates(self.fates_dir):
+            self.started = True           # from now on the other watchers mind the job
+            return None
+        if now - self.t0 < self.bound:
+            return None
+        return Outcome(NOT_STARTED, why=f"no rank had started {self.bound:g} s after the launch (--start-timeout): "
+                       "the MPI launcher could not start its daemons or waits for resources; its own "
+                       "messages are above and in the job's output.log",
+                       ender=f"the launcher at the start timeout ({self.bound:g} s)", status=EXIT_USAGE)
 
 
 class Deadline:

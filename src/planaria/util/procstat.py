@@ -44,3 +44,25 @@ def running(pid: int, ticks: int) -> bool:
         return fields is not None and int(fields[19]) == ticks and fields[0] not in (b"Z", b"X")
     except (ValueError, IndexError):
         return False
+
+
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """(pid, start ticks) of every living descendant of ``pid``, whatever its process group or
+    session: a launcher's helpers (an ``ssh`` or ``srun`` starting a remote daemon) may leave both.
+    One pass over ``/proc`` (psutil would do the same, at the price of a dependency for one call)."""
+    import os
+    parents: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            ppid = parent_of(int(name))
+            if ppid is not None:
+                parents.setdefault(ppid, []).append(int(name))
+    out: list[tuple[int, int]] = []
+    todo = list(parents.get(int(pid), []))
+    while todo:
+        child = todo.pop()
+        ticks = start_ticks(child)
+        if ticks is not None:
+            out.append((child, ticks))
+            todo.extend(parents.get(child, []))
+    return out
