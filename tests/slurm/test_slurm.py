@@ -75,6 +75,26 @@ def test_sbatch_job_uses_the_allocation(cluster: Cluster) -> None:
     assert sorted(hosts) == sorted(NODES * 2), text[-4000:]
 
 
+def test_a_job_whose_daemons_wait_for_resources_ends_at_the_start_timeout(cluster: Cluster) -> None:
+    """A step of the allocation holds every CPU, so Open MPI's ``srun`` for its daemons waits
+    ("Requested nodes are busy"): no rank starts. The job ends at --start-timeout (exit 2), not
+    at --timeout, and its ``srun`` is ended with it, so the allocation's next step runs."""
+    script = cluster.work / "busy.sbatch"
+    out_file = cluster.work / "busy.sbatch.out"
+    script.write_text(f"#!/bin/bash\n#SBATCH -N2 -n4\ncd {cluster.work}\n"
+                      "srun -N2 -n4 sleep 90 &\nsleep 3\n"
+                      f"{cluster.planaria()} run -n 4 --start-timeout 8 --timeout 80 -- python app.py 10\n"
+                      'echo "planaria rc=$?"\n'
+                      "kill %1; wait\n"
+                      "srun -N2 -n2 --time=1 hostname | sort | tr '\\n' ' '; echo\n")
+    t = time.monotonic()
+    text = _sbatch(cluster, script, out_file, timeout=150)
+    assert "planaria rc=2" in text, text[-4000:]
+    assert "no rank had started 8 s after the launch" in text, text[-4000:]
+    assert time.monotonic() - t < 75, text[-4000:]
+    assert f"{NODES[0]} {NODES[1]}" in text, text[-4000:]
+
+
 def _sbatch(cluster: Cluster, script: Path, out_file: Path, timeout: float) -> str:
     jid = cluster.login("sbatch", "--parsable", "-o", str(out_file), str(script), timeout=30).stdout.strip()
     assert jid.isdigit(), jid

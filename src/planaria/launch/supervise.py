@@ -456,9 +456,9 @@ class StartBound:
             return None
         if now - self.t0 < self.bound:
             return None
-        return Outcome(NOT_STARTED, why=f"no rank had started {self.bound:g} s after the launch (--start-timeout): "
-                       "the MPI launcher could not start its daemons or waits for resources; its own "
-                       "messages are above and in the job's output.log",
+        return Outcome(NOT_STARTED, why=f"no rank had started {self.bound:g} s after the launch (--start-timeout; "
+                       "the MPI launcher could not start its daemons, or waits for resources: see the job's "
+                       "output.log)",
                        ender=f"the launcher at the start timeout ({self.bound:g} s)", status=EXIT_USAGE)
 
 
