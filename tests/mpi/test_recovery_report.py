@@ -51,6 +51,16 @@ def test_callback_summary_table_role_and_plot(tmp_path: Path) -> None:
     assert sorted(seen) == [0, 2, 3], res.stderr[-3000:]
     assert {(e["source"], e["number"], tuple(e["lost"]), e["version"]) for e in seen.values()} == {(0, 1, (1,), 10)}
     assert seen[3]["replaced_by"] == [[1, 3]] and seen[3]["affected"] == [3]
+    # the records went to the controller at least TELL_AFTER s after each rank's first resumed step,
+    # not while the other ranks may still be in it
+    from planaria.recovery.driver import TELL_AFTER
+    resumed = {r["world"]: r["t"] for r in _tagged(res.stderr, "RESUMED")}
+    assert sorted(resumed) == [0, 2, 3], res.stderr[-3000:]
+    (jobdir,) = list((tmp_path / "jobs").iterdir())
+    told = {e["rank"]: e["t_recv"] for e in map(json.loads, (jobdir / "events.jsonl").read_text().splitlines())
+            if e.get("type") == "recovery"}
+    assert sorted(told) == [0, 2, 3], told
+    assert all(told[w] - resumed[w] >= TELL_AFTER for w in resumed), (told, resumed)
     results = {r["world"]: r for r in _tagged(res.stderr, "RESULT")}
     assert all(r["ok"] for r in results.values()) and results[3]["role"] == "recovered", results
 

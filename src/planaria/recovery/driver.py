@@ -50,6 +50,10 @@ def _mark(name: str) -> None:
 _STOPPED = {"SparesExhausted": SparesExhausted, "Unrecoverable": Unrecoverable,
             "RecoveryCallbackFailed": RecoveryCallbackFailed}
 CHECKPOINT_REPORT_EVERY = 2.0   # s: a rank tells the controller its checkpoints at most this often
+# s after its first resumed step ends that a rank tells the controller about a recovery: the
+# ranks end that step a few ms apart on shared cores, and the messages (and the launcher's work
+# on them, the event's fan-out to every process) would slow down those still in it
+TELL_AFTER = 0.05
 
 
 @dataclass(frozen=True)
@@ -210,6 +214,7 @@ class Resilient:
         self._done = 0                            # the job's number of the last recovery this process completed
         self._announced = 0                       # recoveries handed to on_recovery
         self._untold: list[Recovery] = []         # ... and not yet told to the controller
+        self._tell_at: float | None = None        # ... told at the first step end from then on
         self._callback_error: BaseException | None = None    # what on_recovery raised here, not yet told
         self._callbacks = on_recovery is not None  # some process has on_recovery (learnt in each recovery)
         self._ck_pending: list[list[float]] = []  # checkpoints not yet told to the controller
@@ -274,7 +279,7 @@ class Resilient:
                     step(comm, state, i)
                     i += 1
                     if self._untold:
-                        self._tell_untold()
+                        self._tell_when_due()
                     if i % self.every == 0 or i == steps:
                         self._save(i, state)
                     if lay.world.is_revoked():
@@ -295,7 +300,7 @@ class Resilient:
 
     def _announce(self, comm: Comm) -> None:
         """After a recovery, before the next step: call ``on_recovery`` and learn whether it raised at
-        any working rank (the controller is told after the first resumed step, ``_tell_untold``).
+        any working rank (the controller is told after the first resumed step, ``_tell_when_due``).
 
         Every working rank comes here at the same point, and one ``allgather`` on the working
         communicator keeps them on one path: all resume, or all raise ``RecoveryCallbackFailed``
@@ -321,7 +326,7 @@ class Resilient:
         said = comm.allgather(None if err is None else f"{type(err).__name__}: {err}".splitlines()[0][:200])
         bad = [(lg, what) for lg, what in enumerate(said) if what is not None]
         if not bad:
-            return                        # the records go out after the first resumed step
+            return                        # the records go out after the first resumed step (_tell_when_due)
         self._tell_untold(agreed=False)
         if err is not None:
             import traceback
@@ -330,16 +335,27 @@ class Resilient:
         raise RecoveryCallbackFailed(f"on_recovery raised on logical rank(s) {where} after recovery "
                                      f"{new[-1].number if new else self._done}: {bad[0][1]}") from err
 
+    def _tell_when_due(self) -> None:
+        """At a step's end after a recovery: ``_tell_untold`` once ``TELL_AFTER`` s have passed
+        since the first resumed step ended (that step's end starts the wait)."""
+        now = time.monotonic()
+        if self._tell_at is None:
+            self._tell_at = now + TELL_AFTER
+        elif now >= self._tell_at:
+            self._tell_untold()
+
     def _tell_untold(self, agreed: bool = True) -> None:
         """The recoveries not told yet, to the controller; from logical rank 0 also as
-        ``PLANARIA_EVENT_RECOVERED`` once every working rank ``agreed`` to resume. Called after the
-        first resumed step, not before it: the messages and the event's fan-out to every process
-        would otherwise delay the step on a host whose cores the ranks share. What a recovery left
-        for after that step (``_after_resume``) runs first."""
+        ``PLANARIA_EVENT_RECOVERED`` once every working rank ``agreed`` to resume. Called
+        ``TELL_AFTER`` s after the first resumed step (``_tell_when_due``), or when the run ends:
+        the messages and the event's fan-out to every process would otherwise delay that step on
+        a host whose cores the ranks share. What a recovery left for after that step
+        (``_after_resume``) runs first."""
         after, self._after_resume = self._after_resume, []
         for fn in after:
             fn()
         untold, self._untold = self._untold, []
+        self._tell_at = None
         for rec in untold:
             tell("recovery", restart=_restart(), **rec.to_dict())
         self._flush_checkpoints(force=True)

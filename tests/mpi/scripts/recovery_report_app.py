@@ -1,7 +1,8 @@
 """A small Resilient loop whose ``on_recovery`` callback prints what it is given.
 
 Each working rank prints ``CALLBACK {json}`` per recovery it is told of, every process ``EVENT
-{json}`` per ``PLANARIA_EVENT_RECOVERED`` event it receives, and ``RESULT {json}`` at the end (its role and logical rank). With ``raise`` as the third argument the callback raises on
+{json}`` per ``PLANARIA_EVENT_RECOVERED`` event it receives, ``RESUMED {json}`` when its first step
+after a recovery ends, and ``RESULT {json}`` at the end (its role and logical rank). With ``raise`` as the third argument the callback raises on
 logical rank 0; with ``one``, only job rank 2 has the callback, and it raises; with ``ps``, logical rank 0 prints ``planaria ps`` of its own job at the end
 (after a heartbeat has carried every rank's new role), each line prefixed ``PS``.
 """
@@ -42,9 +43,15 @@ def init(comm):
     return {"x": np.full(100, float(comm.rank))}
 
 
+told = [0]
+
+
 def step(comm, state, i):
     time.sleep(0.01)
     state["x"] += comm.allreduce(1.0)
+    if len(res.recoveries) > told[0]:         # the first step this rank ran after a recovery ends here
+        told[0] = len(res.recoveries)
+        print("RESUMED " + json.dumps({"world": pl.world().rank, "t": time.time()}), flush=True)
 
 
 state = res.run(init, step, steps)
