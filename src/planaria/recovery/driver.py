@@ -311,6 +311,7 @@ class Resilient:
         new = self.recoveries[self._announced:]
         self._announced = len(self.recoveries)
         self._untold += new
+        self._tell_at = None              # the wait starts again at the end of this first resumed step
         if self.on_recovery is not None and self._callback_error is None:
             for rec in new:
                 try:
