@@ -51,18 +51,18 @@ def descendants(pid: int) -> list[tuple[int, int]]:
     session: a launcher's helpers (an ``ssh`` or ``srun`` starting a remote daemon) may leave both.
     One pass over ``/proc`` (psutil would do the same, at the price of a dependency for one call)."""
     import os
-    parents: dict[int, list[int]] = {}
+    children: dict[int, list[tuple[int, int]]] = {}      # parent pid -> (pid, start ticks) of its children
     for name in os.listdir("/proc"):
-        if name.isdigit():
-            ppid = parent_of(int(name))
-            if ppid is not None:
-                parents.setdefault(ppid, []).append(int(name))
+        fields = _fields(int(name)) if name.isdigit() else None
+        try:
+            if fields is not None:
+                children.setdefault(int(fields[1]), []).append((int(name), int(fields[19])))
+        except (ValueError, IndexError):
+            pass
     out: list[tuple[int, int]] = []
-    todo = list(parents.get(int(pid), []))
+    todo = list(children.get(int(pid), []))
     while todo:
         child = todo.pop()
-        ticks = start_ticks(child)
-        if ticks is not None:
-            out.append((child, ticks))
-            todo.extend(parents.get(child, []))
+        out.append(child)
+        todo.extend(children.get(child[0], []))
     return out
