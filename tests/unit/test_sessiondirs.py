@@ -24,7 +24,7 @@ def session_dir(base, pid: int, age: float = 10.0):
     d = base / f"ompi.{pid}"
     (d / "1" / "0").mkdir(parents=True)
     s = socket.socket(socket.AF_UNIX)
-    s.bind(str(d / f"pmix.vm.tool.{pid}"))           # what blocks the next launcher with this pid
+    s.bind(str(d / f"pmix.{socket.gethostname()}.tool.{pid}"))   # what blocks the next launcher with this pid
     s.close()
     t = time.time() - age
     os.utime(d, (t, t))
@@ -42,6 +42,20 @@ def test_only_dead_launchers_old_directories_are_removed(tmp_path):
     assert sessiondirs.remove_stale(tmp_path) == [gone]
     assert not gone.exists() and live.exists() and young.exists() and other.exists()
     assert sessiondirs.remove_stale(tmp_path / "missing") == []
+
+
+def test_a_directory_of_a_launcher_on_another_host_is_left_alone(tmp_path):
+    """A launcher in another PID namespace sharing this file system (the Slurm test cluster's
+    hosts) names its host in its PMIx files; its pid says nothing here, so its directory stays."""
+    theirs, bare = tmp_path / f"ompi.{dead_pid()}", tmp_path / f"ompi.{dead_pid()}"
+    for d in (theirs, bare):
+        (d / "0").mkdir(parents=True)
+    (theirs / "pmix.pl-other-host.tool").write_text("")   # the name is what counts (a socket there)
+    t = time.time() - 10
+    for d in (theirs, bare):                         # bare: no PMIx file, judged by its pid
+        os.utime(d, (t, t))
+    assert sessiondirs.stale(tmp_path) == [bare]
+    assert theirs.exists()
 
 
 def test_base_dir_follows_tmpdir_like_open_mpi():

@@ -6,7 +6,10 @@ A killed mpiexec (SIGKILL after a timeout or a Ctrl-C) leaves it. Once the pid c
 the next mpiexec with that pid finds its sockets' names taken and stops at once: "The PMIx
 server's listener thread failed to start" (exit 213). Seen here in a test run, and reproduced by
 giving an mpiexec a stale directory under its own pid. A directory is removed only when it
-belongs to this user, is older than a grace period, and no process with its pid runs.
+belongs to this user, is older than a grace period, no process with its pid runs, and its PMIx
+rendezvous files (``pmix.<host>.tool...``) do not name another host: a launcher in another PID
+namespace that shares this file system (the Slurm test cluster's hosts) has pids this process
+cannot see, and removing its live directory made its ranks fail in ``MPI_Init``.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import time
 from pathlib import Path
 
 from planaria.launch.procs import pid_alive
+from planaria.launch.shmfiles import host_names
 
 #: a session directory of Open MPI 5's launcher: ``ompi.<pid>``
 NAME = re.compile(r"^ompi\.(\d+)$")
@@ -54,9 +58,20 @@ def stale(base: Path | None = None, *, grace_s: float = GRACE_S, now: float | No
             continue
         if st.st_uid != uid or not stat.S_ISDIR(st.st_mode) or now - st.st_mtime < grace_s:
             continue
-        if pid_alive(int(m.group(1))) is False:     # unknown counts as running
+        if pid_alive(int(m.group(1))) is False and not _other_host(Path(e.path)):   # unknown counts as running
             out.append(Path(e.path))
     return sorted(out)
+
+
+def _other_host(d: Path) -> bool:
+    """Whether the PMIx rendezvous files in ``d`` name hosts, none of them this one (a directory
+    without such files says nothing, and is judged by its pid alone)."""
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return False
+    named = {n.split(".")[1] for n in names if n.startswith("pmix.") and n.count(".") >= 2}
+    return bool(named) and not named & host_names()
 
 
 def remove_stale(base: Path | None = None, *, grace_s: float = GRACE_S) -> list[Path]:
