@@ -9,7 +9,7 @@ giving an mpiexec a stale directory under its own pid. A directory is removed on
 belongs to this user, is older than a grace period, no process with its pid runs, and its PMIx
 rendezvous files (``pmix.<host>.tool...``) do not name another host: a launcher in another PID
 namespace that shares this file system (the Slurm test cluster's hosts) has pids this process
-cannot see, and removing its live directory made its ranks fail in ``MPI_Init``.
+cannot see, and removing its live directory would make its ranks fail in ``MPI_Init``.
 """
 from __future__ import annotations
 
