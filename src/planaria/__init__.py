@@ -14,6 +14,13 @@ such as the ``planaria`` command, start without numpy and mpi4py.
 from __future__ import annotations
 
 import importlib
+import os as _os
+
+if "OMPI_MCA_mpi_ft_enable" in _os.environ:
+    # A rank of a ULFM job, most likely before anything started MPI (importing planaria's
+    # modules may): Open MPI's settings planaria changes for ULFM (``planaria.comm.mca``).
+    from planaria.comm.mca import set_rank_defaults as _set_rank_defaults
+    _set_rank_defaults()
 
 TYPE_CHECKING = False          # typing stays out of a rank's start (about 3 ms of CPU)
 if TYPE_CHECKING:

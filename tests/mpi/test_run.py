@@ -75,6 +75,28 @@ def test_hello_job_tags_output(tmp_path):
     assert json.loads((job / "summary.json").read_text())["status"] == 0
 
 
+TICK_PROBE = ("import os, planaria as pl; w = pl.world(); "
+              "print('TICK', w.rank, os.environ.get('OMPI_MCA_mpi_event_tick_rate'))")
+
+
+@pytest.mark.timeout(90)
+def test_ulfm_ranks_look_at_open_mpis_events_every_ms(tmp_path):
+    """ULFM learns of failed processes from Open MPI's event base, which it looks at every 10 ms
+    unless told otherwise (``planaria.comm.mca``): 1 ms under planaria run and a bare mpiexec, and
+    whatever the user set stays."""
+    from tests.mpi.mpijob import mpiexec
+    res = run(tmp_path, "-n", "2", "--", "python", "-c", TICK_PROBE)
+    assert res.returncode == 0, res.stderr
+    assert sorted(ln.split("] ", 1)[1] for ln in res.stdout.splitlines() if "TICK" in ln) == ["TICK 0 1000", "TICK 1 1000"]
+    bare = mpiexec(2, ["-c", TICK_PROBE], ft=True, timeout=60)
+    assert bare.code == 0, bare.err
+    assert sorted(bare.lines("TICK")) == ["TICK 0 1000", "TICK 1 1000"]
+    mine = run(tmp_path, "-n", "2", "--mpiexec-arg=--mca", "--mpiexec-arg=mpi_event_tick_rate", "--mpiexec-arg=300",
+               "--", "python", "-c", TICK_PROBE)
+    assert mine.returncode == 0, mine.stderr
+    assert sorted(ln.split("] ", 1)[1] for ln in mine.stdout.splitlines() if "TICK" in ln) == ["TICK 0 300", "TICK 1 300"]
+
+
 @pytest.mark.timeout(60)
 def test_agent_ranks_in_table(tmp_path):
     res = run(tmp_path, "-n", "2", "--json", "--", "python", str(SCRIPTS / "agent_hello.py"), "ok")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-import planaria.launch.mpiexec as mpiexec_mod
+from planaria.comm import mca
 from planaria.launch.mpiexec import (
     SKIP_FABRIC_PROBE,
     LaunchError,
@@ -22,7 +22,7 @@ PENV = {"PLANARIA_JOB_DIR": "/j", "PLANARIA_CONTROL_URI": "ipc:///j/control.sock
 def no_system_mca_file(tmp_path, monkeypatch):
     """The system's MCA parameter file is a test file here, not this machine's /etc/openmpi one."""
     path = tmp_path / "system-mca-params.conf"
-    monkeypatch.setattr(mpiexec_mod, "SYSTEM_PARAM_FILES", (path,))
+    monkeypatch.setattr(mca, "SYSTEM_PARAM_FILES", (path,))
     return path
 
 
@@ -139,6 +139,41 @@ def test_one_host_job_skips_the_fabric_probe_unless_transports_are_chosen(tmp_pa
     assert not skips_fabric_probe(build(mpiexec=str(tmp_path / "bin" / "mpiexec"))[0])
     no_system_mca_file.write_text("btl = self,sm,tcp\n")       # and the system's
     assert not skips_fabric_probe(build()[0])
+
+
+TICK = "OMPI_MCA_mpi_event_tick_rate"
+
+
+def test_a_ulfm_job_looks_at_open_mpi_s_events_every_ms_unless_the_user_chose(tmp_path, no_system_mca_file):
+    assert build()[1][TICK] == str(mca.EVENT_TICK_US) == "1000"
+    assert TICK not in build(backend="sim")[1]
+    assert build(environ={TICK: "50"})[1][TICK] == "50"          # the user's value, untouched
+    assert TICK not in build(mpiexec_args=["--mca", "mpi_event_tick_rate", "50"])[1]
+    assert TICK not in build(mpiexec_args=["--tune", "/x.conf"])[1]
+    assert TICK not in build(environ={"OMPI_MCA_mca_base_param_files": "/x.conf"})[1]
+    assert TICK in build(mpiexec_args=["--mca", "btl", "self,sm"])[1]      # another parameter
+    (tmp_path / ".openmpi").mkdir()
+    (tmp_path / ".openmpi" / "mca-params.conf").write_text("mpi_event_tick_rate = 200\n")
+    assert TICK not in build(environ={"HOME": str(tmp_path)})[1]
+    no_system_mca_file.write_text("# mpi_event_tick_rate = 200\n")
+    assert TICK in build()[1]
+    no_system_mca_file.write_text("mpi_event_tick_rate=200\n")
+    assert TICK not in build()[1]
+
+
+@pytest.mark.parametrize(("env", "mpi_started", "expected"), [
+    ({"OMPI_MCA_mpi_ft_enable": "1"}, False, "1000"),             # a bare mpiexec --with-ft ulfm
+    ({"OMPI_MCA_mpi_ft_enable": "1", TICK: "7"}, False, "7"),     # planaria run's, or the user's
+    ({"OMPI_MCA_mpi_ft_enable": "1"}, True, None),                # too late: MPI read its parameters
+    ({}, False, None),                                            # not a ULFM job
+    ({"OMPI_MCA_mpi_ft_enable": "0"}, False, None),
+])
+def test_a_rank_sets_the_tick_before_mpi_starts(monkeypatch, env, mpi_started, expected):
+    monkeypatch.setattr(mca.os, "environ", dict(env))
+    monkeypatch.setitem(mca.sys.modules, "mpi4py.MPI", object()) if mpi_started else \
+        monkeypatch.delitem(mca.sys.modules, "mpi4py.MPI", raising=False)
+    mca.set_rank_defaults()
+    assert mca.os.environ.get(TICK) == expected
 
 
 def test_errors():

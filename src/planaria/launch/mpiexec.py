@@ -7,9 +7,9 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from itertools import pairwise
 from pathlib import Path
 
+from planaria.comm import mca
 from planaria.launch.errors import LaunchError
 from planaria.util.env import PREFIX
 
@@ -135,40 +135,16 @@ def allocation_hosts(environ: Mapping[str, str], use_scontrol: bool = True) -> l
 #: libfabric (ofi) transport, which would find nothing to use, costs ~1 s of every start here
 SKIP_FABRIC_PROBE = ("--mca", "btl", "^ofi")
 
-_MCA_OPTIONS = ("--mca", "-mca", "--omca", "--gmca")
-#: MCA parameter files of the system (Debian's), read besides the installation's and the user's
-SYSTEM_PARAM_FILES: tuple[Path, ...] = (Path("/etc/openmpi/openmpi-mca-params.conf"),)
-
-
 def btl_configured(env: Mapping[str, str], mpiexec_args: Sequence[str], exe: str) -> bool:
     """True when the user chose Open MPI's transports (``btl``) anywhere planaria must not override:
     the environment, ``--mpiexec-arg``, a ``--tune`` file, or an MCA parameter file."""
-    if "OMPI_MCA_btl" in env or "OMPI_MCA_mca_base_param_files" in env:
-        return True
-    args = list(mpiexec_args)
-    if any(a in ("--tune", "-tune") or a.startswith("--tune=") for a in args):
-        return True
-    if any(a in _MCA_OPTIONS and b == "btl" for a, b in pairwise(args)):
-        return True
-    home = env.get("HOME")
-    files = [Path(exe).resolve().parent.parent / "etc" / "openmpi-mca-params.conf", *SYSTEM_PARAM_FILES]
-    if home:
-        files.append(Path(home) / ".openmpi" / "mca-params.conf")
-    return any(_sets_btl(f) for f in files)
+    return mca.configured("btl", env, mpiexec_args, exe)
 
 
 def single_host_transport_args(env: Mapping[str, str], mpiexec_args: Sequence[str], exe: str) -> list[str]:
     """mpiexec options for a job whose ranks all run on this host: SKIP_FABRIC_PROBE, unless the
     user chose the transports (``btl_configured``)."""
     return [] if btl_configured(env, mpiexec_args, exe) else list(SKIP_FABRIC_PROBE)
-
-
-def _sets_btl(path: Path) -> bool:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return False
-    return any(re.match(r"\s*btl\s*=", ln) for ln in lines)
 
 
 def build_mpiexec_cmd(
@@ -220,6 +196,7 @@ def build_mpiexec_cmd(
     argv: list[str] = list(launch_prefix) + [exe]
     if backend == "ulfm":
         argv += ["--with-ft", "ulfm"]
+        env.update(mca.ulfm_env(env, mpiexec_args, exe))      # mpiexec passes OMPI_MCA_* on to the ranks
     argv += ["-n", str(nprocs)]
     if host_list:
         argv += ["--host", ",".join(f"{h}:{s}" for h, s in host_list)]
