@@ -80,6 +80,26 @@ def test_spares_wake_on_the_recovery_not_on_their_poll(tmp_path, backend: str) -
 
 
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_under_a_bare_mpiexec_spares_wake_on_the_recovery_too(backend: str) -> None:
+    # no planaria run, so no controller: the working ranks wake the spares on this host through
+    # the sockets the spares bound in the abstract namespace, named by the job and their rank
+    from tests.mpi.mpijob import mpiexec
+    env = {"PLANARIA_BACKEND": backend, "PLANARIA_SPARES": "2", "PLANARIA_INJECT": "kill:rank=2,iter=12",
+           "RESILIENT_APP_STEP_SLEEP": "0.01", "RESILIENT_APP_SPARE_POLL": "1.0"}
+    res = mpiexec(6, [str(SCRIPTS / "resilient_app.py"), "30", "5"], ft=backend == "ulfm", env=env, timeout=120)
+    results = [json.loads(line.split("RESULT ", 1)[1]) for line in res.out.splitlines() if "RESULT " in line]
+    working = {r["logical"]: r for r in results if r["logical"] is not None}
+    assert sorted(working) == list(range(4)) and all(r["ok"] for r in working.values()), (results, res.err[-3000:])
+    taken = working[2]
+    assert taken["role"] == "recovered" and taken["spare_wakes"] >= 1, taken
+    survivors = [working[k]["recoveries"][0]["t_detect"] for k in (0, 1, 3)]
+    late = taken["recoveries"][0]["t_detect"] - min(survivors)
+    assert late < 0.5, f"the replacement joined {late:.3f} s after the first survivor"
+    (unused,) = [r for r in results if r["logical"] is None]
+    assert unused["spare_wakes"] >= 2, unused     # the recovery, then the release at the end
+
+
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
 def test_a_spare_is_warm_for_a_failure_soon_after_the_start(tmp_path, backend: str) -> None:
     # a spare that would test its receive only once a second, and a kill 60 ms of steps after the
     # first checkpoint: the working ranks wake it with the sizes, so it has faulted them in

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import uuid
+
+import pytest
 
 from planaria.runtime import sparewake
 
@@ -16,7 +20,7 @@ def test_wake_dir_only_for_a_unix_control_socket():
 def test_a_spare_sleeps_until_a_working_rank_wakes_it(tmp_path):
     r, w = os.pipe()
     os.set_blocking(r, False)
-    sock = sparewake.SpareSocket(str(tmp_path), 7)
+    sock = sparewake.SpareSocket(sparewake.socket_path(str(tmp_path), 7))
     waker = sparewake.Waker(r, sock)
     assert not waker.wait(0.05)                       # nothing yet: the timeout
     assert sparewake.wake_all(str(tmp_path)) == 1
@@ -37,9 +41,53 @@ def test_stale_and_foreign_sockets_are_skipped(tmp_path):
     stale.bind(str(tmp_path / "w3.sock"))
     stale.close()                                     # its spare is gone: the file stays, nobody reads
     (tmp_path / "wx.sock").write_text("")             # not a spare's name
-    live = sparewake.SpareSocket(str(tmp_path), 4)
+    live = sparewake.SpareSocket(sparewake.socket_path(str(tmp_path), 4))
     try:
         assert sparewake.wake_all(str(tmp_path)) == 1
     finally:
         live.close()
     assert sparewake.wake_all(str(tmp_path / "missing")) == 0
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract sockets are Linux's")
+
+
+@linux_only
+def test_without_a_controller_a_spare_sleeps_on_a_name_of_its_job_and_rank():
+    job = f"prterun-test-{uuid.uuid4().hex}@1"
+    spare = sparewake.SpareSocket(sparewake.abstract_name(job, 8))
+    other_job = sparewake.SpareSocket(sparewake.abstract_name(job + "x", 8))
+    waker = sparewake.Waker(None, spare, reaches_all=True)
+    try:
+        assert not waker.wait(0.05)
+        assert sparewake.wake_ranks(job, [8, 9]) == 1      # rank 9 is no spare: refused, skipped
+        assert waker.wait(1.0)
+        assert not waker.wait(0.05)
+        assert not sparewake.Waker(None, other_job).wait(0.05)   # another job's spare of rank 8 slept on
+    finally:
+        waker.close()
+        other_job.close()
+    assert sparewake.wake_ranks(job, [8]) == 0               # closed: a rank that took over is not woken
+    with pytest.raises(OSError):                             # one name, one socket
+        a = sparewake.SpareSocket(sparewake.abstract_name(job, 3))
+        try:
+            sparewake.SpareSocket(sparewake.abstract_name(job, 3))
+        finally:
+            a.close()
+
+
+def test_job_names_and_hosts_from_the_launchers_environment(monkeypatch):
+    from planaria.util import jobinfo
+    for k in ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PMI_KVSNAME", "PLANARIA_JOB_ID",
+              "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    assert jobinfo.job_namespace() is None and not jobinfo.all_on_this_host(2)
+    monkeypatch.setenv("PMI_KVSNAME", "kvs_1")
+    assert jobinfo.job_namespace() == "kvs_1"
+    monkeypatch.setenv("PMIX_NAMESPACE", "prterun-h-1@1")
+    assert jobinfo.job_namespace() == "prterun-h-1@1"
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "9")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4")
+    assert not jobinfo.all_on_this_host(2)
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "9")
+    assert jobinfo.all_on_this_host(2) and not jobinfo.all_on_this_host(10)

@@ -20,7 +20,6 @@ hand-offs per message on a machine whose cores are the scarce resource.
 from __future__ import annotations
 
 import hashlib
-import os
 import select
 import signal
 import socket
@@ -29,26 +28,8 @@ import threading
 from collections.abc import Sequence
 
 from planaria.fragments import settings
-from planaria.util.env import PLANARIA_FRAGMENT_WAKEUPS, PLANARIA_JOB_ID
-
-
-def _namespace() -> str | None:
-    """A name the launcher gives every rank of one job alike (PMIx namespace, else a job id)."""
-    for k in ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PMI_KVSNAME", PLANARIA_JOB_ID):
-        v = os.environ.get(k)
-        if v:
-            return v
-    return None
-
-
-def _all_on_this_host(size: int) -> bool:
-    """True when the launcher says every rank of the job shares this host (rings reach them all)."""
-    local = os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or os.environ.get("MPI_LOCALNRANKS")
-    world = os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE")
-    try:
-        return local is not None and world is not None and int(local) == int(world) >= size
-    except ValueError:
-        return False
+from planaria.util.env import PLANARIA_FRAGMENT_WAKEUPS
+from planaria.util.jobinfo import all_on_this_host, job_namespace
 
 
 class Doorbell:
@@ -69,7 +50,7 @@ class Doorbell:
         if size < 2:
             return
         mode = settings.choice(PLANARIA_FRAGMENT_WAKEUPS, ("doorbell", "poll"), "doorbell")
-        ns = _namespace()
+        ns = job_namespace()
         if mode == "poll" or ns is None or not sys.platform.startswith("linux"):
             return
         key = hashlib.sha1(ns.encode()).hexdigest()[:20]
@@ -84,7 +65,7 @@ class Doorbell:
             return
         self._in, self._out, self.armed = s, o, True
         # sleep long only when every peer can ring us; a rank on another host never will
-        self.fallback = long if _all_on_this_host(size) else short
+        self.fallback = long if all_on_this_host(size) else short
 
     def ring(self, dest: int) -> None:
         """Wake rank ``dest`` (after a message to it was sent). Never blocks, never raises."""

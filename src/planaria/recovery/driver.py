@@ -150,8 +150,10 @@ class Resilient:
     turns it off. A spare sleeps between two tests of its receive. Under ``planaria run`` the
     working ranks wake it through the job's controller when a recovery starts or the run ends, so
     it joins a recovery (whose shrink needs every living process) as soon as the news arrives;
-    ``spare_poll`` is then only a backstop (default 0.1 s). Without ``planaria run``'s runtime
-    nothing wakes it, and ``spare_poll`` (default 5 ms) bounds how late it joins.
+    ``spare_poll`` is then only a backstop (default 0.1 s). Without ``planaria run``'s runtime the
+    working ranks wake the spares on their host directly (``planaria.runtime.sparewake``): with
+    every rank on one host ``spare_poll`` is again a backstop, else (default 5 ms) it bounds how
+    late a spare on another host joins.
 
     ``on_recovery``: called as ``fn(record)`` on every working rank after each completed recovery,
     before the first step it resumes with, with that recovery's ``Recovery`` record (lost logical
@@ -187,11 +189,11 @@ class Resilient:
         self.warm_spares = bool(warm_spares)
         nwork = self.world.size - self.spares
         logical = self.world.rank if self.world.rank < nwork else None
-        self._waker = spare_waker() if logical is None else None
+        self._waker = spare_waker(self.world.world_ranks()[self.world.rank]) if logical is None else None
         if logical is not None and self.spares:
             prepare_wake()
         if spare_poll is None:
-            spare_poll = SPARE_BACKSTOP if self._waker is not None else SPARE_POLL
+            spare_poll = SPARE_BACKSTOP if self._waker is not None and self._waker.reaches_all else SPARE_POLL
         if not 0 < spare_poll <= 1:
             raise ValueError(f"spare_poll must be in (0, 1] seconds, got {spare_poll}")
         self.spare_poll = float(spare_poll)
@@ -220,6 +222,8 @@ class Resilient:
         self._ck_pending: list[list[float]] = []  # checkpoints not yet told to the controller
         self._ck_told = time.monotonic()
         self._after_resume: list[Callable[[], None]] = []   # run after the first step resumed after a recovery
+        if logical is not None and self.spares:
+            self._name_spares()
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -457,7 +461,7 @@ class Resilient:
             except FailureError:
                 pass      # a dead spare, or a recovery under way: the step loop checks the world
         if self._spare_world_ranks:
-            wake_spares()   # a sleeping spare warms up now, not at its next backstop test (or never)
+            wake_spares(self._spare_job_ranks())   # a sleeping spare warms up now, not at its next backstop test (or never)
 
     def _warm_up(self, logical: int, fp: list[int]) -> None:
         """On a spare: keep warm the buffers of the largest rank it might replace."""
@@ -519,7 +523,7 @@ class Resilient:
             except FailureError:
                 pass
         if self._spare_world_ranks:
-            wake_spares()
+            wake_spares(self._spare_job_ranks())
 
     def _stop_spares(self, err: RecoveryStopped) -> None:
         """The job stops: the spares still waiting raise the same error as the working ranks."""
@@ -528,6 +532,20 @@ class Resilient:
     @property
     def _spare_world_ranks(self) -> list[int]:
         return getattr(self, "_spare_ranks", list(range(self._lay.nwork, self._lay.world.size)))
+
+    def _name_spares(self) -> None:
+        self._spare_job_ranks()
+
+    def _spare_job_ranks(self) -> list[int]:
+        """The spares' ranks in the job, which name them for ``wake_spares`` without ``planaria run``:
+        looked up once per world and set of spares (a working rank does so when it learns them, off
+        the recovery's path)."""
+        world, spares = self._lay.world, self._spare_world_ranks
+        cached = getattr(self, "_job_ranks_of", None)
+        if cached is None or cached[0] is not world or cached[1] != spares:
+            table = world.world_ranks()
+            cached = self._job_ranks_of = (world, spares, [table[r] for r in spares])
+        return cached[2]
 
     def _recover(self, err: BaseException, at_step: int,
                  current: State | None = None) -> tuple[int, State] | None:
@@ -577,7 +595,7 @@ class Resilient:
         lay.world.revoke()
         _mark("revoked")
         if first and attempts == 1 and lay.logical is not None and self._spare_world_ranks:
-            wake_spares()          # the spares sleep: the revoke alone would wait for their next test
+            wake_spares(self._spare_job_ranks())   # the spares sleep: the revoke alone would wait for their next test
             _mark("spares woken")
         if self.comm is not None:
             _leave(self.comm)
@@ -631,6 +649,8 @@ class Resilient:
         if was_spare:
             self._has_state = False
             self._after_resume.append(self._no_longer_spare)
+        if self._spare_ranks:       # the spares left, named for the next wake (off this recovery's path)
+            self._after_resume.append(self._name_spares)
         warm = WARM.held()
         offers = {p[0]: p[5] for p in pairs if p[0] is not None and p[1]}
         version, state = self._restore(comm, lost, set(lost) | empty, mine, current, offers)

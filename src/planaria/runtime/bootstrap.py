@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from planaria.comm.base import Comm, rehook
 from planaria.runtime.state import RT, current_step
@@ -267,18 +267,31 @@ def tell(kind: str, **fields: Any) -> bool:
     return bool(agent.report(kind, **fields))
 
 
-def spare_waker() -> Any:
-    """What a spare sleeps on (a ``planaria.runtime.sparewake.Waker``): woken when a working rank
-    calls ``wake_spares``; None without ``planaria run``'s runtime (the spare then polls)."""
+def spare_waker(job_rank: int) -> Any:
+    """What the spare of job rank ``job_rank`` sleeps on (a ``planaria.runtime.sparewake.Waker``):
+    woken when a working rank calls ``wake_spares``. Without ``planaria run``'s runtime, a socket
+    in Linux's abstract namespace that working ranks on this host reach (``reaches_all`` when the
+    launcher put every rank here); None where there is none either (the spare then polls)."""
+    from planaria.runtime import sparewake
     agent = _RT.agent
     if agent is None:
-        return None
-    from planaria.runtime import sparewake
+        from planaria.util.jobinfo import all_on_this_host, job_namespace
+        ns = job_namespace()
+        name = sparewake.abstract_name(ns, job_rank) if ns is not None else None
+        if name is None:
+            return None
+        try:
+            only = sparewake.SpareSocket(name)
+        except OSError:             # the name taken, or no AF_UNIX: poll
+            return None
+        waker = sparewake.Waker(None, only, reaches_all=all_on_this_host(2))
+        atexit.register(waker.close)
+        return waker
     where = sparewake.wake_dir()
     sock = None
     if where is not None:
         try:
-            sock = sparewake.SpareSocket(where, agent.rank)
+            sock = sparewake.SpareSocket(sparewake.socket_path(where, agent.rank))
         except OSError:             # the controller's wake alone still reaches it
             sock = None
     waker = sparewake.Waker(agent.spare_wake_fd(), sock)
@@ -289,18 +302,25 @@ def spare_waker() -> Any:
 def prepare_wake() -> None:
     """Load what ``wake_spares`` needs now (a working rank of a job with spares), not during the
     recovery that calls it: an import there costs milliseconds of its critical path."""
-    if _RT.agent is not None:
-        from planaria.runtime import sparewake  # noqa: F401
+    from planaria.runtime import sparewake
+    if _RT.agent is None:
+        from planaria.util.jobinfo import job_namespace
+        ns = job_namespace()
+        if ns is not None:
+            sparewake.abstract_name(ns, 0)      # its hash of the job's name, computed once
 
 
-def wake_spares() -> bool:
+def wake_spares(job_ranks: Sequence[int] = ()) -> bool:
     """Wake every spare of the job now (a recovery started, or the spares are released): their MPI
-    receive has news. Those on this host directly, all of them through the controller. False
-    without ``planaria run``'s runtime."""
+    receive has news. Under ``planaria run``, those on this host directly and all of them through
+    the controller; else those of ``job_ranks`` (ranks in the job) on this host. False when
+    nothing could be sent."""
+    from planaria.runtime import sparewake
     agent = _RT.agent
     if agent is None:
-        return False
-    from planaria.runtime import sparewake
+        from planaria.util.jobinfo import job_namespace
+        ns = job_namespace()
+        return ns is not None and sparewake.wake_ranks(ns, job_ranks) > 0
     where = sparewake.wake_dir()
     if where is not None:
         sparewake.wake_all(where)

@@ -7,13 +7,24 @@ takes two hops (the rank's channel, then the spare's agent thread), each waiting
 binds ``w<rank>.sock`` next to that socket, and a working rank sends one datagram to every such
 socket it finds there: the spare's own thread wakes on it. The controller's ``wake`` still reaches
 every spare, on any host; whichever comes first wakes it.
+
+Without ``planaria run`` (a bare ``mpiexec``), a spare binds a name in Linux's abstract socket
+namespace instead, made of the job's name (``planaria.util.jobinfo``) and its rank in the job,
+and a working rank sends its datagram to the names of the spares' ranks: one hop, no files. The
+abstract namespace is per host (per network namespace), so this reaches only the spares on the
+waking rank's host; ``Waker.reaches_all`` says whether that is every spare.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import os
 import socket
+import sys
+from collections.abc import Sequence
 from typing import Any
+
 from planaria.util.env import PLANARIA_CONTROL_URI
 
 PREFIX, SUFFIX = "w", ".sock"
@@ -27,15 +38,36 @@ def wake_dir(environ: dict[str, str] | None = None) -> str | None:
     return os.path.dirname(uri[len("ipc://"):]) if uri.startswith("ipc://") else None
 
 
-class SpareSocket:
-    """The datagram socket a spare sleeps on (with ``select``); ``close`` when it stops being one."""
+def socket_path(directory: str, rank: int) -> str:
+    """The file of rank ``rank``'s spare socket in ``directory`` (``wake_dir``)."""
+    return os.path.join(directory, f"{PREFIX}{int(rank)}{SUFFIX}")
 
-    def __init__(self, directory: str, rank: int) -> None:
-        self.path = os.path.join(directory, f"{PREFIX}{int(rank)}{SUFFIX}")
+
+def abstract_name(namespace: str, rank: int) -> str | None:
+    """The abstract socket name of the spare of job rank ``rank`` in the job ``namespace``; None
+    where there are no abstract sockets (other systems than Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return f"\0planaria-spare-{_key(namespace)}-{int(rank)}"
+
+
+@functools.lru_cache(maxsize=4)
+def _key(namespace: str) -> str:
+    return hashlib.sha1(namespace.encode()).hexdigest()[:20]
+
+
+class SpareSocket:
+    """The datagram socket a spare sleeps on (with ``select``), bound to ``address``: a file
+    (``socket_path``) or an abstract name (``abstract_name``); ``close`` when it stops being one."""
+
+    def __init__(self, address: str) -> None:
+        self.path = address
+        self._file = not address.startswith("\0")
         if len(self.path.encode()) > UNIX_PATH_MAX:
             raise OSError(f"socket path too long: {self.path}")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)            # left by an earlier attempt's process of this rank
+        if self._file:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)        # left by an earlier attempt's process of this rank
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             self.sock.bind(self.path)
@@ -56,8 +88,9 @@ class SpareSocket:
             pass
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        if self._file:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
         self.sock.close()
 
 
@@ -81,24 +114,46 @@ def wake_all(directory: str) -> int:
     return sent
 
 
-class Waker:
-    """What a spare sleeps on: the controller's ``wake`` (a pipe its agent thread writes) and, where
-    there is one, its own datagram socket (``SpareSocket``)."""
+def wake_ranks(namespace: str, ranks: Sequence[int]) -> int:
+    """Send one datagram to the abstract socket of each spare of job rank in ``ranks``; how many
+    took it. Never blocks: a full queue already holds a wake; a spare on another host, or one not
+    bound (any more), refuses, and is skipped."""
+    names = [n for n in (abstract_name(namespace, r) for r in ranks) if n is not None]
+    sent = 0
+    if not names:
+        return 0
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.setblocking(False)
+        for n in names:
+            try:
+                s.sendto(b"w", n)
+                sent += 1
+            except OSError:
+                pass
+    return sent
 
-    def __init__(self, pipe_fd: int, sock: SpareSocket | None) -> None:
+
+class Waker:
+    """What a spare sleeps on: the controller's ``wake`` (a pipe its agent thread writes; None
+    without ``planaria run``) and, where there is one, its own datagram socket (``SpareSocket``).
+    ``reaches_all``: every working rank can wake it (through the controller, or all on this host)."""
+
+    def __init__(self, pipe_fd: int | None, sock: SpareSocket | None, reaches_all: bool = True) -> None:
         self._pipe = pipe_fd
         self._sock = sock
+        self.reaches_all = reaches_all
 
     def wait(self, timeout: float) -> bool:
         """Sleep until woken (True, the wakes read) or ``timeout`` seconds (False)."""
         import select
-        fds: list[Any] = [self._pipe] if self._sock is None else [self._pipe, self._sock]
+        fds: list[Any] = [f for f in (self._pipe, self._sock) if f is not None]
         ready, _, _ = select.select(fds, [], [], timeout)
         if not ready:
             return False
-        with contextlib.suppress(OSError):
-            while os.read(self._pipe, 4096):
-                pass
+        if self._pipe is not None:
+            with contextlib.suppress(OSError):
+                while os.read(self._pipe, 4096):
+                    pass
         if self._sock is not None:
             self._sock.drain()
         return True
