@@ -82,6 +82,9 @@ def rank_main(args: argparse.Namespace) -> None:
     from planaria.recovery.driver import Resilient
 
     world = pl.world(args.backend)
+    if args.detection_paused:
+        from planaria.runtime.bootstrap import set_detection
+        set_detection(False)            # every rank, at the same point: before any step
     res = Resilient(_make_store(args.store, args.scratch, args.group_size), every=args.every,
                     spares=args.spares, world=world, warm_spares=not args.cold_spares)
     count = max(1, int(args.mb * MB) // 8)
@@ -384,10 +387,12 @@ AGG_KEYS = ("restore_floor_ms", "detect_survivors_ms_max", "detect_replacement_m
 def run(ranks: int = 8, spares: int = 1, mb: float = 2.0, store: str = "memory", repeat: int = 3,
         backend: str = "ulfm", every: int = 5, kill_step: int = 12, steps: int = 30, victim: int = 1,
         group_size: int = 4, timeout: float = 300.0, progress: Any = None,
-        cold_spares: bool = False, launcher: str = "run") -> dict[str, Any]:
+        cold_spares: bool = False, launcher: str = "run", detection_paused: bool = False) -> dict[str, Any]:
     """Launch ``repeat`` jobs of ``ranks`` working ranks + ``spares`` spares; median over jobs of each per-job value."""
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, not {launcher!r}")
+    if detection_paused and launcher != "run":
+        raise ValueError("--detection-paused needs --launcher run (a bare mpiexec has no run-time detection)")
     if backend not in ("ulfm", "sim"):
         raise ValueError(f"backend must be ulfm or sim, not {backend!r}")
     if store not in STORES:
@@ -407,7 +412,7 @@ def run(ranks: int = 8, spares: int = 1, mb: float = 2.0, store: str = "memory",
                          f"steps={steps}): the kill must come after a checkpoint and before the end")
     args = ["--backend", backend, "--spares", str(spares), "--mb", f"{mb:g}", "--store", store,
             "--every", str(every), "--kill-step", str(kill_step), "--steps", str(steps),
-            "--victim", str(victim), "--group-size", str(group_size)] + (["--cold-spares"] if cold_spares else [])
+            "--victim", str(victim), "--group-size", str(group_size)] + (["--cold-spares"] if cold_spares else []) + (["--detection-paused"] if detection_paused else [])
     # a failed job's MPI_Finalize can linger; planaria's finalize watchdog bounds it
     env = {PLANARIA_FINALIZE_TIMEOUT: "3"}
     load0 = loadavg()
@@ -437,7 +442,7 @@ def run(ranks: int = 8, spares: int = 1, mb: float = 2.0, store: str = "memory",
             "kill_to_resumed_ms_max": [g.get("kill_to_resumed_ms_max") for g in goals],
             "met": all(g.get("met") for g in goals)}
     return {"benchmark": "recovery", "backend": backend, "ranks": ranks, "spares": spares,
-            "processes": ranks + spares, "launcher": launcher, "store": store, "mb": mb, "warm_spares": not cold_spares, "every": every, "kill_step": kill_step,
+            "processes": ranks + spares, "launcher": launcher, "store": store, "mb": mb, "warm_spares": not cold_spares, "detection_paused": detection_paused, "every": every, "kill_step": kill_step,
             "steps": steps, "victim": victim, "repeat": repeat, "cores": os.cpu_count(),
             "date": time.strftime("%Y-%m-%d"), "loadavg_before": load0, "loadavg_after": loadavg(),
             "command": command_line(), "mpiexec": " ".join(cmd[:-2] + ["..."]) if cmd else "",
@@ -509,7 +514,11 @@ def command(
     cold_spares: bool = typer.Option(False, "--cold-spares",
                                      help="Spares do not fault in restore buffers while waiting (Resilient(warm_spares=False))."),
     launcher: str = typer.Option("run", "--launcher", help="run: under 'planaria run --spares' (spares wake on a "
-                                 "message); mpiexec: a bare mpiexec (spares poll every 5 ms)."),
+                                 "message through the controller); mpiexec: a bare mpiexec (spares wake on the "
+                                 "working ranks' datagrams, on this host)."),
+    detection_paused: bool = typer.Option(False, "--detection-paused",
+                                          help="Pause run-time detection in every rank right after pl.world() "
+                                          "(what detection costs a recovery; --launcher run)."),
     json_out: bool = typer.Option(False, "--json", help="Print the full result (every job, every rank) as JSON."),
 ) -> None:
     """Time from a working rank's death to the first resumed step under Resilient, and its parts,
@@ -521,7 +530,7 @@ def command(
     def compute() -> dict[str, Any]:
         return run(ranks, spares, mb, store, repeat, backend, every, kill_step, steps, victim, group_size,
                    timeout=timeout, progress=_launch.progress_printer(json_out), cold_spares=cold_spares,
-                   launcher=launcher)
+                   launcher=launcher, detection_paused=detection_paused)
     raise typer.Exit(_launch.run_and_show("recovery", compute, show, json_out))
 
 
@@ -538,6 +547,7 @@ def rank_entry(argv: list[str] | None = None) -> int:
     p.add_argument("--victim", type=int, default=1)
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--cold-spares", action="store_true")
+    p.add_argument("--detection-paused", action="store_true")
     rank_main(p.parse_args(argv))
     return 0
 

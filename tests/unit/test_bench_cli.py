@@ -113,6 +113,16 @@ def test_bench_recovery_tiny(backend: str, store: str) -> None:
 
 
 @pytest.mark.timeout(120)
+def test_bench_recovery_with_detection_paused() -> None:
+    from benchmarks import recovery
+    with pytest.raises(ValueError, match="--detection-paused needs --launcher run"):
+        recovery.run(3, 1, 0.25, launcher="mpiexec", detection_paused=True)
+    out = _invoke(["recovery", "--ranks", "3", "--spares", "1", "--mb", "0.25", "--repeat", "1", "--every", "2",
+                   "--kill-step", "3", "--steps", "10", "--detection-paused", "--json"])
+    assert out["detection_paused"] is True and out["all_ok"] and out["replaced"]
+
+
+@pytest.mark.timeout(120)
 def test_bench_start_tiny() -> None:
     out = _invoke(["start", "--ranks", "2", "--repeat", "1", "--json"])
     assert out["benchmark"] == "start" and out["ranks"] == 2
