@@ -3,10 +3,11 @@
 ``EVENT_TICK_US``: Open MPI looks at its event base (where the runtime's notices of failed
 processes arrive, passed on from PMIx's thread) only every ``mpi_event_tick_rate`` µs of
 progress, 10 ms unless set. ULFM learns of a failure from those notices, so each survivor
-learned of it up to 10 ms after the first, and every fault-tolerant agreement, shrink and
-revoke waits for the last one. At 1 ms the knowledge reaches every rank within about 1 ms of the
-first (9 processes, 2 cores: the agreement after a kill ends 3.6-4.1 ms after it, against 11-15
-ms by default); the cost is one non-blocking poll of the event base per ms of MPI progress.
+learned of it up to 10 ms after the first, and every fault-tolerant agreement and shrink
+waits for the last one. At 1 ms the knowledge reaches every rank within about 1 ms of the first
+(``python -m benchmarks recovery``, 9 processes on 2 cores: kill to resumed step 17.3 ms median
+against 24.2 ms with the default, docs/benchmarks.md); the cost is one non-blocking poll of the
+event base per ms of MPI progress.
 A value the user set (environment, ``--mca``, a ``--tune`` file, an MCA parameter file) wins.
 """
 from __future__ import annotations

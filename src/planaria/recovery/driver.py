@@ -534,6 +534,7 @@ class Resilient:
         return getattr(self, "_spare_ranks", list(range(self._lay.nwork, self._lay.world.size)))
 
     def _name_spares(self) -> None:
+        """Look the spares' job ranks up now (``_spare_job_ranks``), while nothing waits for them."""
         self._spare_job_ranks()
 
     def _spare_job_ranks(self) -> list[int]:
