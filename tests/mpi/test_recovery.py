@@ -68,7 +68,12 @@ def test_spares_wake_on_the_recovery_not_on_their_poll(tmp_path, backend: str) -
     # the controller) brings the replacement into the recovery, and the unused spare out at the end
     res, results = run_app(tmp_path, backend, 4, 2, ["kill:rank=2,iter=12"], steps=30, step_sleep=0.01,
                            spare_poll=1.0)
-    working = _working(res, results)
+    _woken_not_polled(_working(res, results), results)
+
+
+def _woken_not_polled(working: dict, results: list[dict]) -> None:
+    """Logical rank 2 of 4 was lost: the spare that took it was woken and joined the recovery well
+    within its 1 s poll, and the other spare was woken too (the recovery, then the release)."""
     assert sorted(working) == list(range(4)) and all(r["ok"] for r in working.values()), results
     taken = working[2]
     assert taken["role"] == "recovered" and taken["spare_wakes"] >= 1, taken
@@ -88,15 +93,8 @@ def test_under_a_bare_mpiexec_spares_wake_on_the_recovery_too(backend: str) -> N
            "RESILIENT_APP_STEP_SLEEP": "0.01", "RESILIENT_APP_SPARE_POLL": "1.0"}
     res = mpiexec(6, [str(SCRIPTS / "resilient_app.py"), "30", "5"], ft=backend == "ulfm", env=env, timeout=120)
     results = [json.loads(line.split("RESULT ", 1)[1]) for line in res.out.splitlines() if "RESULT " in line]
-    working = {r["logical"]: r for r in results if r["logical"] is not None}
-    assert sorted(working) == list(range(4)) and all(r["ok"] for r in working.values()), (results, res.err[-3000:])
-    taken = working[2]
-    assert taken["role"] == "recovered" and taken["spare_wakes"] >= 1, taken
-    survivors = [working[k]["recoveries"][0]["t_detect"] for k in (0, 1, 3)]
-    late = taken["recoveries"][0]["t_detect"] - min(survivors)
-    assert late < 0.5, f"the replacement joined {late:.3f} s after the first survivor"
-    (unused,) = [r for r in results if r["logical"] is None]
-    assert unused["spare_wakes"] >= 2, unused     # the recovery, then the release at the end
+    assert results, res.err[-3000:]
+    _woken_not_polled({r["logical"]: r for r in results if r["logical"] is not None}, results)
 
 
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])
