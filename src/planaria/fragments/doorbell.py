@@ -19,7 +19,6 @@ hand-offs per message on a machine whose cores are the scarce resource.
 """
 from __future__ import annotations
 
-import hashlib
 import select
 import signal
 import socket
@@ -29,7 +28,7 @@ from collections.abc import Sequence
 
 from planaria.fragments import settings
 from planaria.util.env import PLANARIA_FRAGMENT_WAKEUPS
-from planaria.util.jobinfo import all_on_this_host, job_namespace
+from planaria.util.jobinfo import all_on_this_host, job_key, job_namespace
 
 
 class Doorbell:
@@ -53,7 +52,7 @@ class Doorbell:
         ns = job_namespace()
         if mode == "poll" or ns is None or not sys.platform.startswith("linux"):
             return
-        key = hashlib.sha1(ns.encode()).hexdigest()[:20]
+        key = job_key(ns)
         self._names = [f"\0planaria-fr-{key}-{i}" for i in (range(size) if ids is None else ids)]
         try:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

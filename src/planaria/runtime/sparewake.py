@@ -17,8 +17,6 @@ waking rank's host; ``Waker.reaches_all`` says whether that is every spare.
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
 import os
 import socket
 import sys
@@ -26,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from planaria.util.env import PLANARIA_CONTROL_URI
+from planaria.util.jobinfo import job_key
 
 PREFIX, SUFFIX = "w", ".sock"
 UNIX_PATH_MAX = 107       # sun_path holds 108 bytes with the terminating NUL
@@ -48,12 +47,7 @@ def abstract_name(namespace: str, rank: int) -> str | None:
     where there are no abstract sockets (other systems than Linux)."""
     if not sys.platform.startswith("linux"):
         return None
-    return f"\0planaria-spare-{_key(namespace)}-{int(rank)}"
-
-
-@functools.lru_cache(maxsize=4)
-def _key(namespace: str) -> str:
-    return hashlib.sha1(namespace.encode()).hexdigest()[:20]
+    return f"\0planaria-spare-{job_key(namespace)}-{int(rank)}"
 
 
 class SpareSocket:

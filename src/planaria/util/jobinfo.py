@@ -1,6 +1,8 @@
 """What the MPI launcher tells every rank of a job alike (read from its environment, no messages)."""
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 
 from planaria.util.env import PLANARIA_JOB_ID
@@ -23,3 +25,9 @@ def all_on_this_host(size: int) -> bool:
         return local is not None and world is not None and int(local) == int(world) >= size
     except ValueError:
         return False
+
+
+@functools.lru_cache(maxsize=4)
+def job_key(namespace: str) -> str:
+    """A short name for the job ``namespace`` that fits in a socket name (20 hex digits of its SHA-1)."""
+    return hashlib.sha1(namespace.encode()).hexdigest()[:20]
