@@ -9,6 +9,8 @@ timed with ``time.perf_counter_ns`` on rank 0:
   ``comm.mpi.Sendrecv(s, peer, 7, r, peer, 7)`` vs ``comm.Sendrecv(s, peer, 7, r, peer, 7)``;
 - ping-pong of 8 bytes between ranks 0 and 1 (OSU latency's pattern; other ranks idle): rank 0
   ``Send`` then ``Recv``, rank 1 ``Recv`` then ``Send``; one operation is one round trip;
+- mpi4py's six object collectives on a small value (a float, a 21-byte pickle; scatter and
+  alltoall a list of one per rank): ``allreduce_obj``, ``bcast_obj``... (``OBJECT_CALLS``; no goal);
 - the rest of mpi4py's calls at 1 MiB (``MIB_CALLS``; each rank sends 1 MiB: a collective's
   per-rank contribution, a message, a Cartesian ring's neighbour exchange), the same call on
   ``comm`` and on ``comm.mpi`` (a Cartesian communicator made from each). They cover every kind
@@ -45,6 +47,8 @@ MIB = 1 << 20
 MIB_CALLS = ("Bcast", "Reduce", "Allreduce", "Gather", "Scatter", "Allgather", "Alltoall", "Scan",
              "Exscan", "Reduce_scatter_block", "Iallreduce", "Ibcast", "Isend_Irecv", "Ssend_Recv",
              "Sendrecv_replace", "bcast", "Neighbor_alltoall")
+#: the object forms timed on a small value (a float; a list of one per rank for scatter and alltoall)
+OBJECT_CALLS = ("allreduce", "bcast", "allgather", "gather", "scatter", "alltoall")
 GOALS = {"allreduce_8B": 1.2, "sendrecv_1MiB": 1.02, "pingpong_8B": 1.15,
          **{f"{c}_1MiB": 1.05 for c in MIB_CALLS}}
 
@@ -117,10 +121,20 @@ def _basic_cases(comm: Any, iters: int, sr_iters: int) -> dict[str, tuple[Any, A
                     c.Send(p8, 0, 9)
         return run
 
+    def obj(c: Any, name: str) -> Any:
+        call = getattr(c, name)
+        arg: Any = [1.5] * c.Get_size() if name in ("scatter", "alltoall") else 1.5
+
+        def run(k: int) -> None:
+            for _ in range(k):
+                call(arg)
+        return run
+
     return {
         "allreduce_8B": (ar_raw, ar_pl, iters),
         "sendrecv_1MiB": (sr_raw, sr_pl, sr_iters),
         "pingpong_8B": (pingpong(raw), pingpong(comm), iters),
+        **{f"{name}_obj": (obj(raw, name), obj(comm, name), iters) for name in OBJECT_CALLS},
     }
 
 
@@ -235,7 +249,7 @@ def run(ranks: list[int], backends: list[str], iters: int = 1000, sr_iters: int 
     for c in (calls or "").split(","):
         if c and c not in MIB_CALLS:
             raise ValueError(f"unknown call {c!r}; known: {', '.join(MIB_CALLS)}")
-    timed = ["allreduce_8B", "sendrecv_1MiB", "pingpong_8B"] + [
+    timed = ["allreduce_8B", "sendrecv_1MiB", "pingpong_8B", *(f"{c}_obj" for c in OBJECT_CALLS)] + [
         f"{c}_1MiB" for c in ([x for x in calls.split(",") if x] if calls else MIB_CALLS)]
     for case in (only or "").split(","):
         if case and case not in timed:
@@ -296,7 +310,7 @@ def show(result: dict[str, Any], as_json: bool) -> None:
 def command(
     ranks: str = typer.Option("2", "--ranks", help="Rank counts, comma-separated (the Sendrecv runs between ranks 0 and 1)."),
     backend: str = typer.Option("ulfm,sim", "--backend", help="Backends, comma-separated: ulfm, sim."),
-    iters: int = typer.Option(1000, "--iters", help="8-byte Allreduce operations per timed block."),
+    iters: int = typer.Option(1000, "--iters", help="8-byte Allreduce (and small object) operations per timed block."),
     sr_iters: int = typer.Option(20, "--sr-iters", help="1 MiB operations per timed block (Sendrecv and the other calls)."),
     blocks: int = typer.Option(200, "--blocks", help="Timed blocks per variant (raw and planaria alternate)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per launch."),

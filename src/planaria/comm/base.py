@@ -2,8 +2,10 @@
 
 mpi4py's lower-case (pickle) reductions run on a hidden duplicate communicator that
 ULFM's revoke never reaches, so after a failure they can hang. Here every object
-collective is built from the *buffer* collectives of the same communicator (a length
-exchange, then the pickled bytes), which raise ``ProcFailedError``/``RevokedError``
+collective is built from the *buffer* collectives of the same communicator (``bcast`` and
+``allgather``: a round of fixed-size slots holding each pickle's length and, when it is short,
+the pickle itself, then the rest of longer pickles; the others: a length exchange, then the
+pickled bytes), which raise ``ProcFailedError``/``RevokedError``
 like any other call. Backends implement the buffer forms and the fault-tolerance calls.
 
 With run-time detection on, the backends' own methods keep the message log's counters
@@ -19,9 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import pickle
+import sys
 import time
 from abc import ABC, abstractmethod
+from array import array
 from collections.abc import Callable, Sequence
 
 from planaria._lazy import np
@@ -42,10 +47,25 @@ def _dumps(obj: Any) -> bytes:
     return pickle.dumps(obj, _PROTO)
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
-    displs = np.zeros(len(lengths), dtype=_I64)
-    np.cumsum(lengths[:-1], out=displs[1:])
-    return displs
+#: An object collective's first round moves, per rank, one slot of ``SLOT`` bytes: the pickle's
+#: length (a native 8-byte integer) and its first ``HEAD`` bytes. An int, a float or a short tuple
+#: fits, and then the collective is that one buffer collective; a longer pickle sends its rest in a
+#: second round (that of the length exchange the slot replaces). ``allgather`` uses slots up to
+#: ``SLOT_RANKS`` ranks: beyond, every rank receiving a slot per rank costs more than the round saved.
+SLOT = 128
+_LEN = 8
+HEAD = SLOT - _LEN
+SLOT_RANKS = 1024
+
+
+_ORDER = sys.byteorder                # a slot's length is a native int64 (read back with memoryview.cast)
+
+
+def _fill_slot(slot: bytearray, data: bytes) -> None:
+    """Write ``data``'s length and first ``HEAD`` bytes into ``slot``."""
+    n = len(data)
+    slot[:_LEN] = n.to_bytes(_LEN, _ORDER)
+    slot[_LEN:_LEN + n] = data if n <= HEAD else memoryview(data)[:HEAD]
 
 
 def _loads(comm: Comm, data: Any) -> Any:
@@ -66,10 +86,21 @@ def _loads(comm: Comm, data: Any) -> Any:
                     f"(a process failed during it; known failed: {sorted(failed) or '?'})")) from None
 
 
-def _split(comm: Comm, buf: bytearray | bytes, lengths: np.ndarray) -> list[Any]:
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    displs = np.zeros(len(lengths), dtype=_I64)
+    np.cumsum(lengths[:-1], out=displs[1:])
+    return displs
+
+
+def _starts(lengths: list[int]) -> list[int]:
+    """Where each of ``lengths`` starts when they are laid end to end."""
+    return list(itertools.accumulate(lengths[:-1], initial=0))
+
+
+def _split(comm: Comm, buf: bytearray | bytes, lengths: Any) -> list[Any]:
     view = memoryview(buf)
     out, pos = [], 0
-    for n in lengths.tolist():
+    for n in (lengths.tolist() if hasattr(lengths, "tolist") else lengths):
         out.append(_loads(comm, view[pos:pos + n]))
         pos += n
     return out
@@ -196,6 +227,7 @@ class Comm(ABC):
     _ml_sent: list[int]            # messages sent, per destination rank
     _ml_recvd: list[int]           # receives completed, per source rank
     _fl: int                       # its flight-record slot (0: none)
+    _obj_locks: dict[str, Any]     # mpi4py's lock per object collective (``_lock``), once looked up
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -486,88 +518,121 @@ class Comm(ABC):
         self.Barrier()
 
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
-        """Broadcast a picklable object from ``root``."""
+        """Broadcast a picklable object from ``root``: one ``Bcast`` of a slot (``SLOT``) when
+        its pickle fits, else a second one of the rest."""
+        byte = _BYTE or _byte()
         with _lock(self, "bcast"):
-            hdr = np.zeros(1, dtype=_I64)
+            slot = bytearray(SLOT)
             data = b""
             if self.rank == root:
                 data = _dumps(obj)
-                hdr[0] = len(data)
-            self.Bcast(hdr, root)
+                _fill_slot(slot, data)
+            self.Bcast(slot, root)
+            n = int.from_bytes(slot[:_LEN], _ORDER)
+            if n <= HEAD:
+                return obj if self.rank == root else _loads(self, memoryview(slot)[_LEN:_LEN + n])
             self._ml_once()
-            n = int(hdr[0])
             if self.rank == root:
-                self.Bcast([data, n, _byte()], root)
+                self.Bcast([memoryview(data)[HEAD:], n - HEAD, byte], root)
                 return obj
             buf = bytearray(n)
-            self.Bcast([buf, n, _byte()], root)
+            buf[:HEAD] = slot[_LEN:]
+            self.Bcast([memoryview(buf)[HEAD:], n - HEAD, byte], root)
             return _loads(self, buf)
 
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
-        """Gather objects to ``root`` (others get None)."""
+        """Gather objects to ``root`` (others get None): the lengths, then the pickles."""
+        byte = _BYTE or _byte()
         with _lock(self, "gather"):
             data = _dumps(sendobj)
-            mine = np.array([len(data)], dtype=_I64)
-            lengths = np.zeros(self.size, dtype=_I64) if self.rank == root else None
-            self.Gather(mine, lengths, root)
-            self._ml_once()
-            if lengths is None:                 # not the root
-                self.Gatherv([data, len(data), _byte()], None, root)
+            mine = len(data).to_bytes(_LEN, _ORDER)
+            if self.rank != root:
+                self.Gather([mine, _LEN, byte], None, root)
+                self._ml_once()
+                self.Gatherv([data, len(data), byte], None, root)
                 return None
-            total = int(lengths.sum())
-            buf = bytearray(total)
-            self.Gatherv([data, len(data), _byte()],
-                         [buf, (lengths, _offsets(lengths)), _byte()], root)
+            got = bytearray(_LEN * self.size)
+            self.Gather([mine, _LEN, byte], [got, _LEN, byte], root)
+            self._ml_once()
+            lengths = memoryview(got).cast("q").tolist()
+            buf = bytearray(sum(lengths))
+            self.Gatherv([data, len(data), byte], [buf, (lengths, _starts(lengths)), byte], root)
             return _split(self, buf, lengths)
 
     def allgather(self, sendobj: Any) -> list[Any]:
-        """Every rank gets the list of every rank's object."""
+        """Every rank gets the list of every rank's object: one ``Allgather`` of slots (``SLOT``)
+        when every pickle fits in one, else a second round of the rest of the longer ones."""
+        byte = _BYTE or _byte()
         with _lock(self, "allgather"):
             data = _dumps(sendobj)
-            lengths = np.zeros(self.size, dtype=_I64)
-            self.Allgather(np.array([len(data)], dtype=_I64), lengths)
+            n = self.size
+            if n > SLOT_RANKS:
+                return self._allgather_counted(data)
+            mine = bytearray(SLOT)
+            _fill_slot(mine, data)
+            slots = bytearray(SLOT * n)
+            self.Allgather(mine, slots)
+            view = memoryview(slots)
+            lengths = view.cast("q")[::SLOT // _LEN].tolist()
+            if max(lengths) <= HEAD:
+                return [_loads(self, view[at:at + k]) for at, k in zip(range(_LEN, SLOT * n, SLOT), lengths, strict=True)]
             self._ml_once()
-            buf = bytearray(int(lengths.sum()))
-            self.Allgatherv([data, len(data), _byte()],
-                            [buf, (lengths, _offsets(lengths)), _byte()])
+            starts = _starts(lengths)
+            buf = bytearray(sum(lengths))
+            for at, k, at_slot in zip(starts, lengths, range(_LEN, SLOT * n, SLOT), strict=True):
+                head = min(k, HEAD)
+                buf[at:at + head] = view[at_slot:at_slot + head]
+            self.Allgatherv([memoryview(data)[HEAD:], max(len(data) - HEAD, 0), byte],
+                            [buf, ([max(k - HEAD, 0) for k in lengths],
+                                   [at + min(k, HEAD) for at, k in zip(starts, lengths, strict=True)]), byte])
             return _split(self, buf, lengths)
 
+    def _allgather_counted(self, data: bytes) -> list[Any]:
+        """``allgather`` on more than ``SLOT_RANKS`` ranks: the lengths, then the pickles."""
+        byte = _BYTE or _byte()
+        got = bytearray(_LEN * self.size)
+        self.Allgather([len(data).to_bytes(_LEN, _ORDER), _LEN, byte], [got, _LEN, byte])
+        self._ml_once()
+        lengths = memoryview(got).cast("q").tolist()
+        buf = bytearray(sum(lengths))
+        self.Allgatherv([data, len(data), byte], [buf, (lengths, _starts(lengths)), byte])
+        return _split(self, buf, lengths)
+
     def scatter(self, sendobj: Sequence[Any] | None = None, root: int = 0) -> Any:
-        """Rank i gets ``sendobj[i]`` from ``root``."""
+        """Rank i gets ``sendobj[i]`` from ``root``: the lengths, then the pickles."""
+        byte = _BYTE or _byte()
         with _lock(self, "scatter"):
-            mine = np.zeros(1, dtype=_I64)
+            mine = bytearray(_LEN)
             if self.rank == root:
                 if sendobj is None or len(sendobj) != self.size:
                     raise ValueError(f"scatter needs a sequence of {self.size} items at the root")
                 parts = [_dumps(x) for x in sendobj]
-                lengths = np.array([len(p) for p in parts], dtype=_I64)
-                self.Scatter(lengths, mine, root)
+                lengths = [len(p) for p in parts]
+                self.Scatter([array("q", lengths), _LEN, byte], [mine, _LEN, byte], root)
                 self._ml_once()
-                data = b"".join(parts)
-                buf = bytearray(int(mine[0]))
-                self.Scatterv([data, (lengths, _offsets(lengths)), _byte()],
-                              [buf, len(buf), _byte()], root)
+                buf = bytearray(lengths[root])
+                self.Scatterv([b"".join(parts), (lengths, _starts(lengths)), byte], [buf, len(buf), byte], root)
                 return sendobj[root]
-            self.Scatter(None, mine, root)
+            self.Scatter(None, [mine, _LEN, byte], root)
             self._ml_once()
-            buf = bytearray(int(mine[0]))
-            self.Scatterv(None, [buf, len(buf), _byte()], root)
+            buf = bytearray(int.from_bytes(mine, _ORDER))
+            self.Scatterv(None, [buf, len(buf), byte], root)
             return _loads(self, buf)
 
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Rank i sends ``sendobj[j]`` to rank j; returns what every rank sent to i."""
         if len(sendobj) != self.size:
             raise ValueError(f"alltoall needs a sequence of {self.size} items")
+        byte = _BYTE or _byte()
         with _lock(self, "alltoall"):
             parts = [_dumps(x) for x in sendobj]
-            slen = np.array([len(p) for p in parts], dtype=_I64)
-            rlen = np.zeros(self.size, dtype=_I64)
-            self.Alltoall(slen, rlen)
+            slen = [len(p) for p in parts]
+            got = bytearray(_LEN * self.size)
+            self.Alltoall([array("q", slen), _LEN, byte], [got, _LEN, byte])
             self._ml_once()
-            data = b"".join(parts)
-            buf = bytearray(int(rlen.sum()))
-            self.Alltoallv([data, (slen, _offsets(slen)), _byte()],
-                           [buf, (rlen, _offsets(rlen)), _byte()])
+            rlen = memoryview(got).cast("q").tolist()
+            buf = bytearray(sum(rlen))
+            self.Alltoallv([b"".join(parts), (slen, _starts(slen)), byte], [buf, (rlen, _starts(rlen)), byte])
             return _split(self, buf, rlen)
 
     def allreduce(self, sendobj: Any, op: Any = None) -> Any:
@@ -655,18 +720,42 @@ def _lock(comm: Comm, key: str) -> Any:
     object collectives hold the same one, for the same reason and so that code inspecting
     mpi4py's lock table finds it.
     """
-    from mpi4py import MPI              # not at the top: importing mpi4py.MPI starts MPI
-    take = getattr(MPI, "_comm_lock", None)
-    return contextlib.nullcontext() if take is None else take(comm._c, key)
+    try:
+        return comm._obj_locks[key]        # looked up once per communicator and key
+    except (AttributeError, KeyError):
+        pass
+    if _BYTE is None:
+        _byte()
+    lock = contextlib.nullcontext() if _COMM_LOCK is None else _COMM_LOCK(comm._c, key)
+    if not hasattr(comm, "_obj_locks"):
+        comm._obj_locks = {}
+    comm._obj_locks[key] = lock
+    return lock
+
+
+#: ``MPI.BYTE`` and ``MPI._comm_lock``, looked up at the first object collective (importing
+#: mpi4py.MPI starts MPI, and an import statement in a function costs about 0.4 µs per call)
+_BYTE: Any = None
+_COMM_LOCK: Any = None
 
 
 def _byte() -> Any:
-    from mpi4py import MPI              # not at the top: importing mpi4py.MPI starts MPI
-    return MPI.BYTE
+    global _BYTE, _COMM_LOCK
+    if _BYTE is None:
+        from mpi4py import MPI              # not at the top: importing mpi4py.MPI starts MPI
+        _COMM_LOCK = getattr(MPI, "_comm_lock", None)
+        _BYTE = MPI.BYTE
+    return _BYTE
 
 
 def _opfunc(op: Any) -> Callable[[Any, Any], Any]:
     if op is None:
-        from mpi4py import MPI          # not at the top: importing mpi4py.MPI starts MPI
-        op = MPI.SUM
+        global _SUM
+        if _SUM is None:
+            from mpi4py import MPI      # not at the top: importing mpi4py.MPI starts MPI
+            _SUM = MPI.SUM
+        op = _SUM
     return op  # mpi4py Op objects are callable on Python objects
+
+
+_SUM: Any = None

@@ -28,9 +28,9 @@ first seen); later looks that find the same frame object report the same call. T
 slow-message detection are done by the localization service thread, which looks at every tick.
 Calls nested inside another planaria call (object collectives built on buffer collectives) are
 not reported separately: the outermost call is what the application is blocked in. Every
-collective method counts on entry; an object collective counts once, its two buffer collectives
-showing the same number (``Comm._ml_once`` between them), so that ranks in different halves of
-one object collective are matched as being in the same call.
+collective method counts on entry; an object collective counts once, its buffer collectives
+(one or two) showing the same number (``Comm._ml_once`` between two), so that ranks in different
+halves of one object collective are matched as being in the same call.
 
 Communicator ids are identical on every member without communication: ``world`` for the
 world communicator, then ``.d<n>`` (n-th dup), ``.k<n>`` (n-th shrink), ``.s<n>c<color>``
