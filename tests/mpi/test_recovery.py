@@ -60,6 +60,13 @@ def test_spares_replace_two_failures(tmp_path, backend: str) -> None:
     for k in (2, 4):
         assert working[k]["recoveries"][0]["warm_bytes"] == 3 * packed, working[k]["recoveries"]
     assert all(rec["warm_bytes"] == 0 for k in (0, 1, 3, 5) for rec in working[k]["recoveries"])
+    # the message log recorded the failure errors of the program's calls (the step's allreduce),
+    # one per failure a rank saw there as a working rank (the spare that took logical rank 4 saw
+    # none); none of the recovery's own (its agreement, shrink, the spares' wait): its protocol
+    for k, r in working.items():
+        sites = [f["site"] for f in r["failures"]]
+        assert all(s.endswith(" in step") for s in sites), (k, r["failures"])
+        assert len(sites) == {2: 1, 4: 0}.get(k, 2), (k, r["failures"])
 
 
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])

@@ -35,7 +35,9 @@ def test_the_operation_the_thread_is_in_is_found() -> None:
 def test_nested_operations_report_the_outermost() -> None:
     frame = _Fake.allreduce(None, _here)          # allreduce -> Allreduce -> here
     assert _look(frame) == "allreduce"
-    assert msglog._outermost(frame, msglog._codes()).f_code.co_name == "allreduce"
+    op, site = msglog._op_and_site(frame, msglog._codes())     # what a failure record names
+    assert op.f_code.co_name == "allreduce"
+    assert site is not None and site.endswith(" in test_nested_operations_report_the_outermost")
 
 
 def test_application_code_outside_any_operation_is_none() -> None:
@@ -44,12 +46,15 @@ def test_application_code_outside_any_operation_is_none() -> None:
 
 def test_the_walk_stops_at_the_innermost_application_frame() -> None:
     # an operation that calls application code calling another operation (a user reduction
-    # function, say): the thread is inside the inner one, the full walk would name the outer one
+    # function, say): the thread is inside the inner one, a walk of the whole stack would name
+    # the outer one; a failure record names the inner one too, at the user function's line
     def user_op() -> Any:
         return _Fake.Allreduce(None, _here)
     frame = _Fake.allreduce(None, user_op)
     assert _look(frame) == "Allreduce"
-    assert msglog._outermost(frame, msglog._codes()).f_code.co_name == "allreduce"
+    op, site = msglog._op_and_site(frame, msglog._codes())
+    assert op.f_code.co_name == "Allreduce"
+    assert site is not None and site.endswith(" in user_op")
 
 
 def test_the_method_table_is_rebuilt_when_a_class_is_defined() -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 import planaria as pl
 from planaria.checkpoint.store import WARM
-from planaria.comm.base import Comm
+from planaria.comm.base import Comm, own_calls
 from planaria.comm.errors import FailureError, failure_raised
 from planaria.errors import RecoveryCallbackFailed, RecoveryStopped, SparesExhausted, Unrecoverable
 from planaria.runtime.bootstrap import prepare_wake, spare_waker, tell, wake_spares
@@ -476,7 +476,8 @@ class Resilient:
         hot_until = 0.0            # after a wake: test every HOT_POLL s until the news is in
         while True:
             try:
-                done, msg = req.test()
+                with own_calls():
+                    done, msg = req.test()
             except pl.RevokedError as err:      # the working ranks started a recovery: join it
                 _mark("revoke seen")
                 return self._recover(err, -1)
@@ -558,14 +559,15 @@ class Resilient:
         if self._lay.logical is not None:
             MARKS.clear()           # a spare keeps the marks of its wait
         attempts = 0
-        while True:
-            attempts += 1
-            made: list[Comm] = []           # this attempt's communicators (shrunk world, working comm)
-            try:
-                return self._recover_once(err, at_step, current, t_detect, attempts, made)
-            except FailureError as again:
-                err = again
-                self._abandon(made)
+        with own_calls():
+            while True:
+                attempts += 1
+                made: list[Comm] = []           # this attempt's communicators (shrunk world, working comm)
+                try:
+                    return self._recover_once(err, at_step, current, t_detect, attempts, made)
+                except FailureError as again:
+                    err = again
+                    self._abandon(made)
 
     def _abandon(self, made: list[Comm]) -> None:
         """After a failure during an attempt: revoke the communicators it made and leave its world."""

@@ -12,6 +12,7 @@ import numpy as np
 
 import planaria as pl
 from planaria.checkpoint import MemoryStore
+from planaria.comm import msglog
 from planaria.recovery.driver import Resilient, SparesExhausted
 
 steps = int(sys.argv[1])
@@ -46,15 +47,17 @@ except SparesExhausted as e:
     print(f"EXHAUSTED {res.world.rank}: {e}", flush=True)
     sys.exit(0)
 L = res.logical_rank
+lg = msglog.log()           # detection on (planaria run): the failure errors it recorded
+failures = [{"name": f[1], "site": f[4]} for f in lg.failures] if lg is not None else None
 if state is None:
     print("RESULT " + json.dumps({"world": pl.world().rank, "role": res.role, "logical": None,
-                                  "spare_wakes": res.spare_wakes}), flush=True)
+                                  "spare_wakes": res.spare_wakes, "failures": failures}), flush=True)
 else:
     expect = L + sum(range(steps)) * (L + 1)
     ok = bool(np.all(state["x"] == expect))
     if with_finish:
         ok = ok and state["sum"] == sum(k + sum(range(steps)) * (k + 1) for k in range(state["size"]))
     print("RESULT " + json.dumps({"world": pl.world().rank, "role": res.role, "logical": L, "ok": ok,
-                                  "spare_wakes": res.spare_wakes,
+                                  "spare_wakes": res.spare_wakes, "failures": failures,
                                   "recoveries": [r.__dict__ | {"total_s": r.total_s} for r in res.recoveries]}),
           flush=True)
