@@ -23,15 +23,15 @@ def test_a_spare_sleeps_until_a_working_rank_wakes_it(tmp_path):
     sock = sparewake.SpareSocket(sparewake.socket_path(str(tmp_path), 7))
     waker = sparewake.Waker(r, sock)
     assert not waker.wait(0.05)                       # nothing yet: the timeout
-    assert sparewake.wake_all(str(tmp_path)) == 1
-    assert sparewake.wake_all(str(tmp_path)) == 1     # two wakes before it looks: one wait ends
+    assert sparewake.wake_all(str(tmp_path)) == {7}
+    assert sparewake.wake_all(str(tmp_path)) == {7}   # two wakes before it looks: one wait ends
     assert waker.wait(1.0)
     assert not waker.wait(0.05)                       # both were read
     os.write(w, b"w")                                 # the controller's wake, through the agent
     assert waker.wait(1.0)
     waker.close()
     assert not (tmp_path / "w7.sock").exists()
-    assert sparewake.wake_all(str(tmp_path)) == 0     # a rank that took over is not woken again
+    assert sparewake.wake_all(str(tmp_path)) == set()  # a rank that took over is not woken again
     os.close(r)
     os.close(w)
 
@@ -43,10 +43,10 @@ def test_stale_and_foreign_sockets_are_skipped(tmp_path):
     (tmp_path / "wx.sock").write_text("")             # not a spare's name
     live = sparewake.SpareSocket(sparewake.socket_path(str(tmp_path), 4))
     try:
-        assert sparewake.wake_all(str(tmp_path)) == 1
+        assert sparewake.wake_all(str(tmp_path)) == {4}
     finally:
         live.close()
-    assert sparewake.wake_all(str(tmp_path / "missing")) == 0
+    assert sparewake.wake_all(str(tmp_path / "missing")) == set()
 
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract sockets are Linux's")
@@ -91,3 +91,28 @@ def test_job_names_and_hosts_from_the_launchers_environment(monkeypatch):
     assert not jobinfo.all_on_this_host(2)
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "9")
     assert jobinfo.all_on_this_host(2) and not jobinfo.all_on_this_host(10)
+
+
+class _Agent:
+    """What ``wake_spares`` asks of a rank's agent: the controller's wake."""
+
+    def __init__(self) -> None:
+        self.reports: list[str] = []
+
+    def report(self, kind: str) -> bool:
+        self.reports.append(kind)
+        return True
+
+
+def test_the_controller_wakes_the_spares_only_when_the_sockets_did_not_reach_all(tmp_path, monkeypatch):
+    from planaria.runtime import bootstrap
+    agent = _Agent()
+    monkeypatch.setattr(bootstrap._RT, "agent", agent)
+    monkeypatch.setenv("PLANARIA_CONTROL_URI", f"ipc://{tmp_path}/control.sock")
+    spare = sparewake.SpareSocket(sparewake.socket_path(str(tmp_path), 5))
+    try:
+        assert bootstrap.wake_spares([5]) and agent.reports == []        # the one spare, woken here
+        assert bootstrap.wake_spares([5, 6]) and agent.reports == ["wake-spares"]   # 6: another host
+        assert bootstrap.wake_spares([]) and agent.reports == ["wake-spares"] * 2   # spares not known
+    finally:
+        spare.close()

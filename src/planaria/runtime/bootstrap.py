@@ -312,9 +312,10 @@ def prepare_wake() -> None:
 
 def wake_spares(job_ranks: Sequence[int] = ()) -> bool:
     """Wake every spare of the job now (a recovery started, or the spares are released): their MPI
-    receive has news. Under ``planaria run``, those on this host directly and all of them through
-    the controller; else those of ``job_ranks`` (ranks in the job) on this host. False when
-    nothing could be sent."""
+    receive has news. Under ``planaria run``, those on this host directly and, unless that reached
+    every one of ``job_ranks`` (ranks in the job), all of them through the controller: a second
+    wake would only cost CPU time on the recovery's path (the controller's and the spares' agent
+    threads). Else those of ``job_ranks`` on this host. False when nothing could be sent."""
     from planaria.runtime import sparewake
     agent = _RT.agent
     if agent is None:
@@ -322,8 +323,8 @@ def wake_spares(job_ranks: Sequence[int] = ()) -> bool:
         ns = job_namespace()
         return ns is not None and sparewake.wake_ranks(ns, job_ranks) > 0
     where = sparewake.wake_dir()
-    if where is not None:
-        sparewake.wake_all(where)
+    if where is not None and sparewake.wake_all(where) >= set(job_ranks) and job_ranks:
+        return True
     return bool(agent.report("wake-spares"))
 
 

@@ -88,24 +88,25 @@ class SpareSocket:
         self.sock.close()
 
 
-def wake_all(directory: str) -> int:
-    """Send one datagram to every spare socket in ``directory``; how many took it. Never blocks:
-    a full queue already holds a wake, a stale socket (its spare gone) refuses, both are skipped."""
+def wake_all(directory: str) -> set[int]:
+    """Send one datagram to every spare socket in ``directory``; the ranks of those that took it.
+    Never blocks: a full queue already holds a wake, a stale socket (its spare gone) refuses,
+    both are skipped."""
     try:
-        names = [n for n in os.listdir(directory) if n.startswith(PREFIX) and n.endswith(SUFFIX)
-                 and n[len(PREFIX):-len(SUFFIX)].isdigit()]
+        ranks = [int(n[len(PREFIX):-len(SUFFIX)]) for n in os.listdir(directory)
+                 if n.startswith(PREFIX) and n.endswith(SUFFIX) and n[len(PREFIX):-len(SUFFIX)].isdigit()]
     except OSError:
-        return 0
-    sent = 0
+        return set()
+    reached = set()
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
         s.setblocking(False)
-        for n in names:
+        for r in ranks:
             try:
-                s.sendto(b"w", os.path.join(directory, n))
-                sent += 1
+                s.sendto(b"w", socket_path(directory, r))
+                reached.add(r)
             except OSError:
                 pass
-    return sent
+    return reached
 
 
 def wake_ranks(namespace: str, ranks: Sequence[int]) -> int:
