@@ -402,6 +402,12 @@ def _outermost_above_app(frame: Any, codes: dict[Any, str]) -> Any:
     service tick's cost). One exception, by design: inside a user function that an object
     reduction calls, the thread is computing, and is reported so.
     """
+    return _walk_to_app(frame, codes)[0]
+
+
+def _walk_to_app(frame: Any, codes: dict[Any, str]) -> tuple[Any, Any]:
+    """From ``frame`` outwards to the innermost application frame: (the outermost operation frame
+    on the way or None, that application frame or None when there is none)."""
     found = None
     app = _APP_CODE
     while frame is not None:
@@ -415,35 +421,20 @@ def _outermost_above_app(frame: Any, codes: dict[Any, str]) -> Any:
                     app.clear()
                 is_app = app[code] = is_app_file(code.co_filename)
             if is_app:
-                break
+                return found, frame
         frame = frame.f_back
-    return found
+    return found, None
 
 
 def _op_and_site(frame: Any, codes: dict[Any, str]) -> tuple[Any, str | None]:
     """What a failure record names, in one walk from ``frame`` outwards that stops at the innermost
     application frame: the outermost operation frame below it (``_outermost_above_app``) and the
-    call site (``call_site``). A failure is recorded on the recovery's path, where walking the
-    whole stack (every frame materialized) cost 60-110 µs per record on shared cores."""
-    found = None
-    inside = None
-    app = _APP_CODE
-    while frame is not None:
-        code = frame.f_code
-        if code in codes:
-            found = frame
-        else:
-            is_app = app.get(code)
-            if is_app is None:
-                if len(app) >= _APP_CODE_MAX:
-                    app.clear()
-                is_app = app[code] = is_app_file(code.co_filename)
-            if is_app:
-                return found, f"{shown(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
-            if inside is None and "/planaria/comm/" not in code.co_filename.replace("\\", "/"):
-                inside = f"{shown(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
-        frame = frame.f_back
-    return found, inside
+    call site (``call_site``), instead of a walk of the whole stack and a second one for the site."""
+    op, app = _walk_to_app(frame, codes)
+    if app is None:                       # no application frame: the innermost one outside comm
+        return op, call_site(frame)
+    code = app.f_code
+    return op, f"{shown(code.co_filename)}:{app.f_lineno} in {code.co_name}"
 
 
 def _name(frame: Any, method: str) -> str | None:
