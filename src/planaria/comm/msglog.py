@@ -5,8 +5,9 @@ When detection is on, the communicators of the process are *recorded*: their own
 the per-communicator count of collectives entered (``_ml_seq``) and the per-peer counts of
 point-to-point messages sent and received (``_ml_sent``, ``_ml_recvd``; a status probe answers
 "did you post the send I am waiting for?" from them), and report failure errors here
-(``failed``; not inside ``base.own_calls``, planaria's recovery protocol); a collective whose counts must agree on every rank also writes its buffer size and
-call site into the rank's flight record (``comm/flight.py``), which outlives a crash. That is all
+(``failed``; not inside ``base.own_calls``, planaria's recovery protocol); a collective whose
+counts must agree on every rank also writes its buffer size and call site into the rank's flight
+record (``comm/flight.py``), which outlives a crash. That is all
 the hot path does: no wrapper, no clock read.
 On ulfm, the rest of mpi4py's calls (thin wrappers generated in ``comm/ulfm.py``) count the same
 way: collectives (``COLLECTIVES``, ``NONBLOCKING_COLLECTIVES``; persistent ones when started) on

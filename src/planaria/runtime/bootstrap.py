@@ -323,7 +323,8 @@ def wake_spares(job_ranks: Sequence[int] = ()) -> bool:
         ns = job_namespace()
         return ns is not None and sparewake.wake_ranks(ns, job_ranks) > 0
     where = sparewake.wake_dir()
-    if where is not None and sparewake.wake_all(where) >= set(job_ranks) and job_ranks:
+    reached = sparewake.wake_all(where) if where is not None else set()
+    if job_ranks and reached >= set(job_ranks):
         return True
     return bool(agent.report("wake-spares"))
 
