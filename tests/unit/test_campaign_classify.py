@@ -171,6 +171,21 @@ def test_a_known_library_crash_is_told_apart_only_when_it_explains_the_stop() ->
     assert combine([(LIBRARY, "x"), (UNEXPLAINED, "y")])[0] == UNEXPLAINED
 
 
+def test_the_launchers_line_on_the_library_crash_counts_its_ranks() -> None:
+    """Under ``planaria run`` ranks crash with faulthandler's trace, and Open MPI prints no backtrace:
+    the launcher's line (``postmortem.library_crash_text``) names them, as the demo's output shows."""
+    from planaria.diagnose.postmortem import library_crash_text
+    plan = plans.RunPlan(0, "demo", "ulfm", ["kill:mtbf=0.314,seed=736,count=1,ranks=0-7"],
+                         {"checkpoint": "file", "when_exhausted": "stop"})
+    line = "planaria demo: " + library_crash_text([0, 1, 3, 4, 5], [2], "SIGSEGV", ["split"]) + "\n"
+    assert targets.library_crashes(line) == 5
+    assert targets.library_crashes(line + line) == 5              # the same ranks, said twice
+    out = json.dumps({"outcome": SPARES_EXHAUSTED})
+    cls, why = classify(targets.demo_observation(3, out, line, plan))
+    assert cls == LIBRARY and "5 process(es) crashed inside the MPI library" in why
+    assert classify(targets.demo_observation(3, out, "", plan))[0] == UNEXPLAINED
+
+
 def test_the_report_lists_library_crashes_apart_from_bad_runs() -> None:
     import io
 

@@ -47,6 +47,25 @@ def test_a_real_python_crash_is_read() -> None:
     assert cs.error(0) == "Segmentation fault"
 
 
+def test_the_mpi_call_a_fatal_signal_struck_in_is_named_only_inside_planarias_mpi_layer() -> None:
+    """The innermost frame in ``planaria/comm`` names the call; a program frame, or a traceback, does not."""
+    inside = ["Fatal Python error: Segmentation fault", "",
+              "Current thread 0x00007f4679c1bb80 (most recent call first):",
+              '  File "/x/src/planaria/comm/ulfm.py", line 881 in split',
+              '  File "/x/src/planaria/recovery/driver.py", line 831 in _split',
+              '  File "/home/u/app.py", line 9 in <module>', "", "Extension modules: mpi4py.MPI (total: 1)"]
+    cs = CrashSites()
+    for line in inside:
+        cs.feed(0, line)
+    for line in TRACE:
+        cs.feed(1, line)
+    for line in ["Traceback (most recent call last):", '  File "/x/src/planaria/comm/ulfm.py", line 881, in split',
+                 "KeyError: 2"]:
+        cs.feed(2, line)
+    assert cs.mpi_call(0) == "split" and cs.site(0) == "/home/u/app.py:9 in <module>"
+    assert cs.mpi_call(1) is None and cs.mpi_call(2) is None and cs.mpi_call(3) is None
+
+
 def test_a_stopped_process_is_read_by_pyspy_without_suspending_it(tmp_path) -> None:
     prog = tmp_path / "stopme.py"
     prog.write_text("import os, signal\ndef f():\n    os.kill(os.getpid(), signal.SIGSTOP)\nf()\n")

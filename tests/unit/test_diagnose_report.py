@@ -150,6 +150,31 @@ def test_ranks_the_mpi_runtime_ended_after_a_crash_are_consequences_and_the_cras
     assert root["rank_list"] == [1]
 
 
+def test_ranks_the_mpi_library_crashed_while_creating_a_communicator_are_consequences_of_the_failure():
+    """Open MPI 5.0 crashes a process that learns of a failure inside a communicator's creation
+    (docs/recovery.md): the killed rank is the root cause, the crashed ones its consequences."""
+    sig = "killed by signal 11 (SIGSEGV) (no report)"
+    events = [{"type": "inject", "rank": 2, "kind": "kill", "detail": "injected random kill", "t": 0.1},
+              {"type": "lost", "rank": 2, "t": 3.20, "reason": "killed by signal 9 (SIGKILL) (no report)"}]
+    events += [{"type": "lost", "rank": r, "t": 3.22, "reason": sig} for r in (0, 1, 3)]
+    summary = [{"rank": r, "state": "lost", "site": "driver.py:831 in _split", "in_call": "split"} for r in (0, 1, 3)]
+    out = postmortem.postmortem(events, "j", summary=summary)
+    (root,) = out["root_causes"]
+    assert root["rank_list"] == [2] and "killed by injection" in root["reason"]
+    assert out["text"].splitlines()[1].startswith("root cause: rank 2 killed by injection")
+    assert out["library_crash"].startswith("ranks 0-1,3 crashed inside the MPI library (SIGSEGV in split) "
+                                           "after rank(s) 2 had failed")
+    assert out["library_crash"] in out["text"]
+    assert {k: v["by"] for k, v in out["consequences"].items()} == {"0": "library crash", "1": "library crash",
+                                                                     "3": "library crash"}
+    # a crash in a call that creates no communicator, or with no other failure to explain it, stays a root cause
+    for rows, evs in (([dict(row, in_call="allreduce") for row in summary], events),
+                      (summary, events[2:])):
+        out = postmortem.postmortem(evs, "j", summary=rows)
+        assert [0, 1, 3] == sorted(r for rc in out["root_causes"] for r in rc["rank_list"] if r != 2)
+        assert out["library_crash"] is None
+
+
 def test_an_uncaught_oserror_from_an_injected_io_error_is_an_io_fault():
     events = [{"type": "inject", "rank": 1, "kind": "ioerror", "detail": "injected I/O errors from iteration 3 on 'x*'",
                "t": 1.0},

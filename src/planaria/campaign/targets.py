@@ -43,6 +43,9 @@ _RESULT = re.compile(r"^\[(\d+)\] RESULT (\{.*\})\s*$", re.M)
 _CRASH = ("Segmentation fault", "libmpi.so")
 # a frame of Open MPI's backtrace, "[host:pid] [ 1] .../libmpi.so.40(ompi_comm_revoke_local+0x3f)[...]"
 _KNOWN_CRASH = re.compile(r"\[([^\]\s]+:\d+)\] \[\s*\d+\] \S*libmpi\.so[.\d]*\(ompi_comm_revoke_local\+")
+# the launcher's line on it, from the ranks' Python fatal-error traces (planaria run starts ranks with
+# faulthandler on, and Open MPI then prints no backtrace): diagnose.postmortem.library_crash_text
+_LIBRARY_LINE = re.compile(r"ranks ([\d,\-]+) crashed inside the MPI library \(")
 
 
 def find_app() -> Path | None:
@@ -162,15 +165,27 @@ def replay_line(argv: list[str]) -> str:
 
 def _notes(text: str) -> list[str]:
     """Remarks on a command's output worth showing with its verdict."""
-    if any(s in text for s in _CRASH):
+    if any(s in text for s in _CRASH) or _LIBRARY_LINE.search(text):
         return ["a process crashed inside the MPI library (see docs/recovery.md)"]
     return []
 
 
 def library_crashes(text: str) -> int:
-    """Processes whose backtrace shows Open MPI's known crash: a failure learned while a
-    communicator is being created (``ompi_comm_set_rank_failed`` -> ``ompi_comm_revoke_local``)."""
-    return len(set(_KNOWN_CRASH.findall(text)))
+    """Processes that Open MPI's known crash took: a failure learned while a communicator is being
+    created (``ompi_comm_set_rank_failed`` -> ``ompi_comm_revoke_local``), counted from Open MPI's
+    backtraces or from the launcher's line on it, whichever names more (one process may show in both)."""
+    ranks = {r for m in _LIBRARY_LINE.finditer(text) for r in _rank_list(m.group(1))}
+    return max(len(set(_KNOWN_CRASH.findall(text))), len(ranks))
+
+
+def _rank_list(text: str) -> list[int]:
+    """``0-1,3-5`` as ``[0, 1, 3, 4, 5]``."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            out += range(int(lo), int(hi if hi.isdigit() else lo) + 1)
+    return out
 
 
 def _tail(out: str, err: str) -> str:

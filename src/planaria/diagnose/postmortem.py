@@ -47,6 +47,9 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
     notes: list[str] = []
     roots = _without_torn_down(roots, consequences, notes)
     roots = _without_aborted(roots, first, consequences, notes)
+    roots, library = _without_library_crashes(roots, consequences)
+    if library:
+        notes.append(library)
     nranks = max([r + 1 for r in first] + [int(row["rank"]) + 1 for row in summary or []
                                            if isinstance(row.get("rank"), int)], default=0)
     mismatch = _count_mismatch(flight, roots, consequences, nranks) if (roots or consequences) else None
@@ -89,7 +92,7 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
     for line in evidence:
         lines.append(f"  {line}")
     return {"verdict": verdict, "root_causes": roots, "consequences": {str(k): v for k, v in consequences.items()},
-            "evidence": evidence, "text": "\n".join(lines) + "\n", "postmortem": True}
+            "evidence": evidence, "text": "\n".join(lines) + "\n", "postmortem": True, "library_crash": library}
 
 
 def _not_started(job: str) -> dict[str, Any]:
@@ -113,11 +116,13 @@ def _first_failures(events: list[dict[str, Any]], summary: list[dict[str, Any]] 
         if isinstance(r, int) and r not in first and row.get("state") in ("failed", "lost"):
             first[r] = {"type": "summary", "rank": r, "reason": row.get("how") or row["state"], "t": row.get("t"),
                         "ended_by": row.get("ended_by") or _ended_by(str(row.get("how") or ""))}
-    crashed_at = {row["rank"]: row["site"] for row in summary or []
-                  if isinstance(row.get("rank"), int) and row.get("site")}
-    for r, ev in first.items():          # a crashed rank's site, from its fatal-error trace (the launcher read it)
-        if not ev.get("site") and r in crashed_at:
-            first[r] = dict(ev, site=crashed_at[r])
+    rows = {row["rank"]: row for row in summary or [] if isinstance(row.get("rank"), int)}
+    for r, ev in first.items():          # a crashed rank's site and MPI call, from its fatal-error trace
+        row = rows.get(r) or {}          # (the launcher read it)
+        if not ev.get("site") and row.get("site"):
+            ev = first[r] = dict(ev, site=row["site"])
+        if row.get("in_call"):
+            first[r] = dict(ev, in_call=row["in_call"])
     return first
 
 
@@ -150,7 +155,8 @@ def _failed_roots(first: dict[int, dict[str, Any]], events: list[dict[str, Any]]
             kind, how = "io-fault", f"{how} (injected: {io_planned[rank].get('detail')}; planaria --inject)"
         roots.append({"kind": kind, "ranks": rank_ranges([rank]), "rank_list": [rank], "reason": how,
                       "site": ev.get("site"), "op": (ev.get("op") or {}).get("name"),
-                      "step": ev.get("step"), "t": ev.get("t")})
+                      "step": ev.get("step"), "t": ev.get("t"),
+                      **({"in_call": ev["in_call"]} if ev.get("in_call") else {})})
     return roots
 
 
@@ -210,11 +216,38 @@ def _without_aborted(roots: list[dict[str, Any]], first: dict[int, dict[str, Any
     return [rc for rc in roots if rc not in aborted]
 
 
+def _without_library_crashes(roots: list[dict[str, Any]],
+                             consequences: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """``roots`` without the ranks that died of a fatal signal inside the creation of a communicator
+    while another rank had failed: Open MPI's failure handler crashed them (docs/recovery.md, "A
+    limit of the MPI library"), so the other rank's failure is the cause. They become
+    consequences; the second item is the line that says so (None when there are none)."""
+    crashed = [rc for rc in roots if str(rc.get("in_call") or "").lower() in _CREATORS
+               and any(sig in str(rc.get("reason")) for sig in _CRASH_SIGNALS)]
+    others = [rc["rank_list"][0] for rc in roots if rc not in crashed]
+    if not (crashed and others):
+        return roots, None
+    for rc in crashed:
+        consequences[rc["rank_list"][0]] = {"blames": others, "op": rc["in_call"], "comm": None,
+                                            "site": rc.get("site"), "by": "library crash"}
+    line = library_crash_text([rc["rank_list"][0] for rc in crashed], others,
+                              next(s for s in _CRASH_SIGNALS if s in str(crashed[0].get("reason"))),
+                              sorted({str(rc["in_call"]) for rc in crashed}))
+    return [rc for rc in roots if rc not in crashed], line
+
+
+def library_crash_text(crashed: list[int], others: list[int], sig: str, calls: list[str]) -> str:
+    """The line that says which ranks the MPI library's known crash took, in which call, after whose failure."""
+    return (f"ranks {rank_ranges(crashed)} crashed inside the MPI library ({sig} in {', '.join(calls)}) after "
+            f"rank(s) {rank_ranges(others)} had failed: Open MPI 5.0 can crash a process that learns of a "
+            f"failure while a communicator is being created (docs/recovery.md)")
+
+
 def _consequence_lines(consequences: dict[int, dict[str, Any]]) -> list[str]:
     """One evidence line per (op, communicator, site, blamed ranks) of the ranks that saw a failure."""
     by_site: dict[tuple[Any, ...], list[int]] = {}
     for rank, c in sorted(consequences.items()):
-        if c.get("by") in ("job abort", "count mismatch"):
+        if c.get("by") in ("job abort", "count mismatch", "library crash"):
             continue
         by_site.setdefault((c["op"], c["comm"], c["site"], tuple(c["blames"])), []).append(rank)
     return [f"ranks {rank_ranges(ranks)} failed in {op} on {comm} at {site}: rank(s) {rank_ranges(list(blames))} "
@@ -283,6 +316,11 @@ _CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL")
 #: how the launcher words the end of a rank the runtime took down: SIGTERM, no report, or no record
 #: at all when mpiexec ended (``launch.ranktable.LOST_REASON`` / ``UNSETTLED_REASON``)
 _NO_RECORD = ("(SIGTERM)", "killed or crashed", "no recorded end")
+#: planaria communicator methods that create a communicator (``crashsite.CrashSites.mpi_call``)
+_CREATORS = frozenset({"split", "split_type", "dup", "idup", "clone", "dup_with_info", "idup_with_info",
+                       "create", "create_group", "create_from_group", "create_cart", "create_graph",
+                       "create_dist_graph", "create_dist_graph_adjacent", "create_intercomm", "merge",
+                       "shrink", "ishrink"})
 #: a rank ended on purpose by a signal (its kill, not a crash, but the runtime reacts the same way)
 _KILLED = ("killed by command (planaria ctl)", "killed by injection")
 

@@ -11,7 +11,8 @@ Two traces are read, per rank, as the launcher forwards the ranks' output:
 
 The site is the innermost frame a user can act on (``diagnose.offline.frame_site``: the
 program's own line, not numpy's or the standard library's). ``notify(rank, site, error)`` is
-called when a trace is complete.
+called when a trace is complete. ``mpi_call(rank)`` names the communicator method a fatal signal
+struck in, when the crashing frame is planaria's MPI layer: a crash inside the MPI library.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any
 _FATAL = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')          # faulthandler: innermost first
 _TRACE = re.compile(r'^\s+File "(.+)", line (\d+), in (.+)$')         # traceback: outermost first
 _HEADER = "Fatal Python error: "
+_MPI_LAYER = "/planaria/comm/"                                         # frames of planaria's communicators
 _TRACEBACK = "Traceback (most recent call last):"
 
 
@@ -34,6 +36,7 @@ class CrashSites:
         self._error: dict[int, str] = {}
         self._stacks: dict[int, list[list[Any]]] = {}     # rank -> frames, outermost first
         self._partial: dict[int, list[list[Any]]] = {}    # a trace being read
+        self._fatal: set[int] = set()                      # ranks whose trace is a fatal error's
 
     def feed(self, rank: int, line: str) -> None:
         """One line the rank wrote to its standard error (without the rank tag)."""
@@ -41,10 +44,12 @@ class CrashSites:
             self._reading[rank] = "error"
             self._error[rank] = line[len(_HEADER):].strip()
             self._partial[rank] = []
+            self._fatal.add(rank)
             return
         if line.startswith(_TRACEBACK) and self._reading.get(rank) not in ("error", "current"):
             self._reading[rank] = "traceback"       # a chained exception starts a new one: the last counts
             self._partial[rank] = []
+            self._fatal.discard(rank)
             return
         state = self._reading.get(rank)
         if state is None:
@@ -81,6 +86,18 @@ class CrashSites:
         from planaria.diagnose.offline import frame_site     # numpy-backed: only once a rank failed
         stack = self._stacks.get(rank) or self._partial.get(rank)     # a trace cut short counts too
         return frame_site(stack) if stack else None
+
+    def mpi_call(self, rank: int) -> str | None:
+        """The method of planaria's communicator (``split``) in which the rank died of a fatal
+        signal, read from the innermost frame of its fatal-error trace; None when that frame is
+        not in planaria's MPI layer (``planaria/comm``) or the rank printed no such trace."""
+        if rank not in self._fatal:
+            return None
+        stack = self._stacks.get(rank) or self._partial.get(rank)
+        if not stack:
+            return None
+        path, _, func = stack[-1]
+        return str(func) if _MPI_LAYER in str(path) else None
 
     def error(self, rank: int) -> str | None:
         """The fatal error (``Segmentation fault``) or exception (``KeyError: 2``) the rank reported, or None."""

@@ -95,6 +95,7 @@ def build_summary(jobdir: JobDir, opts: RunOptions, table: dict[int, dict[str, A
             "injected": info.get("injected"), "ended_by": info.get("ended_by"),
             **({"logical": info["logical"]} if info.get("logical") is not None else {}),
             **({"site": info["site"]} if info.get("site") else {}),
+            **({"in_call": info["in_call"]} if info.get("in_call") else {}),
         })
     out = {
         "job": jobdir.id, "jobdir": str(jobdir.path), "status": status, "outcome": outcome,
@@ -488,8 +489,11 @@ def _finish(job: Job, att: AttemptResult, attempts: list[dict[str, Any]]) -> int
     jobdir, opts = job.jobdir, job.opts
     rows = att.table or fate_table(att.fates)   # a program without planaria's runtime: no rank talked
     for r, row in rows.items():                 # a crashed rank: where its Python was
-        if row.get("state") in ("failed", "lost") and job.out.crashes.error(r) and not row.get("site"):
-            row["site"] = job.out.crashes.site(r)
+        if row.get("state") in ("failed", "lost") and job.out.crashes.error(r):
+            if not row.get("site"):
+                row["site"] = job.out.crashes.site(r)
+            if job.out.crashes.mpi_call(r):     # it died inside the MPI library, in this call
+                row["in_call"] = job.out.crashes.mpi_call(r)
     summary = build_summary(jobdir, opts, rows, job.t0, att.status, att.outcome, att.mpiexec_rc, attempts)
     jobdir.write_summary(summary)
     jobdir.update_manifest(status=att.outcome, exit_status=att.status, mpiexec_rc=att.mpiexec_rc,
@@ -543,6 +547,8 @@ def _root_causes(jobdir: JobDir, summary: dict[str, Any], prog: str) -> None:
     causes = [ln for ln in str(report.get("text") or "").splitlines() if ln.startswith("root cause:")]
     for line in causes[:3]:
         say(line, prog)
+    if report.get("library_crash"):            # the ranks a failure took down inside Open MPI
+        say(str(report["library_crash"]), prog)
     if causes:
         say(f"the whole report: planaria diagnose {jobdir.id}", prog)
 
