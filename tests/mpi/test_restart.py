@@ -218,6 +218,11 @@ def test_runtime_watch_and_restart_rule():
     # after a daemon loss the runtime aborted the job, whatever some ranks said before dying
     assert node_failure(att(outcome="failed", status=1, table=some_done, daemon_loss=True))
     assert node_failure(att(outcome="failed", status=3, mpiexec_rc=3)) is None
+    # ranks Open MPI's known crash took: restarted although some ranks finished (with exit 3, say)
+    crashed = {**some_done, 2: {"state": "lost"}}
+    assert "rank(s) 0,2 crashed inside the MPI library" in node_failure(
+        att(outcome="failed", status=3, table=crashed, library_crashed=[0, 2]))
+    assert node_failure(att(outcome="finished", status=EXIT_OK, table=crashed, library_crashed=[0, 2])) is None
     # a program without planaria's runtime: the rank recorder's records stand in for the table
     killed = {0: {"end": 1.0, "signal": 9}, 1: {"end": 1.0, "signal": 9}}
     assert node_failure(att(outcome="failed", status=137, fates=killed, rank_signalled=True))

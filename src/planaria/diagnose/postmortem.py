@@ -222,8 +222,7 @@ def _without_library_crashes(roots: list[dict[str, Any]],
     while another rank had failed: Open MPI's failure handler crashed them (docs/recovery.md, "A
     limit of the MPI library"), so the other rank's failure is the cause. They become
     consequences; the second item is the line that says so (None when there are none)."""
-    crashed = [rc for rc in roots if str(rc.get("in_call") or "").lower() in _CREATORS
-               and any(sig in str(rc.get("reason")) for sig in _CRASH_SIGNALS)]
+    crashed = [rc for rc in roots if library_crash(str(rc.get("reason")), rc.get("in_call"))]
     others = [rc["rank_list"][0] for rc in roots if rc not in crashed]
     if not (crashed and others):
         return roots, None
@@ -234,6 +233,12 @@ def _without_library_crashes(roots: list[dict[str, Any]],
                               next(s for s in _CRASH_SIGNALS if s in str(crashed[0].get("reason"))),
                               sorted({str(rc["in_call"]) for rc in crashed}))
     return [rc for rc in roots if rc not in crashed], line
+
+
+def library_crash(how: str, call: str | None) -> bool:
+    """Whether a rank that ended ``how`` (``killed by signal 11 (SIGSEGV) ...``) while in ``call``
+    (``crashsite.CrashSites.mpi_call``) died of Open MPI 5.0's known crash inside a communicator's creation."""
+    return str(call or "").lower() in CREATES_COMM and any(sig in how for sig in _CRASH_SIGNALS)
 
 
 def library_crash_text(crashed: list[int], others: list[int], sig: str, calls: list[str]) -> str:
@@ -317,7 +322,7 @@ _CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL")
 #: at all when mpiexec ended (``launch.ranktable.LOST_REASON`` / ``UNSETTLED_REASON``)
 _NO_RECORD = ("(SIGTERM)", "killed or crashed", "no recorded end")
 #: planaria communicator methods that create a communicator (``crashsite.CrashSites.mpi_call``)
-_CREATORS = frozenset({"split", "split_type", "dup", "idup", "clone", "dup_with_info", "idup_with_info",
+CREATES_COMM = frozenset({"split", "split_type", "dup", "idup", "clone", "dup_with_info", "idup_with_info",
                        "create", "create_group", "create_from_group", "create_cart", "create_graph",
                        "create_dist_graph", "create_dist_graph_adjacent", "create_intercomm", "merge",
                        "shrink", "ishrink"})

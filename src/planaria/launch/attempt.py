@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from planaria.launch import progressbar, rankfate, sessiondirs, shmfiles, slurm
 from planaria.launch.address import default_address, early_listener
+from planaria.launch.crashsite import CrashSites
 from planaria.launch.errors import LaunchError
 from planaria.launch.fdlimit import raise_open_files
 from planaria.launch.jobdir import JobDir
@@ -118,8 +119,17 @@ class AttemptResult:
     daemon_loss: bool = False
     lost_hosts: list[str] = field(default_factory=list)
     rank_signalled: bool = False
+    library_crashed: list[int] = field(default_factory=list)   # ranks Open MPI's known crash took (recovery.md)
     fates: dict[int, dict[str, Any]] = field(default_factory=dict)   # rankfate records by world rank
     unanswered: bool = False   # its last live diagnosis reached no rank (the job was being torn down)
+
+
+def library_crashed(table: dict[int, dict[str, Any]], crashes: CrashSites) -> list[int]:
+    """The ranks of ``table`` that died of Open MPI 5.0's known crash: a fatal signal inside the
+    creation of a communicator (docs/recovery.md, "A limit of the MPI library")."""
+    from planaria.diagnose.postmortem import library_crash
+    return sorted(r for r, info in table.items() if info.get("state") in ("lost", "failed")
+                  and library_crash(str(info.get("reason") or ""), crashes.mpi_call(r)))
 
 
 def exit_status(table: dict[int, dict[str, Any]], mpiexec_rc: int | None,
@@ -272,6 +282,7 @@ class Attempt:
         """The controller's address (the controller itself first only when the ranks need the
         address it binds), the ranks' environment, the fates directory, the command line."""
         job, opts = self.job, self.opts
+        job.out.crashes = CrashSites()          # this attempt's crashes only
         self._open_files = raise_open_files()   # first: mpiexec and the ranks inherit the limit
         self._requested = opts.control or default_address(job.jobdir)
         self._listener = early_listener(self._requested) if opts.control is None else None
@@ -459,6 +470,7 @@ class Attempt:
             controller.sweep()
         controller.sweep(final=True, final_ok=final_ok, fates=fates)
         att.table = controller.table()
+        att.library_crashed = library_crashed(att.table, out.crashes)
         if self.inject and not self.opts.launcher_kills and fates and not att.table:
             out.note("--inject had no effect: no rank used planaria's runtime (planaria.world()); with "
                      "--launcher-kills the launcher sends the plan's timed kills")

@@ -197,15 +197,21 @@ def node_failure(att: AttemptResult) -> str | None:
     The rule: the attempt was not stopped by --timeout or Ctrl-C (an abort by the default event
     handler after a fault counts like a failure), its status is not 0, and
     either mpiexec reported a lost runtime daemon (the runtime then aborts the whole job, so its
-    status is not 0 unless every rank had finished), or no rank finished (said bye, or exited
-    cleanly) and there is evidence that processes were lost: a rank was lost or failed, or a
-    rank or mpiexec itself was killed by a signal.
+    status is not 0 unless every rank had finished), or ranks died of Open MPI 5.0's known crash
+    inside a communicator's creation (``AttemptResult.library_crashed``: their processes and node
+    are fine, the library's state is not), or no rank finished (said bye, or exited cleanly) and
+    there is evidence that processes were lost: a rank was lost or failed, or a rank or mpiexec
+    itself was killed by a signal.
     """
     if att.outcome not in ("finished", "failed", "aborted") or att.status == EXIT_OK:
         return None             # "aborted": the default event handler ended it after a fault
     if att.daemon_loss:
         where = f" on {', '.join(att.lost_hosts)}" if att.lost_hosts else ""
         return f"the MPI runtime lost its daemon{where} and aborted the job"
+    if att.library_crashed:     # ranks that outlived a failure but not the library: a new mpiexec
+        from planaria.diagnose.hangfilter import rank_ranges
+        return (f"rank(s) {rank_ranges(att.library_crashed)} crashed inside the MPI library while creating "
+                f"a communicator, see docs/recovery.md")
     if any(info["state"] == "finished" for info in att.table.values()):
         return None
     if not att.table and any(rec.get("exit_code") == 0 for rec in att.fates.values()):
@@ -451,24 +457,25 @@ def _run_attempts(job: Job, spec: str) -> tuple[AttemptResult, list[dict[str, An
 
 def _restart(job: Job, att: AttemptResult, record: dict[str, Any]) -> str | None:
     """Whether to launch the job again after ``att``: the line that says so, or None (a line on why
-    not when it ended by a node failure). Drops the hosts that are gone from the layout; ``record``
+    not when it ended by a node failure or a crash inside the MPI library). Drops the hosts that are gone from the layout; ``record``
     takes the decision."""
     opts, out, layout, number = job.opts, job.out, job.layout, att.number
     why = node_failure(att)
     record["node_failure"] = why
+    ended = "Open MPI's known crash" if att.library_crashed and not att.daemon_loss else "a node failure"
     if why is None or opts.restart - (number - 1) <= 0:
         if why is not None and opts.restart > 0:
-            out.note(f"attempt {number} ended by a node failure ({why}); no restart left (--restart {opts.restart})")
+            out.note(f"attempt {number} ended by {ended} ({why}); no restart left (--restart {opts.restart})")
         return None
     if job.deadline is not None and job.deadline - time.time() < MIN_RESTART_TIME:
-        out.note(f"attempt {number} ended by a node failure ({why}); no time left to restart")
+        out.note(f"attempt {number} ended by {ended} ({why}); no time left to restart")
         return None
     if job.signals.interrupted.is_set():
         return None
     gone = gone_hosts(att, layout, opts) if layout.hosts else []
     record["dropped_hosts"] = gone
     if layout.hosts and len(gone) >= len(layout.hosts):
-        out.note(f"attempt {number} ended by a node failure ({why}); "
+        out.note(f"attempt {number} ended by {ended} ({why}); "
                  f"no host left to restart on (gone: {', '.join(gone)})")
         return None
     if gone:
@@ -477,7 +484,7 @@ def _restart(job: Job, att: AttemptResult, record: dict[str, Any]) -> str | None
     record["next"] = "restart"
     where = ", ".join(layout.names()) if layout.hosts else "this machine"
     dropped = f"; dropped {', '.join(gone)}" if gone else ""
-    return (f"attempt {number} ended by a node failure ({why}){dropped}; "
+    return (f"attempt {number} ended by {ended} ({why}){dropped}; "
             f"restart {number} of {opts.restart} on {where} with {opts.nprocs} rank(s)"
             + (f" + {opts.spares} spare(s)" if opts.spares else ""))
 
