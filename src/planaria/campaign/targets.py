@@ -174,18 +174,9 @@ def library_crashes(text: str) -> int:
     """Processes that Open MPI's known crash took: a failure learned while a communicator is being
     created (``ompi_comm_set_rank_failed`` -> ``ompi_comm_revoke_local``), counted from Open MPI's
     backtraces or from the launcher's line on it, whichever names more (one process may show in both)."""
-    ranks = {r for m in _LIBRARY_LINE.finditer(text) for r in _rank_list(m.group(1))}
+    from planaria.diagnose.hangfilter import parse_rank_ranges
+    ranks = {int(r) for m in _LIBRARY_LINE.finditer(text) for r in parse_rank_ranges(m.group(1))}
     return max(len(set(_KNOWN_CRASH.findall(text))), len(ranks))
-
-
-def _rank_list(text: str) -> list[int]:
-    """``0-1,3-5`` as ``[0, 1, 3, 4, 5]``."""
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        if lo.isdigit():
-            out += range(int(lo), int(hi if hi.isdigit() else lo) + 1)
-    return out
 
 
 def _tail(out: str, err: str) -> str:
