@@ -33,6 +33,20 @@ def test_demo_survives_two_failures(tmp_path, backend: str, checkpoint: str) -> 
     assert Path(report["report_file"]).parent == Path(report["jobdir"])
 
 
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_a_checkpoint_one_rank_cannot_write_is_left_out_and_the_run_goes_on(tmp_path, backend: str) -> None:
+    """An I/O error on one rank's checkpoint file: every rank gives that save up (``SaveFailed``), the
+    run goes on, a later failure resumes from the version saved before, and the result is exact."""
+    res, report = demo(tmp_path, "--backend", backend, "--checkpoint", "file",
+                       "--inject", "ioerror:rank=4,iter=25,path=*rank*.bin*,count=1",
+                       "--inject", "kill:rank=1,iter=55")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert report["bit_identical"] is True
+    assert ("file checkpoint version 40 was not saved: another rank could not write its file; going on, "
+            "a recovery would resume from version 20") in res.stderr, res.stderr[-3000:]
+    assert [ev["version"] for ev in report["failures"]] == [20]
+
+
 def test_demo_spares_exhausted_is_reported(tmp_path) -> None:
     res, report = demo(tmp_path, "--spares", "0", "--inject", "kill:rank=1,iter=45")
     assert res.returncode == 3, res.stderr[-3000:]

@@ -18,12 +18,12 @@ pytestmark = [pytest.mark.mpi, pytest.mark.timeout(120)]
 
 
 def run_docs_app(tmp_path, backend: str, n: int, spares: int, kills: list[str], steps: int = 200,
-                 setup_s: float = 0.0):
+                 setup_s: float = 0.0, raise_at: int = -1):
     cmd = [sys.executable, "-m", "planaria.cli.main", "run", "-n", str(n), "--spares", str(spares),
            "--backend", backend, "--timeout", "60"]
     for k in kills:
         cmd += ["--inject", k]
-    cmd += ["--", sys.executable, str(SCRIPTS / "docs_resilient_app.py"), str(steps), str(setup_s)]
+    cmd += ["--", sys.executable, str(SCRIPTS / "docs_resilient_app.py"), str(steps), str(setup_s), str(raise_at)]
     env = root_env()
     env["PLANARIA_HOME"] = str(tmp_path)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=100, env=env)
@@ -54,6 +54,19 @@ def test_unrecoverable_ends_every_rank_with_one_line_and_releases_spares(tmp_pat
     assert "Traceback" not in out, out[-3000:]
     assert not results
     assert "exit 3: Unrecoverable: no checkpoint version" in out, out[-3000:]   # the summary says why
+
+
+@pytest.mark.parametrize("backend", ["ulfm", "sim"])
+def test_spares_stop_when_every_working_rank_has_failed(tmp_path, backend: str) -> None:
+    """Every working rank raises in the same step (a bug, not a fault): no working rank is left to
+    start a recovery, and the spares must not wait for one. They end with one line, exit 3."""
+    res, results = run_docs_app(tmp_path, backend, 4, 2, [], raise_at=25)
+    assert res.returncode == 3, f"exit {res.returncode}\n{res.stderr[-3000:]}"
+    out = res.stdout + res.stderr
+    stopped = sorted({int(line.split("planaria: rank ", 1)[1].split(":")[0]) for line in out.splitlines()
+                      if "planaria: rank " in line and "every working rank failed" in line})
+    assert stopped == [4, 5], out[-3000:]
+    assert "a bug every rank meets at step 25" in out and not results
 
 
 @pytest.mark.parametrize("backend", ["ulfm", "sim"])

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from planaria.checkpoint import CheckpointError, FileStore, pack, unpack
+from planaria.checkpoint import CheckpointError, FileStore, SaveFailed, pack, unpack
 from planaria.checkpoint.file import MANIFEST, rank_file_name, vdir_name
 
 
@@ -221,8 +221,9 @@ def test_manifest_cut_short_does_not_count(tmp_path: Path, monkeypatch: pytest.M
         path.write_bytes(data[:len(data) // 2])
         raise OSError("power loss")
     monkeypatch.setattr(fmod, "_write_manifest", crash)
-    with pytest.raises(OSError, match="power loss"):
+    with pytest.raises(SaveFailed, match="power loss") as info:
         fs.save(COMM, 2, state_for(2))
+    assert isinstance(info.value.__cause__, OSError)        # the rank's own error, kept as the cause
     monkeypatch.undo()
     assert rank_path(tmp_path, 2).exists()           # the rank file made it
     half = tmp_path / vdir_name(2) / MANIFEST
@@ -245,7 +246,7 @@ def test_resave_removes_stale_manifest_first(tmp_path: Path, monkeypatch: pytest
     def die_on_rank_file(*args):
         raise OSError("killed")
     monkeypatch.setattr(fmod, "_write_rank", die_on_rank_file)
-    with pytest.raises(OSError):
+    with pytest.raises(SaveFailed):
         fs.save(COMM, 2, state_for(22))
     monkeypatch.undo()
     assert FileStore(tmp_path).restorable(COMM, set()) == 1
@@ -266,7 +267,7 @@ def test_version_whose_files_a_failed_save_took_does_not_count(
         real(*args, **kwargs)[2]()              # the file taken from version 1, written and synced
         raise OSError("lost after the write")
     monkeypatch.setattr(fmod, "_write_rank", write_then_fail)
-    with pytest.raises(OSError, match="lost after the write"):
+    with pytest.raises(SaveFailed, match="lost after the write"):
         fs.save(COMM, 3, state_for(3))
     monkeypatch.undo()
     fs.wait_pruned()

@@ -15,8 +15,8 @@ See docs/checkpoint.md.
 from planaria.checkpoint.file import FileStore
 from planaria.checkpoint.memory import MemoryStore
 from planaria.checkpoint.multilevel import MultiLevel
-from planaria.checkpoint.store import KEEP, CheckpointError, CheckpointStore, pack, unpack
+from planaria.checkpoint.store import KEEP, CheckpointError, CheckpointStore, SaveFailed, pack, unpack
 from planaria.checkpoint.xor import XorStore
 
-__all__ = ["CheckpointStore", "CheckpointError", "MemoryStore", "XorStore", "FileStore", "MultiLevel",
+__all__ = ["CheckpointStore", "CheckpointError", "SaveFailed", "MemoryStore", "XorStore", "FileStore", "MultiLevel",
            "KEEP", "pack", "unpack"]

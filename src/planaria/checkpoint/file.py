@@ -48,8 +48,8 @@ import numpy as np
 
 from planaria.checkpoint._fileio import DIGEST, digest_of, new_digest, read_exact, read_into, write_file
 from planaria.checkpoint.store import (
-    KEEP, WARM, CheckpointError, CheckpointStore, Meta, Phases, Verdict, all_true, check_fresh, check_logical,
-    check_version, describe, unpack, wait_sends,
+    KEEP, WARM, CheckpointError, CheckpointStore, Meta, Phases, SaveFailed, Verdict, all_true, check_fresh,
+    check_logical, check_version, describe, unpack, wait_sends,
 )
 from planaria.comm.base import Comm
 
@@ -290,8 +290,8 @@ class FileStore(CheckpointStore):
         complete version stays untouched. The manifest may reach the disk before some rank file:
         a version counts only when every rank file matches the size and checksum its manifest
         records, which ``restorable`` checks, so a crash before the save ended leaves a version
-        that does not count. If any rank fails to write, every rank raises and rank 0 removes
-        the manifest.
+        that does not count. If any rank fails to write, every rank raises ``SaveFailed`` (with
+        that rank's ``OSError`` as the cause there) and rank 0 removes the manifest.
         """
         ph = Phases()
         version = check_version(version)
@@ -326,8 +326,10 @@ class FileStore(CheckpointStore):
                     (vdir / MANIFEST).unlink()
                 except OSError:
                     pass
-            raise problem or CheckpointError(f"file checkpoint version {version} was not saved: another "
-                                             "rank could not write its file")
+            if problem is not None:
+                raise SaveFailed(f"file checkpoint version {version} was not saved: {problem}") from problem
+            raise SaveFailed(f"file checkpoint version {version} was not saved: another rank could not write "
+                             "its file")
         self._footprint = [meta.nbytes]
         self._saved = (self._saved + [version])[-self.keep:]
         if r == 0:

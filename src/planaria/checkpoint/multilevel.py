@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from planaria.checkpoint.store import CheckpointError, CheckpointStore, check_fresh, check_logical, check_version
+from planaria.checkpoint.store import (
+    CheckpointError, CheckpointStore, SaveFailed, check_fresh, check_logical, check_version,
+)
 from planaria.comm.base import Comm
 from planaria.util.fsutil import atomic_write
 
@@ -113,11 +115,19 @@ class MultiLevel(CheckpointStore):
         return [self.levels[i] for i in order]
 
     def save(self, comm: Comm, version: int, state: dict[str, np.ndarray]) -> None:
+        """Each level due saves ``version``; a level whose save every rank gave up (``SaveFailed``)
+        does not stop the others, and the first such error is raised once they are done."""
         version = check_version(version)
         self._write_description(comm)
+        failed: SaveFailed | None = None
         for store, every in self.levels:
             if self._due(every, version):
-                store.save(comm, version, state)
+                try:
+                    store.save(comm, version, state)
+                except SaveFailed as err:
+                    failed = failed or err
+        if failed is not None:
+            raise failed
 
     def wait_complete(self, comm: Comm) -> None:
         """Every level's newest version saved on ``comm`` held in full by every rank."""

@@ -348,6 +348,12 @@ class CheckpointError(PlanariaError, RuntimeError):
     """A checkpoint cannot be saved or restored (not a process failure: those raise FailureError)."""
 
 
+class SaveFailed(CheckpointError):
+    """A save that every rank gave up alike (a rank could not write): the version does not count,
+    the versions complete before it are untouched, and the ranks may go on computing. At a rank
+    whose own write failed, that error (an ``OSError``) is the cause."""
+
+
 class CheckpointStore(ABC):
     """Coordinated checkpoints of every working rank's state, and their restore after failures.
 

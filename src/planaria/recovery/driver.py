@@ -14,6 +14,7 @@ the lost ranks' data on the survivors and the callable redistributes it (see ``R
 from __future__ import annotations
 
 import os
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 import planaria as pl
-from planaria.checkpoint.store import WARM
+from planaria.checkpoint.store import WARM, SaveFailed
 from planaria.comm.base import Comm, own_calls
 from planaria.comm.errors import FailureError, failure_raised
 from planaria.errors import RecoveryCallbackFailed, RecoveryStopped, SparesExhausted, Unrecoverable
@@ -142,6 +143,12 @@ class Resilient:
     rank's new state; the driver checkpoints it at ``version`` on the smaller communicator
     and resumes there (logical rank = ``comm.rank``).
 
+    A save that every working rank gives up alike (``SaveFailed``: a file store's rank could not
+    write its file) is not fatal: the version is left out (``failed_saves``), rank 0 says so on
+    stderr, and the steps go on; a recovery resumes from the newest version saved before it. When
+    that was the last step's save, a failure during ``finish`` resumes from that older version
+    and runs the steps after it again.
+
     ``warm_spares``: after a checkpoint whose buffer sizes changed, every working rank tells
     the spares what a restore in its place would allocate (``store.footprint()``) and each
     spare faults that much memory in while it waits (``planaria.checkpoint.store.WARM``), so
@@ -208,6 +215,7 @@ class Resilient:
         self.recoveries: list[Recovery] = []
         self._has_state = logical is not None     # False on a spare until it has restored a state
         self.checkpoint_times: list[float] = []
+        self.failed_saves: list[int] = []        # versions every rank gave up (``SaveFailed``)
         self._newest_saved = -1                   # newest version this process saved (-1: none)
         if on_recovery is not None and not callable(on_recovery):
             raise TypeError(f"on_recovery must be callable, got {type(on_recovery).__name__}")
@@ -438,7 +446,17 @@ class Resilient:
     def _save(self, version: int, state: State) -> None:
         pl.phase("checkpoint")
         wall, t = time.time(), time.perf_counter()
-        self.store.save(self.comm, version, state)
+        try:
+            self.store.save(self.comm, version, state)
+        except SaveFailed as err:
+            # every working rank gave this save up alike (a rank could not write): the versions
+            # saved before stay complete, so the run goes on and a recovery resumes from them
+            self.failed_saves.append(version)
+            if self._lay.logical == 0:
+                since = (f"resume from version {self._newest_saved}" if self._newest_saved >= 0
+                         else "start again from the initial state")
+                print(f"planaria: {err}; going on, a recovery would {since}", file=sys.stderr, flush=True)
+            return
         took = time.perf_counter() - t
         self.checkpoint_times.append(took)
         self._ck_pending.append([round(wall, 6), round(took, 6), version])
@@ -484,8 +502,11 @@ class Resilient:
             except pl.ProcFailedError:
                 # Some process failed. Only the working ranks decide whether that needs a recovery
                 # (they revoke the world if so); a spare that started one on its own could find
-                # the working ranks already gone. Acknowledge and keep waiting.
+                # the working ranks already gone. Acknowledge and keep waiting, unless no working
+                # rank is left to decide: then nobody would ever wake this spare.
                 world.ack_failed()
+                if not set(range(world.size)) - world.get_failed() - set(self._spare_world_ranks):
+                    raise Unrecoverable("every working rank failed: none is left to run a recovery") from None
                 continue
             if done:
                 if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "warm":
