@@ -326,10 +326,8 @@ class FileStore(CheckpointStore):
                     (vdir / MANIFEST).unlink()
                 except OSError:
                     pass
-            if problem is not None:
-                raise SaveFailed(f"file checkpoint version {version} was not saved: {problem}") from problem
-            raise SaveFailed(f"file checkpoint version {version} was not saved: another rank could not write "
-                             "its file")
+            why = problem if problem is not None else "another rank could not write its file"
+            raise SaveFailed(f"file checkpoint version {version} was not saved: {why}") from problem
         self._footprint = [meta.nbytes]
         self._saved = (self._saved + [version])[-self.keep:]
         if r == 0:

@@ -499,8 +499,9 @@ def _finish(job: Job, att: AttemptResult, attempts: list[dict[str, Any]]) -> int
         if row.get("state") in ("failed", "lost") and job.out.crashes.error(r):
             if not row.get("site"):
                 row["site"] = job.out.crashes.site(r)
-            if job.out.crashes.mpi_call(r):     # it died inside the MPI library, in this call
-                row["in_call"] = job.out.crashes.mpi_call(r)
+            call = job.out.crashes.mpi_call(r)
+            if call:                            # it died inside the MPI library, in this call
+                row["in_call"] = call
     summary = build_summary(jobdir, opts, rows, job.t0, att.status, att.outcome, att.mpiexec_rc, attempts)
     jobdir.write_summary(summary)
     jobdir.update_manifest(status=att.outcome, exit_status=att.status, mpiexec_rc=att.mpiexec_rc,

@@ -504,8 +504,9 @@ class Resilient:
                 # (they revoke the world if so); a spare that started one on its own could find
                 # the working ranks already gone. Acknowledge and keep waiting, unless no working
                 # rank is left to decide: then nobody would ever wake this spare.
-                world.ack_failed()
-                if not set(range(world.size)) - world.get_failed() - set(self._spare_world_ranks):
+                spares = self._spare_world_ranks
+                if (world.ack_failed() >= world.size - len(spares)
+                        and not set(range(world.size)) - world.get_failed() - set(spares)):
                     raise Unrecoverable("every working rank failed: none is left to run a recovery") from None
                 continue
             if done:
