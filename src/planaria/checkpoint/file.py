@@ -199,6 +199,20 @@ def _hash_file(path: Path, name: str = DIGEST) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
+def _entry(manifest: dict[str, Any], rank: int) -> dict[str, Any] | None:
+    """Rank ``rank``'s entry of ``manifest`` when it is well formed (that rank, a file name, an
+    integer size and a checksum), else None: a manifest damaged in a way JSON still parses (a
+    flipped bit in a key) must count as one without that rank, never raise."""
+    try:
+        e = manifest["ranks"][rank]
+    except (IndexError, KeyError, TypeError):
+        return None
+    if (isinstance(e, dict) and e.get("rank") == rank and isinstance(e.get("file"), str)
+            and type(e.get("size")) is int and digest_of(e) is not None):
+        return e
+    return None
+
+
 def _entry_ok(vdir: Path, entry: dict[str, Any]) -> bool:
     path = vdir / entry["file"]
     try:
@@ -413,13 +427,13 @@ class FileStore(CheckpointStore):
 
     # -- checks ----------------------------------------------------------------------------------
     def _rank_ok(self, version: int, manifest: dict[str, Any], rank: int) -> bool:
+        entry = _entry(manifest, rank)
+        if entry is None:
+            return False
+        path = self.directory / vdir_name(version) / entry["file"]
         try:
-            entry = manifest["ranks"][rank]
-            if entry["rank"] != rank:
-                return False
-            path = self.directory / vdir_name(version) / entry["file"]
             st = path.stat()
-        except (OSError, KeyError, IndexError, TypeError):
+        except OSError:
             return False
         want = digest_of(entry)
         if st.st_size != entry["size"] or want is None:
@@ -466,15 +480,12 @@ class FileStore(CheckpointStore):
         if nranks is not None and m["nranks"] != nranks:
             raise CheckpointError(f"file checkpoint version {version} was written by {m['nranks']} ranks, "
                                   f"not {nranks}")
-        try:
-            entry = m["ranks"][rank]
-        except IndexError:
-            raise CheckpointError(f"file checkpoint version {version} has no rank {rank}") from None
+        entry = _entry(m, rank)
+        want = digest_of(entry) if entry is not None else None
+        if entry is None or want is None:
+            raise CheckpointError(f"file checkpoint version {version}: the manifest holds no valid entry "
+                                  f"(file, size, checksum) for rank {rank}")
         path = self.directory / vdir_name(version) / entry["file"]
-        want = digest_of(entry)
-        if want is None:
-            raise CheckpointError(f"file checkpoint version {version}: the manifest records no checksum "
-                                  f"for rank {rank}")
         ph.mark("open")
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -594,15 +605,16 @@ class FileStore(CheckpointStore):
                 continue
             vdir = d / vdir_name(v)
             ok = True
-            for i, entry in enumerate(m["ranks"]):
+            for i in range(len(m["ranks"])):
+                entry = _entry(m, i)
                 try:
-                    if entry["rank"] != i:
+                    if entry is None:
                         ok = False
                     elif verify:
                         ok = _entry_ok(vdir, entry)
                     else:
                         ok = (vdir / entry["file"]).stat().st_size == entry["size"]
-                except (OSError, KeyError, TypeError):
+                except OSError:
                     ok = False
                 if not ok:
                     break
