@@ -213,14 +213,18 @@ def _entry(manifest: dict[str, Any], rank: int) -> dict[str, Any] | None:
     return None
 
 
-def _entry_ok(vdir: Path, entry: dict[str, Any]) -> bool:
+def _entry_ok(vdir: Path, entry: dict[str, Any], verify: bool) -> bool:
+    """Whether the rank file of a well-formed ``entry`` (``_entry``) has its size and, with
+    ``verify``, its checksum."""
     path = vdir / entry["file"]
     try:
         if path.stat().st_size != entry["size"]:
             return False
-        want = digest_of(entry)
-        return want is not None and _hash_file(path, want[0]) == (entry["size"], want[1])
-    except (OSError, KeyError, TypeError):
+        if not verify:
+            return True
+        name, value = digest_of(entry) or ("", "")
+        return _hash_file(path, name) == (entry["size"], value)
+    except OSError:
         return False
 
 
@@ -604,20 +608,6 @@ class FileStore(CheckpointStore):
             if m is None or (nranks is not None and m["nranks"] != nranks):
                 continue
             vdir = d / vdir_name(v)
-            ok = True
-            for i in range(len(m["ranks"])):
-                entry = _entry(m, i)
-                try:
-                    if entry is None:
-                        ok = False
-                    elif verify:
-                        ok = _entry_ok(vdir, entry)
-                    else:
-                        ok = (vdir / entry["file"]).stat().st_size == entry["size"]
-                except OSError:
-                    ok = False
-                if not ok:
-                    break
-            if ok:
+            if all((e := _entry(m, i)) is not None and _entry_ok(vdir, e, verify) for i in range(len(m["ranks"]))):
                 return v
         return None
