@@ -47,6 +47,17 @@ def test_a_checkpoint_one_rank_cannot_write_is_left_out_and_the_run_goes_on(tmp_
     assert [ev["version"] for ev in report["failures"]] == [20]
 
 
+def test_read_errors_while_a_recovery_checks_the_files_cost_no_version(tmp_path) -> None:
+    """Two I/O errors on one rank's checkpoint files after version 40 was saved, then a kill: the
+    recovery's reads are tried again, it resumes from version 40, and the result is exact."""
+    res, report = demo(tmp_path, "--checkpoint", "file",
+                       "--inject", "ioerror:rank=4,iter=45,path=*rank*.bin*,count=2",
+                       "--inject", "kill:rank=1,iter=55")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert report["bit_identical"] is True
+    assert [ev["version"] for ev in report["failures"]] == [40]
+
+
 def test_demo_spares_exhausted_is_reported(tmp_path) -> None:
     res, report = demo(tmp_path, "--spares", "0", "--inject", "kill:rank=1,iter=45")
     assert res.returncode == 3, res.stderr[-3000:]

@@ -454,3 +454,61 @@ def test_crc32_is_zlibs_value_block_by_block() -> None:
     for lo, hi in [(0, 1), (1, 5000), (5000, 1 << 20), (1 << 20, raw.size)]:
         h.update(memoryview(raw[lo:hi]))  # type: ignore[arg-type]
     assert h.hexdigest() == f"{zlib.crc32(raw.tobytes()):08x}"
+
+
+def _io_errors(path_glob: str, count: int):
+    """planaria's own injector (in this process, rank 0 of 1): the next ``count`` opens of files
+    matching ``path_glob`` fail with EIO."""
+    from planaria.inject.injector import Injector
+    from planaria.inject.plan import Plan
+
+    def no_kill(reason: str) -> None:
+        raise AssertionError(reason)
+    return Injector(Plan.parse(f"ioerror:rank=0,path={path_glob},count={count}"), 0, 1, kill=no_kill)
+
+
+@pytest.mark.parametrize("errors", [1, 2])
+def test_transient_read_errors_in_a_recovery_cost_no_version(tmp_path: Path, errors: int) -> None:
+    """EIO on the first opens of a rank file while a recovery checks it and reads it: each is tried
+    again, the newest version stays restorable and restores exactly."""
+    fs = FileStore(tmp_path)
+    for v in (1, 2):
+        fs.save(COMM, v, state_for(v))
+    fresh = FileStore(tmp_path)                   # nothing checked before: every check opens the file
+    inj = _io_errors(f"{tmp_path}/*{rank_file_name(0)}*", errors)
+    try:
+        assert fresh.restorable_versions(COMM, set()) == {1, 2}
+    finally:
+        inj.close()
+    inj = _io_errors(f"{tmp_path}/*{rank_file_name(0)}*", errors)
+    try:
+        assert same(fresh.restore(COMM, 2, set()), state_for(2))
+    finally:
+        inj.close()
+
+
+def test_a_read_error_that_persists_still_fails_and_an_answer_is_not_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three EIO in a row at version 2's file: it does not count, version 1 does; a file that is
+    not there is reported at once, without waiting to try again."""
+    fs = FileStore(tmp_path)
+    for v in (1, 2):
+        fs.save(COMM, v, state_for(v))
+    inj = _io_errors(f"{rank_path(tmp_path, 2)}", 3)
+    try:
+        assert FileStore(tmp_path).restorable_versions(COMM, set()) == {1}
+    finally:
+        inj.close()
+    inj = _io_errors(f"{rank_path(tmp_path, 2)}", 3)
+    try:
+        with pytest.raises(CheckpointError, match="injected I/O error"):
+            FileStore(tmp_path).restore(COMM, 2, set())
+    finally:
+        inj.close()
+    rank_path(tmp_path, 2).unlink()
+    import planaria.checkpoint._fileio as fileio
+    waits: list[float] = []
+    monkeypatch.setattr(fileio.time, "sleep", waits.append)
+    with pytest.raises(CheckpointError, match="No such file"):
+        FileStore(tmp_path).restore(COMM, 2, set())
+    assert waits == []                                   # not tried again

@@ -11,12 +11,14 @@ written before CRC-32 record SHA-256 and are still read (``digest_of``).
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import threading
+import time
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from planaria.checkpoint.store import Phases
 
@@ -31,6 +33,28 @@ _READ_BLOCK = 64 << 20
 # new thread must first be scheduled, which on a machine with more processes than cores can
 # take milliseconds, far more than starting the writeback of a small file (0.1 ms for 2 MB).
 _WRITEBACK_THREAD_MIN = 64 << 20
+
+
+T = TypeVar("T")
+#: errors a later try may not meet: the device, or a network file system's server, failed for a
+#: moment. "No such file" or "permission denied" are answers, not accidents, and are not retried.
+TRANSIENT = frozenset({errno.EIO, errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.ETIMEDOUT, errno.ESTALE})
+#: seconds waited before the second and the third try
+RETRY_DELAYS = (0.005, 0.05)
+
+
+def retrying(fn: Callable[[], T]) -> T:
+    """``fn()``, tried again after a short wait while it raises an ``OSError`` that may be
+    transient (``TRANSIENT``), at most ``len(RETRY_DELAYS)`` times: one failed read while a
+    recovery checks or reads the files must not cost a checkpoint version."""
+    for delay in RETRY_DELAYS:
+        try:
+            return fn()
+        except OSError as e:
+            if e.errno not in TRANSIENT:
+                raise
+        time.sleep(delay)
+    return fn()
 
 
 def _fast_crc32() -> Callable[[Any, int], int]:

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from planaria.checkpoint._fileio import DIGEST, digest_of, new_digest, read_exact, read_into, write_file
+from planaria.checkpoint._fileio import DIGEST, digest_of, new_digest, read_exact, read_into, retrying, write_file
 from planaria.checkpoint.store import (
     KEEP, WARM, CheckpointError, CheckpointStore, Meta, Phases, SaveFailed, Verdict, all_true, check_fresh,
     check_logical, check_version, describe, unpack, wait_sends,
@@ -187,6 +187,11 @@ def _listed_versions(directory: Path) -> list[int]:
 
 
 def _hash_file(path: Path, name: str = DIGEST) -> tuple[int, str]:
+    """(size, checksum ``name``) of the file at ``path``; a transient read error is retried."""
+    return retrying(lambda: _hash_once(path, name))
+
+
+def _hash_once(path: Path, name: str) -> tuple[int, str]:
     h = new_digest(name)
     size = 0
     with open(path, "rb") as f:
@@ -472,6 +477,7 @@ class FileStore(CheckpointStore):
     def read_rank(self, version: int, rank: int, nranks: int | None = None, ph: Phases | None = None,
                   into: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Read and verify the state of ``rank`` at ``version`` (no MPI); raises CheckpointError.
+        A read error that may be transient is tried again twice (``retrying``).
 
         With ``into`` holding, for every array of the checkpoint, an array of the same name,
         dtype and shape (C-contiguous, writeable, not overlapping another), the data is read
@@ -490,35 +496,41 @@ class FileStore(CheckpointStore):
             raise CheckpointError(f"file checkpoint version {version}: the manifest holds no valid entry "
                                   f"(file, size, checksum) for rank {rank}")
         path = self.directory / vdir_name(version) / entry["file"]
-        ph.mark("open")
-        try:
+        taken: list[np.ndarray] = []             # the buffer of a first try, used again by the next
+
+        def once() -> tuple[int, bytes, Meta, dict[str, np.ndarray] | None, Any, Any, int]:
+            ph.mark("open")
             fd = os.open(path, os.O_RDONLY)
-        except OSError as e:
-            raise CheckpointError(f"{path}: {e}") from None
+            try:
+                size = os.fstat(fd).st_size
+                if size != entry["size"]:
+                    raise CheckpointError(f"{path}: {size} bytes, manifest says {entry['size']}")
+                start = len(MAGIC) + 8
+                head = read_exact(fd, start)
+                if len(head) == start:
+                    head += read_exact(fd, min(int.from_bytes(head[len(MAGIC):], "little"), size - start))
+                h = new_digest(want[0])
+                h.update(head)
+                meta = _parse_header(head, size)
+                mine = _matching(meta, into) if into else None
+                buf = None
+                if mine is None:                 # into memory a waiting spare faulted in (``footprint``), else new
+                    if not taken or taken[0].nbytes != meta.nbytes:
+                        taken[:] = [WARM.take(meta.nbytes)]
+                    buf = taken[0]
+                    views = [memoryview(buf)]  # type: ignore[arg-type]  # an ndarray: a buffer, unknown to numpy's stubs
+                else:                            # straight into the arrays the rank holds
+                    views = [memoryview(a.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # as above
+                             for a in mine.values() if a.nbytes]
+                ph.mark("read")
+                return size, head, meta, mine, buf, h, read_into(fd, views, h, ph)
+            finally:
+                os.close(fd)
+
         try:
-            size = os.fstat(fd).st_size
-            if size != entry["size"]:
-                raise CheckpointError(f"{path}: {size} bytes, manifest says {entry['size']}")
-            start = len(MAGIC) + 8
-            head = read_exact(fd, start)
-            if len(head) == start:
-                head += read_exact(fd, min(int.from_bytes(head[len(MAGIC):], "little"), size - start))
-            h = new_digest(want[0])
-            h.update(head)
-            meta = _parse_header(head, size)
-            mine = _matching(meta, into) if into else None
-            if mine is None:                     # into memory a waiting spare faulted in (``footprint``), else new
-                buf = WARM.take(meta.nbytes)
-                views = [memoryview(buf)]  # type: ignore[arg-type]  # an ndarray: a buffer, unknown to numpy's stubs
-            else:                                # straight into the arrays the rank holds
-                views = [memoryview(a.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # as above
-                         for a in mine.values() if a.nbytes]
-            ph.mark("read")
-            got = read_into(fd, views, h, ph)
+            size, head, meta, mine, buf, h, got = retrying(once)
         except OSError as e:
             raise CheckpointError(f"{path}: {e}") from None
-        finally:
-            os.close(fd)
         if got != meta.nbytes:
             raise CheckpointError(f"{path}: read {len(head) + got} bytes, expected {size}")
         if h.hexdigest() != want[1]:
