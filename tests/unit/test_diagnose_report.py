@@ -32,6 +32,7 @@ def test_a_message_the_receive_does_not_match_is_a_mismatch_not_a_lost_message()
     assert c["kind"] == "tag-mismatch" and c["rank_list"] == [0, 1]
     assert c["reason"] == "unmatched tag: rank 1 sent tag 8, rank 0 waits for tag 1 from rank 1 at app.py:9"
     op["unmatched"] = {"source": 2, "tag": 1, "bytes": 8}          # the message came from another rank
+    state["ranks"][1]["sent"] = {}                                  # and rank 1 sent rank 0 nothing
     state["ranks"].append(_rec(2, None))
     (c,) = report.lost_messages(state)
     assert c["kind"] == "source-mismatch" and c["rank_list"] == [0, 2]      # rank 1 takes no part
@@ -210,3 +211,18 @@ def test_a_later_message_waiting_unmatched_after_a_lost_one_is_a_lost_message_no
     state["ranks"][1]["sent"] = {"2": 11}          # only the one waiting there: the tags do not match
     (c,) = report.lost_messages(state)
     assert c["kind"] == "tag-mismatch", c
+
+
+def test_another_ranks_early_message_beside_a_lost_one_is_a_lost_message_not_a_source_mismatch():
+    """A halo exchange: rank 3 waits in Sendrecv for tag 1 from rank 2, which sent 41 messages to
+    rank 3's 40 received; rank 4's tag-2 message, meant for rank 3's next receive, waits there
+    unmatched, and none of rank 2's (the probe looks for those first): rank 2's message was lost."""
+    op = dict(_recv(2, 5.0, name="Sendrecv"), unmatched={"source": 4, "tag": 2, "bytes": 8})
+    state = {"ranks": [_rec(3, op, recvd={"2": 40}), _rec(2, _recv(3, 5.0, name="Sendrecv"), sent={"3": 41}),
+                       _rec(4, None)]}
+    (c,) = report.lost_messages(state)
+    assert c["kind"] == "lost-message" and c["rank_list"] == [2, 3], c
+    assert "a message from rank 2 to rank 3 was lost: rank 2 sent 41, rank 3 received 40" in c["reason"]
+    state["ranks"][1]["sent"] = {"3": 40}          # everything rank 2 sent arrived: rank 4's is the mismatch
+    (c,) = report.lost_messages(state)
+    assert c["kind"] == "source-mismatch" and c["rank_list"] == [3, 4], c

@@ -236,6 +236,93 @@ def test_a_later_message_left_over_after_a_lost_one_is_the_network_not_a_tag_mis
     assert roots(rb)[0]["kind"] == "network"
 
 
+def test_another_ranks_early_message_beside_a_lost_one_is_the_network_not_a_source_mismatch() -> None:
+    """A halo exchange: rank 3 waits for tag 1 from rank 2, which says it sent; rank 4's tag-2
+    message, meant for rank 3's next receive, waits there unmatched and none of rank 2's does:
+    rank 2's message was lost, the program is right. Had rank 2 not sent, it is the mismatch."""
+    rb = rb_default()
+    rb.submit(rec(3, 2, 10.0, comm="world", tag=1, op="Sendrecv", site="heat.py:80 in exchange_halos",
+                  evidence={"ping": True, "received": 40, "unmatched": {"source": 4, "tag": 2, "bytes": 8}}))
+    rb.probe_result(2, STATUS, {"op": {"name": "Sendrecv", "kind": "p2p", "comm": "world", "peer": 3,
+                                       "since": 9.0, "site": "heat.py:81 in exchange_halos"},
+                                "sent": True, "sent_count": 41}, now=11.0)
+    assert roots(rb)[0]["kind"] == "network", roots(rb)
+    rb = rb_default()
+    rb.submit(rec(3, 2, 10.0, comm="world", tag=1, op="Recv", site="a.py:20 in f",
+                  evidence={"ping": True, "received": 40, "unmatched": {"source": 4, "tag": 1, "bytes": 8}}))
+    rb.probe_result(2, STATUS, {"op": None, "idle": 0.1, "sent": False, "sent_count": 40}, now=11.0)
+    kinds = [inc["kind"] for inc in roots(rb)]
+    assert "source-mismatch" in kinds and "network" not in kinds, kinds
+
+
+def test_a_status_reply_is_read_against_the_wait_it_answers_when_two_ranks_wait_for_one() -> None:
+    """Ranks 3 and 1 both wait for rank 2 (a stencil's neighbours); rank 2's reply answers rank 3's
+    wait (``for``): its lost message to rank 3 is the verdict, not rank 1's wait, asked last."""
+    rb = rb_default()
+    rb.submit(rec(3, 2, 10.0, comm="world", tag=1, op="Sendrecv", site="heat.py:80 in exchange_halos",
+                  evidence={"ping": True, "received": 27, "unmatched": {"source": 4, "tag": 2, "bytes": 8}}))
+    rb.submit(rec(1, 2, 10.2, comm="world", tag=2, op="Sendrecv", site="heat.py:81 in exchange_halos",
+                  evidence={"ping": True, "received": 30, "unmatched": {"source": 0, "tag": 1, "bytes": 8}}))
+    rb.probe_result(2, STATUS, {"op": {"name": "Sendrecv", "kind": "p2p", "comm": "world", "peer": 3,
+                                       "since": 9.0, "site": "heat.py:81 in exchange_halos"},
+                                "sent": True, "sent_count": 28, "for": 3}, now=11.0)
+    (inc,) = roots(rb)
+    assert inc["kind"] == "network" and inc["verdict"] == "network: rank 2 sent the message rank 3 waits for, it never arrived"
+
+
+def test_a_peer_that_waits_for_a_third_rank_explains_the_wait_not_an_early_message_from_another() -> None:
+    """Rank 1 waits for rank 2, which has not sent; rank 0's message (a step ahead) waits at rank 1
+    unmatched; rank 2 itself waits in Sendrecv for rank 3: rank 2 not sending is the finding, and
+    rank 3 is asked next, not a source mismatch of rank 0's."""
+    rb = rb_default()
+    rb.submit(rec(1, 2, 10.0, comm="world", tag=2, op="Sendrecv", site="heat.py:81 in exchange_halos",
+                  evidence={"ping": True, "received": 30, "unmatched": {"source": 0, "tag": 1, "bytes": 8}}))
+    probes = rb.probe_result(2, STATUS, {"op": {"name": "Sendrecv", "kind": "p2p", "comm": "world", "peer": 3,
+                                                "since": 9.0, "site": "heat.py:81 in exchange_halos"},
+                                         "sent": False, "sent_count": 30, "for": 1}, now=11.0)
+    kinds = [inc["kind"] for inc in roots(rb)]
+    assert "source-mismatch" not in kinds and "not-sending" in kinds, kinds
+    assert any(p.target == 3 for p in probes), probes
+
+
+def test_two_ranks_waiting_for_each_other_after_a_lost_message_are_no_source_mismatch() -> None:
+    """Rank 2's message to rank 3 was lost (rank 3 waits for it); rank 2 waits for rank 3 with rank
+    1's early message unmatched: that is the lost message's consequence. Without the lost message
+    the same mutual wait with another rank's message waiting stays a source mismatch."""
+    for lost in (True, False):
+        rb = rb_default()
+        if lost:
+            rb.submit(rec(3, 2, 10.0, comm="world", tag=1, op="Sendrecv", evidence={"ping": True, "received": 27}))
+            rb.probe_result(2, STATUS, {"op": {"name": "Sendrecv", "kind": "p2p", "comm": "world", "peer": 3,
+                                               "since": 9.0}, "sent": True, "sent_count": 28, "for": 3}, now=10.5)
+        rb.submit(rec(2, 3, 10.6, comm="world", tag=2, op="Sendrecv", site="heat.py:81 in exchange_halos",
+                      evidence={"ping": True, "received": 30, "unmatched": {"source": 1, "tag": 1, "bytes": 8}}))
+        rb.probe_result(3, STATUS, {"op": {"name": "Sendrecv", "kind": "p2p", "comm": "world", "peer": 2,
+                                           "since": 9.0}, "sent": False, "sent_count": 30, "for": 2}, now=11.0)
+        kinds = [inc["kind"] for inc in roots(rb)]
+        assert ("source-mismatch" in kinds) is (not lost), (lost, kinds)
+
+
+def test_one_status_probe_answers_every_rank_waiting_for_the_peer() -> None:
+    """Ranks 3 and 1 wait for rank 2; the status probe asks about rank 1's wait (the last) and
+    also about rank 3's; rank 2 sent rank 3 one more message than arrived: the network, for rank 3."""
+    rb = rb_default()
+    rb.submit(rec(3, 2, 10.0, comm="world", tag=1, op="Sendrecv", evidence={"ping": True, "received": 27}))
+    rb.submit(rec(1, 2, 10.2, comm="world", tag=2, op="Sendrecv", evidence={"ping": True, "received": 30}))
+    probe = rb._start(STATUS, 2, 10.3, "asking its state")
+    assert probe.query["src"] == 1 and probe.query["also"] == [{"src": 3, "comm": "world"}]
+    reply = {"op": {"name": "Sendrecv", "kind": "p2p", "comm": "world", "peer": 3, "since": 9.0},
+             "sent": False, "sent_count": 30, "for": 1, "also_sent": [[3, 28]]}
+    rb.probe_result(2, STATUS, reply, now=11.0)
+    verdicts = [inc["verdict"] for inc in roots(rb)]
+    assert "network: rank 2 sent the message rank 3 waits for, it never arrived" in verdicts, verdicts
+    rb = rb_default()                              # everything rank 2 sent rank 3 arrived: no network
+    rb.submit(rec(3, 2, 10.0, comm="world", tag=1, op="Sendrecv", evidence={"ping": True, "received": 27}))
+    rb.submit(rec(1, 2, 10.2, comm="world", tag=2, op="Sendrecv", evidence={"ping": True, "received": 30}))
+    rb.probe_result(2, STATUS, dict(reply, also_sent=[[3, 27]]), now=11.0)
+    assert "network" not in [inc["kind"] for inc in roots(rb)]
+
+
 def test_status_reply_of_a_healthy_rank_refutes() -> None:
     rb = rb_default(computing_after=5.0)
     rb.submit(rec(0, 5, 10.0, evidence={"ping": True}))

@@ -207,7 +207,10 @@ class MsgLog:
         from mpi4py import MPI          # not at the top: the diagnosis imports this module outside MPI
         st = MPI.Status()
         try:
-            if not raw.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, st):
+            # the awaited rank's messages first: one of them behind another rank's early message
+            # is what the receive does not match (a tag mismatch); none there, with the awaited
+            # rank's sends counted, is a lost message, whatever other rank's message waits here
+            if not (peer >= 0 and raw.Iprobe(peer, MPI.ANY_TAG, st)) and not raw.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG, st):
                 return None
         except Exception:  # noqa: BLE001 - revoked or freed: nothing to say
             return None

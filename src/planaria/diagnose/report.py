@@ -9,6 +9,7 @@ JSON-able dict with a ``text`` rendering.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,6 +128,10 @@ def lost_messages(state: dict[str, Any]) -> list[dict[str, Any]]:
         got = int(((rec.get("recvd") or {}).get(str(b))) or 0)
         if isinstance(other, dict) and other.get("source") == b and sent > got + 1:
             other = None        # b sent more than the one left over: a message before it was lost
+        elif isinstance(other, dict) and other.get("source") != b and sent > got and not other.get("wildcard"):
+            other = None        # b sent more than arrived and none of it waits here (the probe looks
+            #                     for b's messages first): lost; another rank's early message waits
+            #                     for a later receive
         # a wait shorter than LOST_AFTER may end by itself (the message in flight); not when an
         # earlier ANY_SOURCE receive took the awaited rank's message and that rank is in a collective
         settled = (isinstance(other, dict) and isinstance(other.get("wildcard"), dict)
@@ -221,6 +226,48 @@ def incident_causes(incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def explained_by_lost(state: dict[str, Any], found: list[dict[str, Any]],
+                      rep: offline.Report) -> tuple[list[dict[str, Any]], offline.Report]:
+    """Findings and root causes that a lost message explains, taken out.
+
+    A message counted sent and never received is the cause of its receiver's wait, so a wait
+    cycle through that receiver and its sender is no deadlock (the sender did its part), and a
+    rank waiting, directly or through other point-to-point waits, for that receiver does not
+    wait because of the other rank's message left at it (``unmatched source``): that message,
+    sent early by a neighbour a step ahead, waits for a later receive. Mismatches with evidence
+    of their own (a tag, an ``ANY_SOURCE`` receive that took the message) stay."""
+    lost_edges = {(c["rank_list"][1], c["rank_list"][0]) for c in found if c["kind"] == "lost-message"}
+    if not lost_edges:
+        return found, rep
+    waits_for = {}
+    for r in state.get("ranks") or []:
+        op = r.get("op") or {}
+        if op.get("kind") == "p2p" and isinstance(op.get("peer"), int):
+            waits_for[int(r["rank"])] = int(op["peer"])
+    stuck_on_lost = {a for a, _ in lost_edges}
+
+    def behind_lost(rank: int) -> bool:
+        seen: set[int] = set()
+        while rank not in seen:
+            if rank in stuck_on_lost:
+                return True
+            seen.add(rank)
+            if rank not in waits_for:
+                return False
+            rank = waits_for[rank]
+        return False
+
+    kept = [c for c in found if not (
+        c["kind"] == "source-mismatch" and not (c.get("unmatched") or {}).get("wildcard")
+        and isinstance(waits_for.get(c["rank_list"][0]), int) and behind_lost(waits_for[c["rank_list"][0]]))]
+    causes = [rc for rc in rep.root_causes if not (
+        rc.kind == "deadlock" and any(a in rc.ranks and b in rc.ranks for a, b in lost_edges))]
+    if len(causes) == len(rep.root_causes):
+        return kept, rep
+    verdict = "hang" if rep.verdict == "deadlock" and not any(rc.kind == "deadlock" for rc in causes) else rep.verdict
+    return kept, dataclasses.replace(rep, root_causes=causes, verdict=verdict)
+
+
 _INCIDENT_ORDER = ("host-down", "network", "rank-failed", "io-fault", "io-error", "deadlock", "not-sending",
                    "external", "unreachable", "collective-hang", "timeout", "slow")
 MAX_INCIDENTS_SHOWN = 8
@@ -229,6 +276,7 @@ MAX_INCIDENTS_SHOWN = 8
 def analyze(state: dict[str, Any]) -> dict[str, Any]:
     """Full report of a state file (see the module docstring)."""
     waits = [float((r.get("op") or {}).get("since") or 0.0) for r in state.get("ranks") or [] if r.get("op")]
+    lost = lost_messages(state)
     out: dict[str, Any]
     if stacksonly.applies(state):        # a program without the runtime: its stacks are all there is
         rep = stacksonly.diagnose(state)
@@ -241,9 +289,9 @@ def analyze(state: dict[str, Any]) -> dict[str, Any]:
                  f"(no rank waits longer than {HUNG_AFTER:g} s; longest {max(waits):.3f} s)"]
     else:
         rep = offline.diagnose(state)
+        lost, rep = explained_by_lost(state, lost, rep)
         out = rep.to_dict()
         parts = [rep.to_text().rstrip()]
-    lost = lost_messages(state)
     if lost:
         out["root_causes"] = lost + list(out.get("root_causes") or [])
         mism = [c for c in lost if c["kind"] != "lost-message"]

@@ -1222,6 +1222,9 @@ class RuleBase:
         self._netfail: dict[int, list[float]] = defaultdict(list)
         self._ioerr: dict[int, list[float]] = defaultdict(list)
         self._queries: dict[int, dict] = {}
+        # (dst, src) -> the query of src's wait for dst: a status reply names the src it answered
+        # ("for"), and several ranks may wait for the same dst (a stencil's two neighbours)
+        self._asked: dict[tuple[int, int], dict] = {}
         self._lost_pings: dict[int, list[tuple[float, int]]] = defaultdict(list)
         self._version = getattr(self, "_version", 0) + 1  # never reused: it keys the incidents cache
         self._cache: tuple[tuple[int, float], list[Incident]] | None = None
@@ -1292,6 +1295,8 @@ class RuleBase:
                                                          ("unmatched", rec.evidence.get("unmatched")),
                                                          ("recvd", rec.evidence.get("received")),
                                                          ("site", rec.site)) if v is not None}
+            if rec.src is not None:
+                self._asked[(rec.dst, rec.src)] = self._queries[rec.dst]
         joined = []
         for ri, rule in enumerate(self._merge):
             key = rule.key(rec, self)
@@ -1353,8 +1358,15 @@ class RuleBase:
         self._probes[target].append(_ProbeEntry(kind, now))
         self._version += 1
         voters = self.voters(target) if kind == VOTE else ()
-        query = self._queries.get(target) if kind == STATUS else None
-        return Probe(kind, target, voters, dict(query) if query else None, reason)
+        query = dict(self._queries.get(target) or {}) if kind == STATUS else None
+        if query:
+            # the other ranks waiting for target: the reply counts its sends to each of them too
+            also = [{"src": s, "comm": q["comm"]} if "comm" in q else {"src": s}
+                    for (d, s), q in self._asked.items() if d == target and s != query.get("src")
+                    and isinstance(q.get("recvd"), int)]
+            if also:
+                query["also"] = also
+        return Probe(kind, target, voters, query or None, reason)
 
     def probe_log(self, dst: int) -> list[dict[str, Any]]:
         """The probes of ``dst`` this rule base knows of: kind, started, finished, outcome."""
@@ -1485,9 +1497,14 @@ class RuleBase:
                 probes.append(self._start(k, target, now, reason))
         return probes
 
+    def _sent_lost(self, rank: Any, t: float) -> bool:
+        """Whether a message ``rank`` sent was found lost (a ``network`` record) near time ``t``."""
+        return isinstance(rank, int) and any(abs(x - t) <= self.cause_window for x in self._netfail.get(rank, ()))
+
     def _status_records(self, dst: int, out: dict, base: dict) -> list[ErrorRecord]:
         """Records a status reply supports (none when the target looks healthy)."""
-        q = self._queries.get(dst) or {}
+        asked = out.get("for")
+        q = (self._asked.get((dst, asked)) if isinstance(asked, int) else None) or self._queries.get(dst) or {}
         recs = []
         op = out.get("op")
         other = q.get("unmatched")
@@ -1495,6 +1512,16 @@ class RuleBase:
         if (isinstance(other, dict) and other.get("source") == dst and isinstance(recvd, int)
                 and isinstance(sent_count, int) and sent_count > recvd + 1):
             other = None     # the peer sent more than the message left over: one before it was lost
+        elif (isinstance(other, dict) and other.get("source") != dst and out.get("sent") is True
+              and not other.get("wildcard")):
+            other = None     # the peer sent a message that is not here, and none of its messages waits
+            #                  here (the waiter probes for them first): lost; another rank's early one waits
+        elif (isinstance(other, dict) and other.get("source") != dst and not other.get("wildcard")
+              and isinstance(op, dict) and op.get("kind") == "p2p" and isinstance(op.get("peer"), int)
+              and (op.get("peer") != q.get("src") or self._sent_lost(q.get("src"), base["time"]))):
+            other = None     # the peer itself waits for another rank, which explains this wait (followed
+            #                  below), or for this one, whose own message to it was lost; another rank's
+            #                  message here may be early, for a later receive
         if isinstance(other, dict) and isinstance(other.get("tag"), int) and (
                 out.get("sent") is True or other.get("source") != dst):
             # the waiting rank holds a message its receive does not match: the program's mismatch, not
@@ -1531,6 +1558,19 @@ class RuleBase:
             recs.append(ErrorRecord(type=NO_SEND, status=CONFIRMED, evidence=_clean(ev),
                                     comm=_str_or_none(op.get("comm")), tag=op.get("tag"),
                                     op=_str_or_none(op.get("name")), site=_str_or_none(op.get("site")), **base))
+        for pair in out.get("also_sent") or ():
+            # another rank waiting for dst: dst sent it more than it received, so a message was lost,
+            # unless one of dst's messages waits there unmatched (its own probe names that mismatch)
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+                continue
+            src, count = pair
+            q2 = self._asked.get((dst, src)) if isinstance(src, int) else None
+            left = (q2 or {}).get("unmatched")
+            if (q2 is not None and isinstance(count, int) and isinstance(q2.get("recvd"), int)
+                    and count > q2["recvd"] + (1 if isinstance(left, dict) and left.get("source") == dst else 0)):
+                recs.append(ErrorRecord(type=NETWORK, status=CONFIRMED, comm=q2.get("comm"), tag=q2.get("tag"),
+                                        evidence={"probe": "status", "sent_to": src, "unreachable_from": [src]},
+                                        **base))
         n = out.get("ioerrors")
         if isinstance(n, int) and n > 0:
             recs.append(ErrorRecord(src=dst, dst=None, time=base["time"], type=IO_ERROR, status=CONFIRMED,
