@@ -72,7 +72,7 @@ def default_corpus() -> Path:
     env = os.environ.get("PLANARIA_CORPUS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3] / "tests" / "diagnosis_corpus"
+    return Path(__file__).resolve().parents[1] / "tests" / "diagnosis_corpus"
 
 
 @dataclass(frozen=True)

@@ -43,3 +43,12 @@ def test_fragments_balancer_options_are_named_as_the_balancer_config() -> None:
     res = CliRunner().invoke(app, ["fragments", "--help"], env={"COLUMNS": "200"})
     assert "--jobs-left-threshold" in res.stdout and "--jobs-difference-ratio" in res.stdout
     assert "--overhead-workers" in res.stdout
+
+
+def test_the_diagnosis_accuracy_benchmark_finds_the_corpus_of_the_source_tree(monkeypatch) -> None:
+    """``python -m benchmarks diagnose-accuracy`` without ``--corpus`` reads tests/diagnosis_corpus."""
+    from benchmarks import diagnose_accuracy as da
+    monkeypatch.delenv("PLANARIA_CORPUS", raising=False)
+    corpus = da.default_corpus()
+    assert (corpus / "cases.toml").is_file(), corpus
+    assert len(da.load_cases(corpus)) >= 25
