@@ -303,26 +303,6 @@ def test_two_ranks_waiting_for_each_other_after_a_lost_message_are_no_source_mis
         assert ("source-mismatch" in kinds) is (not lost), (lost, kinds)
 
 
-def test_one_status_probe_answers_every_rank_waiting_for_the_peer() -> None:
-    """Ranks 3 and 1 wait for rank 2; the status probe asks about rank 1's wait (the last) and
-    also about rank 3's; rank 2 sent rank 3 one more message than arrived: the network, for rank 3."""
-    rb = rb_default()
-    rb.submit(rec(3, 2, 10.0, comm="world", tag=1, op="Sendrecv", evidence={"ping": True, "received": 27}))
-    rb.submit(rec(1, 2, 10.2, comm="world", tag=2, op="Sendrecv", evidence={"ping": True, "received": 30}))
-    probe = rb._start(STATUS, 2, 10.3, "asking its state")
-    assert probe.query["src"] == 1 and probe.query["also"] == [{"src": 3, "comm": "world"}]
-    reply = {"op": {"name": "Sendrecv", "kind": "p2p", "comm": "world", "peer": 3, "since": 9.0},
-             "sent": False, "sent_count": 30, "for": 1, "also_sent": [[3, 28]]}
-    rb.probe_result(2, STATUS, reply, now=11.0)
-    verdicts = [inc["verdict"] for inc in roots(rb)]
-    assert "network: rank 2 sent the message rank 3 waits for, it never arrived" in verdicts, verdicts
-    rb = rb_default()                              # everything rank 2 sent rank 3 arrived: no network
-    rb.submit(rec(3, 2, 10.0, comm="world", tag=1, op="Sendrecv", evidence={"ping": True, "received": 27}))
-    rb.submit(rec(1, 2, 10.2, comm="world", tag=2, op="Sendrecv", evidence={"ping": True, "received": 30}))
-    rb.probe_result(2, STATUS, dict(reply, also_sent=[[3, 27]]), now=11.0)
-    assert "network" not in [inc["kind"] for inc in roots(rb)]
-
-
 def test_status_reply_of_a_healthy_rank_refutes() -> None:
     rb = rb_default(computing_after=5.0)
     rb.submit(rec(0, 5, 10.0, evidence={"ping": True}))

@@ -1222,8 +1222,8 @@ class RuleBase:
         self._netfail: dict[int, list[float]] = defaultdict(list)
         self._ioerr: dict[int, list[float]] = defaultdict(list)
         self._queries: dict[int, dict] = {}
-        # (dst, src) -> the query of src's wait for dst: a status reply names the src it answered
-        # ("for"), and several ranks may wait for the same dst (a stencil's two neighbours)
+        # (dst, src) -> the query of src's wait for dst: several ranks may wait for the same dst (a
+        # stencil's two neighbours), and a status reply names the src it answered ("for")
         self._asked: dict[tuple[int, int], dict] = {}
         self._lost_pings: dict[int, list[tuple[float, int]]] = defaultdict(list)
         self._version = getattr(self, "_version", 0) + 1  # never reused: it keys the incidents cache
@@ -1358,15 +1358,8 @@ class RuleBase:
         self._probes[target].append(_ProbeEntry(kind, now))
         self._version += 1
         voters = self.voters(target) if kind == VOTE else ()
-        query = dict(self._queries.get(target) or {}) if kind == STATUS else None
-        if query:
-            # the other ranks waiting for target: the reply counts its sends to each of them too
-            also = [{"src": s, "comm": q["comm"]} if "comm" in q else {"src": s}
-                    for (d, s), q in self._asked.items() if d == target and s != query.get("src")
-                    and isinstance(q.get("recvd"), int)]
-            if also:
-                query["also"] = also
-        return Probe(kind, target, voters, query or None, reason)
+        query = self._queries.get(target) if kind == STATUS else None
+        return Probe(kind, target, voters, dict(query) if query else None, reason)
 
     def probe_log(self, dst: int) -> list[dict[str, Any]]:
         """The probes of ``dst`` this rule base knows of: kind, started, finished, outcome."""
@@ -1558,19 +1551,6 @@ class RuleBase:
             recs.append(ErrorRecord(type=NO_SEND, status=CONFIRMED, evidence=_clean(ev),
                                     comm=_str_or_none(op.get("comm")), tag=op.get("tag"),
                                     op=_str_or_none(op.get("name")), site=_str_or_none(op.get("site")), **base))
-        for pair in out.get("also_sent") or ():
-            # another rank waiting for dst: dst sent it more than it received, so a message was lost,
-            # unless one of dst's messages waits there unmatched (its own probe names that mismatch)
-            if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
-                continue
-            src, count = pair
-            q2 = self._asked.get((dst, src)) if isinstance(src, int) else None
-            left = (q2 or {}).get("unmatched")
-            if (q2 is not None and isinstance(count, int) and isinstance(q2.get("recvd"), int)
-                    and count > q2["recvd"] + (1 if isinstance(left, dict) and left.get("source") == dst else 0)):
-                recs.append(ErrorRecord(type=NETWORK, status=CONFIRMED, comm=q2.get("comm"), tag=q2.get("tag"),
-                                        evidence={"probe": "status", "sent_to": src, "unreachable_from": [src]},
-                                        **base))
         n = out.get("ioerrors")
         if isinstance(n, int) and n > 0:
             recs.append(ErrorRecord(src=dst, dst=None, time=base["time"], type=IO_ERROR, status=CONFIRMED,

@@ -333,8 +333,7 @@ class Service:
     def _my_status(self, asker: int, pid: Any, query: dict[str, Any]) -> dict[str, Any]:
         """The ``reply_status`` payload: what this rank is blocked in, where it computes, recent I/O errors,
         collective counters, and whether it posted the send ``query`` asks about (more sends to
-        ``query["src"]`` on ``query["comm"]`` than that rank has received; ``for``: that rank; ``also_sent``: the sends to each other
-        waiting rank ``query["also"]`` lists)."""
+        ``query["src"]`` on ``query["comm"]`` than that rank has received; ``for``: that rank)."""
         lg = self.log
         out: dict[str, Any] = {"id": pid, "rank": self.rank, "step": self._step(),
                                "host": self.hosts[self.rank]}
@@ -360,11 +359,6 @@ class Service:
             out["sent"] = sent > recvd
             out["sent_count"] = sent
             out["for"] = src            # the waiting rank this answers (several may wait for this one)
-        also = query.get("also")
-        if isinstance(also, list):    # the other ranks waiting for this one: the sends to each of them
-            out["also_sent"] = [[a["src"], sum(x["count"] for x in lg.sent_to(a["src"])
-                                               if a.get("comm") in (None, x["comm"]))]
-                                for a in also[:16] if isinstance(a, dict) and isinstance(a.get("src"), int)]
         return out
 
     # -- the loop -------------------------------------------------------------------
