@@ -476,8 +476,10 @@ class Attempt:
                      "--launcher-kills the launcher sends the plan's timed kills")
         request = controller.abort_request
         if outcome.kind == ABORTED and request is not None:
-            for info in att.table.values():      # ranks the abort took down, not failures of their own
-                if info["state"] == "lost" and (info.get("fail_time") or 0) >= request["t"]:
+            for r, info in att.table.items():    # ranks the abort took down, not failures of their own
+                # (a rank that left a fatal-error trace, SIGSEGV inside MPI, ended by itself first)
+                if (info["state"] == "lost" and (info.get("fail_time") or 0) >= request["t"]
+                        and not out.crashes.error(r)):
                     info["reason"] = "ended by the job abort (default event handler)"
         if outcome.kind == FINISHED and not final_ok:
             # nothing of this attempt may keep running (and writing checkpoints) into the next one
