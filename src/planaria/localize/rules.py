@@ -1505,16 +1505,15 @@ class RuleBase:
         if (isinstance(other, dict) and other.get("source") == dst and isinstance(recvd, int)
                 and isinstance(sent_count, int) and sent_count > recvd + 1):
             other = None     # the peer sent more than the message left over: one before it was lost
-        elif (isinstance(other, dict) and other.get("source") != dst and out.get("sent") is True
-              and not other.get("wildcard")):
-            other = None     # the peer sent a message that is not here, and none of its messages waits
-            #                  here (the waiter probes for them first): lost; another rank's early one waits
-        elif (isinstance(other, dict) and other.get("source") != dst and not other.get("wildcard")
-              and isinstance(op, dict) and op.get("kind") == "p2p" and isinstance(op.get("peer"), int)
-              and (op.get("peer") != q.get("src") or self._sent_lost(q.get("src"), base["time"]))):
-            other = None     # the peer itself waits for another rank, which explains this wait (followed
-            #                  below), or for this one, whose own message to it was lost; another rank's
-            #                  message here may be early, for a later receive
+        elif (isinstance(other, dict) and other.get("source") != dst and not other.get("wildcard") and (
+                out.get("sent") is True
+                or (isinstance(op, dict) and op.get("kind") == "p2p" and isinstance(op.get("peer"), int)
+                    and (op.get("peer") != q.get("src") or self._sent_lost(q.get("src"), base["time"]))))):
+            # another rank's message waits here, maybe early, for a later receive; what explains the
+            # wait is the peer: it sent a message that is not here (none of its messages waits here:
+            # the waiter probes for them first), so it was lost; or it waits itself, for another rank
+            # (followed below) or for this one, whose own message to it was lost
+            other = None
         if isinstance(other, dict) and isinstance(other.get("tag"), int) and (
                 out.get("sent") is True or other.get("source") != dst):
             # the waiting rank holds a message its receive does not match: the program's mismatch, not
