@@ -220,23 +220,21 @@ class XorStore(PeerStore):
         """This rank's data cut to ``m - 1`` chunks of ``c`` bytes, followed by room for its parity
         chunk (one buffer, as a fresh rank receives it), and where the others' chunks land.
 
-        The others' chunks land in scratch buffers this store keeps from save to save (no new
-        memory to fault in), not in the parity chunk: received into the buffer whose data chunks
-        the group reads as they are sent, they slow the exchange down (by about a sixth of the
-        floor at 256 MB per rank); the parity chunk is written by the first XOR instead. In a
-        group of two the one chunk lands in the parity chunk itself."""
+        The first chunk to come lands in the parity chunk itself, and each later one, received
+        into a scratch buffer this store keeps from save to save (no new memory to fault in), is
+        XORed into it in place (``_fold``). Two scratch chunks XORed into the parity chunk would
+        write memory that no operand brought into the cache: a third more memory traffic."""
         _, whole = pack(state, extra=(m - 1) * c - meta.nbytes, pool=pool, spare=c, meta=meta)
-        k = m - 1 if m > 2 else 0
+        k = m - 2
         if len(self._scratch) != k or any(b.size != c for b in self._scratch):
             self._scratch = [np.empty(c, dtype=np.uint8) for _ in range(k)]
-        return whole, (self._scratch if k else [whole[(m - 1) * c:]])
+        return whole, [whole[(m - 1) * c:]] + self._scratch
 
     @staticmethod
     def _fold(parity: np.ndarray, into: list[np.ndarray], k: int) -> None:
-        """The ``k``-th chunk received (into ``into[k]``) folded into ``parity``."""
-        if k == 1:
-            np.bitwise_xor(into[0].view(np.uint64), into[1].view(np.uint64), out=parity.view(np.uint64))
-        elif k > 1:
+        """The ``k``-th chunk received (into ``into[k]``; the first into ``parity`` itself) folded
+        into ``parity``."""
+        if k:
             _xor_into(parity, into[k])
 
     def _save_unchanged(self, comm: Comm, version: int, state: dict[str, np.ndarray], meta: Meta,
