@@ -62,24 +62,25 @@ def mpiexec(n: int, argv: list[str], *, python: str | None = None, ft: bool = Fa
     return Result(proc.returncode, out, err)
 
 
-def xfail_on_library_crash(home: Path) -> None:
-    """Mark the test xfailed when a job under ``home`` ended by Open MPI 5.0.11's known crash (a
-    rank died of SIGSEGV inside a call that creates a communicator: docs/recovery.md, "A limit of
-    the MPI library"), as ``planaria campaign`` classes it: neither planaria's result nor its bug."""
+def library_crash_in(root: Path) -> str | None:
+    """Why a job under ``root`` (a ``PLANARIA_HOME``, or a directory holding one) ended by Open
+    MPI 5.0.11's known crash, or None: a rank died of a crash signal inside a call that creates a
+    communicator (docs/recovery.md, "A limit of the MPI library"), as ``planaria campaign``
+    classes it: neither planaria's result nor its bug."""
     import json
 
-    import pytest
-
-    from planaria.diagnose.postmortem import CREATES_COMM
-    for summary in sorted(Path(home).glob("jobs/*/summary.json")):
+    from planaria.diagnose.postmortem import library_crash
+    root = Path(root)
+    for summary in sorted([*root.glob("jobs/*/summary.json"), *root.glob("*/jobs/*/summary.json")]):
         try:
             rows = json.loads(summary.read_text()).get("ranks") or []
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):
             continue
         for row in rows:
-            if row.get("in_call") in CREATES_COMM and "SIGSEGV" in str(row.get("how")):
-                pytest.xfail(f"rank {row.get('rank')} died of SIGSEGV inside {row['in_call']}: Open MPI's known "
-                             f"crash (job {summary.parent.name})")
+            if isinstance(row, dict) and library_crash(str(row.get("how")), row.get("in_call")):
+                return (f"rank {row.get('rank')} died inside {row['in_call']} ({row['how']}): Open MPI's known "
+                        f"crash (job {summary.parent.name})")
+    return None
 
 
 def run_demo(home: Path, *args: str, timeout: float = 150) -> tuple[subprocess.CompletedProcess, dict]:

@@ -22,7 +22,7 @@ from planaria.campaign import plans, targets
 from planaria.campaign.classify import BAD, HUNG
 from tests.mpi.mpijob import root_env
 
-pytestmark = [pytest.mark.mpi]
+pytestmark = [pytest.mark.mpi, pytest.mark.library_crash_expected]   # it classes such runs itself
 
 SEED, RUNS, TIMEOUT = 5, 12, 60
 ALL, BOTH = list(plans.TARGETS), list(plans.BACKENDS)

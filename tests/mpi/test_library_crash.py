@@ -15,6 +15,7 @@ import pytest
 from planaria.campaign.targets import library_crashes
 
 SCRIPT = Path(__file__).parent / "scripts" / "split_crash.py"
+pytestmark = pytest.mark.library_crash_expected
 
 
 def _run(tmp_path: Path, *options: str) -> tuple[str, Path]:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.mpi.mpijob import SCRIPTS, root_env, xfail_on_library_crash
+from tests.mpi.mpijob import SCRIPTS, root_env
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(150)]
 
@@ -26,7 +26,6 @@ def run_app(tmp_path, backend: str, n: int, spares: int, kills: list[str], steps
         env["RESILIENT_APP_SPARE_POLL"] = str(spare_poll)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     results = [json.loads(line.split("RESULT ", 1)[1]) for line in res.stdout.splitlines() if "RESULT " in line]
-    xfail_on_library_crash(tmp_path)
     return res, results
 
 
