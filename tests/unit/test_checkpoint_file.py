@@ -456,6 +456,44 @@ def test_crc32_is_zlibs_value_block_by_block() -> None:
     assert h.hexdigest() == f"{zlib.crc32(raw.tobytes()):08x}"
 
 
+@pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT"), reason="reads of only the page cache are Linux's")
+def test_a_file_in_the_page_cache_is_read_in_small_blocks_and_one_from_the_disk_in_large_ones(
+        tmp_path: Path) -> None:
+    """A rolled-back rank reads its file from the page cache in blocks its checksum finds in the
+    core's cache; a fresh rank reads its evicted file from the disk in large blocks. Either way
+    every byte arrives and is checksummed once, in order, from where the file was left."""
+    import zlib
+
+    from planaria.checkpoint import _fileio
+    from planaria.checkpoint.store import Phases
+    raw = np.random.default_rng(3).integers(0, 256, 3 * _fileio._CACHED_BLOCK + 777, dtype=np.uint8)
+    path = tmp_path / "f.bin"
+    path.write_bytes(raw.tobytes())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        assert _fileio.read_block(fd, memoryview(bytearray(raw.size)), 0, True) == (_fileio._CACHED_BLOCK, True)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        k, cached = _fileio.read_block(fd, memoryview(bytearray(raw.size)), 0, True)
+        assert not cached and k > _fileio._CACHED_BLOCK        # from the disk: as much as asked
+        for evict in (False, True):
+            if evict:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.lseek(fd, 5, os.SEEK_SET)
+            dests = [memoryview(bytearray(100)), memoryview(bytearray(raw.size))]   # the second one past the end
+            h = _fileio.Crc32()
+            assert _fileio.read_into(fd, dests, h, Phases()) == raw.size - 5
+            assert bytes(dests[0]) + bytes(dests[1][:raw.size - 105]) == raw[5:].tobytes()
+            assert h.hexdigest() == f"{zlib.crc32(raw[5:].tobytes()):08x}"
+            assert os.lseek(fd, 0, os.SEEK_CUR) == raw.size
+            os.lseek(fd, 0, os.SEEK_SET)
+            h = _fileio.Crc32()
+            assert _fileio.hash_rest(fd, raw.size, h) == raw.size
+            assert h.hexdigest() == f"{zlib.crc32(raw.tobytes()):08x}"
+    finally:
+        os.close(fd)
+
+
 def _io_errors(path_glob: str, count: int):
     """planaria's own injector (in this process, rank 0 of 1): the next ``count`` opens of files
     matching ``path_glob`` fail with EIO."""

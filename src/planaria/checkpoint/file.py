@@ -46,7 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from planaria.checkpoint._fileio import DIGEST, digest_of, new_digest, read_exact, read_into, retrying, write_file
+from planaria.checkpoint._fileio import (
+    DIGEST, digest_of, hash_rest, new_digest, read_exact, read_into, retrying, write_file,
+)
 from planaria.checkpoint.store import (
     KEEP, WARM, CheckpointError, CheckpointStore, Meta, Phases, SaveFailed, Verdict, all_true, check_fresh,
     check_logical, check_version, describe, unpack, wait_sends,
@@ -56,7 +58,6 @@ from planaria.comm.base import Comm
 MAGIC = b"PLNCKPT1"
 MANIFEST = "manifest.json"
 _VDIR = re.compile(r"^v(\d{8})$")
-_BLOCK = 8 << 20
 # A verified hash is reused for a rank file only while its (device, inode, size, mtime, ctime)
 # are those it had when it was hashed. Size and mtime alone do not do: whoever can write the
 # file can also set its mtime back with os.utime, and a flipped bit then passed as verified
@@ -193,14 +194,11 @@ def _hash_file(path: Path, name: str = DIGEST) -> tuple[int, str]:
 
 def _hash_once(path: Path, name: str) -> tuple[int, str]:
     h = new_digest(name)
-    size = 0
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(_BLOCK)
-            if not block:
-                break
-            h.update(block)
-            size += len(block)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = hash_rest(fd, os.fstat(fd).st_size, h)
+    finally:
+        os.close(fd)
     return size, h.hexdigest()
 
 
