@@ -494,6 +494,35 @@ def test_a_file_in_the_page_cache_is_read_in_small_blocks_and_one_from_the_disk_
         os.close(fd)
 
 
+@pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT"), reason="reads of only the page cache are Linux's")
+def test_a_fresh_ranks_restore_starts_the_disk_reading_its_file_at_once(tmp_path: Path) -> None:
+    """``prefetch`` (what a fresh rank's restore calls first) brings a file that is out of the page
+    cache back into it without a read of its own; a missing file is no error."""
+    from planaria.checkpoint import _fileio
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(256)) * 4096)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        buf = bytearray(4096)
+
+        def cached() -> bool:
+            try:
+                return os.preadv(fd, [buf], (1 << 20) - 4096, os.RWF_NOWAIT) == len(buf)
+            except BlockingIOError:
+                return False
+        assert not cached()
+        _fileio.prefetch(path)
+        deadline = time.monotonic() + 10
+        while not cached() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cached()
+    finally:
+        os.close(fd)
+    _fileio.prefetch(tmp_path / "not-there.bin")
+
+
 def _io_errors(path_glob: str, count: int):
     """planaria's own injector (in this process, rank 0 of 1): the next ``count`` opens of files
     matching ``path_glob`` fail with EIO."""

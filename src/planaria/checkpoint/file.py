@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from planaria.checkpoint._fileio import (
-    DIGEST, digest_of, hash_rest, new_digest, read_exact, read_into, retrying, write_file,
+    DIGEST, digest_of, hash_rest, new_digest, prefetch, read_exact, read_into, retrying, write_file,
 )
 from planaria.checkpoint.store import (
     KEEP, WARM, CheckpointError, CheckpointStore, Meta, Phases, SaveFailed, Verdict, all_true, check_fresh,
@@ -549,6 +549,8 @@ class FileStore(CheckpointStore):
         ph = Phases()
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
+        if comm.rank in fresh:                   # its file is the one likely out of the page cache
+            prefetch(self.directory / vdir_name(version) / rank_file_name(comm.rank))   # the manifest names it so
         self._join_prune()
         verdict = Verdict(comm, fresh) if len(fresh) == 1 else None
         listening = verdict.listen() if verdict is not None and comm.rank in fresh else None
