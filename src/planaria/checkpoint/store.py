@@ -719,12 +719,21 @@ class Verdict:
         self._bufs.append(buf)
         return [self.comm.Isend(buf, dest=f, tag=TAG_STATUS) for f in self.fresh]
 
-    def outcome(self) -> bool:
-        """Wait for every fresh rank's verdict; True when all say the restore went through."""
+    def outcome(self, nap: float = 0.0) -> bool:
+        """Wait for every fresh rank's verdict; True when all say the restore went through.
+
+        ``nap`` > 0: between tests of the receive, sleep that many seconds instead of spinning in
+        MPI, for a rank whose wait would take a core from the ranks that still have work (with
+        more ranks than cores); the wait raises as the blocking one does (``Test`` raises)."""
         got = np.zeros(len(self.fresh), dtype=np.int64)
         self._bufs.append(got)
         for i in range(len(self.fresh)):
-            self.comm.Recv(got[i:i + 1], tag=TAG_DECISION)     # any source: see the class docstring
+            if nap <= 0:
+                self.comm.Recv(got[i:i + 1], tag=TAG_DECISION)     # any source: see the class docstring
+                continue
+            q = self.comm.Irecv(got[i:i + 1], tag=TAG_DECISION)
+            while not q.Test():
+                time.sleep(nap)
         return bool(got.all())
 
     # -- on a fresh rank --------------------------------------------------------------------------
