@@ -40,6 +40,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,15 @@ def _header(meta: Meta) -> bytes:
                  "offsets": list(meta.offsets), "nbytes": meta.nbytes}).encode()
 
 
+@lru_cache(maxsize=64)
+def _described(text: bytes) -> Meta:
+    """The description a header's text holds, parsed once per distinct text (a rank's file holds
+    the same one save after save; parsing it costs about 40 us, a fifth of reading 2 MB)."""
+    h = ast.literal_eval(text.decode())
+    return Meta(tuple(h["names"]), tuple(h["descrs"]), tuple(tuple(s) for s in h["shapes"]),
+                tuple(h["offsets"]), int(h["nbytes"]))
+
+
 def _parse_header(head: bytes, size: int) -> Meta:
     """The description in ``head`` (magic, header length, header) of a rank file of ``size`` bytes."""
     start = len(MAGIC) + 8
@@ -139,9 +149,7 @@ def _parse_header(head: bytes, size: int) -> Meta:
     if hlen > size - start or len(head) < start + hlen:
         raise CheckpointError("checkpoint file header runs past the end of the file")
     try:
-        h = ast.literal_eval(head[start:start + hlen].decode())
-        meta = Meta(tuple(h["names"]), tuple(h["descrs"]), tuple(tuple(s) for s in h["shapes"]),
-                    tuple(h["offsets"]), int(h["nbytes"]))
+        meta = _described(bytes(head[start:start + hlen]))
     except (ValueError, SyntaxError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"unreadable checkpoint header: {e}") from None
     if size - start - hlen != meta.nbytes:
