@@ -228,20 +228,34 @@ def _entry(manifest: dict[str, Any], rank: int) -> dict[str, Any] | None:
     return None
 
 
-def _entry_ok(vdir: Path, entry: dict[str, Any], verify: bool) -> bool:
+def _entry_ok(vdir: Path, entry: dict[str, Any], verify: bool,
+              verified: dict[tuple[Any, ...], str] | None = None) -> bool:
     """Whether the rank file of a well-formed ``entry`` (``_entry``) has its size and, with
-    ``verify``, its checksum."""
+    ``verify``, its checksum. ``verified``: checksums already computed, by the file's (path,
+    device, inode, size, mtime, ctime, digest), used and added to (see ``_SETTLED_NS``)."""
     path = vdir / entry["file"]
+    want = digest_of(entry)
     try:
-        if path.stat().st_size != entry["size"]:
-            return False
-        if not verify:
-            return True
-        name, value = digest_of(entry) or ("", "")
-        return _hash_file(path, name) == (entry["size"], value)
+        st = path.stat()
     except OSError:
         return False
-
+    if st.st_size != entry["size"] or want is None:
+        return False
+    if not verify:
+        return True
+    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, want[0])
+    got = verified.get(key) if verified is not None else None
+    if got is None:
+        settled = time.time_ns() - st.st_ctime_ns >= _SETTLED_NS    # taken before the read
+        try:
+            size, got = _hash_file(path, want[0])
+        except OSError:
+            return False
+        if size != st.st_size:
+            return False
+        if settled and verified is not None:
+            verified[key] = got
+    return got == want[1]
 
 
 def _usable_everywhere(comm: Comm, cands: list[int], flags: np.ndarray) -> set[int]:
@@ -446,30 +460,10 @@ class FileStore(CheckpointStore):
 
     # -- checks ----------------------------------------------------------------------------------
     def _rank_ok(self, version: int, manifest: dict[str, Any], rank: int) -> bool:
+        """Whether rank ``rank``'s file of ``version`` matches ``manifest`` (a checksum computed
+        before is reused while the file is unchanged)."""
         entry = _entry(manifest, rank)
-        if entry is None:
-            return False
-        path = self.directory / vdir_name(version) / entry["file"]
-        try:
-            st = path.stat()
-        except OSError:
-            return False
-        want = digest_of(entry)
-        if st.st_size != entry["size"] or want is None:
-            return False
-        key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, want[0])
-        got = self._verified.get(key)
-        if got is None:
-            settled = time.time_ns() - st.st_ctime_ns >= _SETTLED_NS    # taken before the read
-            try:
-                size, got = _hash_file(path, want[0])
-            except OSError:
-                return False
-            if size != st.st_size:
-                return False
-            if settled:
-                self._verified[key] = got
-        return got == want[1]
+        return entry is not None and _entry_ok(self.directory / vdir_name(version), entry, True, self._verified)
 
     def restorable_versions(self, comm: Comm, fresh: set[int]) -> set[int]:
         check_fresh(comm, fresh)
