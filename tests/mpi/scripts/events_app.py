@@ -91,32 +91,40 @@ elif mode == "tools":
         ev.log("tools job started", ranks=comm.size)
     t0 = time.time()
     stdin_lines = []
+    out_lock = threading.Lock()
+
+    def say(text: str) -> None:
+        # two threads print here: print() writes the text and its newline in two calls, so
+        # unlocked lines from the reader and the main loop can interleave mid-line
+        with out_lock:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
 
     def reader():
         while time.time() - t0 < seconds:
             line = sys.stdin.readline()
             if line:
                 stdin_lines.append(line.strip())
-                print(f"STDIN {rank} {line.strip()}", flush=True)
+                say(f"STDIN {rank} {line.strip()}")
             else:
                 time.sleep(0.05)
     threading.Thread(target=reader, daemon=True).start()
     if rank == 1:
-        print(f"LOOKUP {rank} {ev.lookup_value('answer', timeout=seconds)}", flush=True)
+        say(f"LOOKUP {rank} {ev.lookup_value('answer', timeout=seconds)}")
     if rank == 2:
         t_wait = time.time()
         try:
             ev.lookup_value("never", timeout=0.5)
         except ev.NotPublished as exc:         # says so after the time given, not a silent default
-            print(f"NOTPUB {rank} {round(time.time() - t_wait, 1)} {exc}", flush=True)
+            say(f"NOTPUB {rank} {round(time.time() - t_wait, 1)} {exc}")
         assert ev.lookup("never", wait=True, timeout=0.2) == {}
     i = 0
     while time.time() - t0 < seconds:
         pl.step(i)
         if i % 10 == 0:
-            print(f"tick {rank} {i}", flush=True)
+            say(f"tick {rank} {i}")
             if ev.lookup("stop"):             # the test publishes stop=1 when it is done
                 break
         i += 1
         time.sleep(0.05)
-    print(f"done {rank}", flush=True)
+    say(f"done {rank}")
