@@ -93,3 +93,43 @@ def test_unpack_into_with_a_missing_name(missing: str) -> None:
     assert same(out, state)
     kept = "b" if missing == "a" else "a"
     assert out[kept] is current[kept]
+
+
+@settings(max_examples=60, deadline=None)
+@given(ARRAYS, st.integers(min_value=0, max_value=7))
+def test_unpack_views_are_the_packed_arrays_at_any_offset(state: dict[str, np.ndarray], shift: int) -> None:
+    """``copy=False``: views of the buffer where they are aligned, aligned copies where the
+    packing (int8 before float64) or the buffer's own offset shifts them; values bit-exact."""
+    meta, buf = pack(state)
+    shifted = np.zeros(meta.nbytes + shift, dtype=np.uint8)[shift:]
+    shifted[:] = buf
+    out = unpack(meta, shifted, copy=False)
+    assert same(out, state)
+    for name, off in zip(meta.names, meta.offsets, strict=True):
+        a = out[name]
+        assert a.flags.aligned
+        if a.nbytes:                      # a view exactly where the buffer holds it aligned
+            assert np.shares_memory(a, shifted) == ((shifted.ctypes.data + off) % a.dtype.alignment == 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=-2**63, max_value=2**63 - 1), max_size=6),
+       st.text(max_size=1500))
+def test_restore_headers_decode_to_what_was_encoded(values: list[int], text: str) -> None:
+    """A restore header's values and object come back as encoded, the object in the header or,
+    too long for it, in the tail message that follows it."""
+    from planaria.checkpoint._head import HEAD_BYTES, head_decode, head_encode
+
+    class Tail:
+        """The one receive ``head_decode`` makes for an object that did not fit: the tail's bytes."""
+        def __init__(self, tail: np.ndarray | None) -> None:
+            self.tail = tail
+
+        def Recv(self, buf: np.ndarray, source: int, tag: int) -> None:
+            assert self.tail is not None and source == 3
+            buf[:] = self.tail
+
+    head, tail = head_encode(tuple(values), {"t": text})
+    assert head.nbytes == HEAD_BYTES
+    got_values, got = head_decode(head, Tail(tail), 3)
+    assert got_values == values and got == {"t": text}

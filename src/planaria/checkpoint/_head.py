@@ -10,6 +10,7 @@ the header follows it in a message of its own (``TAG_HEAD_TAIL``).
 from __future__ import annotations
 
 import pickle
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from planaria.comm.base import Comm
 #: values, then the pickle
 HEAD_BYTES = 1024
 TAG_HEAD_TAIL = 7308
+_TWO = struct.Struct("<qq")
 
 
 def head_encode(values: tuple[int, ...], obj: Any) -> tuple[np.ndarray, np.ndarray | None]:
@@ -42,12 +44,14 @@ def head_encode(values: tuple[int, ...], obj: Any) -> tuple[np.ndarray, np.ndarr
 def head_decode(head: np.ndarray, comm: Comm, source: int) -> tuple[list[int], Any]:
     """The values and the object of a header received from ``source`` (the object's own message
     received from it when it did not fit)."""
-    words = head[:16].view(np.int64)
-    k, length = int(words[0]), int(words[1])
+    # struct, not numpy views: a fresh rank decodes this right after its receives, when Python's
+    # and numpy's code and data are out of the CPU's caches (a numpy view then costs ~12 us, struct ~4)
+    mv = memoryview(head)  # type: ignore[arg-type]  # ndarrays export the buffer protocol; numpy's stubs do not say so
+    k, length = _TWO.unpack_from(mv, 0)
     start = 8 * (2 + k)
-    values = [int(x) for x in head[16:start].view(np.int64)]
+    values = list(struct.unpack_from(f"<{k}q", mv, 16))
     if length >= 0:
-        return values, pickle.loads(head[start:start + length].tobytes())
+        return values, pickle.loads(mv[start:start + length])
     tail = np.empty(-length, dtype=np.uint8)
     comm.Recv(tail, source=source, tag=TAG_HEAD_TAIL)
     return values, pickle.loads(tail.tobytes())
