@@ -760,8 +760,8 @@ class Verdict:
     def announce(self, ok: bool) -> None:
         """Send this fresh rank's verdict to every non-fresh rank (from a constant buffer: no
         allocation at the end of a restore, where each numpy call costs ~12 us of cold caches)."""
-        buf, isend = _YES if ok else _NO, self.comm.Isend
-        wait_sends([isend(buf, dest=x, tag=TAG_DECISION) for x in self.others])
+        buf = _YES if ok else _NO
+        wait_sends([self.comm.Isend(buf, dest=x, tag=TAG_DECISION) for x in self.others])
 
 
 def _constant(value: int) -> np.ndarray:
