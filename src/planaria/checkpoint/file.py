@@ -179,9 +179,14 @@ def _matching(meta: Meta, into: dict[str, np.ndarray]) -> dict[str, np.ndarray] 
 
 def read_manifest(directory: str | os.PathLike[str], version: int) -> dict[str, Any] | None:
     """The manifest of ``version`` (None when missing or unreadable)."""
-    path = Path(directory) / vdir_name(version) / MANIFEST
+    # os, not pathlib: every rank of a restore reads a manifest first thing, caches cold (a third less)
+    path = os.path.join(directory, vdir_name(version), MANIFEST)
     try:
-        m = json.loads(path.read_text())
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            m = json.loads(read_exact(fd, os.fstat(fd).st_size))
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         return None
     if not isinstance(m, dict) or m.get("version") != version or not isinstance(m.get("ranks"), list):
@@ -499,7 +504,7 @@ class FileStore(CheckpointStore):
         if entry is None or want is None:
             raise CheckpointError(f"file checkpoint version {version}: the manifest holds no valid entry "
                                   f"(file, size, checksum) for rank {rank}")
-        path = self.directory / vdir_name(version) / entry["file"]
+        path = os.path.join(self.directory, vdir_name(version), entry["file"])
         taken: list[np.ndarray] = []             # the buffer of a first try, used again by the next
 
         def once() -> tuple[int, bytes, Meta, dict[str, np.ndarray] | None, Any, Any, int]:

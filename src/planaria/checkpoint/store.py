@@ -729,8 +729,10 @@ class Verdict:
     # -- on a non-fresh rank ---------------------------------------------------------------------
     def tell(self, status: int) -> list[Any]:
         """Send this rank's status to every fresh rank (requests to wait for)."""
-        buf = np.array([status], dtype=np.int64)
-        self._bufs.append(buf)
+        buf = _STATUS.get(status)
+        if buf is None:
+            buf = np.array([status], dtype=np.int64)
+            self._bufs.append(buf)
         return [self.comm.Isend(buf, dest=f, tag=TAG_STATUS) for f in self.fresh]
 
     def outcome(self, nap: float = 0.0) -> bool:
@@ -770,8 +772,9 @@ def _constant(value: int) -> np.ndarray:
     return out
 
 
-#: the two verdicts, sent as they are (read-only: MPI only reads a send buffer)
+#: the two verdicts and the common statuses, sent as they are (read-only: MPI only reads a send buffer)
 _YES, _NO = _constant(1), _constant(0)
+_STATUS = {0: _NO, -1: _constant(-1)}
 
 
 def wait_sends(reqs: list[Any]) -> None:
