@@ -281,7 +281,9 @@ def _write_root_manifest(vdir: Path, version: int, nranks: int,
         return 0, None
     manifest = {"format": 2, "version": version, "nranks": nranks, "ranks": entries}
     try:
-        _write_manifest(vdir / MANIFEST, json.dumps(manifest, indent=1).encode())
+        # no ``indent``: with it json encodes in Python, 5x slower than its C encoder, on rank 0
+        # between the gather and the fsync (about 1 ms per 1,000 ranks); ``python -m json.tool`` shows it
+        _write_manifest(vdir / MANIFEST, json.dumps(manifest).encode())
     except OSError as e:
         return 0, e
     return 1, None
