@@ -306,6 +306,31 @@ def test_sha256_manifest_of_earlier_saves_still_reads(tmp_path: Path) -> None:
         FileStore(tmp_path).read_rank(1, 0)
 
 
+@pytest.mark.parametrize("name", ["../outside.bin", "/abs/outside.bin", "..", "", "rank00000.bin\0x"])
+def test_a_manifest_never_sends_a_restore_outside_the_versions_directory(tmp_path: Path, name: str) -> None:
+    """A manifest entry whose file is not a bare name in the version's directory does not count,
+    even when a file there has the size and checksum the entry records: the version is not
+    restorable, no read opens it, and the inventory says why."""
+    from planaria.checkpoint.inventory import scan_store
+    store_dir = tmp_path / "store"
+    fs = FileStore(store_dir)
+    fs.save(COMM, 1, state_for(1))
+    outside = tmp_path / "outside.bin"                   # a perfect copy, one directory up
+    outside.write_bytes(rank_path(store_dir, 1).read_bytes())
+    mpath = store_dir / vdir_name(1) / MANIFEST
+    m = json.loads(mpath.read_text())
+    if name == "/abs/outside.bin":
+        name = str(outside)
+    m["ranks"][0]["file"] = name
+    mpath.write_text(json.dumps(m))
+    assert FileStore(store_dir).restorable(COMM, set()) is None
+    assert FileStore.latest_complete(store_dir) is None
+    with pytest.raises(CheckpointError, match="no valid entry"):
+        FileStore(store_dir).read_rank(1, 0)
+    (v,) = scan_store(store_dir, verify=True).versions
+    assert v.status == "incomplete" and v.ranks[0].status == "bad-name", v
+
+
 def test_restore_keeps_the_restored_version_when_newer_ones_are_damaged(tmp_path: Path) -> None:
     """Restoring an older version drops the newer ones, never the one restored (here a job keeping
     one version restores the older of two an earlier job kept, the newer one being damaged)."""

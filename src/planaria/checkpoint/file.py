@@ -220,17 +220,24 @@ def _hash_once(path: Path, name: str) -> tuple[int, str]:
 
 
 def _entry(manifest: dict[str, Any], rank: int) -> dict[str, Any] | None:
-    """Rank ``rank``'s entry of ``manifest`` when it is well formed (that rank, a file name, an
+    """Rank ``rank``'s entry of ``manifest`` when it is well formed (that rank, a bare file name, an
     integer size and a checksum), else None: a manifest damaged in a way JSON still parses (a
     flipped bit in a key) must count as one without that rank, never raise."""
     try:
         e = manifest["ranks"][rank]
     except (IndexError, KeyError, TypeError):
         return None
-    if (isinstance(e, dict) and e.get("rank") == rank and isinstance(e.get("file"), str)
+    if (isinstance(e, dict) and e.get("rank") == rank and _bare_name(e.get("file"))
             and type(e.get("size")) is int and digest_of(e) is not None):
         return e
     return None
+
+
+def _bare_name(name: Any) -> bool:
+    """Whether ``name`` names a file in the version's own directory (no separator, not . or ..):
+    a manifest can never make a restore read a file elsewhere."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and os.path.basename(name) == name
+            and "\0" not in name)
 
 
 def _entry_ok(vdir: Path, entry: dict[str, Any], verify: bool,

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from planaria.checkpoint._fileio import digest_of
-from planaria.checkpoint.file import MANIFEST, FileStore, _hash_file, _listed_versions, read_manifest, vdir_name
+from planaria.checkpoint.file import (
+    MANIFEST, FileStore, _bare_name, _hash_file, _listed_versions, read_manifest, vdir_name,
+)
 from planaria.checkpoint.multilevel import LEVELS_FILE
 
 #: the version of the ``--json`` structure
@@ -36,7 +38,7 @@ class RankFile:
     expected_size: int | None        # in the manifest (None: no manifest)
     checksum_kind: str | None        # crc32, sha256
     checksum: str | None             # the manifest's value
-    status: str                      # ok, present, missing, wrong-size, damaged, unreadable, no-checksum, unlisted
+    status: str                      # ok, present, missing, wrong-size, damaged, unreadable, no-checksum, unlisted, bad-name
 
 
 @dataclass
@@ -142,6 +144,9 @@ def _check_rank(vdir: Path, entry: dict[str, Any], rank: int, verify: bool) -> R
     want = digest_of(entry)
     name = str(entry.get("file", ""))
     rf = RankFile(rank, name, None, entry.get("size"), want[0] if want else None, want[1] if want else None, "present")
+    if not _bare_name(name):             # never a file outside the version's directory
+        rf.status = "bad-name"
+        return rf
     try:
         rf.size = (vdir / name).stat().st_size
     except OSError:
@@ -166,7 +171,8 @@ def _problem(rf: RankFile) -> str:
     what = {"missing": "missing", "wrong-size": f"{rf.size} bytes, the manifest says {rf.expected_size}",
             "damaged": f"{rf.checksum_kind} checksum differs from the manifest (damaged)",
             "unreadable": "cannot be read", "no-checksum": "the manifest records no checksum",
-            "unlisted": "the manifest's entry names another rank"}[rf.status]
+            "unlisted": "the manifest's entry names another rank",
+            "bad-name": "the manifest's entry names no file of the version's directory"}[rf.status]
     return f"rank {rf.rank} ({rf.file}): {what}"
 
 
