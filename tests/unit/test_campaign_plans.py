@@ -11,6 +11,7 @@ import pytest
 
 from planaria.abft.names import KINDS
 from planaria.campaign import plans
+from planaria.checkpoint._fileio import RETRY_DELAYS
 from planaria.inject.plan import Plan
 
 ALL = list(plans.TARGETS)
@@ -95,6 +96,9 @@ def test_bit_flips_only_in_the_app_and_io_errors_only_with_file_checkpoints() ->
     assert any(f.startswith("bitflip:") for p in ps for f in p.faults)
     assert any("path=*manifest.json*" in f for p in ps for f in p.faults)
     assert any("path=*rank*.bin*" in f for p in ps for f in p.faults)
+    # one failed open (a read tries it again) and more than the file store's tries (it gives up)
+    counts = {int(f.rsplit("count=", 1)[1]) for p in ps for f in p.faults if f.startswith("ioerror:")}
+    assert counts == set(plans.IO_ERROR_COUNTS) and max(counts) > len(RETRY_DELAYS) + 1
     assert any(len(p.damage) == 2 for p in ps) and any(d["file"] == "manifest.json" for p in ps for d in p.damage)
 
 

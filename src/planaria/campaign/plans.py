@@ -27,6 +27,9 @@ ABFT_KINDS = ("crash", "silent", "nodata", "readerror", "memory")
 KILL_KINDS = ("iter", "checkpoint", "recover", "finish", "adjacent", "start", "end", "mtbf")
 APP_ONLY_KINDS = ("bitflip",)
 FILE_ONLY_KINDS = ("ioerror",)
+#: how many opens in a row an I/O-error fault fails: one (a transient error a read tries again
+#: past), or more than the file store's tries (a read that gives up, a save that fails)
+IO_ERROR_COUNTS = (1, 1, 2, 3, 5)
 
 
 @dataclass
@@ -135,7 +138,8 @@ def _draw_faults(rng: random.Random, kinds: tuple[str, ...], steps: int, every: 
                           f"count={rng.randint(1, 2)},ranks=0-{WORLD - 1}")
             continue
         if kind == "ioerror" and rng.random() < 0.25:      # rank 0 writes the manifests
-            faults.append(f"ioerror:rank=0,iter={rng.randint(0, steps - 1)},path=*manifest.json*,count=1")
+            faults.append(f"ioerror:rank=0,iter={rng.randint(0, steps - 1)},path=*manifest.json*,"
+                          f"count={rng.choice(IO_ERROR_COUNTS)}")
             continue
         if not free:
             break
@@ -166,7 +170,7 @@ def _fault(rng: random.Random, kind: str, v: int, steps: int, every: int, second
         bit = f",bit={rng.randrange(64)}" if rng.random() < 0.5 else ""
         return f"bitflip:rank={v},array=x,iter={rng.randint(0, steps - 1)}{bit},seed={rng.randrange(1000)}"
     if kind == "ioerror":
-        return f"ioerror:rank={v},iter={rng.randint(0, steps - 1)},path=*rank*.bin*,count=1"
+        return f"ioerror:rank={v},iter={rng.randint(0, steps - 1)},path=*rank*.bin*,count={rng.choice(IO_ERROR_COUNTS)}"
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
