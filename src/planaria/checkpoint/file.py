@@ -570,7 +570,7 @@ class FileStore(CheckpointStore):
         version = check_version(version)
         fresh = check_fresh(comm, fresh)
         if comm.rank in fresh:                   # its file is the one likely out of the page cache
-            prefetch(self.directory / vdir_name(version) / rank_file_name(comm.rank))   # the manifest names it so
+            prefetch(os.path.join(self.directory, vdir_name(version), rank_file_name(comm.rank)))  # as the manifest names it
         self._join_prune()
         verdict = Verdict(comm, fresh) if len(fresh) == 1 else None
         listening = verdict.listen() if verdict is not None and comm.rank in fresh else None

@@ -774,7 +774,7 @@ def _constant(value: int) -> np.ndarray:
 
 #: the two verdicts and the common statuses, sent as they are (read-only: MPI only reads a send buffer)
 _YES, _NO = _constant(1), _constant(0)
-_STATUS = {0: _NO, -1: _constant(-1)}
+_STATUS = {0: _constant(0), -1: _constant(-1)}
 
 
 def wait_sends(reqs: list[Any]) -> None:
