@@ -511,6 +511,9 @@ def command(
                              "the cores); core: pin every rank to a core, several per core when they outnumber them."),
     under_run: bool = typer.Option(False, "--under-run", help="With --within-job: run every job under 'planaria run' "
                                    "(controller and agents, as users run detection) instead of a bare mpiexec."),
+    note_cost: bool = typer.Option(False, "--note-cost", help="Instead of the on/off ratio: where detection's time "
+                                   "goes, the flight record's note timed inside each kernel's runs and in a tight "
+                                   "loop, one job per kernel under 'planaria run' (--pairs: pairs of runs, default 3)."),
 ) -> None:
     """Time of NPB-like kernels with run-time error detection on (PLANARIA_DETECT=1) vs off, and their ratio.
 
@@ -521,7 +524,19 @@ def command(
     on/off ratio comes with a bootstrap 95 % interval and a verdict (met / consistent / missed).
     --jobs J runs J such jobs per kernel and pools them, the job as the unit of the interval
     (the spread between jobs is larger than one job's interval shows).
+
+    --note-cost shows where the time goes instead: the flight record's note (written before every
+    count-checked collective under 'planaria run') timed inside each kernel and in a tight loop.
+    Example: python -m benchmarks detect --kernels cg --class A --ranks 4 --note-cost
     """
+
+    if note_cost:
+        from benchmarks import flightcost
+
+        def costs() -> dict[str, Any]:
+            return flightcost.run(kernels, ranks, klass, flightcost.PAIRS if pairs is None else pairs, backend, timeout,
+                                  progress=_launch.progress_printer(json_out))
+        raise typer.Exit(_launch.run_and_show("detect", costs, flightcost.show, json_out))
 
     def compute() -> dict[str, Any]:
         return run(kernels, ranks, klass, pairs, backend, timeout, progress=_launch.progress_printer(json_out),

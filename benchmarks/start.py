@@ -99,12 +99,14 @@ def run(nprocs: int, repeat: int, timeout: float, progress: Any = None) -> dict[
     import compileall
 
     import planaria
+    from planaria.comm import flight
     from planaria.launch import rankfate
     # ranks run with compiled modules, as after an install (where PYTHONDONTWRITEBYTECODE is set, a
     # source checkout's ranks would otherwise compile planaria each time and time that), and under
-    # the C rank recorder as after a first job (which builds it once)
+    # the C rank recorder, with the flight record's C note, as after a first job (which builds them once)
     compileall.compile_dir(str(Path(planaria.__file__).parent), quiet=1)
     rankfate.recorder_binary()
+    flight.note_build()
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     for i in range(repeat):
         for mode in MODES:

@@ -99,3 +99,25 @@ def test_detect_within_pools_separate_jobs() -> None:
     assert sorted(row["pair_ratios"]) == sorted(r for j in row["per_job"] for r in j["pair_ratios"])
     assert row["ci_low"] <= row["ratio_median"] <= row["ci_high"]
     assert row["verdict"] == detect.verdict(row["ratio_median"], row["ci_high"], 8, jobs=2)
+
+
+@pytest.mark.timeout(150)
+def test_note_cost_times_both_notes_inside_the_kernel_under_planaria_run() -> None:
+    """--note-cost: one job per note under planaria run, the flight record kept, each note timed in
+    the kernel and in a loop; the C note where planaria run could build it, else the Python one twice."""
+    from benchmarks import flightcost
+    from planaria.comm import flight
+    built = flight.note_build() is not None         # as a first job on this machine leaves it
+    out = flightcost.run(["cg"], ranks=2, klass="S", pairs=1, backend="ulfm", timeout=60)
+    assert [r["note"] for r in out["rows"]] == (["c", "python"] if built else ["python", "python"])
+    for r in out["rows"]:
+        assert r["kernel"] == "cg" and r["notes_per_s"] > 0 and r["ns_hot"] > 0
+        assert r["ns_in_kernel_max"] >= r["ns_in_kernel"] and 0 < r["share_of_rank_time"] < 1
+
+
+def test_note_cost_rejects_bad_options() -> None:
+    from benchmarks import flightcost
+    with pytest.raises(ValueError, match="pairs must be >= 1"):
+        flightcost.run(["cg"], ranks=2, klass="S", pairs=0)
+    with pytest.raises(ValueError):
+        flightcost.run(["nope"], ranks=2, klass="S")

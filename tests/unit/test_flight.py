@@ -24,14 +24,33 @@ class _Comm:
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any) -> None:
         self._ml_seq += 1
-        flight.note(self, flight.ALLREDUCE, sendbuf, recvbuf)
+        flight.note(self._fl, self._ml_seq, flight.ALLREDUCE, sendbuf, recvbuf)
 
 
-@pytest.fixture
-def record(tmp_path: Path) -> Any:
+@pytest.fixture(scope="session")
+def c_note(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The C note, built into a cache of this session's own (as ``planaria run`` builds it)."""
+    cache = tmp_path_factory.mktemp("cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("XDG_CACHE_HOME", str(cache))
+    try:
+        built = flight.note_build()
+    finally:
+        mp.undo()
+    if built is None:
+        pytest.skip("no C compiler or no Python headers: the C note cannot be built here")
+    return built
+
+
+@pytest.fixture(params=["python", "c"])
+def record(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A record open for this process, written by the Python note or by the C one."""
+    monkeypatch.setenv("PLANARIA_FLIGHT_NOTE", request.getfixturevalue("c_note") if request.param == "c" else "python")
     assert flight.open_file(tmp_path / "flight" / "1" / "3.bin", 3)
+    assert flight.note_kind() == request.param
     yield tmp_path
     flight.close()
+    assert flight.note_kind() == "none" and flight.note is flight._py_note
 
 
 def test_a_call_is_read_back_with_its_size_and_call_site(record: Path) -> None:
@@ -49,8 +68,108 @@ def test_a_call_is_read_back_with_its_size_and_call_site(record: Path) -> None:
     assert (s["comm"], s["seq"], s["bytes"]) == ("world.s1c0", 1, 12)
 
 
-def test_the_record_outlives_a_crashed_process(tmp_path: Path) -> None:
+def _calls(comm: Any, sub: Any) -> None:
+    """The same calls, from several sites and communicators, for both notes."""
+    from mpi4py import MPI
+    for k in range(3):
+        comm.Allreduce(np.ones(k + 1), np.zeros(k + 1))
+        sub.Allreduce(MPI.IN_PLACE, np.zeros(3, dtype=np.int32))
+    comm.Allreduce([np.ones(8), 3, MPI.DOUBLE], None)
+    for _ in range(2):
+        sub.Allreduce(np.ones(5, dtype=np.float32), np.zeros(5, dtype=np.float32))
+
+
+def test_the_c_note_writes_the_words_the_python_note_writes(tmp_path: Path, c_note: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    words = {}
+    for kind, env in (("python", "python"), ("c", c_note)):
+        monkeypatch.setenv("PLANARIA_FLIGHT_NOTE", env)
+        path = tmp_path / kind / "flight" / "1" / "0.bin"
+        assert flight.open_file(path, 0) and flight.note_kind() == kind
+        try:
+            _calls(_Comm("world"), _Comm("world.s1c0"))
+        finally:
+            flight.close()
+        data = path.read_bytes()
+        slots = [data[(flight._SLOT0 + s * flight.WORDS) * 8:][:5 * 8] for s in range(2)]   # the words readers read
+        words[kind] = (slots, data[flight._CIDS:])              # and the communicators' ids and the code table
+    assert words["c"] == words["python"]
+    assert [s["bytes"] for s in flight.read(tmp_path / "c" / "flight" / "1" / "0.bin")] == [24, 20]
+
+
+def test_a_build_for_another_interpreter_is_never_loaded(tmp_path: Path, c_note: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    other = tmp_path / "flightnote-0-x86_64.cpython-399-x86_64-linux-gnu.so"
+    other.write_bytes(Path(c_note).read_bytes())
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))      # and none of its own
+    for env in (str(other), str(tmp_path / "missing.so"), "python", ""):
+        monkeypatch.setenv("PLANARIA_FLIGHT_NOTE", env)
+        assert flight.open_file(tmp_path / "r.bin", 0)
+        try:
+            assert flight.note_kind() == "python", env
+            _Comm("world").Allreduce(np.ones(2), np.zeros(2))       # the Python note records
+            assert flight.read(tmp_path / "r.bin")[0]["bytes"] == 16
+        finally:
+            flight.close()
+
+
+def test_the_c_note_waits_for_numpy_and_the_python_note_writes_meanwhile(tmp_path: Path, c_note: str) -> None:
+    """A rank's start imports no numpy: the C note (whose load would import it) is loaded by the
+    first note after numpy's import; the notes before, through the waiting note, name their own call sites."""
+    rec, app = tmp_path / "0.bin", tmp_path / "app.py"
+    app.write_text(
+        "import sys\n"
+        "from planaria.comm import flight\n"
+        "flight.open_file(sys.argv[1], 0)\n"
+        "out = [flight.note_kind(), 'numpy' in sys.modules]\n"
+        "class C:\n"
+        "    _fl = flight.slot('world'); _ml_seq = 0\n"
+        "    def Bcast(self, buf):\n"
+        "        self._ml_seq += 1\n"
+        "        flight.note(self._fl, self._ml_seq, flight.BCAST, buf)\n"
+        "def seen():\n"
+        "    s = flight.read(sys.argv[1])[0]\n"
+        "    return [flight.note_kind(), s['site'].split(':')[-1], s['bytes']]\n"
+        "c = C()\n"
+        "c.Bcast(bytearray(3))\n"
+        "out += seen()\n"
+        "import numpy as np\n"
+        "c.Bcast(np.ones(2))\n"
+        "out += seen()\n"
+        "c.Bcast(np.ones(4))\n"
+        "out += seen()\n"
+        "print(out)\n")
+    res = subprocess.run([sys.executable, str(app), str(rec)], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PLANARIA_FLIGHT_NOTE=c_note))
+    assert res.returncode == 0, res.stderr
+    assert eval(res.stdout) == ["python", False, "python", "14 in <module>", 3,     # written by the waiting note
+                                "c", "17 in <module>", 16,                         # it loaded the C note after
+                                "c", "19 in <module>", 32]
+
+
+def test_by_default_a_rank_finds_the_build_for_its_interpreter(tmp_path: Path, c_note: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(Path(c_note).parent.parent))    # the cache the build is in
+    monkeypatch.delenv("PLANARIA_FLIGHT_NOTE", raising=False)
+    assert flight.open_file(tmp_path / "r.bin", 0)
+    try:
+        assert flight.note_kind() == "c"
+    finally:
+        flight.close()
+
+
+def test_without_a_compiler_nothing_is_built_or_noted(tmp_path: Path) -> None:
+    code = "from planaria.comm import flight\nprint(flight.note_build())"
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), PATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["None"], out.stderr
+    assert not list(tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("kind", ["python", "c"])
+def test_the_record_outlives_a_crashed_process(tmp_path: Path, kind: str, request: pytest.FixtureRequest) -> None:
     """A process that dies of SIGSEGV right after the call leaves its record in the file."""
+    note = request.getfixturevalue("c_note") if kind == "c" else "python"
     prog = (
         "import ctypes, numpy as np\n"
         "from planaria.comm import flight\n"
@@ -58,12 +177,12 @@ def test_the_record_outlives_a_crashed_process(tmp_path: Path) -> None:
         "class C:\n"
         "    _fl = flight.slot('world'); _ml_seq = 7\n"
         "    def Bcast(self, buf):\n"
-        "        flight.note(self, flight.BCAST, buf)\n"
+        "        flight.note(self._fl, self._ml_seq, flight.BCAST, buf)\n"
         "C().Bcast(np.ones(5))\n"
         "ctypes.string_at(0)\n"
     )
     res = subprocess.run([sys.executable, "-c", prog], capture_output=True, timeout=60,
-                         env=dict(os.environ, PYTHONFAULTHANDLER="0"))
+                         env=dict(os.environ, PYTHONFAULTHANDLER="0", PLANARIA_FLIGHT_NOTE=note))
     assert res.returncode == -11
     assert [(s["op"], s["seq"], s["bytes"]) for s in flight.read_dir(tmp_path)[0]] == [("Bcast", 7, 40)]
 

@@ -12,9 +12,18 @@ the kernel keeps when the process dies. ``read_dir`` reads the files back and
 
 Layout (little-endian 64-bit words, ``WORDS`` per slot): a header (magic, world rank, slots,
 code entries, ``sys.hexversion``), then ``SLOTS`` slots ``(seq, op, bytes, code, instruction
-offset)`` written data first and ``seq`` last, the communicator ids (``CID_BYTES`` each) and the
+offset)`` written data first and ``seq`` last (the C note keeps the address of the slot's last
+code object in its sixth word, which no reader uses), the communicator ids (``CID_BYTES`` each) and the
 code table (``path\\0function\\0first line``, ``CODE_BYTES`` each, written once per code object).
 Only this module knows the layout.
+
+The note is written by ``flightnote.c`` where it is built for the rank's interpreter
+(``note_build``: ``planaria run`` builds it once per machine; ``PLANARIA_FLIGHT_NOTE=python`` keeps
+the Python note), else by the Python function below: the same words either way. Between two collectives of a kernel, whose data has
+pushed the interpreter's code and objects out of the CPU's caches, the Python note costs several
+microseconds (it makes a frame object for ``sys._getframe``, looks attributes up, stores through a
+memoryview); the C one reads the interpreter's frames and stores five words
+(``python -m benchmarks detect --note-cost``).
 """
 from __future__ import annotations
 
@@ -23,7 +32,7 @@ import os
 import struct
 import sys
 from functools import lru_cache
-from planaria.util.env import PLANARIA_JOB_DIR, PLANARIA_RESTART
+from planaria.util.env import PLANARIA_FLIGHT_NOTE, PLANARIA_JOB_DIR, PLANARIA_RESTART
 from planaria.util.paths import shown
 
 TYPE_CHECKING = False          # typing stays out of a rank's start (about 3 ms of CPU)
@@ -52,6 +61,9 @@ _CODE_IDS: dict[int, int] = {}           # id(code object) -> code-table index
 _CODE_KEEP: list[Any] = []
 _slots_used = 0
 _getframe = sys._getframe
+_C: Any = None                           # the C note's module while it records, else None
+_C_WANT: str | None = None               # the C note wanted: its build's path, "" this interpreter's, None none
+NOTE_OFF = "python"                      # PLANARIA_FLIGHT_NOTE's value that keeps the Python note
 
 
 def path_for(job_dir: str | os.PathLike[str], attempt: int, world_rank: int) -> Path:
@@ -98,14 +110,100 @@ def open_file(path: str | os.PathLike[str], world_rank: int) -> bool:
     _slots_used = 0
     _CODE_IDS.clear()
     _CODE_KEEP.clear()
+    _attach_c(os.environ.get(PLANARIA_FLIGHT_NOTE, ""))
     return True
+
+
+def _attach_c(choice: str) -> None:
+    """Write the notes with the C note from now on, or from the first note after numpy's import
+    (loading the C note imports numpy, which a rank's start does not: ``_then_c``). ``choice``:
+    ``PLANARIA_FLIGHT_NOTE``'s value: ``python`` keeps the Python note, a path names the build to
+    load, empty (the default) means this interpreter's build (``note_build``) if there is one. The
+    Python note stays where there is none, it is built for another interpreter or it does not load."""
+    global note, _C, _C_WANT
+    if _C is not None:                   # a record opened before (not closed): its hold goes first
+        _C.detach()
+    _C, _C_WANT, note = None, None, _py_note
+    if choice == NOTE_OFF:
+        return
+    _C_WANT = choice
+    if "numpy" in sys.modules:
+        _load_c()
+    else:
+        note = _then_c
+
+
+def _load_c() -> None:
+    """Load the C note that ``_C_WANT`` names and make it ``note``; the Python note when there is
+    none or it does not load."""
+    global note, _C
+    from importlib.machinery import EXTENSION_SUFFIXES
+    note = _py_note
+    path = _C_WANT or note_build(build=False)
+    if not path or not path.endswith(EXTENSION_SUFFIXES[0]):
+        return                           # a build for another interpreter's ABI is never loaded
+    try:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("_flightnote", path)
+        if spec is None or spec.loader is None:
+            return
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.attach(_MAP, _code_index, _size_either)
+    except (ImportError, OSError, TypeError, ValueError, BufferError):
+        return
+    _C, note = mod, mod.note
+
+
+def note_kind() -> str:
+    """Which note writes the record now: ``c``, ``python`` (also while the C one waits for numpy),
+    or ``none`` when nothing is recorded."""
+    return "none" if _MV is None else "c" if _C is not None else "python"
+
+
+def note_build(build: bool = True) -> str | None:
+    """The C note built for this interpreter and numpy (``util.cbuild``; built now when ``build``
+    and there is none), or None: no C compiler, no headers, or an interpreter whose frames it does
+    not know. A rank asks with its first note: this imports neither numpy nor ``sysconfig``."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    from planaria.util import cbuild
+    py, npy = _include_dirs()
+    if py is None or npy is None:
+        return None
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flightnote.c")
+    # numpy's configuration header in the checksum: another numpy (another C API) builds anew
+    return cbuild.built(src, "flightnote", ("-O2", "-shared", "-fPIC", "-I" + py, "-I" + npy),
+                        EXTENSION_SUFFIXES[0], build=build, extra=(os.path.join(npy, "numpy", "_numpyconfig.h"),))
+
+
+def _include_dirs() -> tuple[str | None, str | None]:
+    """The directories of Python's and numpy's C headers (None where there are none)."""
+    py: str | None = os.path.join(sys.base_prefix, "include", f"python{sys.version_info[0]}.{sys.version_info[1]}"
+                                  f"{sys.abiflags}")
+    if not os.path.exists(os.path.join(py, "Python.h")):
+        import sysconfig
+        py = sysconfig.get_paths().get("include")
+        if py is None or not os.path.exists(os.path.join(py, "Python.h")):
+            py = None
+    from importlib.util import find_spec
+    spec = find_spec("numpy")
+    for root in (spec.submodule_search_locations or []) if spec is not None else []:
+        for sub in ("_core", "core"):                           # numpy 2, numpy 1
+            inc = os.path.join(root, sub, "include")
+            if os.path.exists(os.path.join(inc, "numpy", "arrayobject.h")):
+                return py, inc
+    return py, None
 
 
 def close() -> None:
     """Stop recording (slots handed out before write nowhere); the file stays as it is."""
-    global _MV, _MAP
-    mv, m = _MV, _MAP
-    _MV = _MAP = None
+    global _MV, _MAP, _C, _C_WANT, note
+    mv, m, c = _MV, _MAP, _C
+    _MV = _MAP = _C = _C_WANT = None
+    note = _py_note
+    if c is not None:
+        c.detach()                       # its hold on the mapping first: a mapping in use cannot close
     if mv is not None:
         mv.release()
     if m is not None:
@@ -125,15 +223,17 @@ def slot(cid: str) -> int:
     return _SLOT0 + s * WORDS
 
 
-def note(comm: Any, op: int, buf: Any, alt: Any = None) -> None:
-    """Record that ``comm``'s current collective (number ``comm._ml_seq``) is ``op`` with ``buf``
-    (``alt`` when ``buf`` has no size, e.g. ``MPI.IN_PLACE``), called from ``comm``'s method.
+def _py_note(i: int, seq: int, op: int, buf: Any, alt: Any = None, depth: int = 2) -> None:
+    """Record in slot ``i`` (the communicator's ``_fl``; 0: none) that its collective number ``seq``
+    (its ``_ml_seq``) is ``op`` with ``buf`` (``alt`` when ``buf`` has no size, e.g.
+    ``MPI.IN_PLACE``), called from the communicator's method: ``note(self._fl, self._ml_seq, ...)``.
     The call site is kept as code object and instruction offset (``f_lineno`` costs a scan of the
-    line table, several hundred ns in a long module; the reader maps the offset to its line)."""
-    i = comm._fl
+    line table, several hundred ns in a long module; the reader maps the offset to its line).
+    ``note`` is this function, or the C one that writes the same words (module docstring);
+    ``depth``: frames up to the caller's caller (one more when called through ``_then_c``)."""
     mv = _MV
     if i and mv is not None:
-        f = _getframe(2)
+        f = _getframe(depth)
         code = f.f_code
         k = _CODE_IDS.get(id(code))        # by id: a code object's hash is computed anew every time
         if k is None:
@@ -145,7 +245,29 @@ def note(comm: Any, op: int, buf: Any, alt: Any = None) -> None:
         mv[i + 2] = n
         mv[i + 3] = k
         mv[i + 4] = f.f_lasti
-        mv[i] = comm._ml_seq
+        mv[i] = seq
+
+
+note = _py_note
+
+
+def _then_c(i: int, seq: int, op: int, buf: Any, alt: Any = None) -> None:
+    """``note`` while the C note waits for numpy: this note written in Python, and the C one
+    loaded for the next as soon as numpy is imported (by then, mostly, for this call's buffer)."""
+    _py_note(i, seq, op, buf, alt, 3)
+    if "numpy" in sys.modules and note is _then_c:
+        _load_c()
+
+
+def _size_either(buf: Any, alt: Any) -> int:
+    """The bytes of ``buf``, else of ``alt`` (the C note's way to ``size``)."""
+    return size(buf) or size(alt)
+
+
+def _code_index(code: Any) -> int:
+    """The code-table index of ``code``, entered now when it has none (the C note's look-up)."""
+    k = _CODE_IDS.get(id(code))
+    return _code(code) if k is None else k
 
 
 def _code(code: Any) -> int:

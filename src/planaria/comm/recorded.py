@@ -26,7 +26,7 @@ def rooted(name: str, complete: Callable[[Any, Any, Any, int], None], kind: int 
         if self._ml_on:
             self._ml_seq += 1
             if kind:
-                _flight.note(self, kind, recvbuf if noted_recv else sendbuf)
+                _flight.note(self._fl, self._ml_seq, kind, recvbuf if noted_recv else sendbuf)
         complete(self, sendbuf, recvbuf, root)
     return named(method, name)
 
@@ -37,6 +37,6 @@ def to_all(name: str, complete: Callable[[Any, Any, Any], None], kind: int = 0) 
         if self._ml_on:
             self._ml_seq += 1
             if kind:
-                _flight.note(self, kind, sendbuf)
+                _flight.note(self._fl, self._ml_seq, kind, sendbuf)
         complete(self, sendbuf, recvbuf)
     return named(method, name)

@@ -830,21 +830,21 @@ class SimComm(Comm, MPI.Intracomm):
     def Bcast(self, buf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
-            _flight.note(self, _flight.BCAST, buf)
+            _flight.note(self._fl, self._ml_seq, _flight.BCAST, buf)
         self._enter(None)
         self._coll(self._c.Ibcast(buf, root), buf)
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
-            _flight.note(self, _flight.REDUCE, sendbuf, recvbuf)
+            _flight.note(self._fl, self._ml_seq, _flight.REDUCE, sendbuf, recvbuf)
         self._enter(None)
         self._coll(self._c.Ireduce(sendbuf, recvbuf, MPI.SUM if op is None else op, root), sendbuf, recvbuf)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> None:
         if self._ml_on:
             self._ml_seq += 1
-            _flight.note(self, _flight.ALLREDUCE, sendbuf, recvbuf)
+            _flight.note(self._fl, self._ml_seq, _flight.ALLREDUCE, sendbuf, recvbuf)
         self._enter(None)
         self._coll(self._c.Iallreduce(sendbuf, recvbuf, MPI.SUM if op is None else op), sendbuf, recvbuf)
 

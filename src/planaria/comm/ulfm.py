@@ -773,7 +773,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def Bcast(self, buf: Any, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
-            _flight.note(self, _flight.BCAST, buf)
+            _flight.note(self._fl, self._ml_seq, _flight.BCAST, buf)
         try:
             self._c.Bcast(buf, root)
         except MPI.Exception as e:
@@ -782,7 +782,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = None, root: int = 0) -> None:
         if self._ml_on:
             self._ml_seq += 1
-            _flight.note(self, _flight.REDUCE, sendbuf, recvbuf)
+            _flight.note(self._fl, self._ml_seq, _flight.REDUCE, sendbuf, recvbuf)
         try:
             self._c.Reduce(sendbuf, recvbuf, MPI.SUM if op is None else op, root)
         except MPI.Exception as e:
@@ -791,7 +791,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = None) -> None:
         if self._ml_on:
             self._ml_seq += 1
-            _flight.note(self, _flight.ALLREDUCE, sendbuf, recvbuf)
+            _flight.note(self._fl, self._ml_seq, _flight.ALLREDUCE, sendbuf, recvbuf)
         try:
             _ALLREDUCE(self, sendbuf, recvbuf, MPI.SUM if op is None else op)
         except MPI.Exception as e:

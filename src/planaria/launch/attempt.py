@@ -171,6 +171,16 @@ def _stdin_pipe(opts: RunOptions, jobdir: JobDir, number: int, penv: dict[str, s
     return fifo
 
 
+#: seconds after mpiexec starts that the launcher looks for (or builds) the flight record's C note
+BUILD_AFTER_S = 1.0
+
+
+def _build_flight_note() -> None:
+    """Build the flight record's C note unless it is built (``planaria.comm.flight.note_build``)."""
+    from planaria.comm import flight
+    flight.note_build()
+
+
 def _pump_stdin(fifo: Path) -> None:
     """Copy the launcher's standard input into ``fifo`` until EOF (a daemon thread: it may wait
     forever for a rank that never opens the pipe or never reads)."""
@@ -368,6 +378,11 @@ class Attempt:
                       threading.Thread(target=out.pump, args=(self.proc.stderr, True), daemon=True)]
         for th in self.pumps:
             th.start()
+        # the flight record's note in C, built on this machine's first job (a rank looks for it with
+        # its first note after numpy's import); looked for once the ranks have started, not among them
+        build = threading.Timer(BUILD_AFTER_S, _build_flight_note)
+        build.daemon = True
+        build.start()
         if progressbar.wanted(self.opts.json):
             from planaria.launch.progressbar import ProgressBar
             self.bar = ProgressBar(controller, out)

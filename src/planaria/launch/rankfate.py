@@ -210,52 +210,9 @@ CFLAGS = ("-O2",)
 def recorder_binary() -> str | None:
     """The built C recorder (built now, once, if its source is newer than any build), or None when
     it cannot be: no C compiler, or its build failed (noted next to where the build would be, and
-    not tried again)."""
-    here = os.path.dirname(os.path.realpath(__file__))
-    src = os.path.join(here, "rankfate.c")
-    try:
-        with open(src, "rb") as fh:
-            text = fh.read()
-    except OSError:
-        return None
-    import zlib
-
-    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "planaria")
-    exe = os.path.join(cache, f"rankfate-{zlib.crc32(text):08x}-{os.uname().machine}")
-    if os.access(exe, os.X_OK):
-        return exe
-    if os.path.exists(f"{exe}.failed"):
-        return None
-    return _build(src, exe)
-
-
-def _build(src: str, exe: str) -> str | None:
-    """Compile ``src`` into ``exe`` with the system's ``cc``; None (and ``exe.failed`` saying why) if that fails."""
-    import shutil
-    import subprocess
-
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        return None                     # tried again next time: a compiler may be installed
-    try:
-        os.makedirs(os.path.dirname(exe), mode=0o700, exist_ok=True)
-    except OSError:
-        return None
-    tmp = f"{exe}.{os.getpid()}.tmp"
-    try:
-        res = subprocess.run([cc, *CFLAGS, "-o", tmp, src], capture_output=True, text=True, timeout=120)
-        why = "" if res.returncode == 0 else res.stderr[-4000:] or f"{cc} exited {res.returncode}"
-    except (OSError, subprocess.SubprocessError) as exc:
-        why = str(exc)
-    try:
-        if not why:
-            os.replace(tmp, exe)        # at once: launchers building it together each rename their own
-            return exe
-        with open(f"{exe}.failed", "w") as fh:
-            fh.write(why)
-    except OSError:
-        pass
-    return None
+    not tried again; see ``planaria.util.cbuild``)."""
+    from planaria.util import cbuild
+    return cbuild.built(os.path.join(os.path.dirname(os.path.realpath(__file__)), "rankfate.c"), "rankfate", CFLAGS)
 
 
 def read_fates(where: Path, skip: set[int] | None = None) -> dict[int, dict[str, Any]]:

@@ -27,6 +27,7 @@ PLANARIA_FATES_DIR = "PLANARIA_FATES_DIR"       # where the rank recorder writes
 PLANARIA_STDIN = "PLANARIA_STDIN"               # "<rank>:<host>:<fifo>": the rank whose stdin is the launcher's (rankfate)
 
 # ---- set by users (or a wrapping command) to tune a run
+PLANARIA_FLIGHT_NOTE = "PLANARIA_FLIGHT_NOTE"   # "python": the flight record's note in Python, not C; or a C build's path; comm.flight reads it
 PLANARIA_HOME = "PLANARIA_HOME"                 # the root of jobs/ instead of ./.planaria; launch/jobdir reads, campaign sets
 PLANARIA_HOSTS_DIR = "PLANARIA_HOSTS_DIR"       # where `planaria hosts up` keeps host sets; cli/hosts and the runner read
 PLANARIA_FINALIZE_TIMEOUT = "PLANARIA_FINALIZE_TIMEOUT"   # seconds MPI_Finalize may take; runtime/bootstrap reads it
