@@ -37,6 +37,7 @@ from planaria.util.paths import shown
 
 TYPE_CHECKING = False          # typing stays out of a rank's start (about 3 ms of CPU)
 if TYPE_CHECKING:       # pathlib is imported by the functions that use it, out of a rank's start
+    from collections.abc import Callable
     from pathlib import Path
     from typing import Any
 
@@ -179,9 +180,9 @@ def note_build(build: bool = True) -> str | None:
 
 def _include_dirs() -> tuple[str | None, str | None]:
     """The directories of Python's and numpy's C headers (None where there are none)."""
-    py: str | None = os.path.join(sys.base_prefix, "include", f"python{sys.version_info[0]}.{sys.version_info[1]}"
-                                  f"{sys.abiflags}")
-    if not os.path.exists(os.path.join(py, "Python.h")):
+    usual = os.path.join(sys.base_prefix, "include", f"python{sys.version_info[0]}.{sys.version_info[1]}{sys.abiflags}")
+    py: str | None = usual
+    if not os.path.exists(os.path.join(usual, "Python.h")):     # sysconfig only where the usual place is not it
         import sysconfig
         py = sysconfig.get_paths().get("include")
         if py is None or not os.path.exists(os.path.join(py, "Python.h")):
@@ -248,7 +249,7 @@ def _py_note(i: int, seq: int, op: int, buf: Any, alt: Any = None, depth: int = 
         mv[i] = seq
 
 
-note = _py_note
+note: Callable[..., None] = _py_note       # or the C note, or ``_then_c`` (``_attach_c``)
 
 
 def _then_c(i: int, seq: int, op: int, buf: Any, alt: Any = None) -> None:
