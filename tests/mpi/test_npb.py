@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -111,8 +112,12 @@ def test_note_cost_times_both_notes_inside_the_kernel_under_planaria_run() -> No
     out = flightcost.run(["cg"], ranks=2, klass="S", pairs=1, backend="ulfm", timeout=60)
     assert [r["note"] for r in out["rows"]] == (["c", "python"] if built else ["python", "python"])
     for r in out["rows"]:
-        assert r["kernel"] == "cg" and r["notes_per_s"] > 0 and r["ns_hot"] > 0
-        assert r["ns_in_kernel_max"] >= r["ns_in_kernel"] and 0 < r["share_of_rank_time"] < 1
+        assert r["kernel"] == "cg" and r["notes_per_s"] > 0 and r["ns_in_kernel_max"] >= r["ns_in_kernel"]
+        assert all(math.isfinite(r[k]) for k in ("ns_in_kernel", "ns_hot", "share_of_rank_time"))
+    # the Python note costs hundreds of ns even in a loop: above the clock's noise on a loaded machine
+    # (the C note's tens of ns are not)
+    py = out["rows"][-1]
+    assert py["note"] == "python" and py["ns_hot"] > 0 and 0 < py["share_of_rank_time"] < 1
 
 
 def test_note_cost_rejects_bad_options() -> None:
