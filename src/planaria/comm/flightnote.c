@@ -42,6 +42,17 @@ static PyObject *s_nbytes;
 static PyCodeObject *cache_code[CACHE];
 static int64_t cache_k[CACHE];
 
+static int64_t ask_index(PyCodeObject *code)
+{
+    /* the Python side's index of ``code`` (entered in the record's table when new); -1 on error */
+    PyObject *r = PyObject_CallOneArg(new_code, (PyObject *)code);
+    if (r == NULL)
+        return -1;
+    int64_t k = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    return (k == -1 && PyErr_Occurred()) ? -1 : k;
+}
+
 static int64_t code_index(PyCodeObject *code)
 {
     size_t h = ((uintptr_t)code >> 4) % CACHE;
@@ -50,24 +61,15 @@ static int64_t code_index(PyCodeObject *code)
         if (cache_code[j] == code)
             return cache_k[j];
         if (cache_code[j] == NULL) {
-            PyObject *r = PyObject_CallOneArg(new_code, (PyObject *)code);
-            if (r == NULL)
-                return -1;
-            int64_t k = PyLong_AsLongLong(r);
-            Py_DECREF(r);
-            if (k == -1 && PyErr_Occurred())
-                return -1;
-            cache_code[j] = code;   /* the Python side keeps a reference: the address stays its code's */
-            cache_k[j] = k;
+            int64_t k = ask_index(code);
+            if (k >= 0) {
+                cache_code[j] = code;   /* the Python side keeps a reference: the address stays its code's */
+                cache_k[j] = k;
+            }
             return k;
         }
     }
-    PyObject *r = PyObject_CallOneArg(new_code, (PyObject *)code);   /* cache full */
-    if (r == NULL)
-        return -1;
-    int64_t k = PyLong_AsLongLong(r);
-    Py_DECREF(r);
-    return k;
+    return ask_index(code);             /* the cache is full */
 }
 
 static int64_t buffer_bytes(PyObject *buf, PyObject *alt, int *err)
