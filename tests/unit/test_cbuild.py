@@ -48,6 +48,26 @@ def test_a_program_is_built_once(tmp_path: Path, cache: Path) -> None:
 
 
 @needs_cc
+def test_a_temporary_build_whose_process_is_gone_is_removed_by_the_next_build(tmp_path: Path, cache: Path) -> None:
+    src = tmp_path / "ok.c"
+    src.write_text("int main(void) { return 0; }\n")
+    out = cbuild.build_path(str(src), "ok", ("-O2",))
+    assert out is not None
+    gone = subprocess.Popen(["true"])
+    gone.wait()                                         # a process id that no process has now
+    host = os.uname().nodename
+    cache.mkdir(parents=True)
+    left = {name: Path(f"{out}.{name}.tmp") for name in
+            (f"{host}.{gone.pid}", f"{host}.{os.getppid()}", f"elsewhere.{gone.pid}")}
+    for p in left.values():
+        p.write_bytes(b"half a build")
+    assert cbuild.built(str(src), "ok", ("-O2",)) == out
+    assert not left[f"{host}.{gone.pid}"].exists()                 # its builder is gone
+    assert left[f"{host}.{os.getppid()}"].exists()                 # a live builder's is its own
+    assert left[f"elsewhere.{gone.pid}"].exists()                  # another host's is that host's
+
+
+@needs_cc
 def test_a_failed_build_is_noted_and_not_tried_again(tmp_path: Path, cache: Path) -> None:
     src = tmp_path / "bad.c"
     src.write_text("this is not C\n")

@@ -5,7 +5,10 @@ Two hot paths are C where Python costs too much: the rank recorder every rank st
 collective (``comm/flightnote.c``, an extension module). Each has a Python version that does the
 same, used where the C one is not built. A build is named by a checksum of its source and of the
 compiler's arguments, so a changed source or interpreter builds anew; a build that fails is noted
-next to where it would be (``.failed``, with the compiler's message) and not tried again. Builds
+next to where it would be (``.failed``, with the compiler's message) and not tried again. The
+compiler writes a temporary file named for the building host and process, renamed into place when
+done; one whose process is gone (a launcher that exited while its compiler ran) is removed by the
+next build of the same file on that host. Builds
 run through ``cc`` directly, not a build system: one file, no dependencies, and it must happen on
 the user's machine without a package index.
 """
@@ -65,7 +68,9 @@ def compile_to(src: str, out: str, args: Sequence[str] = ()) -> str | None:
         os.makedirs(os.path.dirname(out), mode=0o700, exist_ok=True)
     except OSError:
         return None
-    tmp = f"{out}.{os.getpid()}.tmp"
+    host = os.uname().nodename
+    _sweep(out, host)
+    tmp = f"{out}.{host}.{os.getpid()}.tmp"
     try:
         res = subprocess.run([cc, *args, "-o", tmp, src], capture_output=True, text=True, timeout=120)
         why = "" if res.returncode == 0 else res.stderr[-4000:] or f"{cc} exited {res.returncode}"
@@ -84,3 +89,32 @@ def compile_to(src: str, out: str, args: Sequence[str] = ()) -> str | None:
     except OSError:
         pass
     return None
+
+
+def _sweep(out: str, host: str) -> None:
+    """Remove the temporary builds of ``out`` that processes of ``host`` left and no longer write
+    (their process is gone); another host's (a shared cache) are left to that host."""
+    folder, base = os.path.split(out)
+    head = f"{base}.{host}."
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(head):-len(".tmp")] if name.startswith(head) and name.endswith(".tmp") else ""
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    """Process ``pid`` exists on this host (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:             # PermissionError: it exists
+        return True
+    return True
