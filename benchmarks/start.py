@@ -5,8 +5,12 @@ The program only gets its world communicator (``pl.world()``, or ``MPI.COMM_WORL
 interpreter's start: imports, MPI's initialization and, under planaria, the runtime's threads),
 and meets the others in a barrier. Measured per launch: from the command's start to the moment
 the last rank holds its communicator (its first line of user code), the whole command's wall
-time, and the ranks' median CPU time at that point. The two launchers alternate, ``--repeat``
-times each; the table gives medians and planaria's ratios to the raw launch.
+time, and the ranks' median CPU time at that point. Where the time goes: until the first rank's
+first line (the launcher), until the last rank is past MPI's initialization, and from there to
+the last rank's communicator (planaria's ``world()`` on the critical path: its own CPU and its
+collectives, which wait for the last rank while the ranks already done share the cores with it).
+The two launchers alternate, ``--repeat`` times each; the table gives medians and planaria's
+ratios to the raw launch.
 
 Run as ``python -m benchmarks start`` (from the repository root).
 """
@@ -28,7 +32,8 @@ from benchmarks._launch import BenchError, mpiexec_prefix, run_bounded
 from planaria.util.env import PLANARIA_HOME
 
 MODES = ("raw", "planaria")
-KEYS = ("ready_s", "wall_s", "rank_cpu_s", "first_line_s", "cpu_interpreter_s", "cpu_mpi_s", "cpu_after_mpi_s")
+KEYS = ("ready_s", "wall_s", "rank_cpu_s", "first_line_s", "cpu_interpreter_s", "cpu_mpi_s", "cpu_after_mpi_s",
+        "mpi_ready_s", "after_mpi_s", "world_wall_s")
 GOAL_RATIO = 1.5         # planaria's time to the last rank's communicator / the raw launch's
 GOAL_CPU_ADDED = 0.1     # CPU seconds planaria adds to a rank's start
 
@@ -53,7 +58,7 @@ else:
 t, cpu = now()
 import json
 with open(f"{out}/{comm.Get_rank()}.json", "w") as f:
-    json.dump({"t": t, "cpu": cpu, "t_first": first[0], "cpu_first": first[1], "cpu_mpi": mpi[1]}, f)
+    json.dump({"t": t, "cpu": cpu, "t_first": first[0], "cpu_first": first[1], "t_mpi": mpi[0], "cpu_mpi": mpi[1]}, f)
 comm.Barrier()
 """
 
@@ -88,7 +93,13 @@ def launch_once(mode: str, nprocs: int, timeout: float) -> dict[str, float]:
                 "first_line_s": min(r["t_first"] for r in recs) - t0,
                 "cpu_interpreter_s": med(r["cpu_first"] for r in recs),
                 "cpu_mpi_s": med(r["cpu_mpi"] - r["cpu_first"] for r in recs),
-                "cpu_after_mpi_s": med(r["cpu"] - r["cpu_mpi"] for r in recs)}
+                "cpu_after_mpi_s": med(r["cpu"] - r["cpu_mpi"] for r in recs),
+                # the critical path: until the last rank has MPI, then until the last communicator
+                # (raw: nothing; planaria: world()'s collectives wait for the last rank while the
+                # others, done with their start, share the cores with it), and world()'s wall time
+                "mpi_ready_s": max(r["t_mpi"] for r in recs) - t0,
+                "after_mpi_s": max(r["t"] for r in recs) - max(r["t_mpi"] for r in recs),
+                "world_wall_s": med(r["t"] - r["t_mpi"] for r in recs)}
 
 
 def run(nprocs: int, repeat: int, timeout: float, progress: Any = None) -> dict[str, Any]:
@@ -148,6 +159,9 @@ def show(result: dict[str, Any], as_json: bool = False) -> None:
         w.add_column(col, justify="right")
     raw, pl = result["median"]["raw"], result["median"]["planaria"]
     for key, label in (("first_line_s", "command start → first rank's first line"),
+                       ("mpi_ready_s", "command start → last rank past MPI init"),
+                       ("after_mpi_s", "then → last rank's communicator"),
+                       ("world_wall_s", "a rank's wall time after MPI init (world())"),
                        ("cpu_interpreter_s", "rank CPU: interpreter start"),
                        ("cpu_mpi_s", "rank CPU: mpi4py import + MPI init"),
                        ("cpu_after_mpi_s", "rank CPU: after MPI init (planaria's world())")):

@@ -133,6 +133,9 @@ def test_bench_start_tiny() -> None:
     for mode in ("raw", "planaria"):
         m = out["median"][mode]
         assert 0 < m["ready_s"] <= m["wall_s"] and m["rank_cpu_s"] > 0, (mode, m)
+        # the last rank past MPI init, then the rest of the way to the last communicator
+        assert m["ready_s"] == pytest.approx(m["mpi_ready_s"] + m["after_mpi_s"]), (mode, m)
+        assert m["after_mpi_s"] >= 0 and m["world_wall_s"] >= 0, (mode, m)
     assert out["ratio_ready"] == out["median"]["planaria"]["ready_s"] / out["median"]["raw"]["ready_s"]
     with pytest.raises(ValueError, match="--repeat must be at least 1"):
         from benchmarks import start
