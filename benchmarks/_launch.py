@@ -99,19 +99,61 @@ def planaria_run_cmd(nprocs: int, module: str, args: list[str], *, ft: bool, tim
     return cmd + ["--", sys.executable, "-m", module, "--rank", *args]
 
 
+#: seconds a timed-out job's Python processes get to print their stacks before everything is killed
+STACKS_S = 3.0
+
+
 def run_bounded(cmd: list[str], env: dict[str, str] | None, timeout: float, what: str) -> tuple[int, str, str]:
     """Run a job in its own session to its end: (exit status, stdout, stderr). After ``timeout``
-    its whole process group is killed and BenchError names ``what`` with the end of its stderr."""
+    its Python processes print every thread's stack (``_stacks``), the job is killed and
+    BenchError names ``what`` with the end of its stderr, stacks included."""
     sessiondirs.remove_stale()     # a killed mpiexec's directory fails the next mpiexec with its pid
+    run_env = job_env(env)
+    run_env.setdefault("PYTHONFAULTHANDLER", "1")      # a SIGABRT then prints the process's stacks
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=job_env(env), start_new_session=True)
+                            env=run_env, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-        raise BenchError(f"{what} timed out after {timeout:.0f} s: {' '.join(cmd)}\n{stderr[-2000:]}") from None
+        stderr = _stacks_then_kill(proc)
+        raise BenchError(f"{what} timed out after {timeout:.0f} s: {' '.join(cmd)}\n{stderr[-12000:]}") from None
     return proc.returncode, stdout, stderr
+
+
+def _stacks_then_kill(proc: subprocess.Popen[str]) -> str:
+    """End a job that has run out of time; its stderr. The job's Python processes below its first
+    process (the ranks) first get SIGABRT, on which Python's fault handler prints every thread's
+    stack and the process ends; mpiexec (or ``planaria run``, whose own stack is left out so that
+    it still relays theirs) carries them here. Then SIGKILL to the job's process group and to
+    whatever of the job is left (a launcher's mpiexec may run in a session of its own)."""
+    from planaria.util import procstat
+
+    family = procstat.descendants(proc.pid)
+    for pid, _ in family:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                python = b"python" in fh.read().split(b"\0", 1)[0]
+            if python:
+                os.kill(pid, signal.SIGABRT)
+        except OSError:
+            pass
+    try:
+        _, stderr = proc.communicate(timeout=STACKS_S)
+    except subprocess.TimeoutExpired:
+        stderr = None
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    for pid, ticks in family:
+        if procstat.running(pid, ticks):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    if stderr is None:
+        _, stderr = proc.communicate()
+    return stderr
 
 
 def launch(nprocs: int, module: str, args: list[str], *, ft: bool, timeout: float,
