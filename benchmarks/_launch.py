@@ -105,7 +105,7 @@ STACKS_S = 3.0
 
 def run_bounded(cmd: list[str], env: dict[str, str] | None, timeout: float, what: str) -> tuple[int, str, str]:
     """Run a job in its own session to its end: (exit status, stdout, stderr). After ``timeout``
-    its Python processes print every thread's stack (``_stacks``), the job is killed and
+    its Python ranks print every thread's stack (``_stacks_then_kill``), the job is killed and
     BenchError names ``what`` with the end of its stderr, stacks included."""
     sessiondirs.remove_stale()     # a killed mpiexec's directory fails the next mpiexec with its pid
     run_env = job_env(env)

@@ -7,8 +7,8 @@ and meets the others in a barrier. Measured per launch: from the command's start
 the last rank holds its communicator (its first line of user code), the whole command's wall
 time, and the ranks' median CPU time at that point. Where the time goes: until the first rank's
 first line (the launcher), until the last rank is past MPI's initialization, and from there to
-the last rank's communicator (planaria's ``world()`` on the critical path: its own CPU and its
-collectives, which wait for the last rank while the ranks already done share the cores with it).
+the last rank's communicator (planaria's ``world()``: MPI's initialization ends by waiting for
+every rank, so every rank's ``world()`` runs after that point, all of them sharing the cores).
 The two launchers alternate, ``--repeat`` times each; the table gives medians and planaria's
 ratios to the raw launch.
 
@@ -95,8 +95,8 @@ def launch_once(mode: str, nprocs: int, timeout: float) -> dict[str, float]:
                 "cpu_mpi_s": med(r["cpu_mpi"] - r["cpu_first"] for r in recs),
                 "cpu_after_mpi_s": med(r["cpu"] - r["cpu_mpi"] for r in recs),
                 # the critical path: until the last rank has MPI, then until the last communicator
-                # (raw: nothing; planaria: world()'s collectives wait for the last rank while the
-                # others, done with their start, share the cores with it), and world()'s wall time
+                # (raw: nothing; planaria: every rank's world(), all started as MPI's initialization
+                # ends, sharing the cores), and world()'s wall time per rank
                 "mpi_ready_s": max(r["t_mpi"] for r in recs) - t0,
                 "after_mpi_s": max(r["t"] for r in recs) - max(r["t_mpi"] for r in recs),
                 "world_wall_s": med(r["t"] - r["t_mpi"] for r in recs)}
