@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planaria.launch import shmfiles
-from planaria.launch.procs import pid_alive
+from planaria.util.procstat import pid_alive
 from planaria.errors import PlanariaError
 
 __all__ = [

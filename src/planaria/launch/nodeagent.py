@@ -43,7 +43,7 @@ from planaria.diagnose.collect import merge_parts
 from planaria.launch import protocol, sessiondirs, shmfiles
 from planaria.launch.channels import ChannelServer, Peer
 from planaria.launch.fdlimit import raise_open_files
-from planaria.launch.procs import pid_alive
+from planaria.util.procstat import pid_alive
 from planaria.util.env import PLANARIA_ORPHAN_TIMEOUT
 
 BEAT = 0.5                 # seconds between the node's heartbeat summaries (a rank's heartbeat interval)

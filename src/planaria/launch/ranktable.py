@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from planaria.launch import protocol, rankfate
-from planaria.launch.procs import pid_alive
+from planaria.util.procstat import pid_alive
 from planaria.launch.relay import FaultMerger
 
 LOST_REASON = "killed or crashed (no report)"

@@ -20,7 +20,7 @@ import stat
 import time
 from pathlib import Path
 
-from planaria.launch.procs import pid_alive
+from planaria.util.procstat import pid_alive
 from planaria.launch.shmfiles import host_names
 
 #: a session directory of Open MPI 5's launcher: ``ompi.<pid>``

@@ -18,6 +18,8 @@ import os
 import zlib
 from collections.abc import Sequence
 
+from planaria.util import procstat
+
 
 def cache_dir() -> str:
     """Where builds live: ``$XDG_CACHE_HOME/planaria`` (``~/.cache/planaria``)."""
@@ -102,19 +104,9 @@ def _sweep(out: str, host: str) -> None:
         return
     for name in names:
         pid = name[len(head):-len(".tmp")] if name.startswith(head) and name.endswith(".tmp") else ""
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and procstat.pid_alive(int(pid)) is False:       # unknown counts as running
             try:
                 os.unlink(os.path.join(folder, name))
             except OSError:
                 pass
 
-
-def _alive(pid: int) -> bool:
-    """Process ``pid`` exists on this host (one of another user counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:             # PermissionError: it exists
-        return True
-    return True

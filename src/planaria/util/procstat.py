@@ -1,10 +1,27 @@
-"""A process's identity beyond its pid: its start time, so a pid the system handed out again is told apart.
+"""Whether a process runs, and its identity beyond its pid: its start time, so a pid the system
+handed out again is told apart.
 
 Linux reuses pids (32768 of them by default, cycled by a busy machine in minutes), so a pid a rank
 reported long ago may now name another process of the same user. ``/proc/<pid>/stat``'s field 22
 is the process's start time in clock ticks since boot; the pair (pid, start) names one process.
 """
 from __future__ import annotations
+
+import os
+
+
+def pid_alive(pid: int) -> bool | None:
+    """True if ``pid`` exists (one this user may not signal counts), False if it is gone, None when
+    that cannot be told."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OSError, OverflowError):
+        return None
+    return True
 
 
 def _fields(pid: int) -> list[bytes] | None:
@@ -50,7 +67,6 @@ def descendants(pid: int) -> list[tuple[int, int]]:
     """(pid, start ticks) of every living descendant of ``pid``, whatever its process group or
     session: a launcher's helpers (an ``ssh`` or ``srun`` starting a remote daemon) may leave both.
     One pass over ``/proc`` (psutil would do the same, at the price of a dependency for one call)."""
-    import os
     children: dict[int, list[tuple[int, int]]] = {}      # parent pid -> (pid, start ticks) of its children
     for name in os.listdir("/proc"):
         fields = _fields(int(name)) if name.isdigit() else None
