@@ -175,6 +175,34 @@ def test_a_knock_for_a_rank_not_yet_known_is_delivered_when_it_arrives(controlle
 
 
 @pytest.mark.timeout(30)
+def test_a_wake_for_a_spare_still_setting_up_is_in_its_pipe_when_it_makes_it(controller):
+    """A recovery's wake that reaches a spare's agent before the spare made its wake pipe is not
+    lost: the pipe starts readable (the spare's first sleep ends at once)."""
+    import select
+
+    from planaria.runtime.agent import Agent
+
+    spare = Agent(controller.uri, controller.jobdir.secret(), rank=1, size=2, role="spare", heartbeat=0.05)
+    worker = Agent(controller.uri, controller.jobdir.secret(), rank=0, size=2, heartbeat=0.05)
+    try:
+        deadline = time.time() + 5
+        while time.time() < deadline and controller.table().get(1, {}).get("role") != "spare":
+            time.sleep(0.01)
+        worker.report("wake-spares")
+        while time.time() < deadline and not spare._wake_early:
+            time.sleep(0.01)
+        fd = spare.spare_wake_fd()
+        assert select.select([fd], [], [], 0)[0] == [fd]
+        assert os.read(fd, 16) == b"w"
+        assert select.select([fd], [], [], 0)[0] == []
+        worker.report("wake-spares")                 # the pipe exists now: written straight away
+        assert select.select([fd], [], [], 5)[0] == [fd]
+    finally:
+        worker.close()
+        spare.close()
+
+
+@pytest.mark.timeout(30)
 def test_a_knock_for_a_rank_that_has_ended_is_answered_gone(controller):
     """A service writing to a rank that said goodbye learns it from the controller (to analyse
     the records it sent there itself); a running rank is knocked as before, with no answer."""

@@ -81,6 +81,7 @@ class Agent:
         self._stdin_w: int | None = None
         self._spare_r: int | None = None      # the spare's wake pipe (``spare_wake_fd``), made on first use
         self._spare_w: int | None = None
+        self._wake_early = False              # a wake came before the pipe was made: the pipe starts with it
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -142,12 +143,16 @@ class Agent:
     def spare_wake_fd(self) -> int:
         """A file descriptor that becomes readable when the controller sends ``wake`` (a working
         rank started a recovery or released the spares): a spare sleeps on it between two tests of
-        its MPI receive. Non-blocking; the reader drains it."""
+        its MPI receive. Non-blocking; the reader drains it. A wake that came before it was made
+        is in it already: a spare still setting up when a recovery started would otherwise sleep
+        through it (its first test of the receive may come before the revoke reaches it)."""
         with self._lock:
             if self._spare_r is None:
                 r, w = os.pipe()
                 os.set_blocking(r, False)
                 os.set_blocking(w, False)
+                if self._wake_early:
+                    os.write(w, b"w")
                 self._spare_r, self._spare_w = r, w
             return self._spare_r
 
@@ -293,12 +298,7 @@ class Agent:
                              name=f"planaria-collect-{self.rank}").start()
             return
         if mtype == "wake":               # a recovery started, or the spares are released: end a spare's sleep
-            fd = self._spare_w
-            if fd is not None:
-                try:
-                    os.write(fd, b"w")
-                except OSError:               # full (the waiter is already due to wake) or closed
-                    pass
+            self._wake_spare()
             return
         if mtype == "knock":              # another rank wrote to this one's localization service
             with self._knock_lock:
@@ -316,6 +316,18 @@ class Agent:
                     self._answers[mid] = msg
             if ev is not None:
                 ev.set()
+
+    def _wake_spare(self) -> None:
+        """End the spare's sleep on its wake pipe; kept for the pipe when there is none yet (``spare_wake_fd``)."""
+        with self._lock:
+            fd = self._spare_w
+            if fd is None:
+                self._wake_early = True
+        if fd is not None:
+            try:
+                os.write(fd, b"w")
+            except OSError:               # full (the waiter is already due to wake) or closed
+                pass
 
     def _push_stdin(self, data: str, eof: bool) -> None:
         """Feed text to this rank's standard input (fd 0 becomes a pipe on the first push)."""
