@@ -208,7 +208,7 @@ CFLAGS = ("-O2",)
 
 
 def recorder_binary() -> str | None:
-    """The built C recorder (built now, once, if its source is newer than any build), or None when
+    """The built C recorder (built now, once, when there is no build of this source), or None when
     it cannot be: no C compiler, or its build failed (noted next to where the build would be, and
     not tried again; see ``planaria.util.cbuild``)."""
     from planaria.util import cbuild
