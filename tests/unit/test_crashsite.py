@@ -109,3 +109,28 @@ def test_mpi4py_cython_frames_are_not_the_site() -> None:
                  'mpi4py.MPI.Exception: MPI_ERR_TRUNCATE: message truncated']:
         cs.feed(1, line)
     assert cs.site(1) == "/home/u/app.py:11 in <module>"
+
+
+def test_library_crashed_names_the_ranks_and_loads_no_diagnosis_when_none_failed() -> None:
+    """``attempt.library_crashed``: a job whose ranks all finished ends without importing the
+    diagnosis (and numpy, about 40 ms of the launcher's exit); a rank lost to a fatal signal in a
+    communicator's creation is named."""
+    code = (
+        "import sys\n"
+        "from planaria.launch.attempt import library_crashed\n"
+        "from planaria.launch.crashsite import CrashSites\n"
+        "cs = CrashSites()\n"
+        "clean = library_crashed({0: {'state': 'finished'}, 1: {'state': 'finished'}}, cs)\n"
+        "print(clean, 'numpy' in sys.modules)\n"
+        "for line in ['Fatal Python error: Segmentation fault', '',\n"
+        "             'Current thread 0x00007fc141e0ac40 (most recent call first):',\n"
+        "             '  File \"/x/planaria/comm/ulfm.py\", line 9 in split',\n"
+        "             '  File \"/home/u/app.py\", line 3 in <module>', '']:\n"
+        "    cs.feed(1, line)\n"
+        "table = {0: {'state': 'finished'}, 1: {'state': 'lost', 'reason': 'killed by signal 11 (SIGSEGV)'},\n"
+        "         2: {'state': 'lost', 'reason': 'killed by signal 9 (SIGKILL)'}}\n"
+        "print(library_crashed(table, cs))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[] False", "[1]"]

@@ -127,9 +127,11 @@ class AttemptResult:
 def library_crashed(table: dict[int, dict[str, Any]], crashes: CrashSites) -> list[int]:
     """The ranks of ``table`` that died of Open MPI 5.0's known crash: a fatal signal inside the
     creation of a communicator (docs/recovery.md, "A limit of the MPI library")."""
+    ended = {r: info for r, info in table.items() if info.get("state") in ("lost", "failed")}
+    if not ended:               # the usual end: the diagnosis (and numpy with it) is not loaded
+        return []
     from planaria.diagnose.postmortem import library_crash
-    return sorted(r for r, info in table.items() if info.get("state") in ("lost", "failed")
-                  and library_crash(str(info.get("reason") or ""), crashes.mpi_call(r)))
+    return sorted(r for r, info in ended.items() if library_crash(str(info.get("reason") or ""), crashes.mpi_call(r)))
 
 
 def exit_status(table: dict[int, dict[str, Any]], mpiexec_rc: int | None,
