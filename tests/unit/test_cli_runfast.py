@@ -103,3 +103,17 @@ def test_the_launcher_starts_without_typer_or_zeromq() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == []
+
+
+def test_the_controller_loads_without_dataclasses_or_openssl() -> None:
+    """The controller loads while mpiexec starts the ranks, on the same cores: on one host it
+    imports neither dataclasses (with inspect and ast, ~6 ms) nor hmac/hashlib (OpenSSL, ~3 ms)."""
+    code = (
+        "import sys\n"
+        "import planaria.launch.controller\n"
+        "print(' '.join(sorted(m for m in ('dataclasses', 'inspect', 'ast', 'hmac', 'hashlib', '_hashlib')\n"
+        "                      if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []

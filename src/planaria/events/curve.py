@@ -13,7 +13,6 @@ transports. Unix sockets (``ipc://``, the 0700 job directory) stay as they are.
 from __future__ import annotations
 
 import functools
-import hashlib
 from typing import Any, NamedTuple
 
 import zmq
@@ -36,6 +35,7 @@ class Keys(NamedTuple):
 def keys(secret: str) -> Keys:
     """The key pairs of the job whose secret is ``secret``: each secret key is a SHA-256 of the
     job secret and its role, its public key computed from it (Curve25519, by libzmq)."""
+    import hashlib          # here: a one-host job (IPC, no CURVE) does not load OpenSSL's _hashlib
     out = []
     for role in (b"server", b"client"):
         sk = z85.encode(hashlib.sha256(b"planaria-curve\0" + role + b"\0" + secret.encode()).digest())

@@ -3,10 +3,10 @@
 to events and output (pure, no sockets; ``planaria.launch.fanout`` sends)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from planaria.events import codes
+from planaria.util.record import field, record
 
 MERGE_WINDOW = 0.05          # seconds: signals about failures this close together become one event
 SUBSCRIPTION_TTL = 5.0       # seconds a tool subscription lives without renewal
@@ -22,7 +22,7 @@ _NATURE = {
 }
 
 
-@dataclass
+@record
 class FaultMerger:
     """Collects signals (process exited, killed by signal, lost connection, undeliverable message)
     and emits one event per burst naming every affected rank; a rank is announced once."""
@@ -68,7 +68,7 @@ class FaultMerger:
         return {"code": best[0], "affected": sorted(pending), "info": info}
 
 
-@dataclass
+@record
 class _Waiter:
     ident: Any                           # where the answer goes (the controller's peer handle)
     mid: Any
