@@ -69,3 +69,30 @@ def test_the_method_table_is_rebuilt_when_a_class_is_defined() -> None:
     after = msglog._codes()
     assert after is not before and after[_Later.Barrier.__code__] == "Barrier"
     assert _look(_Later.Barrier(None, _here)) == "Barrier"
+
+
+def test_a_delegated_method_is_made_on_first_read_and_enters_the_table() -> None:
+    """planaria's communicator makes its wrappers of mpi4py's methods when a program first reads
+    one (``ulfm._Unmade``); the message log then knows the new wrapper, so a rank blocked in it is
+    reported in ``Exscan``. In a fresh interpreter, without MPI's initialization."""
+    import subprocess
+    code = (
+        "from mpi4py import rc\n"
+        "rc.initialize = False\n"
+        "from mpi4py import MPI\n"
+        "from planaria.comm import base, msglog, ulfm\n"
+        "C = ulfm.UlfmComm\n"
+        "assert isinstance(vars(C)['Exscan'], ulfm._Unmade)\n"
+        "before, epoch = msglog._codes(), base.CLASSES_DEFINED\n"
+        "fn = C.Exscan\n"
+        "assert vars(C)['Exscan'] is fn and C.Exscan is fn and fn.__wrapped__ is MPI.Intracomm.Exscan\n"
+        "assert fn.__code__.co_name == 'Exscan' and base.CLASSES_DEFINED == epoch + 1\n"
+        "assert fn.__code__ not in before and msglog._codes()[fn.__code__] == 'Exscan'\n"
+        "cart = ulfm._ready(ulfm.UlfmCartcomm)\n"
+        "assert 'Exscan' not in vars(cart) and cart.Exscan is fn    # inherited, not made again\n"
+        "assert isinstance(vars(C)['Alltoallw'], ulfm._Unmade)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ok"]

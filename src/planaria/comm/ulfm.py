@@ -34,7 +34,7 @@ from collections.abc import Callable
 from planaria._lazy import np
 from mpi4py import MPI
 
-from planaria.comm.base import Comm, Receiving, Request, noted, rehook
+from planaria.comm.base import Comm, Receiving, Request, _count_class, noted, rehook
 from planaria.comm.matched import Matched
 from planaria.comm import errors as _errors
 from planaria.comm import flight as _flight
@@ -1222,24 +1222,54 @@ def _static(cls: type, name: str) -> Any:
     return getattr(cls, name)
 
 
+class _Unmade:
+    """A class's wrapper of mpi4py's method ``raw`` (``_wrapper``) not made yet: it is made, and
+    takes this placeholder's place in ``owner``'s dictionary, when first read. A rank calls few of
+    the ~100 methods, and making them all was about 0.6 ms of every rank's start."""
+
+    __slots__ = ("owner", "name", "raw")
+    _planaria_delegate = True
+
+    def __init__(self, owner: type, name: str, raw: Any) -> None:
+        self.owner, self.name, self.raw = owner, name, raw
+
+    def made(self) -> Any:
+        """The wrapper, made and put in place if this is its first read (two threads at once may
+        both make one: either is right, and the class keeps one)."""
+        fn = _wrapper(self.name, self.raw)
+        if vars(self.owner).get(self.name) is self:
+            setattr(self.owner, self.name, fn)
+            _count_class()          # the message log's table of operation methods reads class dictionaries
+        return _static(self.owner, self.name)
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        return self.made().__get__(obj, objtype)
+
+
 def _delegate(cls: type, mpi_cls: type) -> None:
-    """Give ``cls`` a wrapper (``_wrapper``) for every public method of ``mpi_cls`` that planaria's
-    classes in ``cls``'s hierarchy do not define themselves. Class methods (``Get_parent``,
-    ``Create_from_group``...) and properties stay mpi4py's: they take no communicator, or only
-    read local attributes."""
+    """Give ``cls`` a wrapper (``_wrapper``, made on first use: ``_Unmade``) for every public method
+    of ``mpi_cls`` that planaria's classes in ``cls``'s hierarchy do not define themselves. Class
+    methods (``Get_parent``, ``Create_from_group``...) and properties stay mpi4py's: they take no
+    communicator, or only read local attributes."""
     own: set[str] = set()
+    inherited: dict[str, Any] = {}          # wrappers (made or not) of planaria's classes, nearest first
     for k in cls.__mro__:
         if k.__module__.startswith("planaria."):
-            own.update(n for n, v in vars(k).items() if not getattr(v, "_planaria_delegate", False))
+            for n, v in vars(k).items():
+                if getattr(v, "_planaria_delegate", False):
+                    inherited.setdefault(n, v)
+                else:
+                    own.add(n)
     for name in dir(mpi_cls):
         if name.startswith("_") or name in own:
             continue
         raw = _static(mpi_cls, name)
         if isinstance(raw, classmethod | staticmethod) or not callable(raw):
             continue
-        if getattr(getattr(cls, name, None), "__wrapped__", None) is raw:
+        have = inherited.get(name)
+        if have is not None and getattr(have, "raw" if isinstance(have, _Unmade) else "__wrapped__", None) is raw:
             continue                                        # inherited wrapper of the same method
-        setattr(cls, name, _wrapper(name, raw))
+        setattr(cls, name, _Unmade(cls, name, raw))
 
 
 _delegate(UlfmComm, MPI.Intracomm)
