@@ -2,14 +2,13 @@
 typer gives, the others are left to typer, and a job's launcher starts without typer or ZeroMQ."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 import typer
 
 from planaria.cli import runjob
+from tests.fresh import fresh_python
 
 
 def _typer_run() -> Any:
@@ -100,9 +99,7 @@ def test_the_launcher_starts_without_typer_or_zeromq() -> None:
         "             or m.startswith(('planaria.events', 'planaria.launch.controller')))\n"
         "print(' '.join(bad))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == []
+    assert fresh_python(code) == []
 
 
 def test_the_controller_loads_without_dataclasses_or_openssl() -> None:
@@ -114,6 +111,4 @@ def test_the_controller_loads_without_dataclasses_or_openssl() -> None:
         "print(' '.join(sorted(m for m in ('dataclasses', 'inspect', 'ast', 'hmac', 'hashlib', '_hashlib')\n"
         "                      if m in sys.modules)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == []
+    assert fresh_python(code) == []

@@ -9,6 +9,7 @@ import time
 
 from planaria.diagnose import pyspy
 from planaria.launch.crashsite import CrashSites
+from tests.fresh import fresh_python
 
 TRACE = """Fatal Python error: Segmentation fault
 
@@ -131,6 +132,4 @@ def test_library_crashed_names_the_ranks_and_loads_no_diagnosis_when_none_failed
         "         2: {'state': 'lost', 'reason': 'killed by signal 9 (SIGKILL)'}}\n"
         "print(library_crashed(table, cs))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["[] False", "[1]"]
+    assert fresh_python(code) == ["[]", "False", "[1]"]

@@ -6,6 +6,7 @@ from typing import Any
 
 from planaria.comm import base, msglog
 from planaria.comm.base import Comm
+from tests.fresh import fresh_python
 
 
 class _Fake(Comm):
@@ -75,7 +76,6 @@ def test_a_delegated_method_is_made_on_first_read_and_enters_the_table() -> None
     """planaria's communicator makes its wrappers of mpi4py's methods when a program first reads
     one (``ulfm._Unmade``); the message log then knows the new wrapper, so a rank blocked in it is
     reported in ``Exscan``. In a fresh interpreter, without MPI's initialization."""
-    import subprocess
     code = (
         "from mpi4py import rc\n"
         "rc.initialize = False\n"
@@ -93,6 +93,4 @@ def test_a_delegated_method_is_made_on_first_read_and_enters_the_table() -> None
         "assert isinstance(vars(C)['Alltoallw'], ulfm._Unmade)\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["ok"]
+    assert fresh_python(code) == ["ok"]
