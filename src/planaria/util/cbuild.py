@@ -8,9 +8,8 @@ compiler's arguments, so a changed source or interpreter builds anew; a build th
 next to where it would be (``.failed``, with the compiler's message) and not tried again. The
 compiler writes a temporary file named for the building host and process, renamed into place when
 done; one whose process is gone (a launcher that exited while its compiler ran) is removed by the
-next build of the same file on that host. Builds
-run through ``cc`` directly, not a build system: one file, no dependencies, and it must happen on
-the user's machine without a package index.
+next build of the same file on that host. Builds run through ``cc`` directly, not a build system:
+one file, no dependencies, and it must happen on the user's machine without a package index.
 """
 from __future__ import annotations
 
@@ -109,4 +108,3 @@ def _sweep(out: str, host: str) -> None:
                 os.unlink(os.path.join(folder, name))
             except OSError:
                 pass
-
