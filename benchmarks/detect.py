@@ -43,6 +43,7 @@ import typer
 
 from benchmarks import _launch, npb
 from benchmarks._launch import BenchError, command_line, launch, loadavg, median
+from planaria.runtime.bootstrap import DETECTION_PARTS as PARTS
 from planaria.util.env import PLANARIA_DETECT
 
 GOAL = 1.01
@@ -56,6 +57,9 @@ MIN_PAIRS = 10               # fewer pairs never make a "met" verdict (their int
 MIN_JOBS = 2                 # pooled jobs: fewer never make a "met" verdict (one job cannot show the job-to-job spread)
 VERDICTS = ("met", "consistent", "missed")
 MODES = {"off": "0", "on": "1"}
+# what "off" means in the tables' titles, per ``--part``
+PART_NOTE = {"all": "", "log": ", off = message log off (probe service on)",
+             "probes": ", off = probe service paused (message log on)"}
 # one BLAS thread per rank: every rank is a process already, and idle BLAS threads spinning on an
 # oversubscribed machine would swamp the difference being measured
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -226,11 +230,14 @@ def overall(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def within_blocks(res: dict[str, Any], kernel: str, klass: str, ranks: int, pairs: int) -> dict[str, Any]:
+def within_blocks(res: dict[str, Any], kernel: str, klass: str, ranks: int, pairs: int,
+                  part: str = "all") -> dict[str, Any]:
     """The kernel record of a ``--alternate`` job; BenchError unless it timed what was asked and every run verified."""
     recs = [k for k in res.get("kernels", []) if k.get("kernel") == kernel]
     if len(recs) != 1 or res.get("detect_env") != "1":
         raise BenchError(f"the alternating job of {kernel} returned no result for it with detection available")
+    if res.get("detect_part", "all") != part:
+        raise BenchError(f"the alternating job of {kernel} switched {res.get('detect_part')!r}, not {part!r}")
     rec = recs[0]
     if rec.get("class") != klass or rec.get("ranks") != ranks:
         raise BenchError(f"the alternating job of {kernel} ran class {rec.get('class')} on {rec.get('ranks')} ranks")
@@ -261,18 +268,20 @@ def check_launch(res: dict[str, Any], kernel: str, klass: str, ranks: int, mode:
 
 
 def run_within(k: str, ranks: int, klass: str, pairs: int, backend: str, timeout: float,
-               block_s: float, bind: str = "none", under_run: bool = False) -> tuple[dict[str, Any], Any]:
+               block_s: float, bind: str = "none", under_run: bool = False,
+               part: str = "all") -> tuple[dict[str, Any], Any]:
     """One ``--alternate`` job of kernel ``k``: (its verified kernel record, the launch)."""
     got = launch(ranks, npb.MODULE, ["--kernel", k, "--class", klass, "--backend", backend,
-                                     "--alternate", str(pairs), "--block-s", repr(block_s)],
+                                     "--alternate", str(pairs), "--block-s", repr(block_s), "--detect-part", part],
                  ft=(backend == "ulfm"), timeout=timeout + 8 * pairs * block_s,
                  env={PLANARIA_DETECT: "1", **THREAD_ENV}, bind=bind, under_run=under_run)
-    return within_blocks(got.result, k, klass, ranks, pairs), got
+    return within_blocks(got.result, k, klass, ranks, pairs, part), got
 
 
 def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int | None = None, backend: str = "ulfm",
         timeout: float = 120.0, progress: Any = None, within: bool = False,
-        block_s: float = BLOCK_S, jobs: int = 1, bind: str = "none", under_run: bool = False) -> dict[str, Any]:
+        block_s: float = BLOCK_S, jobs: int = 1, bind: str = "none", under_run: bool = False,
+        part: str = "all") -> dict[str, Any]:
     """Per kernel, ``pairs`` pairs of launches with detection off and on (order flipped every pair).
 
     ``within``: one launch per kernel instead, timing ``pairs`` pairs of blocks of iterations
@@ -282,16 +291,18 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
     ``core`` pins the ranks to cores (``_launch.BINDINGS``), ``none`` leaves them to the scheduler.
     ``under_run`` (with ``within``): each job runs under ``planaria run``, controller and agents
     included, as detection is used; else under a bare ``mpiexec`` (the service without a controller).
+    ``part`` (with ``within``): what the 'off' blocks switch off, all of detection or one part of it
+    (``planaria.runtime.bootstrap.DETECTION_PARTS``), to see which part costs what.
     """
     names, klass, pairs = _checked(kernels, ranks, klass, pairs, backend, timeout, within, block_s, jobs, bind,
-                                   under_run)
+                                   under_run, part)
     load0, t_start = loadavg(), time.perf_counter()
     rows, launches, blocks, job_recs, cmd = [], [], [], [], []
     order = schedule(pairs)
     for k in names:
         if within:
             got_rows, got_blocks, got_jobs, cmd = _kernel_within(k, ranks, klass, pairs, backend, timeout, block_s,
-                                                                 jobs, bind, under_run, progress)
+                                                                 jobs, bind, under_run, progress, part)
             rows += got_rows
             blocks += got_blocks
             job_recs += got_jobs
@@ -300,7 +311,7 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
         rows.append(summarize(k, mine))
         launches += mine
     out = {"benchmark": "detect", "within_job": within, "class": klass, "ranks": ranks, "backend": backend,
-           "bind_to": bind, "runner": "planaria run" if under_run else "mpiexec",
+           "bind_to": bind, "runner": "planaria run" if under_run else "mpiexec", "part": part,
            "pairs": pairs, "kernels": names, "goal": GOAL, "rows": rows, "overall": overall(rows),
            "total_s": time.perf_counter() - t_start, "cores": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d"), "loadavg_before": load0, "loadavg_after": loadavg(),
@@ -315,7 +326,8 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
 
 
 def _checked(kernels: list[str] | str, ranks: int, klass: str, pairs: int | None, backend: str, timeout: float,
-             within: bool, block_s: float, jobs: int, bind: str, under_run: bool) -> tuple[list[str], str, int]:
+             within: bool, block_s: float, jobs: int, bind: str, under_run: bool,
+             part: str = "all") -> tuple[list[str], str, int]:
     """``run``'s arguments checked (ValueError naming the wrong one): the kernels, the class and the pair count."""
     names = npb.parse_kernels(kernels) if isinstance(kernels, str) else npb.parse_kernels(",".join(kernels))
     klass = npb.check_class(klass)
@@ -333,6 +345,10 @@ def _checked(kernels: list[str] | str, ranks: int, klass: str, pairs: int | None
         raise ValueError("jobs > 1 needs --within-job (without it every launch is a job already)")
     if under_run and not within:
         raise ValueError("--under-run needs --within-job (detection is switched inside the job)")
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {', '.join(PARTS)}, not {part!r}")
+    if part != "all" and not within:
+        raise ValueError("--part needs --within-job (a part is switched inside the job)")
     if timeout <= 0:
         raise ValueError(f"timeout must be > 0, not {timeout}")
     if not block_s > 0:
@@ -346,12 +362,13 @@ def _checked(kernels: list[str] | str, ranks: int, klass: str, pairs: int | None
 
 
 def _kernel_within(k: str, ranks: int, klass: str, pairs: int, backend: str, timeout: float, block_s: float,
-                   jobs: int, bind: str, under_run: bool, progress: Any) -> tuple[list[Any], list[Any], list[Any], Any]:
+                   jobs: int, bind: str, under_run: bool, progress: Any,
+                   part: str = "all") -> tuple[list[Any], list[Any], list[Any], Any]:
     """Kernel ``k`` in ``jobs`` alternating jobs: (its rows, its blocks, its job records, the last launch's command)."""
     rows, blocks, job_recs, pooled = [], [], [], []
     cmd = []
     for n in range(jobs):
-        rec, got = run_within(k, ranks, klass, pairs, backend, timeout, block_s, bind, under_run)
+        rec, got = run_within(k, ranks, klass, pairs, backend, timeout, block_s, bind, under_run, part)
         cmd = got.cmd
         mine = [{"kernel": k, **b} for b in rec["blocks"]]
         rate = median([r["calls_per_s"] for r in rec["runs"]])
@@ -408,8 +425,8 @@ def _kernel_launches(k: str, order: list[tuple[int, str]], ranks: int, klass: st
 
 
 def _bound(result: dict[str, Any]) -> str:
-    """Table-title note of the ranks' binding (nothing for the default, unbound)."""
-    return " bound to cores" if result.get("bind_to", "none") == "core" else ""
+    """Table-title note of the ranks' binding and of the part switched (nothing for the defaults)."""
+    return (" bound to cores" if result.get("bind_to", "none") == "core" else "") + PART_NOTE[result.get("part", "all")]
 
 
 def pooled_table(result: dict[str, Any]) -> Any:
@@ -505,6 +522,9 @@ def command(
     within_job: bool = typer.Option(False, "--within-job", help="Compare inside one job per kernel: blocks of "
                                     "iterations with detection switched off and on in ABBA order (no launch-to-launch spread)."),
     block_s: float = typer.Option(0.25, "--block-s", help="Seconds per block with --within-job (about; set from a warm-up run)."),
+    part: str = typer.Option("all", "--part", help="With --within-job: what the 'off' blocks switch off: all "
+                             "(message log and probe service), log (the message log only) or probes (the probe "
+                             "service only); the other part stays on."),
     jobs: int = typer.Option(1, "--jobs", help="With --within-job: jobs per kernel, one after the other, pooled: "
                              "median of all pairs, two-stage bootstrap interval (jobs, then pairs); 'met' needs >= 2 jobs."),
     bind: str = typer.Option("none", "--bind-to", help="none: Open MPI's default (no binding once the ranks outnumber "
@@ -540,5 +560,5 @@ def command(
 
     def compute() -> dict[str, Any]:
         return run(kernels, ranks, klass, pairs, backend, timeout, progress=_launch.progress_printer(json_out),
-                      within=within_job, block_s=block_s, jobs=jobs, bind=bind, under_run=under_run)
+                      within=within_job, block_s=block_s, jobs=jobs, bind=bind, under_run=under_run, part=part)
     raise typer.Exit(_launch.run_and_show("detect", compute, show, json_out))

@@ -47,6 +47,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -913,12 +914,13 @@ def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
     from planaria.runtime.bootstrap import set_detection
     out, ok = [], True
     order = [mode for _, mode in schedule(args.alternate)]
+    switch = partial(set_detection, part=args.detect_part)
     for k in args.kernels:
         set_detection(True)
         warm = run_kernel(comm, k, args.klass, serial)
         ok = ok and warm["verified"]
         every = block_size(warm["iters"], warm["time_s"], args.block_s)
-        timer = BlockTimer(comm, every, order, set_detection)
+        timer = BlockTimer(comm, every, order, switch)
         runs, times = [], []
         per_run = max((warm["iters"] - 1) // every, 1)
         limit = -(-len(order) // per_run) + 2
@@ -948,7 +950,7 @@ def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
     if comm.rank == 0:
         emit({"benchmark": "npb", "ranks": comm.size, "backend": args.backend, "class": args.klass,
               "detect_env": os.environ.get(PLANARIA_DETECT), "alternate": args.alternate,
-              "kernels": out}, args.out)
+              "detect_part": args.detect_part, "kernels": out}, args.out)
     return 0 if ok else 1
 
 
@@ -965,6 +967,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="time 2*PAIRS blocks of iterations of each kernel in this job, detection off and on "
                         "in ABBA order (needs PLANARIA_DETECT=1)")
     p.add_argument("--block-s", type=float, default=0.25, help="seconds per block with --alternate (about)")
+    p.add_argument("--detect-part", default="all", choices=("all", "log", "probes"),
+                   help="with --alternate: what the blocks switch off: all of detection, the message log "
+                        "or the probe service (the other part stays on)")
     p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)

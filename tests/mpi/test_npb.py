@@ -87,6 +87,17 @@ def test_detect_within_one_job_times_blocks_in_abba_order() -> None:
 
 
 @pytest.mark.timeout(120)
+def test_detect_within_can_switch_one_part() -> None:
+    """--within-job --part log: the blocks switch the message log only; the job reports what it switched."""
+    out = detect.run(["halo"], ranks=2, klass="S", pairs=3, backend="ulfm", timeout=60, within=True,
+                     block_s=0.002, part="log")
+    assert out["part"] == "log"
+    assert [(b["pair"], b["mode"]) for b in out["blocks"]] == detect.schedule(3)
+    assert all(r["verified"] for r in out["jobs"][0]["runs"])
+    assert "message log off" in detect.table(out).title
+
+
+@pytest.mark.timeout(120)
 def test_detect_within_pools_separate_jobs() -> None:
     """--within-job --jobs 2: two launches of the kernel, each timed and verified, pooled with the job as unit."""
     out = detect.run(["halo"], ranks=2, klass="S", pairs=4, backend="ulfm", timeout=60, within=True,

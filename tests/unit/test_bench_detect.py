@@ -448,3 +448,21 @@ def test_bind_to_core_pins_ranks_with_overload_and_none_leaves_the_default() -> 
     assert bound.index("--oversubscribe") < i < bound.index("-n")
     with pytest.raises(ValueError, match="bind-to"):
         mpiexec_cmd(4, "m", [], ft=False, bind="socket")
+
+
+def test_part_is_checked_before_any_launch() -> None:
+    """--part: one of the detection parts, and only inside a job (a launch has detection on or off whole)."""
+    with pytest.raises(ValueError, match="part must be one of all, log, probes"):
+        detect.run(["halo"], ranks=2, klass="S", pairs=2, within=True, part="network")
+    with pytest.raises(ValueError, match="--part needs --within-job"):
+        detect.run(["halo"], ranks=2, klass="S", pairs=2, part="log")
+
+
+def test_a_job_that_switched_another_part_is_refused() -> None:
+    """The figures of a job are used only when the job switched the part asked for."""
+    rec = {"kernel": "halo", "class": "S", "ranks": 2, "every": 1, "warmup": {"verified": True},
+           "runs": [{"verified": True}], "blocks": [{}] * 4}
+    res = {"detect_env": "1", "detect_part": "log", "kernels": [rec]}
+    assert detect.within_blocks(res, "halo", "S", 2, 2, part="log") is rec
+    with pytest.raises(BenchError, match="switched 'log', not 'probes'"):
+        detect.within_blocks(res, "halo", "S", 2, 2, part="probes")

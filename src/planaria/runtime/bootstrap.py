@@ -105,17 +105,25 @@ def detection_enabled() -> bool:
     return os.environ.get(PLANARIA_DETECT, "0").strip().lower() not in ("0", "", "false", "no", "off")
 
 
-def set_detection(active: bool) -> None:
-    """Pause or resume run-time detection (message log and probe service) in this rank.
+#: what ``set_detection`` switches: both parts, the message log only, the probe service only
+DETECTION_PARTS = ("all", "log", "probes")
 
-    Meant for measuring what detection costs inside one job (``python -m benchmarks detect
-    --within-job``); every rank must switch at the same point of the program.
+
+def set_detection(active: bool, part: str = "all") -> None:
+    """Pause or resume run-time detection in this rank: the message log and the probe service
+    (``part="all"``), or one of them (``"log"``, ``"probes"``), the other left as it is.
+
+    Meant for measuring what detection, or one part of it, costs inside one job (``python -m
+    benchmarks detect --within-job [--part]``); every rank must switch at the same point of the program.
     """
+    if part not in DETECTION_PARTS:
+        raise ValueError(f"detection part {part!r}: expected one of {', '.join(DETECTION_PARTS)}")
     if _RT.comm is None or not detection_enabled():
         raise RuntimeError("detection is off for this job (PLANARIA_DETECT=1 starts it)")
-    from planaria.comm import msglog
-    msglog.set_active(active)
-    if _RT.localizer is not None:
+    if part != "probes":
+        from planaria.comm import msglog
+        msglog.set_active(active)
+    if part != "log" and _RT.localizer is not None:
         if active:
             _RT.localizer.resume()
         else:

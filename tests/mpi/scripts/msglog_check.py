@@ -158,6 +158,22 @@ set_detection(False)
 set_detection(True)
 assert time.monotonic() - t_again < 0.5, time.monotonic() - t_again
 settle(False)
+set_detection(False, part="log")          # the message log only: the service keeps ticking
+assert not comm._ml_on and not d._ml_on and not loc.paused
+set_detection(True, part="log")
+assert comm._ml_on and d._ml_on and not loc.paused
+set_detection(False, part="probes")       # the probe service only: the message log keeps recording
+assert comm._ml_on and loc.paused
+settle(True)
+set_detection(True, part="probes")
+assert comm._ml_on and not loc.paused
+try:
+    set_detection(False, part="timers")
+except ValueError as e:
+    assert "timers" in str(e) and comm._ml_on and not loc.paused, e    # nothing switched
+else:
+    raise AssertionError("an unknown detection part was accepted")
+settle(False)
 comm.Sendrecv(np.ones(4), dest=right, sendtag=8, recvbuf=buf, source=left, recvtag=8)
 assert lg.p2p_counts()[0] == {**sent, str(right): sent[str(right)] + 1}
 # calls that are no collective do not count as one (Iprobe, a persistent send's set-up)
