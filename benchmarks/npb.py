@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from planaria.runtime.bootstrap import DETECTION_PARTS
 from planaria.runtime.bootstrap import step as _pl_step
 from planaria.util.env import PLANARIA_DETECT
 
@@ -967,7 +968,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="time 2*PAIRS blocks of iterations of each kernel in this job, detection off and on "
                         "in ABBA order (needs PLANARIA_DETECT=1)")
     p.add_argument("--block-s", type=float, default=0.25, help="seconds per block with --alternate (about)")
-    p.add_argument("--detect-part", default="all", choices=("all", "log", "probes"),
+    p.add_argument("--detect-part", default="all", choices=DETECTION_PARTS,
                    help="with --alternate: what the blocks switch off: all of detection, the message log "
                         "or the probe service (the other part stays on)")
     p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
