@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from planaria.util.paths import shown
+from planaria.util.procstat import pid_alive, stopped
 
 
 #: status of a rank of a program without planaria's runtime, read from outside
@@ -71,7 +72,7 @@ def dump(pid: int, timeout: float = 5.0, native: bool = False) -> list[dict[str,
         data = json.loads(res.stdout) if res.returncode == 0 else None
     except (subprocess.TimeoutExpired, OSError, ValueError):
         return None
-    if data is None and _NO_INTERPRETER in res.stderr and pid_alive_here(pid):
+    if data is None and _NO_INTERPRETER in res.stderr and pid_alive(pid) is not False:
         return FINALIZING
     if not isinstance(data, list):
         return None
@@ -88,17 +89,6 @@ _NO_INTERPRETER = "Failed to find a python interpreter"
 #: ended and the process waits at exit (a plain mpi4py program in ``MPI_Finalize``, which waits
 #: for the ranks that still run)
 FINALIZING: list[dict[str, Any]] = []
-
-
-def pid_alive_here(pid: int) -> bool:
-    """Whether process ``pid`` of this machine exists (one this user may not signal counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        pass
-    return True
 
 
 def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float,
@@ -147,16 +137,6 @@ def sample(rank: int, pid: int, host: str | None, rounds: int, interval: float,
     if stopped(pid):
         rec["stopped"] = True          # alive but not running (SIGSTOP, a debugger)
     return {"stacks": stacks, "ranks": [rec], "missing": []}
-
-
-def stopped(pid: int) -> bool:
-    """True when process ``pid`` of this machine is stopped (state T or t in ``/proc/PID/stat``)."""
-    try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            stat = f.read()
-    except (OSError, ValueError):
-        return False
-    return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")
 
 
 def local_pid(pid: Any) -> bool:

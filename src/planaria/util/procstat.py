@@ -53,6 +53,12 @@ def parent_of(pid: int) -> int | None:
     return _field(pid, 1)
 
 
+def stopped(pid: int) -> bool:
+    """True when process ``pid`` is stopped (state T or t: a stop signal, or a tracer such as py-spy)."""
+    fields = _fields(pid)
+    return fields is not None and fields[:1] in ([b"T"], [b"t"])
+
+
 def running(pid: int, ticks: int) -> bool:
     """Whether process ``pid`` is still the one that started at ``ticks`` and has not ended (a
     zombie, not yet reaped by its parent, has)."""
