@@ -243,3 +243,26 @@ def test_postmortem_of_a_program_without_records_reads_the_sizes_from_the_crash_
     assert (rc["kind"], rc["rank_list"], rc["site"]) == ("collective-mismatch", [2], site)
     assert "passed 7.8 KiB to Allreduce on world where rank(s) 0-1,3 passed 8 B" in rc["reason"]
     assert "sizes read from the source line" in rep["text"]
+
+
+def test_a_hung_job_whose_flight_records_disagree_blames_the_count_not_the_live_guess() -> None:
+    """Every rank was ended by the launcher (a detected hang). The flight records show rank 1 passed
+    another count to the call the others wait in: that is the root cause, whatever the live
+    diagnosis said of a rank the undefined call left spinning; its claim stays as evidence."""
+    events = [{"type": "lost", "rank": r, "t": 9.0, "reason": "killed by signal 15 (SIGTERM) (no report)"}
+              for r in range(4)]
+    summary = [{"rank": r, "state": "lost", "how": "ended by the launcher (a detected hang)",
+                "ended_by": "the launcher (a detected hang)"} for r in range(4)]
+    live = {"verdict": "hang", "text": "rank 0 computing\n",
+            "root_causes": [{"kind": "computing", "rank_list": [0], "ranks": "0",
+                             "reason": "not in MPI: computing (endless loop or slow)"}]}
+    recs = {r: [_slot(2, 8 << 20 if r == 1 else 8)] for r in range(4)}
+    rep = postmortem(events, "j", summary=summary, last_live=("diag-1.json", live), flight=recs)
+    rc = rep["root_causes"][0]
+    assert (rc["kind"], rc["rank_list"], rep["verdict"]) == ("collective-mismatch", [1], "collective-mismatch")
+    assert len(rep["root_causes"]) == 1
+    assert "(diag-1.json) named rank 0: not in MPI: computing" in rep["text"]
+    # records that agree leave the live diagnosis as the root causes
+    same = postmortem(events, "j", summary=summary, last_live=("diag-1.json", live),
+                      flight={r: [_slot(2, 8)] for r in range(4)})
+    assert [rc["kind"] for rc in same["root_causes"]] == ["computing"]

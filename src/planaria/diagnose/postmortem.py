@@ -52,11 +52,7 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
         notes.append(library)
     nranks = max([r + 1 for r in first] + [int(row["rank"]) + 1 for row in summary or []
                                            if isinstance(row.get("rank"), int)], default=0)
-    mismatch = _count_mismatch(flight, roots, consequences, nranks) if (roots or consequences) else None
-    if mismatch is not None:
-        rc, absorbed, note = mismatch
-        roots = [rc] + [r for r in roots if r not in absorbed]
-        notes.append(note)
+    roots, mismatch = _mismatch_first(flight, roots, consequences, nranks, bool(victims), last_live, notes)
     evidence: list[str] = []
     if victims:
         ended = str(next(row.get("ended_by") for row in summary or [] if row.get("rank") == victims[0]["rank_list"][0]))
@@ -75,7 +71,7 @@ def postmortem(events: list[dict[str, Any]], job: str = "",
     for inc in incidents[-10:]:
         evidence.append(f"incident from rank {inc.get('by')}: {inc.get('verdict') or inc.get('kind')}")
     verdict = "dead-ranks" if roots else ("no-failure" if not first else "failures")
-    if mismatch is not None:
+    if mismatch:
         verdict = "collective-mismatch"
     if live_text:
         verdict = str(last_live[1].get("verdict") or "hang") if last_live else verdict
@@ -257,6 +253,29 @@ def _consequence_lines(consequences: dict[int, dict[str, Any]]) -> list[str]:
         by_site.setdefault((c["op"], c["comm"], c["site"], tuple(c["blames"])), []).append(rank)
     return [f"ranks {rank_ranges(ranks)} failed in {op} on {comm} at {site}: rank(s) {rank_ranges(list(blames))} "
             f"had failed" for (op, comm, site, blames), ranks in by_site.items()]
+
+
+def _mismatch_first(flight: dict[int, list[dict[str, Any]]] | None, roots: list[dict[str, Any]],
+                    consequences: dict[int, dict[str, Any]], nranks: int, hung: bool,
+                    last_live: tuple[str, dict[str, Any]] | None, notes: list[str]) -> tuple[list[dict[str, Any]], bool]:
+    """``roots`` with a count mismatch (``_count_mismatch``) first and the ranks it explains taken
+    out, its note added to ``notes``; (roots, whether there was one). Also for a ``hung`` job (its
+    ranks ended by the launcher): MPI leaves a call with disagreeing counts undefined, and a rank it
+    corrupts may look busy or absent to the live diagnosis (seen: the interpreter spinning in a
+    dictionary lookup after Open MPI's truncation error), so the mismatch is the cause and the live
+    diagnosis's claim only evidence."""
+    mismatch = _count_mismatch(flight, roots, consequences, nranks) if (roots or consequences or hung) else None
+    if mismatch is None:
+        return roots, False
+    rc, absorbed, note = mismatch
+    notes.append(note)
+    if hung and last_live is not None:
+        name, live = last_live
+        said = next(iter(live.get("root_causes") or []), None)
+        if said is not None:
+            notes.append(f"the launcher's last diagnosis while the ranks ran ({name}) named "
+                         f"rank {said.get('ranks')}: {said.get('reason')}")
+    return [rc] + [r for r in roots if r not in absorbed], True
 
 
 def _count_mismatch(flight: dict[int, list[dict[str, Any]]] | None, roots: list[dict[str, Any]],
