@@ -197,6 +197,10 @@ def test_a_wake_for_a_spare_still_setting_up_is_in_its_pipe_when_it_makes_it(con
         assert select.select([fd], [], [], 0)[0] == []
         worker.report("wake-spares")                 # the pipe exists now: written straight away
         assert select.select([fd], [], [], 5)[0] == [fd]
+        assert os.read(fd, 16) == b"w"
+        worker.report("wake-spares", warm=True)      # only a footprint: the byte says so
+        assert select.select([fd], [], [], 5)[0] == [fd]
+        assert os.read(fd, 16) == b"m"
     finally:
         worker.close()
         spare.close()

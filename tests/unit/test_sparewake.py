@@ -36,6 +36,33 @@ def test_a_spare_sleeps_until_a_working_rank_wakes_it(tmp_path):
     os.close(w)
 
 
+def test_a_wait_says_whether_news_came_with_the_footprints(tmp_path):
+    """Wakes that only brought footprints say "warm"; one recovery's wake read with them says
+    "news": the spare must go on testing its receive after reading the footprints."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    sock = sparewake.SpareSocket(sparewake.socket_path(str(tmp_path), 5))
+    waker = sparewake.Waker(r, sock)
+    try:
+        sparewake.wake_all(str(tmp_path), warm=True)
+        sparewake.wake_all(str(tmp_path), warm=True)
+        assert waker.wait(1.0) == "warm"
+        sparewake.wake_all(str(tmp_path), warm=True)
+        sparewake.wake_all(str(tmp_path))                 # a recovery started
+        sparewake.wake_all(str(tmp_path), warm=True)
+        assert waker.wait(1.0) == "news"
+        os.write(w, sparewake.WARM)                       # the same through the controller's pipe
+        assert waker.wait(1.0) == "warm"
+        os.write(w, sparewake.WARM + sparewake.NEWS)
+        sparewake.wake_all(str(tmp_path), warm=True)
+        assert waker.wait(1.0) == "news"
+        assert waker.wait(0.05) == ""
+    finally:
+        waker.close()
+        os.close(r)
+        os.close(w)
+
+
 def test_stale_and_foreign_sockets_are_skipped(tmp_path):
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     stale.bind(str(tmp_path / "w3.sock"))
@@ -61,7 +88,9 @@ def test_without_a_controller_a_spare_sleeps_on_a_name_of_its_job_and_rank():
     try:
         assert not waker.wait(0.05)
         assert sparewake.wake_ranks(job, [8, 9]) == 1      # rank 9 is no spare: refused, skipped
-        assert waker.wait(1.0)
+        assert waker.wait(1.0) == "news"
+        assert sparewake.wake_ranks(job, [8], warm=True) == 1
+        assert waker.wait(1.0) == "warm"
         assert not waker.wait(0.05)
         assert not sparewake.Waker(None, other_job).wait(0.05)   # another job's spare of rank 8 slept on
     finally:
@@ -97,10 +126,10 @@ class _Agent:
     """What ``wake_spares`` asks of a rank's agent: the controller's wake."""
 
     def __init__(self) -> None:
-        self.reports: list[str] = []
+        self.reports: list[tuple[str, bool]] = []
 
-    def report(self, kind: str) -> bool:
-        self.reports.append(kind)
+    def report(self, kind: str, warm: bool) -> bool:
+        self.reports.append((kind, warm))
         return True
 
 
@@ -112,7 +141,9 @@ def test_the_controller_wakes_the_spares_only_when_the_sockets_did_not_reach_all
     spare = sparewake.SpareSocket(sparewake.socket_path(str(tmp_path), 5))
     try:
         assert bootstrap.wake_spares([5]) and agent.reports == []        # the one spare, woken here
-        assert bootstrap.wake_spares([5, 6]) and agent.reports == ["wake-spares"]   # 6: another host
-        assert bootstrap.wake_spares([]) and agent.reports == ["wake-spares"] * 2   # spares not known
+        news = ("wake-spares", False)
+        assert bootstrap.wake_spares([5, 6]) and agent.reports == [news]   # 6: another host
+        assert bootstrap.wake_spares([]) and agent.reports == [news] * 2   # spares not known
+        assert bootstrap.wake_spares([5, 6], warm=True) and agent.reports[-1] == ("wake-spares", True)
     finally:
         spare.close()

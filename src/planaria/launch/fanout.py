@@ -125,8 +125,9 @@ class Fanout:
         self.transport.send_packed(dest, protocol.pack({"type": "knock"}, self._tok))
 
     def on_wake_spares(self, ident: Dest, msg: dict[str, Any], now: float) -> None:
-        """A working rank started a recovery (or released the spares): wake every spare's wait."""
-        packed = protocol.pack({"type": "wake"}, self._tok)
+        """A working rank started a recovery (or released the spares, or sent them its footprint:
+        ``warm``): wake every spare's wait."""
+        packed = protocol.pack({"type": "wake", "warm": True} if msg.get("warm") else {"type": "wake"}, self._tok)
         for r in self.table.spares():
             dest = self.transport.idents.get(r)
             if dest is not None:

@@ -20,9 +20,10 @@ tools); ``abort`` {reason} from a rank's default handler asks the launcher to en
 ``failed-seen`` {ranks} (a rank's communicator reported failed peers), ``fail``, lost pids and
 silent heartbeats are merged into one process-failed event (``planaria.launch.relay``).
 ``knock`` {ranks} (a rank's localization service wrote to them) wakes those ranks' services with
-``knock`` {}; the sender gets ``gone`` {ranks} for those that have ended. ``wake-spares`` {} (a
-working rank started a recovery, or released the spares) sends ``wake`` {} to every rank whose role
-is ``spare``: a spare sleeps between two tests of its MPI receive and wakes on that message.
+``knock`` {}; the sender gets ``gone`` {ranks} for those that have ended. ``wake-spares`` {warm} (a
+working rank started a recovery, or released the spares; ``warm``: it only sent them its footprint)
+sends ``wake`` {warm} to every rank whose role is ``spare``: a spare sleeps between two tests of its
+MPI receive and wakes on that message.
 Tools: ``ctl`` {action, ranks, signal}, ``publish`` {data, replace}, ``lookup`` {keys, wait,
 timeout}, ``log`` {message}, ``subscribe`` {events, io, history} (renewed every second; the
 controller then sends ``event`` and ``io`` {rank, channel, text, t} messages), ``stdin``

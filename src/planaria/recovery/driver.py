@@ -482,7 +482,7 @@ class Resilient:
             except FailureError:
                 pass      # a dead spare, or a recovery under way: the step loop checks the world
         if self._spare_world_ranks:
-            wake_spares(self._spare_job_ranks())   # a sleeping spare warms up now, not at its next backstop test (or never)
+            wake_spares(self._spare_job_ranks(), warm=True)   # a sleeping spare warms up now, not at its next backstop test (or never)
 
     def _warm_up(self, logical: int, fp: list[int]) -> None:
         """On a spare: keep warm the buffers of the largest rank it might replace."""
@@ -495,6 +495,7 @@ class Resilient:
         MARKS.clear()
         req = world.irecv_matched(tag=SPARE_TAG)
         hot_until = 0.0            # after a wake: test every HOT_POLL s until the news is in
+        news = False               # ... and the wake was not only for footprints: news is on its way
         while True:
             try:
                 with own_calls():
@@ -516,26 +517,30 @@ class Resilient:
                 if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "warm":
                     self._warm_up(msg[1], msg[2])
                     req = world.irecv_matched(tag=SPARE_TAG)
-                    hot_until = 0.0         # what woke it is read: back to sleeping
+                    if not news:            # what woke it is read: back to sleeping
+                        hot_until = 0.0
                     continue
                 if isinstance(msg, tuple) and len(msg) == 3 and msg[0] == "stop" and msg[1] in _STOPPED:
                     raise _STOPPED[msg[1]](msg[2])
                 return None
             if time.monotonic() < hot_until:
                 time.sleep(HOT_POLL)
-            elif self._sleep():
+            elif woke := self._sleep():
+                # a recovery's wake read together with a footprint's: after reading the footprint
+                # it still tests until the revoke arrives, not at its next backstop test
                 _mark("woken")
+                news = woke == "news"
                 hot_until = time.monotonic() + HOT_WINDOW
 
-    def _sleep(self) -> bool:
-        """Sleep until woken (True) or for ``spare_poll`` seconds (False)."""
+    def _sleep(self) -> str:
+        """Sleep until woken ("warm" or "news", see ``sparewake.Waker.wait``) or for ``spare_poll`` seconds ("")."""
         if self._waker is None:
             time.sleep(self.spare_poll)
-            return False
-        if not self._waker.wait(self.spare_poll):
-            return False
-        self.spare_wakes += 1
-        return True
+            return ""
+        woke = self._waker.wait(self.spare_poll)
+        if woke:
+            self.spare_wakes += 1
+        return woke
 
     def _release_spares(self, msg: Any = "done") -> None:
         """Every working rank tells every spare it is done: one message is enough for a spare,

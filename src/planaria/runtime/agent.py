@@ -81,7 +81,7 @@ class Agent:
         self._stdin_w: int | None = None
         self._spare_r: int | None = None      # the spare's wake pipe (``spare_wake_fd``), made on first use
         self._spare_w: int | None = None
-        self._wake_early = False              # a wake came before the pipe was made: the pipe starts with it
+        self._wake_early = b""                # the wakes that came before the pipe was made: the pipe starts with them
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -152,7 +152,7 @@ class Agent:
                 os.set_blocking(r, False)
                 os.set_blocking(w, False)
                 if self._wake_early:
-                    os.write(w, b"w")
+                    os.write(w, self._wake_early)
                 self._spare_r, self._spare_w = r, w
             return self._spare_r
 
@@ -298,7 +298,7 @@ class Agent:
                              name=f"planaria-collect-{self.rank}").start()
             return
         if mtype == "wake":               # a recovery started, or the spares are released: end a spare's sleep
-            self._wake_spare()
+            self._wake_spare(bool(msg.get("warm")))
             return
         if mtype == "knock":              # another rank wrote to this one's localization service
             with self._knock_lock:
@@ -317,15 +317,18 @@ class Agent:
             if ev is not None:
                 ev.set()
 
-    def _wake_spare(self) -> None:
-        """End the spare's sleep on its wake pipe; kept for the pipe when there is none yet (``spare_wake_fd``)."""
+    def _wake_spare(self, warm: bool) -> None:
+        """End the spare's sleep on its wake pipe, with the byte that says what woke it
+        (``planaria.runtime.sparewake.WARM`` or ``NEWS``); kept for the pipe when there is none yet."""
+        from planaria.runtime.sparewake import NEWS, WARM
+        byte = WARM if warm else NEWS
         with self._lock:
             fd = self._spare_w
             if fd is None:
-                self._wake_early = True
+                self._wake_early = NEWS if NEWS in self._wake_early + byte else WARM
         if fd is not None:
             try:
-                os.write(fd, b"w")
+                os.write(fd, byte)
             except OSError:               # full (the waiter is already due to wake) or closed
                 pass
 

@@ -318,9 +318,10 @@ def prepare_wake() -> None:
             sparewake.abstract_name(ns, 0)      # its hash of the job's name, computed once
 
 
-def wake_spares(job_ranks: Sequence[int] = ()) -> bool:
-    """Wake every spare of the job now (a recovery started, or the spares are released): their MPI
-    receive has news. Under ``planaria run``, those on this host directly and, unless that reached
+def wake_spares(job_ranks: Sequence[int] = (), warm: bool = False) -> bool:
+    """Wake every spare of the job now (a recovery started, or the spares are released: their MPI
+    receive has news; ``warm``: only this rank's footprint is there, see ``sparewake.WARM``).
+    Under ``planaria run``, those on this host directly and, unless that reached
     every one of ``job_ranks`` (ranks in the job), all of them through the controller: a second
     wake would only cost CPU time on the recovery's path (the controller's and the spares' agent
     threads). Else those of ``job_ranks`` on this host. False when nothing could be sent."""
@@ -329,12 +330,12 @@ def wake_spares(job_ranks: Sequence[int] = ()) -> bool:
     if agent is None:
         from planaria.util.jobinfo import job_namespace
         ns = job_namespace()
-        return ns is not None and sparewake.wake_ranks(ns, job_ranks) > 0
+        return ns is not None and sparewake.wake_ranks(ns, job_ranks, warm) > 0
     where = sparewake.wake_dir()
-    reached = sparewake.wake_all(where) if where is not None else set()
+    reached = sparewake.wake_all(where, warm) if where is not None else set()
     if job_ranks and reached >= set(job_ranks):
         return True
-    return bool(agent.report("wake-spares"))
+    return bool(agent.report("wake-spares", warm=warm))
 
 
 def phase(name: str) -> None:

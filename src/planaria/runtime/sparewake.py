@@ -27,6 +27,9 @@ from planaria.util.env import PLANARIA_CONTROL_URI
 from planaria.util.jobinfo import job_key
 
 PREFIX, SUFFIX = "w", ".sock"
+#: what a wake's byte says: news on the spare's MPI receive (a recovery, a release: it may have to
+#: test it until the news arrives), or only a working rank's restore footprint (``warm``)
+NEWS, WARM = b"w", b"m"
 UNIX_PATH_MAX = 107       # sun_path holds 108 bytes with the terminating NUL
 
 
@@ -73,13 +76,15 @@ class SpareSocket:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def drain(self) -> None:
-        """Read what woke it (any number of datagrams)."""
+    def drain(self) -> bytes:
+        """Read what woke it (any number of datagrams); their bytes."""
+        got = []
         try:
-            while self.sock.recv(64):
-                pass
+            while data := self.sock.recv(64):
+                got.append(data)
         except OSError:             # BlockingIOError: nothing left
             pass
+        return b"".join(got)
 
     def close(self) -> None:
         if self._file:
@@ -88,9 +93,9 @@ class SpareSocket:
         self.sock.close()
 
 
-def wake_all(directory: str) -> set[int]:
-    """Send one datagram to every spare socket in ``directory``; the ranks of those that took it.
-    Never blocks: a full queue already holds a wake, a stale socket (its spare gone) refuses,
+def wake_all(directory: str, warm: bool = False) -> set[int]:
+    """Send one datagram to every spare socket in ``directory`` (``WARM`` when it only brings a
+    footprint, else ``NEWS``); the ranks of those that took it. Never blocks: a full queue already holds a wake, a stale socket (its spare gone) refuses,
     both are skipped."""
     try:
         ranks = [int(n[len(PREFIX):-len(SUFFIX)]) for n in os.listdir(directory)
@@ -102,15 +107,15 @@ def wake_all(directory: str) -> set[int]:
         s.setblocking(False)
         for r in ranks:
             try:
-                s.sendto(b"w", socket_path(directory, r))
+                s.sendto(WARM if warm else NEWS, socket_path(directory, r))
                 reached.add(r)
             except OSError:
                 pass
     return reached
 
 
-def wake_ranks(namespace: str, ranks: Sequence[int]) -> int:
-    """Send one datagram to the abstract socket of each spare of job rank in ``ranks``; how many
+def wake_ranks(namespace: str, ranks: Sequence[int], warm: bool = False) -> int:
+    """Send one datagram (as ``wake_all``) to the abstract socket of each spare of job rank in ``ranks``; how many
     took it. Never blocks: a full queue already holds a wake; a spare on another host, or one not
     bound (any more), refuses, and is skipped."""
     names = [n for n in (abstract_name(namespace, r) for r in ranks) if n is not None]
@@ -121,7 +126,7 @@ def wake_ranks(namespace: str, ranks: Sequence[int]) -> int:
         s.setblocking(False)
         for n in names:
             try:
-                s.sendto(b"w", n)
+                s.sendto(WARM if warm else NEWS, n)
                 sent += 1
             except OSError:
                 pass
@@ -138,20 +143,24 @@ class Waker:
         self._sock = sock
         self.reaches_all = reaches_all
 
-    def wait(self, timeout: float) -> bool:
-        """Sleep until woken (True, the wakes read) or ``timeout`` seconds (False)."""
+    def wait(self, timeout: float) -> str:
+        """Sleep until woken or ``timeout`` seconds (""); the wakes read say what woke it: "warm"
+        when every one only brought a footprint, else "news". Several wakes are read at once, so
+        a spare that reads its footprint still knows whether news is on its way."""
         import select
         fds: list[Any] = [f for f in (self._pipe, self._sock) if f is not None]
         ready, _, _ = select.select(fds, [], [], timeout)
         if not ready:
-            return False
+            return ""
+        got = []
         if self._pipe is not None:
             with contextlib.suppress(OSError):
-                while os.read(self._pipe, 4096):
-                    pass
+                while data := os.read(self._pipe, 4096):
+                    got.append(data)
         if self._sock is not None:
-            self._sock.drain()
-        return True
+            got.append(self._sock.drain())
+        read = b"".join(got)
+        return "warm" if read and not read.replace(WARM, b"") else "news"
 
     def close(self) -> None:
         """No longer a spare: working ranks stop finding its socket (the pipe stays with the agent)."""
