@@ -180,6 +180,18 @@ def test_cli_exit_status_tells_a_hung_program(tmp_path):
     assert "planaria fragments run: the program hung" in res.stderr
 
 
+def _every_rank_running(trace_dir: Path, n: int, timeout: float) -> bool:
+    """Whether every one of ``n`` ranks wrote its ``run`` record (flushed as the run starts) within ``timeout`` s."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        files = [trace_dir / f"trace-r{r}.jsonl" for r in range(n)]
+        if all(f.exists() and '"k":"run"' in f.read_text() for f in files):
+            return True
+        time.sleep(0.02)
+    return False
+
+
 @pytest.mark.timeout(90)
 def test_sigterm_to_mpiexec_leaves_every_ranks_unfinished_cfs(tmp_path):
     """SIGTERM to mpiexec while a CF spins (how a batch system or Ctrl-C ends a job): mpiexec passes it on, each rank
@@ -195,6 +207,9 @@ def test_sigterm_to_mpiexec_leaves_every_ranks_unfinished_cfs(tmp_path):
     try:
         line = wait_for_line(proc.stdout, "SPINNING", 45)
         assert "SPINNING on 1" in line, "the job never reached its spinning CF"
+        # rank 1 spins once rank 0 sent it the CF; a rank still starting would die by the signal's
+        # default action, before its run could catch it: wait until every rank's run record is on disk
+        assert _every_rank_running(tmp_path, 3, 30), "not every rank started its run"
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=30)
     finally:
