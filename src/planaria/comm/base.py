@@ -119,6 +119,8 @@ def _count_class() -> None:
 class Request(ABC):
     """A pending non-blocking operation; ``wait``/``Wait`` raise the same failure errors as blocking calls."""
 
+    __slots__ = ()
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _count_class()

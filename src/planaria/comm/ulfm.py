@@ -93,6 +93,8 @@ def _blocking(call: Callable[..., None]) -> Callable[[UlfmComm, Any, Any], None]
 class _Req(Request, MPI.Request):
     """An mpi4py request (the same MPI handle, and the buffer it keeps alive) whose own calls raise planaria's errors."""
 
+    __slots__ = ("_comm",)
+
     def __new__(cls, req: Any = None, *rest: Any) -> _Req:
         return MPI.Request.__new__(cls, req)
 
@@ -212,20 +214,16 @@ def _probing(name: str, fn: Any) -> Callable[..., Any]:
     return call
 
 
-class _LReq(_Req):
-    """A request of a recorded communicator: what its ``Wait`` waits for, and a receive counted once done.
+class _Logged(_Req):
+    """A request of a recorded communicator that counts nothing when it completes: a send (counted
+    when posted), a wildcard receive, a nonblocking collective. Its ``Wait`` is ``_Req``'s.
 
     Made on the hot path without Python's constructor (``_logged``): one tuple ``_ml`` holds the
-    operation, peer, tag and buffer, which the message log reads (``_op``...) only when it looks;
-    ``_count`` is set for a receive from a named source only (sends and wildcards count nothing)."""
+    operation, peer, tag and buffer, which the message log reads (``_op``...) only when it looks.
+    Slots, not an instance dict: a request is made and dropped at every message."""
 
-    _ml: tuple[str, int, int, Any] = ("?", -1, -1, None)
-    _count = -1                 # the source (communicator rank) a receive adds to when it completes
-
-    def __init__(self, req: Any, comm: _Failures, op: str, peer: int, tag: int, buf: Any, count: int) -> None:
-        self._comm, self._ml = comm, (op, peer, tag, buf)
-        if count >= 0:
-            self._count = count
+    __slots__ = ("_ml",)
+    _ml: tuple[str, int, int, Any]
 
     @property
     def _op(self) -> str:
@@ -242,6 +240,14 @@ class _LReq(_Req):
     @property
     def _buf(self) -> Any:
         return self._ml[3]
+
+
+class _LRecv(_Logged):
+    """A receive from a named source of a recorded communicator, counted in the message log once
+    done: ``_count`` is that source until then, -1 after."""
+
+    __slots__ = ("_count",)
+    _count: int
 
     def _counted(self) -> None:
         c = self._count
@@ -263,8 +269,9 @@ class _LReq(_Req):
             _R_Wait(self, status)
         except MPI.Exception as e:
             raise self._comm._convert(e) from e
-        if self._count >= 0:                # a receive from a named source, counted once
-            self._comm._ml_recvd[self._count] += 1
+        c = self._count
+        if c >= 0:                          # counted once
+            self._comm._ml_recvd[c] += 1
             self._count = -1
         return True
 
@@ -287,11 +294,20 @@ class _LReq(_Req):
         return obj
 
 
-def _logged(req: Any, comm: _Failures, op: str, peer: int, tag: int, buf: Any) -> _LReq:
-    """``req`` (an mpi4py request) as a recorded communicator's ``_LReq`` for a send or a wildcard
-    receive, made without Python's constructor (a third of the cost of ``_LReq(...)``)."""
-    out = _NEW_REQUEST(_LReq, req)
+def _logged(req: Any, comm: _Failures, op: str, peer: int, tag: int, buf: Any) -> _Logged:
+    """``req`` (an mpi4py request) as a recorded communicator's ``_Logged`` request, made without
+    Python's constructor (a third of the cost of a call to the class)."""
+    out = _NEW_REQUEST(_Logged, req)
     out._comm, out._ml = comm, (op, peer, tag, buf)
+    return out
+
+
+def _logged_recv(req: Any, comm: _Failures, op: str, source: int, tag: int, buf: Any) -> _Logged:
+    """``_logged`` for a receive: from a named source, an ``_LRecv`` that counts it once done."""
+    if source < 0:
+        return _logged(req, comm, op, source, tag, buf)
+    out = _NEW_REQUEST(_LRecv, req)
+    out._comm, out._ml, out._count = comm, (op, source, tag, buf), source
     return out
 
 
@@ -657,7 +673,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
             if _IS_REVOKED(self):
                 raise self._convert_revoked()
             try:
-                out = _NEW_REQUEST(_LReq, _ISEND(self, buf, dest, tag))
+                out = _NEW_REQUEST(_Logged, _ISEND(self, buf, dest, tag))
             except MPI.Exception as e:
                 raise self._convert(e) from e
             out._comm, out._ml = self, ("Isend", dest, tag, buf)
@@ -699,10 +715,10 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on:                         # no Python constructor here either (``_logged``)
-            rec = _NEW_REQUEST(_LReq, req)
-            rec._comm, rec._ml = self, ("Irecv", source, tag, buf)
-            if source >= 0:
-                rec._count = source
+            if source < 0:
+                return _logged(req, self, "Irecv", source, tag, buf)
+            rec = _NEW_REQUEST(_LRecv, req)
+            rec._comm, rec._ml, rec._count = self, ("Irecv", source, tag, buf), source
             return rec
         out = _NEW_REQUEST(_Req, req)
         out._comm = self
@@ -755,7 +771,7 @@ class UlfmComm(_Failures, Comm, MPI.Intracomm):
         except MPI.Exception as e:
             raise self._convert(e) from e
         if self._ml_on:
-            return _LReq(req, self, "irecv", source, tag, None, source if source >= 0 else -1)
+            return _logged_recv(req, self, "irecv", source, tag, None)
         return _Req(req, self)
 
     def irecv_matched(self, source: int | None = None, tag: int | None = None) -> Request:
