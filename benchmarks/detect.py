@@ -43,7 +43,6 @@ import typer
 
 from benchmarks import _launch, npb
 from benchmarks._launch import BenchError, command_line, launch, loadavg, median
-from planaria.runtime.bootstrap import DETECTION_PARTS as PARTS
 from planaria.util.env import PLANARIA_DETECT
 
 GOAL = 1.01
@@ -59,13 +58,15 @@ VERDICTS = ("met", "consistent", "missed")
 MODES = {"off": "0", "on": "1"}
 # what "off" means in the tables' titles, per ``--part``
 PART_NOTE = {"all": "", "log": ", off = message log off (probe service on)",
-             "probes": ", off = probe service paused (message log on)"}
+             "probes": ", off = probe service paused (message log on)",
+             "none": ", A/A control: 'off' switches nothing (the timing's own bias)"}
 # one BLAS thread per rank: every rank is a process already, and idle BLAS threads spinning on an
 # oversubscribed machine would swamp the difference being measured
 THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 schedule = npb.schedule
+PARTS = npb.PARTS
 
 
 def pair_ratios(launches: list[dict[str, Any]]) -> list[float]:
@@ -292,7 +293,7 @@ def run(kernels: list[str] | str, ranks: int = 4, klass: str = "W", pairs: int |
     ``under_run`` (with ``within``): each job runs under ``planaria run``, controller and agents
     included, as detection is used; else under a bare ``mpiexec`` (the service without a controller).
     ``part`` (with ``within``): what the 'off' blocks switch off, all of detection or one part of it
-    (``planaria.runtime.bootstrap.DETECTION_PARTS``), to see which part costs what.
+    (``planaria.runtime.bootstrap.DETECTION_PARTS``), to see which part costs what, or none (an A/A control).
     """
     names, klass, pairs = _checked(kernels, ranks, klass, pairs, backend, timeout, within, block_s, jobs, bind,
                                    under_run, part)
@@ -524,7 +525,8 @@ def command(
     block_s: float = typer.Option(0.25, "--block-s", help="Seconds per block with --within-job (about; set from a warm-up run)."),
     part: str = typer.Option("all", "--part", help="With --within-job: what the 'off' blocks switch off: all "
                              "(message log and probe service), log (the message log only) or probes (the probe "
-                             "service only); the other part stays on."),
+                             "service only); the other part stays on. none: an A/A control, the 'off' blocks switch nothing, so the "
+                             "ratio shows the timing's own bias and spread."),
     jobs: int = typer.Option(1, "--jobs", help="With --within-job: jobs per kernel, one after the other, pooled: "
                              "median of all pairs, two-stage bootstrap interval (jobs, then pairs); 'met' needs >= 2 jobs."),
     bind: str = typer.Option("none", "--bind-to", help="none: Open MPI's default (no binding once the ranks outnumber "

@@ -56,6 +56,11 @@ from planaria.runtime.bootstrap import DETECTION_PARTS
 from planaria.runtime.bootstrap import step as _pl_step
 from planaria.util.env import PLANARIA_DETECT
 
+#: what ``--detect-part`` may switch: a part of detection, or ``none``, an A/A control whose 'off'
+#: blocks switch nothing, so its ratio is the timing's own bias and spread on this machine
+CONTROL_PART = "none"
+PARTS = (*DETECTION_PARTS, CONTROL_PART)
+
 MODULE = "benchmarks.npb"
 KERNELS = ("cg", "mg", "ft", "ep", "is", "halo")
 CLASSES = ("S", "W", "A")
@@ -901,6 +906,10 @@ def block_size(iters: int, time_s: float, block_s: float) -> int:
     return int(max(1, min(max(iters - 1, 1), round(block_s / per))))
 
 
+def _no_switch(active: bool) -> None:
+    """The A/A control's switch (``--detect-part none``): detection stays on in every block."""
+
+
 def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
     """Per kernel, ``2 * alternate`` timed blocks of iterations, detection off and on in ABBA order.
 
@@ -915,7 +924,7 @@ def _alternate(comm: Any, args: argparse.Namespace, serial: bool | None) -> int:
     from planaria.runtime.bootstrap import set_detection
     out, ok = [], True
     order = [mode for _, mode in schedule(args.alternate)]
-    switch = partial(set_detection, part=args.detect_part)
+    switch = _no_switch if args.detect_part == CONTROL_PART else partial(set_detection, part=args.detect_part)
     for k in args.kernels:
         set_detection(True)
         warm = run_kernel(comm, k, args.klass, serial)
@@ -968,9 +977,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="time 2*PAIRS blocks of iterations of each kernel in this job, detection off and on "
                         "in ABBA order (needs PLANARIA_DETECT=1)")
     p.add_argument("--block-s", type=float, default=0.25, help="seconds per block with --alternate (about)")
-    p.add_argument("--detect-part", default="all", choices=DETECTION_PARTS,
+    p.add_argument("--detect-part", default="all", choices=PARTS,
                    help="with --alternate: what the blocks switch off: all of detection, the message log "
-                        "or the probe service (the other part stays on)")
+                        "or the probe service (the other part stays on), or none (an A/A control)")
     p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     p.add_argument("--scratch", default=".", help=argparse.SUPPRESS)
