@@ -117,9 +117,10 @@ def _count_class() -> None:
 
 
 class Request(ABC):
-    """A pending non-blocking operation; ``wait``/``Wait`` raise the same failure errors as blocking calls."""
+    """A pending non-blocking operation; ``wait``/``Wait`` raise the same failure errors as blocking calls.
 
-    __slots__ = ()
+    No ``__slots__`` here: subclasses keep a ``__dict__`` and weak references (the sim backend
+    keeps its requests in weak containers); the hot ones add slots of their own."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
