@@ -87,14 +87,16 @@ def test_detect_within_one_job_times_blocks_in_abba_order() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_detect_within_can_switch_one_part() -> None:
-    """--within-job --part log: the blocks switch the message log only; the job reports what it switched."""
+@pytest.mark.parametrize(("part", "title"), [("log", "message log off"), ("none", "A/A control")])
+def test_detect_within_can_switch_one_part(part: str, title: str) -> None:
+    """--within-job --part log: the blocks switch the message log only (none: nothing, the A/A
+    control); the job reports what it switched."""
     out = detect.run(["halo"], ranks=2, klass="S", pairs=3, backend="ulfm", timeout=60, within=True,
-                     block_s=0.002, part="log")
-    assert out["part"] == "log"
+                     block_s=0.002, part=part)
+    assert out["part"] == part
     assert [(b["pair"], b["mode"]) for b in out["blocks"]] == detect.schedule(3)
     assert all(r["verified"] for r in out["jobs"][0]["runs"])
-    assert "message log off" in detect.table(out).title
+    assert title in detect.table(out).title
 
 
 @pytest.mark.timeout(120)

@@ -452,7 +452,7 @@ def test_bind_to_core_pins_ranks_with_overload_and_none_leaves_the_default() -> 
 
 def test_part_is_checked_before_any_launch() -> None:
     """--part: one of the detection parts, and only inside a job (a launch has detection on or off whole)."""
-    with pytest.raises(ValueError, match="part must be one of all, log, probes"):
+    with pytest.raises(ValueError, match="part must be one of all, log, probes, none"):
         detect.run(["halo"], ranks=2, klass="S", pairs=2, within=True, part="network")
     with pytest.raises(ValueError, match="--part needs --within-job"):
         detect.run(["halo"], ranks=2, klass="S", pairs=2, part="log")
