@@ -95,8 +95,8 @@ class SpareSocket:
 
 def wake_all(directory: str, warm: bool = False) -> set[int]:
     """Send one datagram to every spare socket in ``directory`` (``WARM`` when it only brings a
-    footprint, else ``NEWS``); the ranks of those that took it. Never blocks: a full queue already holds a wake, a stale socket (its spare gone) refuses,
-    both are skipped."""
+    footprint, else ``NEWS``); the ranks of those that took it. Never blocks: a full queue already
+    holds a wake, a stale socket (its spare gone) refuses, both are skipped."""
     try:
         ranks = [int(n[len(PREFIX):-len(SUFFIX)]) for n in os.listdir(directory)
                  if n.startswith(PREFIX) and n.endswith(SUFFIX) and n[len(PREFIX):-len(SUFFIX)].isdigit()]
@@ -115,9 +115,9 @@ def wake_all(directory: str, warm: bool = False) -> set[int]:
 
 
 def wake_ranks(namespace: str, ranks: Sequence[int], warm: bool = False) -> int:
-    """Send one datagram (as ``wake_all``) to the abstract socket of each spare of job rank in ``ranks``; how many
-    took it. Never blocks: a full queue already holds a wake; a spare on another host, or one not
-    bound (any more), refuses, and is skipped."""
+    """Send one datagram (as ``wake_all``) to the abstract socket of each spare of job rank in
+    ``ranks``; how many took it. Never blocks: a full queue already holds a wake; a spare on
+    another host, or one not bound (any more), refuses, and is skipped."""
     names = [n for n in (abstract_name(namespace, r) for r in ranks) if n is not None]
     sent = 0
     if not names:
