@@ -425,7 +425,7 @@ def _kernel_launches(k: str, order: list[tuple[int, str]], ranks: int, klass: st
     return mine, cmd
 
 
-def _bound(result: dict[str, Any]) -> str:
+def _title_note(result: dict[str, Any]) -> str:
     """Table-title note of the ranks' binding and of the part switched (nothing for the defaults)."""
     return (" bound to cores" if result.get("bind_to", "none") == "core" else "") + PART_NOTE[result.get("part", "all")]
 
@@ -436,7 +436,7 @@ def pooled_table(result: dict[str, Any]) -> Any:
     pct = int(round(LEVEL * 100))
     jobs = result["jobs_per_kernel"]
     t = Table(title=f"Detection on/off (blocks inside {jobs} jobs per kernel, ABBA, pooled), NPB-like kernels class "
-                    f"{result['class']}, {result['ranks']} ranks{_bound(result)}, {result['backend']} ({result['pairs']} pair(s) per job; "
+                    f"{result['class']}, {result['ranks']} ranks{_title_note(result)}, {result['backend']} ({result['pairs']} pair(s) per job; "
                     f"{result['cores']} cores; load {result['loadavg_before'][0]:.1f}->{result['loadavg_after'][0]:.1f})")
     for col in ["kernel", "job", "calls/s/rank", "block", "off (median)", "on (median)",
                 f"on/off median [{pct} % CI]", "pair range", "sum on/sum off", "median of job medians", "verdict"]:
@@ -477,7 +477,7 @@ def table(result: dict[str, Any]) -> Any:
     within = result.get("within_job")
     where = "blocks in one job per kernel, ABBA" if within else "launches"
     pct = int(round(LEVEL * 100))
-    t = Table(title=f"Detection on/off ({where}), NPB-like kernels class {result['class']}, {result['ranks']} ranks{_bound(result)}, "
+    t = Table(title=f"Detection on/off ({where}), NPB-like kernels class {result['class']}, {result['ranks']} ranks{_title_note(result)}, "
                     f"{result['backend']} ({result['pairs']} pair(s) per kernel; {result['cores']} cores; "
                     f"load {result['loadavg_before'][0]:.1f}->{result['loadavg_after'][0]:.1f})")
     cols = ["kernel", "calls/s/rank"] + (["block"] if within else []) + [
